@@ -1,0 +1,28 @@
+"""One forward pass of a causal LM over a few new tokens at explicit positions.
+
+Positions are passed explicitly because while drafting the cache layers hold different
+lengths, so the model must not infer them from the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Cache
+
+
+def forward_tokens(
+    model: torch.nn.Module, tokens: list[int] | torch.Tensor, start: int, cache: Cache, keep: int | None = None
+) -> torch.Tensor:
+    """Logits ``[keep or n, vocab]`` for ``tokens`` placed at positions ``start..start+n-1``."""
+    device = model.device
+    ids = torch.as_tensor(tokens, device=device).view(1, -1)  # [1, n]
+    n = ids.shape[1]
+    positions = torch.arange(start, start + n, device=device).unsqueeze(0)  # [1, n]
+    out = model(
+        input_ids=ids,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=n if keep is None else keep,
+    )
+    return out.logits[0]

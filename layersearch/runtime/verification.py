@@ -1,0 +1,62 @@
+"""Verification: which draft tokens the full model accepts (pure functions, no model).
+
+Greedy: accept the longest draft prefix that equals the target's argmax, then emit the
+target's own token at the first mismatch (or after the last draft token).
+
+Sampling (Leviathan et al. 2023): accept draft token d at position j with probability
+min(1, p_j(d) / q_j(d)); at the first rejection emit a token drawn from
+norm(max(p_j - q_j, 0)); if every draft token is accepted emit one drawn from p_k. The
+emitted sequence then follows the target distribution p exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from layersearch.runtime.sampling import sample
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one draft: accepted draft count and the target's next token."""
+
+    num_accepted: int
+    next_token: int
+
+
+def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
+    """Greedy verification. ``target_logits``: [k + 1, vocab] for the k draft tokens."""
+    target_tokens = target_logits.argmax(-1).tolist()  # [k + 1]
+    accepted = 0
+    for draft, target in zip(draft_tokens, target_tokens):
+        if draft != target:
+            break
+        accepted += 1
+    return Verdict(accepted, target_tokens[accepted])
+
+
+def verify_sampling(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """Speculative sampling. ``draft_probs``: [k, vocab]; ``target_probs``: [k + 1, vocab]."""
+    k = len(draft_tokens)
+    if k:
+        index = torch.arange(k, device=target_probs.device)
+        tokens = torch.tensor(draft_tokens, device=target_probs.device)
+        p = target_probs[index, tokens]  # [k]
+        q = draft_probs[index, tokens]  # [k]
+        uniform = torch.rand(k, generator=generator, device=target_probs.device)
+        rejected = (uniform * q > p).nonzero()  # accept iff u < p / q, written without division
+        if len(rejected):
+            j = int(rejected[0])
+            residual = (target_probs[j] - draft_probs[j]).clamp_min(0.0)
+            total = residual.sum()
+            # p == q (up to rounding) leaves no residual mass; then p itself is the right law.
+            residual = residual / total if total > 0 else target_probs[j]
+            return Verdict(j, sample(residual, generator))
+    return Verdict(k, sample(target_probs[k], generator))
