@@ -1,0 +1,316 @@
+"""PNG figures of masks and searches: the mask grid, one study's history, studies compared.
+
+* :func:`plot_mask` draws a :class:`~layersearch.mask.SkipMask` as a layers x {attention,
+  MLP} grid in the colours of KNN-SSD's Figures 9/10: kept sub-layers grey, skipped
+  attention red, skipped MLP blue.
+* :func:`plot_history` draws a study's objective per completed trial and the best-so-far
+  curve against wall-clock seconds since the first trial started.
+* :func:`plot_compare` draws the best-so-far curves of several studies on one axes, to
+  compare search strategies by how fast they find good masks.
+
+Studies are plain Optuna studies following the layersearch conventions (trial user_attrs
+``mask``, ``M``, ``alpha``...; study user_attr ``settings``); only what is present is used.
+
+matplotlib is imported lazily, with the Agg backend, so importing this module costs nothing
+and works without a display. Figures are built with :class:`matplotlib.figure.Figure`
+rather than pyplot so no global figure state leaks between calls. Every PNG is written to a
+temporary file in the target folder and renamed into place: a failure never leaves a
+partial file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+
+if TYPE_CHECKING:  # imported lazily at run time
+    import optuna
+    from matplotlib.figure import Figure
+
+# KNN-SSD Figures 9/10: grey retained, red skipped attention, blue skipped MLP.
+KEPT_COLOUR = "#bdbdbd"
+ATTENTION_COLOUR = "#d62728"
+MLP_COLOUR = "#1f77b4"
+
+PLOTS_DIR = Path("plots")
+
+
+# ----- public API ---------------------------------------------------------------------------
+def plot_mask(mask: SkipMask, out: str | Path, *, title: str | None = None) -> Path:
+    """Draw ``mask`` as a layers x {attention, MLP} grid and write it as a PNG to ``out``."""
+    # Lay the figure out in inches around square cells, so the grid fills it at any depth.
+    cell = min(0.5, 14.0 / mask.num_layers)  # 8 layers: 0.5 in; 80 layers: 0.175 in
+    grid_w, grid_h = cell * mask.num_layers, 2 * cell
+    left, right, top, bottom, legend = 0.9, 0.3, 0.5, 0.55, 0.3
+    width = max(6.0, left + grid_w + right)  # room for the title on shallow models
+    height = top + grid_h + bottom + legend
+    fig = _figure_class()(figsize=(width, height))
+    x0 = left + (width - left - right - grid_w) / 2  # centre a narrow grid
+    ax = fig.add_axes((x0 / width, (bottom + legend) / height, grid_w / width, grid_h / height))
+    _draw_mask_grid(ax, mask)
+    fig.suptitle(title if title is not None else _mask_title(mask), fontsize=10,
+                 y=1 - 0.12 / height, va="top")
+    handles = _mask_legend_handles(mask)
+    # Legend below the grid so it never covers a square.
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
+    return _save_atomic(fig, out)
+
+
+def plot_history(study: "optuna.Study", out: str | Path, *, title: str | None = None) -> Path:
+    """Plot each completed trial's objective and the best-so-far curve against wall-clock seconds."""
+    direction = _single_direction(study)
+    trials = _completed_trials(study)
+    seconds, x_label = _elapsed(trials, study)
+    values = [float(t.value) for t in trials]
+    best = best_so_far(values, direction)
+
+    fig = _figure_class()(figsize=(8.0, 4.5))
+    ax = fig.add_subplot()
+    ax.scatter(seconds, values, s=14, color="#7f7f7f", alpha=0.7, label="trial objective", zorder=2)
+    ax.plot(seconds, best, drawstyle="steps-post", color=ATTENTION_COLOUR, linewidth=2,
+            label="best so far", zorder=3)
+    best_at = _best_index(values, direction)
+    best_trial = trials[best_at]
+    ax.scatter([seconds[best_at]], [best_trial.value], marker="*", s=160,
+               color=ATTENTION_COLOUR, edgecolor="black", zorder=4, label=_best_label(best_trial))
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(f"{_objective_name(study)} ({_better(direction)})")
+    ax.set_title(title if title is not None else _study_title(study), fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return _save_atomic(fig, out)
+
+
+def plot_compare(
+    studies: Sequence["optuna.Study"], out: str | Path, *, labels: Sequence[str] | None = None
+) -> Path:
+    """Plot the best-so-far curves of several studies against their search wall-clock on one axes."""
+    if not studies:
+        raise LayersearchError("nothing to compare: no study given")
+    if labels is not None and len(labels) != len(studies):
+        raise LayersearchError(f"got {len(labels)} labels for {len(studies)} studies")
+    names = list(labels) if labels is not None else [s.study_name for s in studies]
+    # Collect every series first so an empty study fails before any drawing.
+    series = [_best_series(study) for study in studies]
+
+    fig = _figure_class()(figsize=(8.0, 4.5))
+    ax = fig.add_subplot()
+    for name, (seconds, best, _) in zip(names, series):
+        # A step that stays flat until the last trial ends shows how long the search ran.
+        ax.plot(seconds, best, drawstyle="steps-post", marker="o", markersize=3, linewidth=1.8,
+                label=f"{name} (best {best[-1]:.4g})")
+    x_labels = {x_label for _, _, x_label in series}
+    ax.set_xlabel(x_labels.pop() if len(x_labels) == 1 else "seconds since first trial / trial number")
+    ax.set_ylabel(_compare_y_label(studies))
+    ax.set_title("best objective so far vs search wall-clock", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return _save_atomic(fig, out)
+
+
+def default_plot_path(kind: str, name: str) -> Path:
+    """Where a plot goes by default: ``plots/<kind>-<name>.png`` (unsafe characters become ``_``)."""
+    if not kind or not name:
+        raise LayersearchError("a plot path needs a kind and a name")
+    return PLOTS_DIR / f"{_safe_name(kind)}-{_safe_name(name)}.png"
+
+
+def best_so_far(values: Sequence[float], direction: Any) -> list[float]:
+    """Running best of ``values``: minimum for ``minimize``, maximum for ``maximize``.
+
+    ``direction`` is an Optuna ``StudyDirection`` or the string ``"minimize"``/``"maximize"``.
+    NaN values never become the best (they keep the previous best, or NaN before any number).
+    """
+    maximize = _is_maximize(direction)
+    best: list[float] = []
+    current = math.nan
+    for value in values:
+        value = float(value)
+        if not math.isnan(value) and (
+            math.isnan(current) or (value > current if maximize else value < current)
+        ):
+            current = value
+        best.append(current)
+    return best
+
+
+# ----- mask grid ----------------------------------------------------------------------------
+def _draw_mask_grid(ax: Any, mask: SkipMask) -> None:
+    """One square per sub-layer: row 0 attention, row 1 MLP, column = layer index."""
+    from matplotlib.patches import Rectangle
+
+    rows = ((0, set(mask.attention), ATTENTION_COLOUR), (1, set(mask.mlp), MLP_COLOUR))
+    for row, skipped, colour in rows:
+        for layer in range(mask.num_layers):
+            face = colour if layer in skipped else KEPT_COLOUR
+            # Inset squares leave a white gap so neighbouring squares stay distinguishable.
+            ax.add_patch(Rectangle((layer + 0.06, row + 0.06), 0.88, 0.88, facecolor=face,
+                                   edgecolor="none"))
+    ax.set_xlim(0, mask.num_layers)
+    ax.set_ylim(2, 0)  # attention on top
+    # At most ~32 labels, on round steps, so deep models keep legible tick labels.
+    step = next(s for s in (1, 2, 4, 5, 10, 20, 50, 100) if s * 32 >= mask.num_layers or s == 100)
+    ticks = range(0, mask.num_layers, step)
+    ax.set_xticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=7)
+    ax.set_yticks([0.5, 1.5], ["attention", "MLP"], fontsize=9)
+    ax.set_xlabel("layer", fontsize=9)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def _mask_legend_handles(mask: SkipMask) -> list[Any]:
+    """Legend entries for the colours the grid actually shows (a red swatch means red squares)."""
+    from matplotlib.patches import Patch
+
+    handles = []
+    if len(mask.attention) + len(mask.mlp) < 2 * mask.num_layers:
+        handles.append(Patch(facecolor=KEPT_COLOUR, label="kept"))
+    if mask.attention:
+        handles.append(Patch(facecolor=ATTENTION_COLOUR, label=f"skipped attention ({len(mask.attention)})"))
+    if mask.mlp:
+        handles.append(Patch(facecolor=MLP_COLOUR, label=f"skipped MLP ({len(mask.mlp)})"))
+    return handles
+
+
+def _mask_title(mask: SkipMask) -> str:
+    """Model name when known, then the skip ratio and the sub-layer count it stands for."""
+    ratio = (f"skip ratio {mask.skip_ratio:.2f} "
+             f"({mask.num_skipped} of {2 * mask.num_layers} sub-layers)")
+    parts = [mask.model.name] if mask.model is not None else []
+    parts.append(ratio)
+    extra = [f"{k} {mask.provenance[k]}" for k in ("strategy", "objective") if mask.provenance.get(k)]
+    if extra:
+        parts.append(", ".join(extra))
+    return " - ".join(parts)
+
+
+# ----- study series -------------------------------------------------------------------------
+def _completed_trials(study: "optuna.Study") -> list[Any]:
+    """Completed trials in the order they finished; LayersearchError when there is none."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not trials:
+        raise LayersearchError(f"study {study.study_name!r} has no completed trial")
+    # Parallel workers finish out of number order; best-so-far follows completion time.
+    return sorted(trials, key=lambda t: (t.datetime_complete is None, t.datetime_complete or 0, t.number))
+
+
+def _elapsed(trials: Sequence[Any], study: "optuna.Study") -> tuple[list[float], str]:
+    """Seconds from the study's first trial start to each trial's completion, and the x label.
+
+    Trials added without timestamps fall back to trial numbers so the plot still draws.
+    """
+    if any(t.datetime_complete is None for t in trials):
+        return [float(t.number) for t in trials], "trial number"
+    starts = [t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]
+    origin = min(starts) if starts else min(t.datetime_complete for t in trials)
+    return [(t.datetime_complete - origin).total_seconds() for t in trials], "seconds since first trial started"
+
+
+def _best_series(study: "optuna.Study") -> tuple[list[float], list[float], str]:
+    """Elapsed seconds, best-so-far values and x label of one study."""
+    direction = _single_direction(study)
+    trials = _completed_trials(study)
+    seconds, x_label = _elapsed(trials, study)
+    return seconds, best_so_far([float(t.value) for t in trials], direction), x_label
+
+
+def _single_direction(study: "optuna.Study") -> Any:
+    """The study's only direction; multi-objective studies have no single best-so-far."""
+    if len(study.directions) != 1:
+        raise LayersearchError(f"study {study.study_name!r} has {len(study.directions)} objectives; "
+                               "history plots need a single-objective study")
+    return study.directions[0]
+
+
+def _best_index(values: Sequence[float], direction: Any) -> int:
+    """Index of the best non-NaN value (the first one on ties)."""
+    candidates = [i for i, v in enumerate(values) if not math.isnan(v)] or [0]
+    pick = max if _is_maximize(direction) else min
+    return pick(candidates, key=lambda i: values[i])
+
+
+def _is_maximize(direction: Any) -> bool:
+    """True for maximize; accepts StudyDirection or its name in any case."""
+    name = getattr(direction, "name", direction)
+    if not isinstance(name, str) or name.lower() not in ("minimize", "maximize"):
+        raise LayersearchError(f"direction must be 'minimize' or 'maximize', got {direction!r}")
+    return name.lower() == "maximize"
+
+
+def _better(direction: Any) -> str:
+    return "higher is better" if _is_maximize(direction) else "lower is better"
+
+
+# ----- labels -------------------------------------------------------------------------------
+def _settings(study: "optuna.Study") -> dict[str, Any]:
+    settings = study.user_attrs.get("settings")
+    return settings if isinstance(settings, dict) else {}
+
+
+def _objective_name(study: "optuna.Study") -> str:
+    return str(_settings(study).get("objective") or "objective")
+
+
+def _study_title(study: "optuna.Study") -> str:
+    """Study name plus the settings that tell searches apart (model, domain, strategy, ratio)."""
+    settings = _settings(study)
+    known = [f"{key} {settings[key]}" for key in ("model", "domain", "strategy", "skip_ratio")
+             if settings.get(key) not in (None, "")]
+    return study.study_name + (f" ({', '.join(known)})" if known else "")
+
+
+def _best_label(trial: Any) -> str:
+    """Legend text of the best trial: its value, number and mask when recorded."""
+    label = f"best {trial.value:.4g} (trial {trial.number})"
+    mask = trial.user_attrs.get("mask")
+    return f"{label}\n{mask}" if mask else label
+
+
+def _compare_y_label(studies: Sequence["optuna.Study"]) -> str:
+    """The shared objective and direction, or every distinct one when studies differ."""
+    parts = sorted({f"{_objective_name(s)} ({_better(s.directions[0])})" for s in studies})
+    return parts[0] if len(parts) == 1 else " / ".join(parts)
+
+
+def _safe_name(text: str) -> str:
+    # Study names may hold '/', ':' or spaces; keep file names portable.
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+# ----- matplotlib plumbing ------------------------------------------------------------------
+def _figure_class() -> type["Figure"]:
+    """matplotlib's Figure with the Agg backend selected (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    return Figure
+
+
+def _save_atomic(fig: "Figure", out: str | Path) -> Path:
+    """Save ``fig`` as PNG to a temporary file beside ``out``, then rename it into place."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A unique name that savefig creates itself, so the PNG gets the umask's usual mode
+    # (mkstemp would leave it readable by the owner only).
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
