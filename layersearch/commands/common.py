@@ -1,0 +1,58 @@
+"""Pieces several commands share: loading the model, reading prompts, printing stats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from layersearch.errors import LayersearchError
+
+
+def load(args: Any):
+    """Load ``--model`` on ``--device`` / ``--dtype`` (a LoadedModel)."""
+    from layersearch.models.loading import default_dtype, load_model
+
+    dtype = args.dtype or default_dtype(args.device)
+    return load_model(args.model, device=args.device, dtype=dtype)
+
+
+def read_prompts(path: str) -> list[str]:
+    """Prompts from a JSONL file with one ``{"prompt": ...}`` object per line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise LayersearchError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LayersearchError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
+            raise LayersearchError(f'{path}:{number}: expected an object with a "prompt" string')
+        prompts.append(item["prompt"])
+    if not prompts:
+        raise LayersearchError(f"{path}: no prompts")
+    return prompts
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """One human-readable line: M, alpha, tokens/s and the time split."""
+    alpha = stats.get("acceptance_rate")
+    alpha_text = "n/a" if alpha is None else f"{alpha:.2f}"
+    return (
+        f"M={stats['mean_accepted_length']:.2f} alpha={alpha_text} "
+        f"tokens/s={stats['tokens_per_second']:.1f} "
+        f"draft={stats['draft_seconds']:.2f}s verify={stats['verify_seconds']:.2f}s "
+        f"other={stats['other_seconds'] + stats['prefill_seconds']:.2f}s"
+    )
+
+
+def positive_int(value: int, what: str) -> int:
+    """Check a count argument."""
+    if value < 1:
+        raise LayersearchError(f"{what} must be >= 1, got {value}")
+    return value

@@ -1,0 +1,60 @@
+"""``layersearch generate``: self-speculative (or plain) generation for one or more prompts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from layersearch.commands.common import format_stats, load, positive_int, read_prompts
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+
+
+def run(args: Any) -> int:
+    """Generate for ``--prompt`` / ``--prompts`` and print text plus statistics."""
+    from layersearch.runtime.baseline import hf_generate
+    from layersearch.runtime.sampling import SamplingConfig
+
+    positive_int(args.max_new_tokens, "--max-new-tokens")
+    prompts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic):
+        raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio or --dynamic")
+    loaded = load(args)
+    mask = None if args.baseline or args.dynamic else _mask(args, loaded.info)
+    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling)
+    for index, text in enumerate(prompts):
+        ids = loaded.tokenizer(text, return_tensors="pt").input_ids
+        if decoder is None:
+            result = hf_generate(loaded.model, ids, args.max_new_tokens, sampling=sampling)
+        else:
+            result = decoder.generate(ids, args.max_new_tokens)
+        _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result)
+    return 0
+
+
+def _mask(args: Any, info) -> SkipMask:
+    if args.mask:
+        return SkipMask.load(args.mask, model=info)
+    ratio = 0.25 if args.skip_ratio is None else args.skip_ratio
+    return SkipMask.uniform(info.num_layers, ratio, model=info)
+
+
+def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafting import DraftPolicy
+
+    policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    if args.dynamic:
+        from layersearch.runtime.dynamic import dynamic_decoder
+
+        return dynamic_decoder(args, loaded, policy=policy, sampling=sampling)
+    return SpeculativeDecoder(loaded.model, mask, policy=policy, sampling=sampling)
+
+
+def _print(args: Any, index: int, text: str, result) -> None:
+    stats = result.stats.to_dict()
+    if args.json:
+        print(json.dumps({"index": index, "token_ids": list(result.token_ids), "text": text, "stats": stats}), flush=True)
+    else:
+        print(f"--- prompt {index}\n{text}\n[{format_stats(stats)}]", flush=True)
