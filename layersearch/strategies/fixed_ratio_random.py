@@ -1,0 +1,52 @@
+"""Strategy ``random``: uniformly random masks, optionally with an exact number skipped.
+
+With a skip ratio ``r`` each proposal is a uniformly random subset of exactly
+``round(r * 2L)`` of the 2L sub-layers (the random-search baseline at a fixed draft cost).
+Without one, every sub-layer is skipped with probability 1/2 independently: the same
+distribution as Optuna's ``RandomSampler`` over the binary space, but drawn per trial from
+``(seed, trial.number)`` so that a resumed study continues the sequence instead of replaying
+its first draws (see :mod:`layersearch.strategies._sampler`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from optuna.study import Study
+from optuna.trial import FrozenTrial
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.strategies._sampler import MaskSampler, mask_from_bits
+
+
+def skip_count(num_layers: int, skip_ratio: float) -> int:
+    """Sub-layers skipped at ``skip_ratio``: ``round(r * 2L)``, the rounding of :meth:`SkipMask.uniform`."""
+    return int(round(skip_ratio * 2 * num_layers))
+
+
+def random_bits(size: int, count: int | None, rng: np.random.Generator) -> np.ndarray:
+    """A 0/1 vector of ``size``: exactly ``count`` ones at uniformly random places, or fair coin flips."""
+    if count is None:
+        return rng.integers(0, 2, size=size).astype(np.int8)
+    if not 0 <= count <= size:
+        raise LayersearchError(f"cannot skip {count} of {size} sub-layers")
+    bits = np.zeros(size, dtype=np.int8)
+    bits[rng.choice(size, size=count, replace=False)] = 1
+    return bits
+
+
+def random_mask(num_layers: int, count: int | None, rng: np.random.Generator) -> SkipMask:
+    """A uniformly random mask over all 2L sub-layers (exactly ``count`` skipped when given)."""
+    return mask_from_bits(random_bits(2 * num_layers, count, rng))
+
+
+class RandomMaskSampler(MaskSampler):
+    """Optuna sampler proposing :func:`random_mask` for every trial."""
+
+    def __init__(self, *, num_layers: int, skip_ratio: float | None = None, seed: int | None = None) -> None:
+        super().__init__(num_layers=num_layers, seed=seed)
+        self._count = None if skip_ratio is None else skip_count(num_layers, skip_ratio)
+
+    def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
+        """A fresh random mask; the history is not used."""
+        return random_mask(self.num_layers, self._count, rng), "random"

@@ -1,0 +1,95 @@
+"""Strategy ``selfsd-bo``: Self-SD's (Draft & Verify) Gaussian-process Bayesian optimization.
+
+Self-SD searches the 2L sub-layer switches with ``bayes_opt``: a GP over the continuous
+relaxation ``[0, 1]^{2L}``, a sub-layer skipped where ``x > 0.5``, GP noise ``alpha = 1e-2``,
+seeded with known-good probe masks. Here:
+
+* The study first runs the probe masks of :func:`probe_masks` (the study enqueues them; see
+  :func:`layersearch.strategies.initial_masks`): uniform masks skipping 20 %, 35 % and 50 % of
+  the sub-layers, and the attention of the later half of the layers. All of them are derived
+  from L, never from a fixed layer offset (Self-SD's probe code only fits 40-layer models).
+* Until ``n_startup_trials`` (10) trials have completed, probes included, proposals are random
+  (every sub-layer a fair coin, as ``bayes_opt``'s random initial points rounded at 0.5).
+* Afterwards each proposal maximizes log expected improvement of a GP fitted to all completed
+  trials (:mod:`layersearch.strategies._gp`), rounded at 0.5 and refined to the best
+  not-yet-measured neighbour. The skipped count is free: the objective (e.g. tokens/s) has to
+  price the draft's cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from optuna.study import Study
+from optuna.trial import FrozenTrial
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.strategies import _gp
+from layersearch.strategies._sampler import MaskSampler, history, mask_from_bits, trial_seed
+from layersearch.strategies.fixed_ratio_random import random_mask
+
+#: Skip ratios of the uniform probe masks.
+PROBE_RATIOS = (0.2, 0.35, 0.5)
+N_STARTUP_TRIALS = 10
+
+
+def probe_masks(num_layers: int) -> tuple[SkipMask, ...]:
+    """Self-SD-style starting points: uniform masks at :data:`PROBE_RATIOS` and the later half's attention.
+
+    Duplicates (tiny models) and the empty mask are dropped.
+    """
+    later_half = tuple(range((num_layers + 1) // 2, num_layers))
+    candidates = [SkipMask.uniform(num_layers, ratio) for ratio in PROBE_RATIOS]
+    candidates.append(SkipMask(num_layers, attention=later_half))
+    probes: list[SkipMask] = []
+    for mask in candidates:
+        if not mask.is_empty and mask not in probes:
+            probes.append(mask)
+    return tuple(probes)
+
+
+def propose(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    num_layers: int,
+    rng: np.random.Generator,
+    n_startup_trials: int = N_STARTUP_TRIALS,
+    acquisition: str = "logei",
+) -> tuple[SkipMask, str]:
+    """The next mask given the flat masks ``x`` [n, 2L] and values ``y`` [n] to maximize, and its origin."""
+    # A GP needs two distinct values at the very least, whatever n_startup_trials says.
+    if len(x) < max(n_startup_trials, 2):
+        return random_mask(num_layers, None, rng), "startup"
+    bits = _gp.propose_bits(x, y, acquisition=acquisition, seed=trial_seed(rng))
+    return mask_from_bits(bits), "bo"
+
+
+class SelfSDBOSampler(MaskSampler):
+    """Optuna sampler for ``selfsd-bo``: random start, then GP-BO over the binary sub-layer switches."""
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        seed: int | None = None,
+        n_startup_trials: int = N_STARTUP_TRIALS,
+        acquisition: str = "logei",
+    ) -> None:
+        super().__init__(num_layers=num_layers, seed=seed)
+        if acquisition not in _gp.ACQUISITIONS:
+            raise LayersearchError(f"acquisition must be one of {', '.join(_gp.ACQUISITIONS)}, got {acquisition!r}")
+        self._n_startup_trials = n_startup_trials
+        self._acquisition = acquisition
+
+    def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
+        """Random while the history is short, then the GP's suggestion."""
+        x, y = history(study, self.num_layers)
+        return propose(
+            x,
+            y,
+            num_layers=self.num_layers,
+            rng=rng,
+            n_startup_trials=self._n_startup_trials,
+            acquisition=self._acquisition,
+        )

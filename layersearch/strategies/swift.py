@@ -1,0 +1,193 @@
+"""Strategy ``swift``: SWIFT's random search with interval Bayesian optimization (Xia et al., ICLR 2025).
+
+SWIFT (§4.1.2 and Appendix B.2 of the paper, and its public code) searches masks with a
+fixed number of skipped sub-layers:
+
+* count = ``int((L - 2) * 2 * skip_ratio)`` (their code's truncation, kept for parity); the
+  first and the last layer are never skipped, so the count is spread over layers 1..L-2;
+  skip_ratio 0.45 by default (their 13B setting; 0.5 for 34B/70B).
+* The study starts from the evenly spread mask of that count (SWIFT's drafts start by
+  uniform layer skipping): :func:`initial_mask`, enqueued via ``initial_masks``.
+* Optimization step ``o = trial.number + 1``: every ``bo_interval``-th step (beta = 25) a GP
+  suggestion (UCB with kappa 2.5 over the allowed sub-layers; the top-``count`` coordinates
+  of the continuous optimum keep the count exact, refined to the best unmeasured swap
+  neighbour, see :mod:`layersearch.strategies._gp`); every other step a uniformly random
+  subset of exactly ``count`` allowed sub-layers.
+* Early stop (:class:`StopRule`): best value >= 0.95 (matchness; their script uses 0.93), or
+  300 steps without improvement, or 1000 steps.
+
+SWIFT keeps a proposal only if it beats the best so far; in a study that is simply the best
+trial. Its on-the-fly setting (matchness on the context window) is the objective's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.strategies import _gp
+from layersearch.strategies._sampler import MaskSampler, history, trial_seed
+from layersearch.strategies.fixed_ratio_random import random_bits
+
+SKIP_RATIO = 0.45
+BO_INTERVAL = 25
+KAPPA = 2.5
+MATCHNESS_TARGET = 0.95
+PATIENCE = 300
+MAX_TRIALS = 1000
+
+
+def skip_count(num_layers: int, skip_ratio: float) -> int:
+    """SWIFT's number of skipped sub-layers: ``int((L - 2) * 2 * skip_ratio)``."""
+    _check_layers(num_layers)
+    return int((num_layers - 2) * 2 * skip_ratio)
+
+
+def allowed_positions(num_layers: int) -> tuple[int, ...]:
+    """Flat (interleaved) indices SWIFT may skip: both sub-layers of layers 1..L-2."""
+    _check_layers(num_layers)
+    return tuple(range(2, 2 * num_layers - 2))
+
+
+def initial_mask(num_layers: int, skip_ratio: float = SKIP_RATIO) -> SkipMask:
+    """The evenly spread mask with SWIFT's count over layers 1..L-2 (its uniform starting draft)."""
+    count, inner = skip_count(num_layers, skip_ratio), num_layers - 2
+    if inner == 0:
+        return SkipMask.none(num_layers)
+    # Lay the count out on the inner layers with SkipMask.uniform, then shift past layer 0.
+    spread = SkipMask.uniform(inner, count / (2 * inner))
+    assert spread.num_skipped == count, "uniform spread lost a sub-layer to rounding"
+    return SkipMask(
+        num_layers,
+        attention=tuple(i + 1 for i in spread.attention),
+        mlp=tuple(i + 1 for i in spread.mlp),
+    )
+
+
+def is_bo_step(trial_number: int, bo_interval: int = BO_INTERVAL) -> bool:
+    """Whether optimization step ``o = trial_number + 1`` is a Bayesian-optimization step (``o % beta == 0``)."""
+    return (trial_number + 1) % bo_interval == 0
+
+
+def propose(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    num_layers: int,
+    count: int,
+    trial_number: int,
+    rng: np.random.Generator,
+    bo_interval: int = BO_INTERVAL,
+    kappa: float = KAPPA,
+) -> tuple[SkipMask, str]:
+    """The next mask given flat masks ``x`` [n, 2L] and values ``y`` [n] to maximize, and its origin."""
+    allowed = np.asarray(allowed_positions(num_layers))
+    bits = np.zeros(2 * num_layers, dtype=np.int8)
+    # A BO step with fewer than two observations has nothing to fit: it falls back to random.
+    if is_bo_step(trial_number, bo_interval) and len(x) >= 2:
+        bits[allowed] = _gp.propose_bits(
+            x[:, allowed], y, acquisition="ucb", kappa=kappa, count=count, seed=trial_seed(rng)
+        )
+        origin = "bo"
+    else:
+        bits[allowed] = random_bits(len(allowed), count, rng)
+        origin = "random"
+    return SkipMask.from_flat(bits.tolist()), origin
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """SWIFT's early stop: a target value reached, ``patience`` steps without improvement, or ``max_trials``.
+
+    ``target`` counts as reached when the best value is at least as good as it in the study's
+    direction (``>=`` when maximizing, ``<=`` when minimizing); it is meant for matchness.
+    ``None`` switches a criterion off.
+    """
+
+    target: float | None = MATCHNESS_TARGET
+    patience: int | None = PATIENCE
+    max_trials: int | None = MAX_TRIALS
+
+    def reason(self, study: Study) -> str | None:
+        """Why ``study`` should stop now, or None to go on."""
+        if len(study.directions) != 1:
+            raise LayersearchError("swift's stop rule needs a single-objective study")
+        finished = study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        )
+        values = [t.value if t.state == TrialState.COMPLETE else None for t in sorted(finished, key=lambda t: t.number)]
+        return self.reason_for(values, maximize=study.direction == StudyDirection.MAXIMIZE)
+
+    def reason_for(self, values: Sequence[float | None], *, maximize: bool) -> str | None:
+        """The stop reason for the values of the finished steps in order (None for a failed step)."""
+        sign = 1.0 if maximize else -1.0
+        best, since = None, 0
+        for value in values:
+            if value is not None and (best is None or sign * value > sign * best):
+                best, since = value, 0
+            else:
+                since += 1
+        if self.target is not None and best is not None and sign * best >= sign * self.target:
+            return f"best value {best:.4g} reached the target {self.target:g}"
+        if self.patience is not None and since >= self.patience:
+            return f"no improvement in the last {since} trials"
+        if self.max_trials is not None and len(values) >= self.max_trials:
+            return f"reached {len(values)} trials"
+        return None
+
+
+class SwiftSampler(MaskSampler):
+    """Optuna sampler for ``swift``: random fixed-count masks with a GP step every ``bo_interval`` trials."""
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        skip_ratio: float = SKIP_RATIO,
+        seed: int | None = None,
+        bo_interval: int = BO_INTERVAL,
+        kappa: float = KAPPA,
+    ) -> None:
+        super().__init__(num_layers=num_layers, seed=seed)
+        if isinstance(bo_interval, bool) or not isinstance(bo_interval, int) or bo_interval < 1:
+            raise LayersearchError(f"bo_interval must be an integer >= 1, got {bo_interval!r}")
+        self._count = skip_count(num_layers, skip_ratio)
+        self._bo_interval = bo_interval
+        self._kappa = kappa
+
+    @property
+    def count(self) -> int:
+        """Exact number of sub-layers every proposal skips."""
+        return self._count
+
+    def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
+        """Random subset of the allowed sub-layers, or the GP's choice on every ``bo_interval``-th trial."""
+        x, y = history(study, self.num_layers) if is_bo_step(trial.number, self._bo_interval) else _no_history()
+        return propose(
+            x,
+            y,
+            num_layers=self.num_layers,
+            count=self._count,
+            trial_number=trial.number,
+            rng=rng,
+            bo_interval=self._bo_interval,
+            kappa=self._kappa,
+        )
+
+
+def _no_history() -> tuple[np.ndarray, np.ndarray]:
+    # Random steps ignore the history; skip reading every trial from storage for them.
+    return np.empty((0, 0), dtype=np.int8), np.empty(0)
+
+
+def _check_layers(num_layers: int) -> None:
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 3:
+        raise LayersearchError(
+            f"swift never skips the first and last layers, so it needs at least 3 layers, got {num_layers!r}"
+        )

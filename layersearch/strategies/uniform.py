@@ -1,0 +1,42 @@
+"""Strategy ``uniform``: the evenly spread mask at a given skip ratio, no search at all.
+
+It always proposes ``SkipMask.uniform(L, skip_ratio)`` (``round(r * 2L)`` sub-layers, attention
+and MLP halves each spread evenly over the depth; skip ratio 0.45 by default, SWIFT's 13B
+setting). It is the baseline every searched mask must beat, and a study of it needs a single
+trial: its stop rule fires once one trial has completed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from layersearch.mask import SkipMask
+from layersearch.strategies._sampler import MaskSampler
+
+SKIP_RATIO = 0.45
+
+
+class UniformSampler(MaskSampler):
+    """Optuna sampler that proposes the uniform mask for every trial."""
+
+    def __init__(self, *, num_layers: int, skip_ratio: float = SKIP_RATIO, seed: int | None = None) -> None:
+        super().__init__(num_layers=num_layers, seed=seed)
+        self._mask = SkipMask.uniform(num_layers, skip_ratio)
+
+    @property
+    def mask(self) -> SkipMask:
+        """The one mask this sampler proposes."""
+        return self._mask
+
+    def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
+        """Always the same uniform mask."""
+        return self._mask, "uniform"
+
+
+def stop_reason(study: Study) -> str | None:
+    """Stop as soon as one trial completed: every further trial would measure the same mask."""
+    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return "the uniform mask has been measured"
+    return None

@@ -1,0 +1,218 @@
+"""Contract every search strategy honours, in the spirit of Optuna's own sampler test suite.
+
+Each test runs against every strategy (and the skip-ratio variants that change behaviour):
+proposals are valid masks for the model, fixed-count strategies keep their count, a seed
+reproduces the sequence, a study survives sqlite storage and resumes with a fresh sampler,
+starting masks are valid, and bad names or ratios raise LayersearchError.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.strategies import (
+    STRATEGIES,
+    default_skip_ratio,
+    fixed_ratio,
+    initial_masks,
+    make_sampler,
+    mask_from_params,
+    param_names,
+    params_from_mask,
+    should_stop,
+    skip_count,
+    stop_reason,
+    suggest_mask,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# (strategy, skip_ratio): every strategy with its default, plus the ratios that change behaviour.
+VARIANTS = [(name, None) for name in STRATEGIES] + [("swift", 0.3), ("random", 0.25), ("uniform", 0.3)]
+VARIANT_IDS = [f"{name}-{ratio}" for name, ratio in VARIANTS]
+# Strategies whose resumed study continues the uninterrupted sequence. Optuna's TPE restarts
+# its startup stream on a new sampler instead (documented in layersearch.strategies.tpe).
+RESUMABLE = tuple(name for name in STRATEGIES if name != "tpe")
+
+
+def weighted_objective(num_layers: int):
+    """A deterministic synthetic objective: a fixed weighted sum of the flat mask (maximized)."""
+    weights = [((7 * j) % 5) - 2 + 0.01 * j for j in range(2 * num_layers)]
+
+    def objective(trial: optuna.trial.Trial) -> float:
+        flat = suggest_mask(trial, num_layers).to_flat()
+        return sum(w for w, skipped in zip(weights, flat) if skipped)
+
+    return objective
+
+
+def run(name, skip_ratio, num_layers, n_trials, *, seed=0, storage=None, study_name=None):
+    """A new study of ``name`` with its starting masks enqueued, after ``n_trials`` trials."""
+    sampler = make_sampler(name, num_layers=num_layers, skip_ratio=skip_ratio, seed=seed)
+    study = optuna.create_study(direction="maximize", sampler=sampler, storage=storage, study_name=study_name)
+    for mask in initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio):
+        study.enqueue_trial(params_from_mask(mask))
+    study.optimize(weighted_objective(num_layers), n_trials=n_trials)
+    return study
+
+
+def masks_of(study, num_layers) -> list[SkipMask]:
+    """The mask of every trial, in trial order."""
+    return [mask_from_params(t.params, num_layers) for t in sorted(study.trials, key=lambda t: t.number)]
+
+
+def check_mask(mask: SkipMask, name: str, skip_ratio, num_layers: int) -> None:
+    """Assert that ``mask`` is one that strategy ``name`` may propose."""
+    assert isinstance(mask, SkipMask)
+    assert mask.num_layers == num_layers
+    count = skip_count(name, num_layers=num_layers, skip_ratio=skip_ratio)
+    assert (count is not None) == fixed_ratio(name, skip_ratio)
+    if count is not None:
+        assert mask.num_skipped == count
+    if name == "swift":
+        for kept in (0, num_layers - 1):
+            assert kept not in mask.attention and kept not in mask.mlp
+
+
+@pytest.mark.parametrize("num_layers", [6, 8])
+@pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
+def test_proposals_are_valid_masks(name, skip_ratio, num_layers):
+    study = run(name, skip_ratio, num_layers, n_trials=8)
+    assert len(study.trials) == 8
+    for trial in study.trials:
+        assert trial.state == optuna.trial.TrialState.COMPLETE
+        assert set(trial.params) == set(param_names(num_layers))
+        assert all(trial.params[p] in (0, 1) for p in param_names(num_layers))
+        check_mask(mask_from_params(trial.params, num_layers), name, skip_ratio, num_layers)
+
+
+@pytest.mark.parametrize("num_layers", [6, 8])
+@pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
+def test_initial_masks_are_valid(name, skip_ratio, num_layers):
+    masks = initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio)
+    assert isinstance(masks, tuple)
+    assert len(set(masks)) == len(masks)
+    for mask in masks:
+        check_mask(mask, name, skip_ratio, num_layers)
+        assert not mask.is_empty
+
+
+@pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
+def test_same_seed_same_masks(name, skip_ratio):
+    # 13 trials: selfsd-bo's GP takes over after 10 completed trials, so its BO steps are covered.
+    first = masks_of(run(name, skip_ratio, 6, n_trials=13, seed=7), 6)
+    second = masks_of(run(name, skip_ratio, 6, n_trials=13, seed=7), 6)
+    assert first == second
+
+
+@pytest.mark.parametrize(("name", "skip_ratio"), [v for v in VARIANTS if v[0] != "uniform"])
+def test_other_seed_other_masks(name, skip_ratio):
+    first = masks_of(run(name, skip_ratio, 8, n_trials=8, seed=1), 8)
+    second = masks_of(run(name, skip_ratio, 8, n_trials=8, seed=2), 8)
+    assert first != second
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_sqlite_storage_and_resume(tmp_path, name):
+    # One variant per strategy: the ratio does not touch storage, and sqlite commits are slow.
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    run(name, None, 6, n_trials=5, seed=3, storage=storage, study_name="s")
+    resumed = optuna.load_study(study_name="s", storage=storage, sampler=make_sampler(name, num_layers=6, seed=3))
+    resumed.optimize(weighted_objective(6), n_trials=5)
+    reloaded = optuna.load_study(study_name="s", storage=storage)
+    assert len(reloaded.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 10
+    masks = masks_of(reloaded, 6)
+    for mask in masks:
+        check_mask(mask, name, None, 6)
+    if name in RESUMABLE:
+        # Proposals depend only on (seed, trial number, history): resuming changes nothing.
+        assert masks == masks_of(run(name, None, 6, n_trials=10, seed=3), 6)
+
+
+@pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
+def test_objective_may_suggest_other_parameters(name, skip_ratio):
+    sampler = make_sampler(name, num_layers=6, skip_ratio=skip_ratio, seed=0)
+    study = optuna.create_study(sampler=sampler)
+    mask_objective = weighted_objective(6)
+
+    def objective(trial):
+        return mask_objective(trial) + trial.suggest_float("temperature", 0.0, 1.0)
+
+    study.optimize(objective, n_trials=4)
+    for trial in study.trials:
+        assert 0.0 <= trial.params["temperature"] <= 1.0
+        check_mask(mask_from_params(trial.params, 6), name, skip_ratio, 6)
+
+
+@pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
+def test_parallel_workers_propose_valid_masks(name, skip_ratio):
+    sampler = make_sampler(name, num_layers=6, skip_ratio=skip_ratio, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(weighted_objective(6), n_trials=6, n_jobs=2)
+    assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 6
+    for mask in masks_of(study, 6):
+        check_mask(mask, name, skip_ratio, 6)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_settings_are_consistent(name):
+    ratio = default_skip_ratio(name)
+    assert ratio is None or 0.0 < ratio < 1.0
+    if fixed_ratio(name):
+        assert ratio is not None
+    assert isinstance(should_stop(name, optuna.create_study()), bool)
+
+
+def test_documented_defaults():
+    assert default_skip_ratio("swift") == 0.45
+    assert default_skip_ratio("uniform") == 0.45
+    assert [default_skip_ratio(n) for n in ("selfsd-bo", "random", "tpe")] == [None, None, None]
+    assert [fixed_ratio(n) for n in STRATEGIES] == [False, True, False, False, True]
+    assert fixed_ratio("random", 0.25)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: make_sampler("bayes", num_layers=6),
+        lambda: initial_masks("bayes", num_layers=6),
+        lambda: default_skip_ratio("bayes"),
+        lambda: fixed_ratio("bayes"),
+        lambda: skip_count("bayes", num_layers=6),
+        lambda: should_stop("bayes", optuna.create_study()),
+        lambda: stop_reason("bayes", optuna.create_study()),
+    ],
+)
+def test_unknown_name_lists_the_known_strategies(call):
+    with pytest.raises(LayersearchError) as info:
+        call()
+    assert "bayes" in str(info.value)
+    for name in STRATEGIES:
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5, math.nan, True, "0.4"])
+@pytest.mark.parametrize("name", ["swift", "random", "uniform"])
+def test_bad_skip_ratio_raises(name, ratio):
+    with pytest.raises(LayersearchError):
+        make_sampler(name, num_layers=6, skip_ratio=ratio)
+
+
+@pytest.mark.parametrize("name", ["selfsd-bo", "tpe"])
+def test_free_count_strategies_refuse_a_ratio(name):
+    with pytest.raises(LayersearchError, match="no skip ratio"):
+        make_sampler(name, num_layers=6, skip_ratio=0.4)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("num_layers", [0, -3, 2.5, True])
+def test_bad_layer_count_raises(name, num_layers):
+    with pytest.raises(LayersearchError):
+        make_sampler(name, num_layers=num_layers)
+    with pytest.raises(LayersearchError):
+        initial_masks(name, num_layers=num_layers)

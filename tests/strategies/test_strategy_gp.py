@@ -1,0 +1,71 @@
+"""The private GP core: rounding, neighbours, and the properties of a proposal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from layersearch.strategies import _gp
+
+
+def test_discretize_thresholds_or_takes_top_k():
+    point = np.array([0.9, 0.5, 0.51, 0.2, 0.7])
+    assert _gp.discretize(point, None).tolist() == [1, 0, 1, 0, 1]
+    assert _gp.discretize(point, 2).tolist() == [1, 0, 0, 0, 1]
+    assert _gp.discretize(np.full(4, 0.5), 2).tolist() == [1, 1, 0, 0]
+
+
+def test_neighbours_flip_one_or_swap_one_pair():
+    row = np.array([[1, 0, 0, 1]], dtype=np.int8)
+    flips = _gp.neighbours(row, None)
+    assert len(flips) == 4 and all(np.abs(f - row[0]).sum() == 1 for f in flips)
+    swaps = _gp.neighbours(row, 2)
+    assert len(swaps) == 4 and all(s.sum() == 2 and np.abs(s - row[0]).sum() == 2 for s in swaps)
+
+
+def test_standardize():
+    assert _gp.standardize(np.array([1.0, 3.0])).tolist() == pytest.approx([-0.7071, 0.7071], abs=1e-4)
+    assert _gp.standardize(np.array([2.0, 2.0])).tolist() == [0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def observations():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, size=(8, 10)).astype(np.int8)
+    weights = np.linspace(-1, 1, 10)
+    return x, x @ weights
+
+
+def test_proposal_keeps_the_count_and_is_new(observations):
+    x, y = observations
+    bits = _gp.propose_bits(x, y, acquisition="ucb", seed=1, count=4)
+    assert bits.shape == (10,) and bits.sum() == 4 and set(bits.tolist()) <= {0, 1}
+    assert not any((bits == row).all() for row in x)
+
+
+def test_proposal_is_deterministic_for_a_seed(observations):
+    x, y = observations
+    first = _gp.propose_bits(x, y, acquisition="logei", seed=3)
+    assert (first == _gp.propose_bits(x, y, acquisition="logei", seed=3)).all()
+    assert not any((first == row).all() for row in x)
+
+
+def test_scores_match_botorch_acquisitions(observations):
+    import torch
+
+    x, y = observations
+    train_y = torch.as_tensor(_gp.standardize(y)).unsqueeze(-1)
+    model = _gp.fit_gp(torch.as_tensor(x, dtype=torch.float64), train_y)
+    pool = _gp.neighbours(x[:2], None)
+    for name in _gp.ACQUISITIONS:
+        acq = _gp.make_acquisition(model, name, best_f=float(train_y.max()), kappa=2.5)
+        with torch.no_grad():
+            expected = acq(torch.as_tensor(pool, dtype=torch.float64).unsqueeze(1)).numpy()
+        scores = _gp.acquisition_scores(model, pool, name, best_f=float(train_y.max()), kappa=2.5)
+        assert scores == pytest.approx(expected, rel=1e-4, abs=1e-4)
+
+
+def test_needs_two_observations(observations):
+    x, y = observations
+    with pytest.raises(ValueError):
+        _gp.propose_bits(x[:1], y[:1], acquisition="ucb", seed=0)
