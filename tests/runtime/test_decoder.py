@@ -17,7 +17,9 @@ NEW = 40
 
 
 def plain_generate(model, prompt, new=NEW):
-    out = model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    # An explicit attention mask: otherwise generate() takes prompt tokens equal to pad_token_id as padding.
+    mask = torch.ones_like(prompt)
+    out = model.generate(prompt, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False)
     return out[0, prompt.shape[1] :].tolist()
 
 
@@ -46,7 +48,7 @@ def test_greedy_equals_generate(request, family, mask_name, policy):
     assert result.stats.new_tokens == NEW
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flat=st.lists(st.booleans(), min_size=8, max_size=8), seed=st.integers(0, 50), k=st.integers(1, 6))
 def test_greedy_equals_generate_for_random_masks(tiny_llama, flat, seed, k):
     prompt = prompt_for(seed, length=5 + seed % 7)
@@ -55,24 +57,14 @@ def test_greedy_equals_generate_for_random_masks(tiny_llama, flat, seed, k):
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt, 24)
 
 
-def recomputed_greedy(model, prompt, new):
-    """Greedy continuation recomputing the whole sequence each step (no cache at all)."""
-    ids = prompt
-    with torch.no_grad():
-        for _ in range(new):
-            ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
-    return ids[0, prompt.shape[1] :].tolist()
-
-
 @pytest.mark.parametrize("family", ["mistral", "qwen3"])
 def test_other_families_are_lossless(family):
     model = build_tiny_model(family, num_layers=4, seed=3)
     model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
     prompt = prompt_for(3)
     result = SpeculativeDecoder(model, SkipMask.uniform(4, 0.5), policy=DraftPolicy(4, 0.0)).generate(prompt, 30)
-    # Compared with cache-free greedy: transformers 5.23's generate() on a tiny random Mistral
-    # config departs from its own step-by-step argmax, so it is no reference for that family.
-    assert list(result.token_ids) == recomputed_greedy(model, prompt, 30)
+    assert list(result.token_ids) == plain_generate(model, prompt, 30)
 
 
 def test_stops_after_eos_like_generate(tiny_llama):
