@@ -1,0 +1,298 @@
+"""LatencyProfile: measured sub-layer costs of one model on one device, and what they predict.
+
+A profile holds the cost of one attention sub-layer as a function of context length
+(``t_attn(n) = a*n + b``), of one MLP sub-layer, of everything outside the decoder layers
+(embedding, final norm, LM head, per-forward overhead), and of verifying ``k`` tokens in one
+forward relative to one token. ``layersearch.runtime.profiler`` measures it; this module is the
+value type, its JSON file, and the latency model built on it:
+
+* the draft cost coefficient ``c`` (draft forward time / target forward time), which for a
+  profile without base cost is KNN-SSD's Eq. 11;
+* the expected speedup from the mean generated length ``M`` and acceptance rate ``alpha``
+  (SWIFT Eq. 6 / KNN-SSD Eq. 10), generalized so verification is not assumed free;
+* KnapSpec's tokens-per-time (TPT) and the draft length that maximizes it.
+
+It knows nothing of torch, so a mask and its profile can be read anywhere.
+
+File format (schema_version 1)::
+
+    {"schema_version": 1, "kind": "latency-profile",
+     "model": {"name": ..., "num_layers": ..., "hidden_size": ..., "fingerprint": ...},
+     "device": "cpu", "dtype": "float32", "torch_version": "2.13.0",
+     "attention_slope": a, "attention_intercept": b, "mlp_seconds": ..., "base_seconds": ...,
+     "verify_ratios": [1.0, ...], "contexts": [64, ...], "created": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo, SkipMask, write_json_atomic
+
+SCHEMA_VERSION = 1
+KIND = "latency-profile"
+_TIME_FIELDS = ("attention_slope", "attention_intercept", "mlp_seconds", "base_seconds")
+_REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify_ratios")
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """Per-sub-layer forward costs (seconds, one token) of ``model`` on ``device`` in ``dtype``."""
+
+    model: ModelInfo
+    device: str
+    dtype: str
+    torch_version: str
+    attention_slope: float  # a: seconds per context token, one attention sub-layer
+    attention_intercept: float  # b: seconds, one attention sub-layer at context 0
+    mlp_seconds: float  # one MLP sub-layer, one token
+    base_seconds: float  # embedding + final norm + LM head + per-forward overhead, one token
+    verify_ratios: tuple[float, ...]  # [k-1]: time(forward of k tokens) / time(forward of 1 token)
+    contexts: tuple[int, ...] = ()  # context lengths measured (for the record)
+    created: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelInfo):
+            raise LayersearchError("profile model must be a ModelInfo")
+        for name in ("device", "dtype", "torch_version", "created"):
+            if not isinstance(getattr(self, name), str):
+                raise LayersearchError(f"profile {name} must be a string, got {getattr(self, name)!r}")
+        for name in _TIME_FIELDS:
+            object.__setattr__(self, name, _non_negative(getattr(self, name), name))
+        object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
+        object.__setattr__(self, "contexts", _checked_contexts(self.contexts))
+        if self.target_seconds(0) <= 0:
+            raise LayersearchError("profile has zero cost for a full forward (all times are 0)")
+
+    # ----- per-forward costs --------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers of the profiled model."""
+        return self.model.num_layers
+
+    def attention_seconds(self, context: int) -> float:
+        """One attention sub-layer for one new token after ``context`` cached positions."""
+        if isinstance(context, bool) or not isinstance(context, (int, float)) or context < 0:
+            raise LayersearchError(f"context length must be a number >= 0, got {context!r}")
+        return self.attention_slope * context + self.attention_intercept
+
+    def draft_seconds(self, mask: SkipMask, context: int) -> float:
+        """One draft forward (one token): base plus the attention and MLP sub-layers ``mask`` runs."""
+        self._check_mask(mask)
+        kept_attention = self.num_layers - len(mask.attention)
+        kept_mlp = self.num_layers - len(mask.mlp)
+        return self.base_seconds + kept_attention * self.attention_seconds(context) + kept_mlp * self.mlp_seconds
+
+    def target_seconds(self, context: int) -> float:
+        """One full forward (one token): base plus every sub-layer."""
+        return self.base_seconds + self.num_layers * (self.attention_seconds(context) + self.mlp_seconds)
+
+    def cost_coefficient(self, mask: SkipMask, context: int) -> float:
+        """``c = t_draft / t_target`` (Leviathan et al.; SWIFT Eq. 6; KNN-SSD Eq. 11 when base is 0)."""
+        return self.draft_seconds(mask, context) / self.target_seconds(context)
+
+    def verify_ratio(self, k: int) -> float:
+        """Cost of a forward over ``k`` tokens in units of a one-token forward.
+
+        Measured for ``k <= len(verify_ratios)``; beyond that, a straight line through the
+        last two measured points. A negative slope there can only be noise (more tokens never
+        cost less), so it is taken as flat; with a single measured point the line is flat too,
+        which is the papers' "verification is free" assumption.
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise LayersearchError(f"verify length must be an integer >= 1, got {k!r}")
+        measured = self.verify_ratios
+        if k <= len(measured):
+            return measured[k - 1]
+        slope = max(0.0, measured[-1] - measured[-2]) if len(measured) >= 2 else 0.0
+        return measured[-1] + slope * (k - len(measured))
+
+    # ----- predictions --------------------------------------------------------------------
+    def expected_speedup(
+        self, M: float, alpha: float, mask: SkipMask, context: int, *, drafts: float | None = None
+    ) -> float:
+        """Expected wall-clock speedup over plain decoding (SWIFT Eq. 6 with a measured verify cost).
+
+        One verification cycle emits ``M`` tokens (``M - 1`` accepted drafts plus the target's
+        own). At acceptance rate ``alpha`` that took ``d = (M - 1) / alpha`` draft forwards of
+        cost ``c`` each, then one target forward over ``d + 1`` tokens of cost
+        ``verify_ratio(round(d) + 1)``, all in units of a one-token target forward::
+
+            speedup = M / (d * c + verify_ratio(round(d) + 1))
+
+        With every verify ratio 1 this is exactly Eq. 6, ``M*alpha / ((M - 1)*c + alpha)``.
+
+        When nothing is accepted (``M == 1``) the draft count is not determined by M and alpha:
+
+        * ``alpha > 0`` (or ``alpha`` anything with ``drafts=0``): no draft was proposed, the
+          cycle is a plain forward, speedup ``1 / verify_ratio(1) = 1``;
+        * ``alpha == 0``: drafts were proposed (the rate is accepted / drafted) and all
+          rejected, but their number is unknown; we assume the least, one per cycle, giving
+          ``1 / (c + verify_ratio(2))``, the most optimistic no-acceptance case (still < 1).
+
+        Pass ``drafts`` (mean draft forwards per cycle, e.g. observed) to override ``d``.
+        ``alpha == 0`` with ``M > 1`` is contradictory and raises.
+        """
+        if isinstance(M, bool) or not isinstance(M, (int, float)) or not M >= 1 or math.isinf(M):
+            raise LayersearchError(f"mean generated length M must be a finite number >= 1, got {M!r}")
+        _check_rate(alpha)
+        d = self._drafts_per_cycle(M, alpha) if drafts is None else drafts
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < math.inf:
+            raise LayersearchError(f"drafts per cycle must be a finite number >= 0, got {d!r}")
+        c = self.cost_coefficient(mask, context)
+        return M / (d * c + self.verify_ratio(round(d) + 1))
+
+    def tpt(self, alpha: float, gamma: int, mask: SkipMask, context: int) -> float:
+        """KnapSpec tokens-per-time (tokens / second) for drafts of ``gamma`` tokens.
+
+        ``E[tokens] = (1 - alpha**(gamma+1)) / (1 - alpha)`` (``gamma + 1`` when ``alpha == 1``)
+        over ``gamma * t_draft + t_verify(gamma + 1)``, where the verification of
+        ``gamma + 1`` tokens costs ``t_target * verify_ratio(gamma + 1)`` (measured, not free).
+        """
+        _check_rate(alpha)
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
+            raise LayersearchError(f"draft length gamma must be an integer >= 0, got {gamma!r}")
+        tokens = gamma + 1.0 if alpha == 1 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+        seconds = gamma * self.draft_seconds(mask, context) + self.target_seconds(context) * self.verify_ratio(gamma + 1)
+        return tokens / seconds
+
+    def best_tpt(self, alpha: float, mask: SkipMask, context: int, max_gamma: int = 18) -> tuple[float, int]:
+        """``(tpt, gamma)`` maximizing :meth:`tpt` over ``gamma = 1..max_gamma`` (smallest on ties)."""
+        if isinstance(max_gamma, bool) or not isinstance(max_gamma, int) or max_gamma < 1:
+            raise LayersearchError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
+        best = (-math.inf, 0)
+        for gamma in range(1, max_gamma + 1):
+            value = self.tpt(alpha, gamma, mask, context)
+            if value > best[0]:
+                best = (value, gamma)
+        return best
+
+    # ----- JSON ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the profile file."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": KIND,
+            "model": self.model.to_dict(),
+            "device": self.device,
+            "dtype": self.dtype,
+            "torch_version": self.torch_version,
+            "attention_slope": self.attention_slope,
+            "attention_intercept": self.attention_intercept,
+            "mlp_seconds": self.mlp_seconds,
+            "base_seconds": self.base_seconds,
+            "verify_ratios": list(self.verify_ratios),
+            "contexts": list(self.contexts),
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "LatencyProfile":
+        """Parse and validate a profile file's JSON object; raises LayersearchError naming the problem."""
+        if not isinstance(data, dict):
+            raise LayersearchError("profile file must hold a JSON object")
+        if data.get("kind", KIND) != KIND:
+            raise LayersearchError(f"not a latency profile (kind {data.get('kind')!r})")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise LayersearchError(f"unsupported schema_version {data.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+        missing = [key for key in _REQUIRED if key not in data]
+        if missing:
+            raise LayersearchError(f"profile file is missing {', '.join(repr(k) for k in missing)}")
+        for key in ("verify_ratios", "contexts"):
+            if not isinstance(data.get(key, []), list):
+                raise LayersearchError(f"{key} must be a list")
+        return cls(
+            model=ModelInfo.from_dict(data["model"]),
+            device=data["device"],
+            dtype=data["dtype"],
+            torch_version=data["torch_version"],
+            **{name: data[name] for name in _TIME_FIELDS},
+            verify_ratios=tuple(data["verify_ratios"]),
+            contexts=tuple(data.get("contexts", ())),
+            created=data.get("created", ""),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the profile file atomically (a crash never leaves a partial file)."""
+        return write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path, model: ModelInfo | None = None) -> "LatencyProfile":
+        """Read and validate a profile file; with ``model``, also check it was measured for that model."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise LayersearchError(f"profile file not found: {path}") from None
+        except OSError as exc:
+            raise LayersearchError(f"cannot read profile file {path}: {exc.strerror}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LayersearchError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+        try:
+            profile = cls.from_dict(data)
+            if model is not None:
+                profile.check_model(model)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{path}: {exc}") from None
+        return profile
+
+    def check_model(self, model: ModelInfo) -> None:
+        """Raise if this profile was measured on another model than ``model``."""
+        if self.model.fingerprint != model.fingerprint:
+            raise LayersearchError(
+                f"profile was measured for model {self.model.name!r} (fingerprint {self.model.fingerprint}), "
+                f"not {model.name!r} (fingerprint {model.fingerprint})"
+            )
+
+    # ----- helpers ------------------------------------------------------------------------
+    def _check_mask(self, mask: SkipMask) -> None:
+        mask.check_model(self.model)
+
+    @staticmethod
+    def _drafts_per_cycle(M: float, alpha: float) -> float:
+        # See expected_speedup: M - 1 accepted drafts at rate alpha took (M - 1) / alpha drafts.
+        if M == 1:
+            return 1.0 if alpha == 0 else 0.0
+        if alpha == 0:
+            raise LayersearchError(f"acceptance rate 0 contradicts M = {M} > 1 (some drafts were accepted)")
+        return (M - 1) / alpha
+
+
+def _check_rate(alpha: Any) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise LayersearchError(f"acceptance rate alpha must be in [0, 1], got {alpha!r}")
+
+
+def _non_negative(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LayersearchError(f"{what} must be a finite number, got {value!r}")
+    if value < 0:
+        raise LayersearchError(f"{what} is negative ({value!r}); times must be >= 0")
+    return float(value)
+
+
+def _checked_ratios(ratios: Any) -> tuple[float, ...]:
+    values = tuple(ratios)
+    if not values:
+        raise LayersearchError("verify_ratios is empty (need at least the 1-token ratio 1.0)")
+    for k, value in enumerate(values, start=1):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise LayersearchError(f"verify_ratios[{k - 1}] (k={k}) must be a finite number > 0, got {value!r}")
+    if abs(values[0] - 1.0) > 1e-9:
+        raise LayersearchError(f"verify_ratios[0] must be 1.0 (one token vs one token), got {values[0]!r}")
+    return tuple(float(v) for v in values)
+
+
+def _checked_contexts(contexts: Any) -> tuple[int, ...]:
+    values = tuple(contexts)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise LayersearchError(f"contexts must be integers >= 0, got {value!r}")
+    return values

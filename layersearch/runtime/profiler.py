@@ -1,0 +1,222 @@
+"""Measure a LatencyProfile in situ: the real decode path, on the current device and dtype.
+
+Sub-layer costs are not timed in isolation: a micro-benchmark of one attention module would
+miss the Python and dispatch overhead that a draft forward actually pays. Instead, one-token
+forwards through :func:`~layersearch.runtime.forward.forward_tokens` onto a KV cache holding
+``n`` positions are timed with four masks applied by
+:func:`~layersearch.models.skipping.skipping`:
+
+    full          nothing skipped                  T_full(n)
+    no_attention  every attention sub-layer        T_noattn(n)
+    no_mlp        every MLP sub-layer              T_nomlp(n)
+    nothing       everything (layers bypassed)     T_base(n)
+
+and the differences, divided by the layer count L, give one sub-layer's cost:
+``t_attn(n) = (T_full - T_noattn) / L``, ``t_mlp = (T_full - T_nomlp) / L``,
+``base = T_base``. What neither single-kind run removes (the two norms, residual adds and the
+call of each layer, only saved when a whole layer is bypassed) is split equally between the two
+sub-layers, so that the profile's target time reproduces the measured full forward. Then
+``t_attn(n) = a*n + b`` is fitted by least squares with ``a, b >= 0``, and the cost of a
+forward over ``k`` tokens relative to one is measured at the middle context (KnapSpec's
+latency model; the verify ratio is what SWIFT Eq. 6 assumes to be 1).
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo, SkipMask
+from layersearch.models.skipping import decoder_layers, skipping
+from layersearch.profile import LatencyProfile
+from layersearch.runtime.cache import truncate_cache
+from layersearch.runtime.forward import forward_tokens
+from layersearch.runtime.timing import Clock
+
+SETTINGS = ("full", "no_attention", "no_mlp", "nothing")
+
+
+def measure_profile(
+    model: torch.nn.Module,
+    info: ModelInfo,
+    *,
+    contexts: Sequence[int] = (64, 256, 512, 1024),
+    max_verify: int = 16,
+    repeats: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> LatencyProfile:
+    """Measure ``model``'s latency profile on its device and dtype (median of ``repeats`` timings).
+
+    ``progress(message)`` is called once per measured context and once for the verify sweep.
+    The model is left as it was: masks are applied only inside :func:`skipping`.
+    """
+    num_layers = len(decoder_layers(model))
+    contexts = _checked_arguments(model, info, num_layers, contexts, max_verify, repeats)
+    report = progress or (lambda message: None)
+    masks = _setting_masks(num_layers)
+    clock = Clock(model.device)
+    middle = contexts[len(contexts) // 2]
+    timings: dict[int, dict[str, float]] = {}
+    with torch.inference_mode():
+        # One prefill at the longest context, cropped down for the shorter ones: the cache then
+        # holds exactly n positions, as if prefilled to n, at a fraction of the prefill time.
+        cache = _prefilled_cache(model, contexts[-1])
+        for n in reversed(contexts):
+            truncate_cache(cache, n)
+            timings[n] = _time_settings(model, cache, n, masks, repeats, clock)
+            report(_describe(n, timings[n]))
+            if n == middle:
+                ratios = _verify_ratios(model, cache, n, max_verify, repeats, clock)
+                report(f"verify 1..{max_verify} tokens at context {n}: x{ratios[-1]:.2f} for {max_verify}")
+    return _profile(model, info, timings, ratios)
+
+
+# ----- measurement ----------------------------------------------------------------------------
+def _setting_masks(num_layers: int) -> dict[str, SkipMask]:
+    every = tuple(range(num_layers))
+    return {
+        "full": SkipMask.none(num_layers),
+        "no_attention": SkipMask(num_layers, attention=every),
+        "no_mlp": SkipMask(num_layers, mlp=every),
+        "nothing": SkipMask.everything(num_layers),
+    }
+
+
+def _prefilled_cache(model: torch.nn.Module, length: int) -> DynamicCache:
+    """A cache holding ``length`` positions of random token ids (content does not affect timing)."""
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.randint(vocab, (length,), generator=generator)
+    cache = DynamicCache(config=model.config)
+    forward_tokens(model, ids, 0, cache, keep=1)
+    return cache
+
+
+def _timed_forward(model: torch.nn.Module, cache: DynamicCache, n: int, tokens: list[int], clock: Clock) -> float:
+    """Seconds of one forward of ``tokens`` at position ``n``; the cache is cut back to ``n`` after."""
+    start = clock.now()
+    forward_tokens(model, tokens, n, cache)
+    seconds = clock.now() - start
+    # Outside the timed region: the decoder crops once per verification, not per draft step.
+    truncate_cache(cache, n)
+    return seconds
+
+
+def _time_settings(
+    model: torch.nn.Module, cache: DynamicCache, n: int, masks: dict[str, SkipMask], repeats: int, clock: Clock
+) -> dict[str, float]:
+    """Median one-token forward time at context ``n`` under each mask of :data:`SETTINGS`."""
+    token = [n % model.get_input_embeddings().num_embeddings]
+    samples: dict[str, list[float]] = {name: [] for name in SETTINGS}
+    # Round 0 is the warm-up. Settings are interleaved, in a rotating order, so slow drift and
+    # bursts of load on a shared machine hit all four alike instead of biasing one difference.
+    for round_ in range(repeats + 1):
+        for name in SETTINGS[round_ % 4 :] + SETTINGS[: round_ % 4]:
+            with skipping(model, masks[name]):
+                seconds = _timed_forward(model, cache, n, token, clock)
+            if round_:
+                samples[name].append(seconds)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _verify_ratios(
+    model: torch.nn.Module, cache: DynamicCache, n: int, max_verify: int, repeats: int, clock: Clock
+) -> tuple[float, ...]:
+    """Median time of a full forward over k = 1..max_verify tokens at context ``n``, over k = 1."""
+    vocab = model.get_input_embeddings().num_embeddings
+    tokens = [(n + i) % vocab for i in range(max_verify)]
+    samples: list[list[float]] = [[] for _ in range(max_verify)]
+    for round_ in range(repeats + 1):  # round 0 is the warm-up
+        for k in range(1, max_verify + 1):
+            seconds = _timed_forward(model, cache, n, tokens[:k], clock)
+            if round_:
+                samples[k - 1].append(seconds)
+    medians = [statistics.median(values) for values in samples]
+    return tuple(1.0 if k == 1 else t / medians[0] for k, t in enumerate(medians, start=1))
+
+
+# ----- from timings to a profile ----------------------------------------------------------------
+def _profile(
+    model: torch.nn.Module, info: ModelInfo, timings: dict[int, dict[str, float]], ratios: tuple[float, ...]
+) -> LatencyProfile:
+    contexts = sorted(timings)
+    per_context = [_sublayer_seconds(timings[n], info.num_layers) for n in contexts]
+    slope, intercept = fit_line(contexts, [attention for attention, _ in per_context])
+    return LatencyProfile(
+        model=info,
+        device=device_name(model.device),
+        dtype=str(model.dtype).removeprefix("torch."),
+        torch_version=torch.__version__,
+        attention_slope=slope,
+        attention_intercept=intercept,
+        mlp_seconds=statistics.fmean(mlp for _, mlp in per_context),
+        base_seconds=statistics.fmean(timings[n]["nothing"] for n in contexts),
+        verify_ratios=ratios,
+        contexts=tuple(contexts),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _sublayer_seconds(times: dict[str, float], num_layers: int) -> tuple[float, float]:
+    """(one attention, one MLP) sub-layer's seconds at one context, from the four timings."""
+    attention = (times["full"] - times["no_attention"]) / num_layers
+    mlp = (times["full"] - times["no_mlp"]) / num_layers
+    layers = (times["full"] - times["nothing"]) / num_layers
+    shared = max(0.0, layers - attention - mlp)  # norms, residual adds, the layer call
+    # Noise can make a tiny sub-layer's difference negative; a cost is never below zero.
+    return max(0.0, attention + shared / 2), max(0.0, mlp + shared / 2)
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``y = a*x + b`` with ``a, b >= 0`` (costs never fall with context length)."""
+    if len(xs) != len(ys) or not xs:
+        raise LayersearchError("fit_line needs equally many x and y values, at least one")
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread if spread else 0.0
+    if slope <= 0:
+        return 0.0, max(0.0, mean_y)
+    intercept = mean_y - slope * mean_x
+    if intercept < 0:
+        # Best line through the origin instead: the constrained optimum when b would be negative.
+        return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs), 0.0
+    return slope, intercept
+
+
+def device_name(device: torch.device) -> str:
+    """``"cpu"``, or ``"cuda (<GPU name>)"`` so a profile says which accelerator it describes."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type
+
+
+def _checked_arguments(
+    model: torch.nn.Module, info: ModelInfo, num_layers: int, contexts: Sequence[int], max_verify: int, repeats: int
+) -> list[int]:
+    if info.num_layers != num_layers:
+        raise LayersearchError(f"model info {info.name!r} says {info.num_layers} layers but the model has {num_layers}")
+    values = sorted(set(contexts))
+    if not values or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in values):
+        raise LayersearchError(f"contexts must be integers >= 1, got {tuple(contexts)!r}")
+    for what, value in (("max_verify", max_verify), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LayersearchError(f"{what} must be an integer >= 1, got {value!r}")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and values[-1] + max_verify > limit:
+        raise LayersearchError(
+            f"context {values[-1]} + {max_verify} verify tokens exceeds the model's {limit} positions"
+        )
+    return values
+
+
+def _describe(n: int, times: dict[str, float]) -> str:
+    ms = {name: 1000 * seconds for name, seconds in times.items()}
+    return (
+        f"context {n}: full {ms['full']:.2f} ms, no attention {ms['no_attention']:.2f} ms, "
+        f"no MLP {ms['no_mlp']:.2f} ms, embedding+head {ms['nothing']:.2f} ms"
+    )

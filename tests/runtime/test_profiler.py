@@ -1,0 +1,119 @@
+"""measure_profile on a tiny random Llama: a valid profile, and the model left as it was."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import transformers
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo
+from layersearch.profile import LatencyProfile
+from layersearch.runtime.profiler import _sublayer_seconds, fit_line, measure_profile
+
+CONTEXTS = (8, 32, 64)
+MAX_VERIFY = 4
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    """A 4-layer random Llama small enough that one forward takes a few milliseconds."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+    )
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def info() -> ModelInfo:
+    return ModelInfo("tiny-llama", 4, 64, "fp-tiny")
+
+
+@pytest.fixture(scope="module")
+def measured(model, info) -> tuple[LatencyProfile, list[str]]:
+    """One profile measured with tiny contexts and repeats, and the progress messages it sent."""
+    messages: list[str] = []
+    profile = measure_profile(
+        model, info, contexts=CONTEXTS, max_verify=MAX_VERIFY, repeats=2, progress=messages.append
+    )
+    return profile, messages
+
+
+def test_profile_fields_are_valid(measured, info):
+    profile, _ = measured
+    assert profile.model == info
+    assert profile.device == "cpu" and profile.dtype == "float32"
+    assert profile.torch_version == torch.__version__
+    assert profile.contexts == CONTEXTS and profile.created
+    assert profile.attention_slope >= 0 and math.isfinite(profile.attention_slope)
+    for value in (profile.attention_intercept, profile.mlp_seconds, profile.base_seconds):
+        assert 0 <= value < 1 and math.isfinite(value)
+    assert profile.base_seconds > 0
+    for n in CONTEXTS:
+        assert profile.attention_seconds(n) > 0
+        assert profile.target_seconds(n) > profile.base_seconds
+    assert len(profile.verify_ratios) == MAX_VERIFY and profile.verify_ratios[0] == 1.0
+    assert all(r > 0 and math.isfinite(r) for r in profile.verify_ratios)
+
+
+def test_progress_reports_every_context(measured):
+    _, messages = measured
+    for n in CONTEXTS:
+        assert any(message.startswith(f"context {n}:") for message in messages)
+
+
+def test_json_round_trip(measured, info, tmp_path):
+    profile, _ = measured
+    path = profile.save(tmp_path / "profile.json")
+    assert LatencyProfile.load(path, model=info) == profile
+
+
+def test_model_is_left_unmodified(model, info):
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+    measure_profile(model, info, contexts=(4,), max_verify=2, repeats=1)
+    leftovers = [name for name, module in model.named_modules() if "forward" in module.__dict__]
+    assert leftovers == []
+    with torch.inference_mode():
+        after = model(input_ids=ids).logits
+    assert torch.equal(before, after)
+
+
+def test_rejects_bad_arguments(model, info):
+    with pytest.raises(LayersearchError, match="layers"):
+        measure_profile(model, ModelInfo("x", 5, 64, "fp"), contexts=(4,))
+    with pytest.raises(LayersearchError, match="positions"):
+        measure_profile(model, info, contexts=(2048,))
+    with pytest.raises(LayersearchError, match="contexts"):
+        measure_profile(model, info, contexts=())
+    with pytest.raises(LayersearchError, match="repeats"):
+        measure_profile(model, info, contexts=(4,), repeats=0)
+
+
+def test_sublayer_split_reproduces_the_full_forward():
+    # L = 2: skipping attention saves 4 s, skipping MLPs 2 s, skipping all 7 s; the 1 s left
+    # (norms, residuals, layer calls) is shared equally, so base + L*(attn + mlp) == full.
+    times = {"full": 10.0, "no_attention": 6.0, "no_mlp": 8.0, "nothing": 3.0}
+    attention, mlp = _sublayer_seconds(times, num_layers=2)
+    assert (attention, mlp) == (2.25, 1.25)
+    assert times["nothing"] + 2 * (attention + mlp) == times["full"]
+    noisy = {"full": 10.0, "no_attention": 10.5, "no_mlp": 8.0, "nothing": 7.0}
+    assert min(_sublayer_seconds(noisy, num_layers=2)) >= 0
+
+
+def test_fit_line():
+    assert fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((2.0, 1.0))
+    assert fit_line([1, 2, 3], [5, 4, 3]) == (0.0, 4.0)  # falling: flat at the mean
+    slope, intercept = fit_line([10, 20], [1, 3])  # would cross below zero: through the origin
+    assert intercept == 0.0 and slope == pytest.approx((10 + 60) / (100 + 400))
+    assert fit_line([64], [2.0]) == (0.0, 2.0)
