@@ -29,6 +29,7 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, HF id or local directory (default {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
 
 
 def _draft_args(parser: argparse.ArgumentParser) -> None:
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_generate, _add_mask, _add_profile, _add_bench, _add_demo):
         add(sub)
-    for name in ():  # filled in by the study framework
+    for name in ("study", "plot"):
         module = importlib.import_module(f"layersearch.commands.{name}_args")
         module.add_parser(sub, _Parser)
     return parser

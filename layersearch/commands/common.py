@@ -11,8 +11,13 @@ from layersearch.errors import LayersearchError
 
 def load(args: Any):
     """Load ``--model`` on ``--device`` / ``--dtype`` (a LoadedModel)."""
+    import torch
+
     from layersearch.models.loading import default_dtype, load_model
 
+    if getattr(args, "threads", None):
+        # On a shared machine one thread per process is steadier than contending for all cores.
+        torch.set_num_threads(positive_int(args.threads, "--threads"))
     dtype = args.dtype or default_dtype(args.device)
     return load_model(args.model, device=args.device, dtype=dtype)
 

@@ -1,0 +1,146 @@
+"""The benchmark behind ``layersearch bench``: plain generate, transformers' peers and our loop.
+
+Every configuration runs on the same prompts in one process, interleaved repeat by repeat,
+so a speedup is a ratio measured side by side (the machine is shared and noisy); figures
+are medians over repeats. Besides tokens/s it reports the issue's targets: the empty-mask
+loop's cost per token against plain generate, bookkeeping outside model forwards, realized
+against predicted speedup, and peak memory against weights + KV cache.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from layersearch.mask import SkipMask
+from layersearch.profile import LatencyProfile
+from layersearch.runtime.baseline import hf_generate
+from layersearch.runtime.decoder import GenerationResult, SpeculativeDecoder
+from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.memory import PeakMemory
+from layersearch.runtime.stats import combine
+
+PLAIN = "plain generate"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of generating: a name, a function of (prompt ids, new tokens), maybe a mask."""
+
+    name: str
+    generate: Callable[[torch.Tensor, int], GenerationResult]
+    mask: SkipMask | None = None
+
+
+@dataclass
+class Measurement:
+    """All repeats of one configuration on one domain."""
+
+    totals: list[float] = field(default_factory=list)  # seconds per repeat (all prompts)
+    speedups: list[float] = field(default_factory=list)  # plain total / this total, same repeat
+    stats: list[Any] = field(default_factory=list)
+    identical: bool = True
+    peak_ratio: float | None = None
+    error: str | None = None
+
+
+def configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool) -> list[Config]:
+    """Plain generate, HF's prompt-lookup and early-exit peers, and our loop per mask."""
+    num_layers = model.config.num_hidden_layers
+    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
+    if peers:
+        result.append(Config("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
+        exit_layer = num_layers // 2
+        result.append(Config(f"hf early-exit (layer {exit_layer})", lambda ids, n: hf_generate(model, ids, n, assistant_early_exit=exit_layer)))
+    for mask in masks:
+        decoder = SpeculativeDecoder(model, mask, policy=policy)
+        label = "ours: nothing skipped" if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
+        result.append(Config(label, decoder.generate, mask))
+    return result
+
+
+def run_domain(
+    configs_: list[Config], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
+) -> dict[str, Measurement]:
+    """Measure every configuration on ``prompts``, interleaved per repeat."""
+    results = {c.name: Measurement() for c in configs_}
+    reference: list[tuple[int, ...]] = []
+    for repeat in range(repeats):
+        plain_total = None
+        for config in configs_:
+            measurement = results[config.name]
+            if measurement.error:
+                continue
+            try:
+                with PeakMemory(device) as memory:
+                    outputs = [config.generate(ids, new_tokens) for ids in prompts]
+            except Exception as exc:  # a peer transformers cannot run on this model is reported, not fatal
+                measurement.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                continue
+            total = sum(o.stats.total_seconds for o in outputs)
+            if config.name == PLAIN:
+                plain_total = total
+                reference = reference or [o.token_ids for o in outputs]
+            measurement.totals.append(total)
+            measurement.speedups.append(plain_total / total if plain_total else float("nan"))
+            measurement.stats.append(combine([o.stats for o in outputs]))
+            measurement.identical &= [o.token_ids for o in outputs] == reference
+            measurement.peak_ratio = _memory_ratio(memory.peak_bytes, config, prompts, new_tokens)
+        progress(f"repeat {repeat + 1}/{repeats} done")
+    return results
+
+
+def summarize(name: str, m: Measurement, profile: LatencyProfile | None, context: int, mask: SkipMask | None) -> dict[str, Any]:
+    """Medians and target checks of one configuration."""
+    if m.error:
+        return {"config": name, "error": m.error}
+    pooled = combine(m.stats)
+    M, alpha = pooled.mean_accepted_length, pooled.acceptance_rate
+    row: dict[str, Any] = {
+        "config": name,
+        "tokens_per_second": statistics.median(s.tokens_per_second for s in m.stats),
+        "speedup": statistics.median(m.speedups),
+        "M": M,
+        "alpha": alpha,
+        "identical_to_plain": m.identical,
+        "overhead_share": pooled.other_seconds / pooled.total_seconds if pooled.total_seconds else None,
+        "memory_ratio": m.peak_ratio,
+    }
+    if mask is not None and profile is not None and not mask.is_empty and alpha:
+        predicted = profile.expected_speedup(M, alpha, mask, context)
+        row["predicted_speedup"] = predicted
+        row["realized_over_predicted"] = row["speedup"] / predicted if predicted else None
+    return row
+
+
+def _memory_ratio(peak_extra: int | None, config: Config, prompts, new_tokens: int) -> float | None:
+    """(weights + peak growth during generation) / (weights + final KV cache)."""
+    if peak_extra is None or config.mask is None:
+        return None
+    from layersearch.runtime.memory import kv_cache_bytes, weight_bytes
+
+    model = config.generate.__self__.model  # the SpeculativeDecoder
+    longest = max(p.shape[1] for p in prompts) + new_tokens
+    weights = weight_bytes(model)
+    return (weights + peak_extra) / (weights + kv_cache_bytes(model, longest))
+
+
+def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
+    """A plain-text table of one domain's rows."""
+    head = f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'pred.':>7}{'M':>6}{'alpha':>7}{'same':>6}{'ovh%':>6}{'mem':>6}"
+    lines = [f"== {domain}", head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['config']:<36}  not run: {r['error']}")
+            continue
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        lines.append(
+            f"{r['config']:<36}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{fmt(r.get('predicted_speedup'), '>7.2f')}"
+            f"{r['M']:>6.2f}{fmt(r['alpha'], '>7.2f')}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
+            f"{fmt(r['overhead_share'] and 100 * r['overhead_share'], '>6.1f')}{fmt(r['memory_ratio'], '>6.2f')}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""``layersearch bench`` and ``layersearch demo``: side-by-side speed of plain and speculative decoding."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from layersearch.commands.common import load, positive_int
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask, write_json_atomic
+
+
+def run(args: Any) -> int:
+    """Run the benchmark, print one table per domain and write the JSON report."""
+    from layersearch.bench import configs, format_table, run_domain, summarize
+    from layersearch.data import load_prompts
+    from layersearch.runtime.drafting import DraftPolicy
+
+    positive_int(args.repeats, "--repeats")
+    positive_int(args.max_new_tokens, "--max-new-tokens")
+    domains = [d for d in args.domains.split(",") if d]
+    loaded = load(args)
+    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0)] for d in domains}
+    masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + _masks(args, loaded.info)
+    profile = _profile(args, loaded)
+    policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "domains": {}}
+    for domain in domains:
+        ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
+        context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
+        cfgs = configs(loaded.model, masks, policy, peers=not args.no_peers)
+        _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
+        measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
+        rows = [summarize(c.name, measured[c.name], profile, context, c.mask) for c in cfgs]
+        report["domains"][domain] = {"context": context, "rows": rows}
+        print(format_table(domain, rows), flush=True)
+    path = write_json_atomic(args.out, report)
+    print(f"wrote {path}")
+    return 0
+
+
+def _masks(args: Any, info) -> list[SkipMask]:
+    ratios = []
+    for part in filter(None, args.skip_ratios.split(",")):
+        try:
+            ratios.append(float(part))
+        except ValueError:
+            raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
+    masks = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
+    masks += [SkipMask.load(path, model=info) for path in filter(None, args.masks.split(","))]
+    return masks
+
+
+def _profile(args: Any, loaded):
+    from layersearch.profile import LatencyProfile
+    from layersearch.runtime.profiler import measure_profile
+
+    if args.profile:
+        return LatencyProfile.load(args.profile, model=loaded.info)
+    _say("measuring a quick latency profile (pass --profile FILE to reuse one)")
+    return measure_profile(loaded.model, loaded.info, contexts=(64, 256, 512), repeats=3, progress=_say)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

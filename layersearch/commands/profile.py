@@ -1,0 +1,33 @@
+"""``layersearch profile``: measure a model's latency profile on this device and save it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from layersearch.commands.common import load
+from layersearch.mask import parse_index_list
+
+
+def run(args: Any) -> int:
+    """Measure and write the profile JSON, printing progress on stderr."""
+    from layersearch.runtime.profiler import measure_profile
+
+    contexts = parse_index_list(args.contexts, "contexts")
+    loaded = load(args)
+    profile = measure_profile(
+        loaded.model, loaded.info, contexts=contexts, repeats=args.repeats,
+        progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    path = profile.save(args.out)
+    print(f"wrote {path}: {describe(profile)}")
+    return 0
+
+
+def describe(profile) -> str:
+    """One line: attention cost fit, MLP and base costs, verify ratio at 8 tokens."""
+    return (
+        f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms, "
+        f"t_mlp = {profile.mlp_seconds * 1e3:.3f} ms, base = {profile.base_seconds * 1e3:.2f} ms, "
+        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.device} {profile.dtype}"
+    )
