@@ -12,8 +12,13 @@ from layersearch.errors import LayersearchError
 def load(args: Any):
     """Load ``--model`` on ``--device`` / ``--dtype`` (a LoadedModel)."""
     import torch
+    import transformers
 
     from layersearch.models.loading import default_dtype, load_model
+
+    # Our own output is the interface: no per-load progress bars or advisory warnings on stderr.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
 
     if getattr(args, "threads", None):
         # On a shared machine one thread per process is steadier than contending for all cores.

@@ -20,8 +20,10 @@ def run(args: Any) -> int:
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio or --dynamic")
+    # A bad mask file fails before the (slower) model load.
+    mask_file = SkipMask.load(args.mask) if args.mask else None
     loaded = load(args)
-    mask = None if args.baseline or args.dynamic else _mask(args, loaded.info)
+    mask = None if args.baseline or args.dynamic else _mask(args, mask_file, loaded.info)
     decoder = None if args.baseline else _decoder(args, loaded, mask, sampling)
     for index, text in enumerate(prompts):
         ids = loaded.tokenizer(text, return_tensors="pt").input_ids
@@ -33,9 +35,13 @@ def run(args: Any) -> int:
     return 0
 
 
-def _mask(args: Any, info) -> SkipMask:
-    if args.mask:
-        return SkipMask.load(args.mask, model=info)
+def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
+    if mask_file is not None:
+        try:
+            mask_file.check_model(info)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{args.mask}: {exc}") from None
+        return mask_file
     ratio = 0.25 if args.skip_ratio is None else args.skip_ratio
     return SkipMask.uniform(info.num_layers, ratio, model=info)
 

@@ -1,0 +1,98 @@
+"""The CLI on real files: masks, generation on a saved tiny model, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layersearch.cli import main
+from layersearch.models.tiny import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny Llama saved as an ordinary local model directory, with a small word tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny")
+    model = build_tiny_model("llama", num_layers=4, vocab_size=128, seed=0)
+    vocab = {f"w{i}": i for i in range(128)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0", eos_token="w2", bos_token="w1")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_speculative_generate_equals_baseline(tiny_dir, capsys):
+    prompt = "w5 w9 w17 w33 w8 w64 w3"
+    common = ["generate", "--model", str(tiny_dir), "--prompt", prompt, "--max-new-tokens", "20", "--json"]
+    code, out, _ = run_cli(capsys, *common, "--baseline")
+    assert code == 0
+    plain = json.loads(out)
+    code, out, _ = run_cli(capsys, *common, "--skip-ratio", "0.5", "--draft-threshold", "0")
+    assert code == 0
+    spec = json.loads(out)
+    assert spec["token_ids"] == plain["token_ids"] and len(spec["token_ids"]) > 0
+    assert spec["stats"]["mean_accepted_length"] >= 1 and "draft_seconds" in spec["stats"]
+
+
+def test_mask_create_show_and_generate_with_it(tiny_dir, tmp_path, capsys):
+    out_file = tmp_path / "mask.json"
+    code, out, _ = run_cli(capsys, "mask", "create", "--model", str(tiny_dir), "--attention", "1,3", "--mlp", "2", "--out", str(out_file))
+    assert code == 0 and out_file.exists()
+    code, out, _ = run_cli(capsys, "mask", "show", str(out_file))
+    assert code == 0 and "attn" in out and "3 of 8 sub-layers skipped" in out
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "w1 w2 w3"}\n{"prompt": "w4 w5"}\n')
+    code, out, _ = run_cli(capsys, "generate", "--model", str(tiny_dir), "--mask", str(out_file), "--prompts", str(prompts), "--max-new-tokens", "5", "--json")
+    assert code == 0 and len(out.strip().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("{oops", "malformed JSON"), ('{"schema_version": 1, "num_layers": 9, "attention": [], "mlp": []}', "9 layers")],
+)
+def test_bad_mask_file_is_one_line(tiny_dir, tmp_path, capsys, content, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, out, err = run_cli(capsys, "generate", "--model", str(tiny_dir), "--mask", str(bad), "--prompt", "w1")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_mask_create_refuses_out_of_range_and_writes_nothing(tiny_dir, tmp_path, capsys):
+    out_file = tmp_path / "mask.json"
+    code, _, err = run_cli(capsys, "mask", "create", "--model", str(tiny_dir), "--attention", "7", "--out", str(out_file))
+    assert code == 2 and "out of range" in err and not out_file.exists()
+
+
+def test_usage_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--prompt", "x", "--temperature", "hot"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid float value" in err
+
+
+def test_bad_prompts_file(tiny_dir, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "w1"}\n{"text": "w2"}\n')
+    code, _, err = run_cli(capsys, "generate", "--model", str(tiny_dir), "--prompts", str(prompts))
+    assert code == 2 and "p.jsonl:2" in err
+
+
+def test_batch_of_prompts_via_baseline_and_sampling(tiny_dir, capsys):
+    args = ["generate", "--model", str(tiny_dir), "--prompt", "w3 w4", "--max-new-tokens", "8", "--temperature", "0.7", "--seed", "3", "--json", "--skip-ratio", "0.25"]
+    first = run_cli(capsys, *args)[1]
+    second = run_cli(capsys, *args)[1]
+    assert json.loads(first)["token_ids"] == json.loads(second)["token_ids"]

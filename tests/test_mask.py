@@ -1,0 +1,100 @@
+"""SkipMask: the value type and its validated JSON file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo, SkipMask
+
+INFO = ModelInfo("m", 4, 64, "abc123")
+
+
+def test_round_trip_keeps_everything(tmp_path):
+    mask = SkipMask(4, (3, 1), (2,), INFO, {"strategy": "swift", "score": 0.9})
+    path = mask.save(tmp_path / "m.json")
+    loaded = SkipMask.load(path, model=INFO)
+    assert loaded == mask and loaded.attention == (1, 3)
+    assert loaded.provenance["strategy"] == "swift" and loaded.provenance["score"] == 0.9
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 1 and data["model"]["fingerprint"] == "abc123"
+    assert set(data["provenance"]) >= {"strategy", "objective", "score", "study", "trial", "created"}
+
+
+def test_value_is_immutable():
+    mask = SkipMask(4, (1,), ())
+    with pytest.raises(Exception):
+        mask.attention = (2,)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        mask.provenance["x"] = 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "malformed JSON"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": [4], "mlp": []}', "out of range"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": [1, 1], "mlp": []}', "duplicate layer index 1"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": [-1], "mlp": []}', "out of range"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": ["2"], "mlp": []}', "not an integer"),
+        ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": []}', "schema_version"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": []}', "missing 'mlp'"),
+        ('[1, 2]', "JSON object"),
+    ],
+)
+def test_bad_files_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(LayersearchError, match=message) as info:
+        SkipMask.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_mask_for_another_model_is_refused(tmp_path):
+    path = SkipMask(4, (1,), (), INFO).save(tmp_path / "m.json")
+    with pytest.raises(LayersearchError, match="made for model"):
+        SkipMask.load(path, model=ModelInfo("other", 4, 64, "fff000"))
+    with pytest.raises(LayersearchError, match="4 layers but model"):
+        SkipMask.load(path, model=ModelInfo("big", 6, 64, "abc123"))
+
+
+def test_wrong_layer_count_inside_file(tmp_path):
+    data = SkipMask(4, (1,), (), INFO).to_dict()
+    data["num_layers"] = 6
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(LayersearchError, match="num_layers is 6"):
+        SkipMask.load(path)
+
+
+def test_missing_file():
+    with pytest.raises(LayersearchError, match="not found"):
+        SkipMask.load("/nonexistent/mask.json")
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "m.json"
+    target.write_text("old")
+    monkeypatch.setattr("os.replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        SkipMask(4, (1,), ()).save(target)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_uniform_spreads_and_counts():
+    mask = SkipMask.uniform(30, 0.2)
+    assert mask.num_skipped == 12 and len(mask.attention) == len(mask.mlp) == 6
+    gaps = [b - a for a, b in zip(mask.attention, mask.attention[1:])]
+    assert max(gaps) - min(gaps) <= 1
+    assert SkipMask.uniform(30, 0).is_empty and SkipMask.uniform(30, 1) == SkipMask.everything(30)
+    with pytest.raises(LayersearchError):
+        SkipMask.uniform(30, 1.5)
+
+
+def test_flat_conversion_is_interleaved():
+    mask = SkipMask(3, (0, 2), (1,))
+    assert mask.to_flat() == (True, False, False, True, True, False)
+    assert SkipMask.from_flat(mask.to_flat()) == mask
+    assert mask.short_string() == "A:0,2 M:1"
