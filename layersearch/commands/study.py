@@ -15,7 +15,13 @@ from layersearch.errors import LayersearchError
 
 def run(args: Any) -> int:
     """Dispatch on ``args.action``."""
-    quiet_optuna()
+    quiet_optuna(getattr(args, "quiet", False))
+    if getattr(args, "threads", None) is not None:
+        import torch
+
+        from layersearch.commands.common import positive_int
+
+        torch.set_num_threads(positive_int(args.threads, "--threads"))
     if args.action == "head-to-head":
         from layersearch.commands import headtohead
 
@@ -30,11 +36,23 @@ def run(args: Any) -> int:
     }[args.action](args)
 
 
-def quiet_optuna() -> None:
-    """Silence Optuna's INFO logging (one line per trial otherwise)."""
+def quiet_optuna(quiet: bool = False) -> None:
+    """Silence Optuna's INFO logging (one line per trial otherwise), and transformers' loading
+    bars unless stderr is a terminal (they would fill logs) or with ``quiet``."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if quiet or not _stderr_is_terminal():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def settings_from_args(args: Any, *, strategy: str | None = None, objective: str | None = None, skip_ratio: Any = "args"):

@@ -24,7 +24,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     c.add_argument("--name", required=True)
     _model_args(c)
     c.add_argument("--domain", required=True, help="prompt domain (summarization, math, code, translation, storytelling, sql)")
-    c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe or uniform")
+    c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe, uniform; knapsack where layersearch.knapspec is present")
     c.add_argument("--objective", required=True, help=OBJECTIVE_HELP)
     c.add_argument("--storage", help=DEFAULT_STORAGE_HELP)
     _search_args(c)
@@ -38,6 +38,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--heartbeat", type=int, default=None,
                    help="seconds between Optuna heartbeats on RDB storages (default 10; grace 3x)")
+    _threads_arg(r)
 
     ls = actions.add_parser("list", help="list studies (all studies/*.db without --storage)")
     ls.add_argument("--storage", help="Optuna storage URL (default: every studies/*.db)")
@@ -60,6 +61,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     cmp_.add_argument("--out-prefix", default="compare", help="writes PREFIX.csv and PREFIX.json (default compare)")
     cmp_.add_argument("--no-measure", action="store_true", help="report the trials' own M/alpha/tokens/s, measure nothing")
     cmp_.add_argument("--repeats", type=int, default=1, help="measurement rounds (default 1)")
+    _threads_arg(cmp_)
 
     h = actions.add_parser(
         "head-to-head",
@@ -85,6 +87,11 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, HF id or local directory (default {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default by device)")
+    _threads_arg(parser)
+
+
+def _threads_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
 
 
 def _search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (strategies with a fixed count)") -> None:

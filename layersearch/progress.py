@@ -1,0 +1,63 @@
+"""A progress bar for long study runs: trials done, best value and elapsed time, on stderr.
+
+The bar is drawn with tqdm only when it is wanted and can be seen: not with ``--quiet``, and
+only when the stream is a terminal. Otherwise nothing is printed per trial (logs and pipes
+stay clean); the command prints one summary line at the end either way.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+
+class TrialProgress:
+    """Per-trial progress of one run; use as a context manager and call :meth:`update` per trial."""
+
+    def __init__(
+        self, *, total: int | None = None, quiet: bool = False, stream: IO[str] | None = None, desc: str = "trials"
+    ) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = not quiet and _is_terminal(self.stream)
+        self.total = total
+        self.desc = desc
+        self.count = 0
+        self._bar: Any = None
+
+    def __enter__(self) -> "TrialProgress":
+        if self.enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=self.desc, unit="trial", file=self.stream, dynamic_ncols=True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, *, best: float | None = None, last: float | None = None, state: str | None = None) -> None:
+        """One more trial finished: ``best`` so far, ``last`` trial's value, its ``state``."""
+        self.count += 1
+        if self._bar is None:
+            return
+        postfix = {}
+        if best is not None:
+            postfix["best"] = f"{best:.4g}"
+        if last is not None:
+            postfix["last"] = f"{last:.4g}"
+        elif state and state != "COMPLETE":
+            postfix["last"] = state.lower()
+        self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        """Remove nothing, just finish the bar line (idempotent)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or not a real file
+        return False

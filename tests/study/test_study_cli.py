@@ -1,0 +1,203 @@
+"""Study commands end to end on a tiny model directory: create, run, resume, show, list,
+export, compare, journal storage, strategies' stop rules, plots and head-to-head."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import optuna
+import pytest
+
+from layersearch.mask import PROVENANCE_KEYS, SkipMask
+from layersearch.objectives import TRIAL_ATTRS
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def load(name: str, storage: str | None = None) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage or f"sqlite:///studies/{name}.db")
+
+
+def states(study: optuna.Study) -> list[str]:
+    return [t.state.name for t in study.get_trials(deepcopy=False)]
+
+
+def test_create_run_resume_show_list_export(workdir, cli, create_args, tiny_info):
+    status, out, err = cli(*create_args("a"))
+    assert status == 0, err
+    assert "created study a in sqlite:///studies/a.db" in out
+    study = load("a")
+    settings = study.user_attrs["settings"]
+    assert settings["strategy"] == "random" and settings["domain"] == "translation"
+    assert settings["model_info"]["fingerprint"] == tiny_info.fingerprint
+    assert settings["profile"]["kind"] == "latency-profile"
+
+    status, out, err = cli("study", "run", "--name", "a", "--trials", "3", "--quiet")
+    assert status == 0, err
+    assert "ran 3 trial(s)" in out and err.strip() == ""  # stderr not a terminal: no progress output
+    status, out, _ = cli("study", "run", "--name", "a", "--trials", "2")
+    assert status == 0 and "5 complete of 5" in out
+    study = load("a")
+    assert states(study) == ["COMPLETE"] * 5
+    assert [t.number for t in study.trials] == [0, 1, 2, 3, 4]
+    for trial in study.trials:
+        assert set(TRIAL_ATTRS) <= set(trial.user_attrs)
+        assert trial.user_attrs["mask"] == SkipMask.from_flat([trial.params[k] for k in sorted(trial.params, key=_order)]).short_string()
+
+    status, out, _ = cli("study", "show", "--name", "a")
+    assert status == 0
+    best = study.best_trial
+    assert f"trial {best.number}" in out and best.user_attrs["mask"] in out and "M, alpha" in out and "search" in out
+
+    status, out, _ = cli("study", "list")
+    assert status == 0 and "a " in out and "random" in out and "sqlite:///studies/a.db" in out
+
+    status, out, err = cli("study", "export", "--name", "a", "--out", "masks/best.json")
+    assert status == 0, err
+    mask = SkipMask.load("masks/best.json", model=tiny_info)
+    assert all(mask.provenance[key] is not None for key in PROVENANCE_KEYS)
+    assert mask.provenance["study"] == "a" and mask.provenance["trial"] == best.number
+    assert mask.provenance["score"] == pytest.approx(best.value)
+    assert mask.model is not None and mask.model.fingerprint == tiny_info.fingerprint
+    assert mask.short_string() == best.user_attrs["mask"]
+
+    status, _, err = cli("study", "export", "--name", "a", "--trial", "1", "--out", "t1.json")
+    assert status == 0, err
+    assert SkipMask.load("t1.json").provenance["trial"] == 1
+
+    # The exported file runs as it is.
+    status, out, err = cli("generate", "--model", str(load("a").user_attrs["settings"]["model"]),
+                           "--mask", "masks/best.json", "--prompt", "Hello", "--max-new-tokens", "4")
+    assert status == 0, err
+
+
+def _order(name: str) -> tuple[int, int]:
+    kind, layer = name.split("_")
+    return int(layer), 0 if kind == "attn" else 1
+
+
+def test_create_again_same_settings_is_fine_different_is_an_error(workdir, cli, create_args, listing):
+    assert cli(*create_args("s"))[0] == 0
+    status, out, _ = cli(*create_args("s"))
+    assert status == 0 and "already exists" in out
+    before = listing(workdir)
+    status, out, err = cli(*create_args("s", "random", "matchness"))
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and "different settings" in err and "objective" in err
+    assert listing(workdir) == before
+
+
+def test_compare_writes_csv_and_json(workdir, cli, create_args):
+    for name, strategy, objective in (("c1", "random", "time-per-token"), ("c2", "swift", "matchness")):
+        assert cli(*create_args(name, strategy, objective))[0] == 0
+        assert cli("study", "run", "--name", name, "--trials", "2", "--quiet")[0] == 0
+    status, out, err = cli("study", "compare", "--names", "c1", "c2", "--out-prefix", "out/cmp")
+    assert status == 0, err
+    assert "wrote out/cmp.csv and out/cmp.json" in out
+    rows = json.loads((workdir / "out/cmp.json").read_text())
+    assert [r["study"] for r in rows] == ["c1", "c2"]
+    for row in rows:
+        assert row["speedup"] > 0 and row["baseline_tokens_per_second"] > 0 and row["tokens_per_second"] > 0
+        assert row["M"] >= 1 and row["trials"] >= 1 and row["search_seconds"] > 0
+    with open(workdir / "out/cmp.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [r["study"] for r in table] == ["c1", "c2"]
+    assert {"strategy", "objective", "best_value", "trials", "search_seconds", "skip_ratio", "M", "alpha",
+            "speedup"} <= set(table[0])
+    assert not list((workdir / "out").glob(".*tmp"))  # no temporary file left behind
+
+
+def test_journal_storage(workdir, cli, create_args, tiny_info):
+    for storage in ("journal:///runs/j.log", "plain.log"):
+        (workdir / "runs").mkdir(exist_ok=True)
+        name = "j1" if storage.startswith("journal") else "j2"
+        assert cli(*create_args(name, "random", "matchness", "--storage", storage))[0] == 0
+        status, out, err = cli("study", "run", "--name", name, "--storage", storage, "--trials", "2")
+        assert status == 0 and "2 complete of 2" in out, err
+        status, out, _ = cli("study", "show", "--name", name, "--storage", storage)
+        assert status == 0 and "matchness" in out
+        status, _, err = cli("study", "export", "--name", name, "--storage", storage, "--out", f"{name}.json")
+        assert status == 0, err
+        SkipMask.load(f"{name}.json", model=tiny_info)
+    assert (workdir / "runs/j.log").is_file() and (workdir / "plain.log").is_file()
+    assert not (workdir / "studies").exists()  # nothing went to the default storage
+    status, out, _ = cli("study", "list", "--storage", "plain.log")
+    assert status == 0 and "j2" in out
+
+
+def test_uniform_runs_one_trial_and_swift_starts_from_its_uniform_mask(workdir, cli, create_args):
+    assert cli(*create_args("u", "uniform", "time-per-token"))[0] == 0
+    status, out, _ = cli("study", "run", "--name", "u", "--trials", "5")
+    assert status == 0 and "ran 1 trial(s)" in out and "stopped" in out
+    status, out, _ = cli("study", "run", "--name", "u", "--trials", "5")
+    assert status == 0 and "ran 0 trial(s)" in out  # the stop rule holds: nothing more to do
+
+    assert cli(*create_args("w", "swift", "matchness"))[0] == 0
+    assert cli("study", "run", "--name", "w", "--trials", "2")[0] == 0
+    study = load("w")
+    first = study.trials[0]
+    assert first.user_attrs["skip_ratio"] == pytest.approx(int((4 - 2) * 2 * 0.45) / 8)
+    assert study.user_attrs["settings"]["skip_ratio"] == 0.45
+
+
+def test_knapsack_strategy_measures_its_candidates(workdir, cli, create_args):
+    pytest.importorskip("layersearch.knapspec")
+    status, out, err = cli(*create_args("k", "knapsack", "tpt"))
+    if status == 2 and "unknown strategy" in err:
+        pytest.skip("layersearch.knapspec offers no knapsack_masks")
+    assert status == 0, err
+    enqueued = len(load("k").trials)
+    assert enqueued >= 1
+    status, out, _ = cli("study", "run", "--name", "k", "--trials", "50")
+    assert status == 0 and f"{enqueued} complete of {enqueued}" in out and "stopped" in out
+
+
+def test_plots(workdir, cli, create_args):
+    for name in ("p1", "p2"):
+        assert cli(*create_args(name))[0] == 0
+        assert cli("study", "run", "--name", name, "--trials", "2")[0] == 0
+    assert cli("study", "export", "--name", "p1", "--out", "p1.json")[0] == 0
+    for argv, expected in (
+        (("plot", "mask", "p1.json"), "plots/mask-p1.png"),
+        (("plot", "history", "--name", "p1"), "plots/history-p1.png"),
+        (("plot", "compare", "--names", "p1", "p2"), "plots/compare-p1-p2.png"),
+        (("plot", "history", "--name", "p2", "--out", "figs/h.png"), "figs/h.png"),
+    ):
+        status, out, err = cli(*argv)
+        assert status == 0, err
+        assert out.strip() == expected
+        assert (workdir / expected).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_head_to_head_small_budget(workdir, cli, tiny_model_dir, tiny_profile):
+    status, out, err = cli(
+        "study", "head-to-head", "--model", tiny_model_dir, "--domain", "translation", "--budget", "0.5",
+        "--samples", "2", "--max-new-tokens", "4", "--gamma", "6", "--draft-threshold", "0",
+        "--prefix", "hh", "--profile", tiny_profile, "--quiet",
+    )
+    assert status == 0, err
+    rows = json.loads((workdir / "hh.json").read_text())
+    assert [(r["strategy"], r["objective"]) for r in rows] == [
+        ("swift", "matchness"), ("selfsd-bo", "time-per-token"), ("random", "matchness")]
+    assert all(r["speedup"] > 0 for r in rows)
+    assert "ordering swift > selfsd-bo" in out and "Table 12" in out
+    assert (workdir / "hh.csv").is_file()
+
+
+def test_progress_bar_only_on_a_terminal():
+    import io
+
+    from layersearch.progress import TrialProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, quiet, drawn in ((Terminal(), False, True), (Terminal(), True, False), (io.StringIO(), False, False)):
+        with TrialProgress(total=2, quiet=quiet, stream=stream) as progress:
+            progress.update(best=0.5, last=0.5, state="COMPLETE")
+            progress.update(best=0.25, last=None, state="FAIL")
+        text = stream.getvalue()
+        assert ("2/2" in text and "best=0.25" in text) if drawn else text == ""
+        assert progress.count == 2

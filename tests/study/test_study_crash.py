@@ -1,0 +1,100 @@
+"""A killed or terminated run loses at most its running trial, which ends FAIL, and the next
+run continues the numbering."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+STORAGE = "sqlite:///studies/{}.db"
+
+
+def trials(name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=STORAGE.format(name)).get_trials(deepcopy=False)
+
+
+def running(name: str) -> list[int]:
+    return [t.number for t in trials(name) if t.state == TrialState.RUNNING]
+
+
+def test_kill_9_mid_trial_then_resume(workdir, cli, create_args):
+    # Longer trials (4 prompts x 24 tokens) so the kill lands inside one.
+    argv = create_args("killed")
+    argv[argv.index("--samples") + 1] = "4"
+    argv[argv.index("--max-new-tokens") + 1] = "24"
+    assert cli(*argv)[0] == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "layersearch", "study", "run", "--name", "killed", "--trials", "10000", "--quiet"],
+        cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    victim = None
+    try:
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            if not (workdir / "studies/killed.db").exists() or not running("killed"):
+                continue
+            if not any(t.state == TrialState.COMPLETE for t in trials("killed")):
+                continue
+            os.kill(proc.pid, signal.SIGSTOP)  # freeze, then make sure a trial is still running
+            now = running("killed")
+            if now:
+                victim = now[0]
+                os.kill(proc.pid, signal.SIGKILL)
+            else:
+                os.kill(proc.pid, signal.SIGCONT)
+    finally:
+        if proc.poll() is None and victim is None:
+            proc.kill()
+        proc.wait()
+    assert victim is not None, "the run never had a running trial to kill"
+    assert running("killed") == [victim]  # kill -9 leaves it RUNNING...
+    before = len(trials("killed"))
+
+    status, out, err = cli("study", "run", "--name", "killed", "--trials", "2")
+    assert status == 0, err
+    assert "1 stale trial(s) of dead workers marked FAIL" in out
+    after = trials("killed")
+    assert not [t for t in after if t.state == TrialState.RUNNING]
+    assert after[victim].state == TrialState.FAIL  # ...until the next run fails it
+    assert [t.number for t in after] == list(range(before + 2))  # the numbering continues
+    assert [t.state for t in after[before:]] == [TrialState.COMPLETE] * 2
+
+
+def test_sigterm_fails_the_running_trial(workdir, cli, create_args):
+    argv = create_args("term")
+    argv[argv.index("--samples") + 1] = "4"
+    argv[argv.index("--max-new-tokens") + 1] = "24"
+    assert cli(*argv)[0] == 0
+
+    def terminate_when_running() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if running("term"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    watcher = threading.Thread(target=terminate_when_running, daemon=True)
+    watcher.start()
+    status, out, err = cli("study", "run", "--name", "term", "--trials", "10000")
+    watcher.join()
+    assert signal.getsignal(signal.SIGTERM) is previous  # the handler is restored
+    assert status == 130
+    assert "marked FAIL" in err and "Traceback" not in err
+    states = [t.state for t in trials("term")]
+    assert TrialState.RUNNING not in states and states[-1] == TrialState.FAIL
+
+    status, out, _ = cli("study", "run", "--name", "term", "--trials", "1")
+    assert status == 0 and "ran 1 trial(s)" in out
