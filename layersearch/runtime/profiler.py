@@ -62,6 +62,7 @@ def measure_profile(
     clock = Clock(model.device)
     middle = contexts[len(contexts) // 2]
     timings: dict[int, dict[str, float]] = {}
+    ratios: tuple[float, ...] = ()
     with torch.inference_mode():
         # One prefill at the longest context, cropped down for the shorter ones: the cache then
         # holds exactly n positions, as if prefilled to n, at a fraction of the prefill time.
