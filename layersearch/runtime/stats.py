@@ -23,13 +23,16 @@ class DecodeStats:
     draft_seconds: float
     verify_seconds: float
     total_seconds: float
+    generations: int = 1  # how many generations these counts pool (see combine)
+    draft_forwards: int = 0  # includes the forward whose low confidence stopped a draft
+    forward_seconds: float = 0.0  # inside model forwards (prefill, draft, verify)
     draft_lengths: tuple[int, ...] = field(default=(), repr=False)
     selections: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
     @property
     def mean_accepted_length(self) -> float:
-        """M: decode-phase tokens per target forward (the prefill's token excluded)."""
-        return (self.new_tokens - 1) / self.target_forwards if self.target_forwards else 1.0
+        """M: decode-phase tokens per target forward (each prefill's token excluded)."""
+        return (self.new_tokens - self.generations) / self.target_forwards if self.target_forwards else 1.0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -46,6 +49,11 @@ class DecodeStats:
         """Time outside the prefill, draft and verify forwards (bookkeeping)."""
         return max(0.0, self.total_seconds - self.prefill_seconds - self.draft_seconds - self.verify_seconds)
 
+    @property
+    def bookkeeping_seconds(self) -> float | None:
+        """Time outside model forwards (sampling, verification, cache cuts, Python), if measured."""
+        return max(0.0, self.total_seconds - self.forward_seconds) if self.forward_seconds else None
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
         return {
@@ -60,6 +68,8 @@ class DecodeStats:
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
             "other_seconds": self.other_seconds,
+            "draft_forwards": self.draft_forwards,
+            "bookkeeping_seconds": self.bookkeeping_seconds,
             "total_seconds": self.total_seconds,
             **({"selections": list(self.selections)} if self.selections else {}),
         }
@@ -76,4 +86,7 @@ def combine(stats: list[DecodeStats]) -> DecodeStats:
         draft_seconds=sum(s.draft_seconds for s in stats),
         verify_seconds=sum(s.verify_seconds for s in stats),
         total_seconds=sum(s.total_seconds for s in stats),
+        generations=sum(s.generations for s in stats),
+        draft_forwards=sum(s.draft_forwards for s in stats),
+        forward_seconds=sum(s.forward_seconds for s in stats),
     )
