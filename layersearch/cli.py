@@ -53,7 +53,7 @@ def _add_generate(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline", action="store_true", help="plain autoregressive decoding (transformers generate)")
-    p.add_argument("--profile", help="latency profile JSON (for --dynamic knapsack and predicted speedup)")
+    p.add_argument("--profile", help="latency profile JSON: adds the predicted speedup to the stats (and feeds --dynamic knapsack)")
     p.add_argument("--reselect-every", type=int, default=64, help="decoding steps between re-selections (--dynamic)")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     _draft_args(p)

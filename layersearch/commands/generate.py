@@ -25,14 +25,31 @@ def run(args: Any) -> int:
     loaded = load(args)
     mask = None if args.baseline or args.dynamic else _mask(args, mask_file, loaded.info)
     decoder = None if args.baseline else _decoder(args, loaded, mask, sampling)
+    profile = _profile(args, loaded.info) if mask is not None else None
     for index, text in enumerate(prompts):
         ids = loaded.tokenizer(text, return_tensors="pt").input_ids
         if decoder is None:
             result = hf_generate(loaded.model, ids, args.max_new_tokens, sampling=sampling)
         else:
             result = decoder.generate(ids, args.max_new_tokens)
-        _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result)
+        stats = result.stats.to_dict()
+        if profile is not None and result.stats.acceptance_rate:
+            # What the device's latency profile predicts for the M and alpha this run achieved.
+            context = ids.shape[1] + len(result.token_ids) // 2
+            stats["predicted_speedup"] = profile.expected_speedup(
+                stats["mean_accepted_length"], stats["acceptance_rate"], mask, context,
+                drafts=result.stats.draft_forwards / max(1, result.stats.target_forwards) or None,
+            )
+        _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result.token_ids, stats)
     return 0
+
+
+def _profile(args: Any, info):
+    if not args.profile:
+        return None
+    from layersearch.profile import LatencyProfile
+
+    return LatencyProfile.load(args.profile, model=info)
 
 
 def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
@@ -58,9 +75,10 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
     return SpeculativeDecoder(loaded.model, mask, policy=policy, sampling=sampling)
 
 
-def _print(args: Any, index: int, text: str, result) -> None:
-    stats = result.stats.to_dict()
+def _print(args: Any, index: int, text: str, token_ids, stats: dict[str, Any]) -> None:
     if args.json:
-        print(json.dumps({"index": index, "token_ids": list(result.token_ids), "text": text, "stats": stats}), flush=True)
+        print(json.dumps({"index": index, "token_ids": list(token_ids), "text": text, "stats": stats}), flush=True)
     else:
-        print(f"--- prompt {index}\n{text}\n[{format_stats(stats)}]", flush=True)
+        predicted = stats.get("predicted_speedup")
+        extra = f" predicted-speedup={predicted:.2f}" if predicted is not None else ""
+        print(f"--- prompt {index}\n{text}\n[{format_stats(stats)}{extra}]", flush=True)
