@@ -11,12 +11,17 @@ One iteration, with ``pos`` = number of positions in the cache and ``last`` the 
 
 With an empty mask the draft *is* the target, so the loop degenerates to plain decoding:
 one full forward per token and no verification.
+
+Optional hook: a ``selector`` (see :class:`SelectionRequest`) is called before decoding step 0
+(right after the prefill) and then every ``reselect_every`` steps; it may return a
+:class:`Selection` (a new mask and max draft length) that the following steps use. It only
+reads the cache, so any mask it picks keeps the loop lossless.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from transformers import DynamicCache
@@ -41,6 +46,30 @@ class GenerationResult:
     stats: DecodeStats
 
 
+@dataclass(frozen=True)
+class SelectionRequest:
+    """What a selector sees: the cache (read-only) holds ``position`` entries; ``sequence`` is
+    ``[1, position + 1]``, the prompt and every emitted token (the newest not yet cached)."""
+
+    model: torch.nn.Module
+    cache: DynamicCache
+    sequence: torch.Tensor
+    position: int
+    step: int
+    mask: SkipMask
+    max_draft_tokens: int
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A selector's answer: the mask (and max draft length, None = unchanged) for the next steps;
+    ``record`` is stored in ``stats.selections`` with the step, context length and seconds."""
+
+    mask: SkipMask
+    max_draft_tokens: int | None = None
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
 def eos_ids(model: torch.nn.Module) -> frozenset[int]:
     """End-of-sequence ids from the model's generation config (may be empty)."""
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -59,11 +88,17 @@ class SpeculativeDecoder:
         *,
         policy: DraftPolicy = DraftPolicy(),
         sampling: SamplingConfig = SamplingConfig(),
+        selector: Callable[[SelectionRequest], Selection | None] | None = None,
+        reselect_every: int = 64,
     ) -> None:
+        if reselect_every < 1:
+            raise LayersearchError(f"reselect interval must be >= 1, got {reselect_every}")
         self.model = model
         self.mask = mask
         self.policy = policy
         self.sampling = sampling
+        self.selector = selector
+        self.reselect_every = reselect_every
         with skipping(model, mask):  # validates the mask against the model's layers up front
             pass
 
@@ -100,13 +135,19 @@ class _Run:
         self.seconds = dict(prefill=0.0, draft=0.0, verify=0.0)
         self.draft_lengths: list[int] = []
         self.stop_now = False
+        self.selector, self.reselect_every = decoder.selector, decoder.reselect_every
+        self.steps = 0
+        self.selections: list[dict[str, Any]] = []
 
     def execute(self) -> GenerationResult:
         start = self.clock.now()
         self._prefill()
-        step = self._plain_step if self.mask.is_empty else self._speculative_step
         while not self._finished():
+            if self.selector is not None and self.steps % self.reselect_every == 0:
+                self._reselect()
+            step = self._plain_step if self.mask.is_empty else self._speculative_step
             step()
+            self.steps += 1
         total = self.clock.now() - start
         del self.tokens[self.max_new :]
         stats = DecodeStats(
@@ -116,6 +157,7 @@ class _Run:
             verify_seconds=self.seconds["verify"],
             total_seconds=total,
             draft_lengths=tuple(self.draft_lengths),
+            selections=tuple(self.selections),
             **self.counts,
         )
         return GenerationResult(tuple(self.tokens), stats)
@@ -148,6 +190,20 @@ class _Run:
         t2 = self.clock.now()
         self._emit([*proposal.tokens[: verdict.num_accepted], verdict.next_token])
         self._record(proposal, verdict, t1 - t0, t2 - t1)
+
+    def _reselect(self) -> None:
+        t0 = self.clock.now()
+        sequence = torch.cat([self.prompt, self.prompt.new_tensor([self.tokens])], dim=1)
+        request = SelectionRequest(
+            self.model, self.cache, sequence, self._position(), self.steps, self.mask, self.policy.max_draft_tokens
+        )
+        chosen = self.selector(request)
+        if chosen is not None:
+            self.mask = chosen.mask
+            if chosen.max_draft_tokens is not None:
+                self.policy = replace(self.policy, max_draft_tokens=chosen.max_draft_tokens)
+            seconds = self.clock.now() - t0
+            self.selections.append({"step": self.steps, "context": request.position, **chosen.record, "seconds": seconds})
 
     # ----- helpers ----------------------------------------------------------------------
     def _draft(self, last: int, position: int) -> Proposal:

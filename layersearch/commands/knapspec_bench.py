@@ -1,0 +1,382 @@
+"""``layersearch knapspec-bench``: KnapSpec's long-context experiment on one model and device.
+
+For each context length (long news prompts cut to ``n`` tokens) it runs, one after the other on
+the same prompt, every run greedy and lossless:
+
+* ``plain``        plain decoding (our loop with the empty mask);
+* ``knapsack``     :class:`~layersearch.runtime.dynamic.DynamicKnapsackDecoder`: context-aware
+                   selection, decoupled attention/MLP items (KnapSpec);
+* ``bound``        the same with whole layers as items (CLaSp's binding; §4 ablation);
+* ``fixed-short``  the knapsack's choice at the shortest context (~256 tokens) held fixed, the
+                   static mask a context-unaware search would have found.
+
+Reported per run: predicted TPT (tokens/s) at the first selection, alpha, measured decode
+tokens/s (prefill excluded; with and without the selection's own time), M, and the mask. The
+first selection of the ``knapsack`` run also scores the fixed mask and the bound variant on the
+same reference window, so the TPT differences are like for like. Also reported: the numba
+knapsack timing (60 items, capacity 600) against the pure-Python reference, and the cost of one
+re-selection (DP + alpha + TPT grid) as a share of the decode time of ``--interval`` steps, for
+``method="hidden"`` (KnapSpec's DP) and ``method="items"`` (per-item values + numba knapsack).
+Prints a table and writes everything to ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from layersearch.errors import LayersearchError
+
+CHARS_PER_TOKEN = 4.7
+
+
+def add_parser(sub, parser_class) -> None:
+    """Register ``knapspec-bench`` on the ``sub`` subparsers of the main CLI."""
+    p = sub.add_parser("knapspec-bench", help="KnapSpec long-context experiment: context-aware vs fixed masks")
+    p.add_argument("--model", default="smollm2-135m", help="embedded name, HF id or local directory (default smollm2-135m)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: steadier on a shared machine)")
+    p.add_argument("--contexts", default="256,1024,2048,4096", help="prompt lengths in tokens (default 256,1024,2048,4096)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per run (default 32)")
+    p.add_argument("--out", default="knapspec_bench.json", help="JSON report (default knapspec_bench.json)")
+    p.add_argument("--profile", help="latency profile JSON; measured (at the --contexts) and saved there if missing")
+    p.add_argument("--interval", type=int, default=64, help="decoding steps between re-selections (default 64)")
+    p.add_argument("--window", type=int, default=5, help="reference tokens for the DP (default 5)")
+    p.add_argument("--alpha-window", type=int, default=32, help="reference tokens for alpha (default 32; 0: the DP's own)")
+    p.add_argument("--alpha-candidates", type=int, default=8, help="candidates whose alpha is measured (default 8)")
+    p.add_argument("--max-draft", type=int, default=10, help="largest gamma of the TPT grid (default 10, KnapSpec's D)")
+    p.add_argument("--draft-threshold", type=float, default=0.7, help="early stop of drafting (default 0.7, KnapSpec's)")
+    p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
+    p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
+    p.set_defaults(command="knapspec_bench")
+    return p
+
+
+def run(args: Any) -> int:
+    """Run the experiment, print the table, write the JSON report."""
+    import torch
+
+    from layersearch.commands.common import load, positive_int
+    from layersearch.knapsack import benchmark_solver, format_benchmark
+    from layersearch.mask import parse_index_list
+
+    contexts = parse_index_list(args.contexts, "contexts")
+    if not contexts or min(contexts) < 8:
+        raise LayersearchError("--contexts must be token counts >= 8")
+    for value, what in ((args.max_new_tokens, "--max-new-tokens"), (args.interval, "--interval"),
+                        (args.window, "--window"), (args.max_draft, "--max-draft")):
+        positive_int(value, what)
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+
+    solver = benchmark_solver(60, 600)
+    say(format_benchmark(solver))
+    loaded = load(args)
+    profile = _profile(args, loaded, contexts, say)
+    report: dict[str, Any] = {
+        "argv": sys.argv[1:],
+        "model": loaded.info.to_dict(),
+        "device": profile.device,
+        "threads": torch.get_num_threads(),
+        "settings": {k: getattr(args, k) for k in ("max_new_tokens", "interval", "window", "alpha_window", "max_draft",
+                                                   "draft_threshold", "method", "seed")},
+        "profile": profile.to_dict(),
+        "solver": solver,
+        "contexts": [],
+    }
+    fixed = None
+    for n in contexts:
+        ids = _prompt_ids(loaded.tokenizer, n, args.seed)
+        say(f"context {ids.shape[1]}: plain, knapsack, knapsack-draft, bound-draft, fixed-short")
+        row, fixed = _one_context(args, loaded, profile, ids, fixed, say)
+        report["contexts"].append(row)
+        _write(args.out, report)
+    report["summary"] = _summary(report)
+    _write(args.out, report)
+    print(_table(report))
+    print(f"wrote {args.out}")
+    return 0
+
+
+# ----- pieces -------------------------------------------------------------------------------------
+def _profile(args, loaded, contexts, say):
+    from pathlib import Path
+
+    from layersearch.profile import LatencyProfile
+    from layersearch.runtime.profiler import measure_profile
+
+    if args.profile and Path(args.profile).exists():
+        return LatencyProfile.load(args.profile, model=loaded.info)
+    limit = getattr(loaded.model.config, "max_position_embeddings", None) or max(contexts) + 64
+    measure = sorted({64, *[n for n in contexts if n + args.max_draft + 1 <= limit]})
+    say(f"measuring the latency profile at contexts {measure} (pass --profile FILE to reuse one)")
+    profile = measure_profile(loaded.model, loaded.info, contexts=tuple(measure), max_verify=args.max_draft + 1, repeats=3, progress=say)
+    if args.profile:
+        profile.save(args.profile)
+        say(f"saved the profile to {args.profile}")
+    return profile
+
+
+def _prompt_ids(tokenizer, n: int, seed: int):
+    from layersearch.data import long_prompt
+
+    text = long_prompt(int(n * CHARS_PER_TOKEN * 1.15) + 64, seed=seed)
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    return ids[:, :n]
+
+
+def _decode_rates(stats, select_seconds: float, exclude: float = 0.0) -> dict[str, float]:
+    decode = stats.total_seconds - stats.prefill_seconds - exclude
+    tokens = stats.new_tokens - 1  # the prefill's token is not a decode-phase token
+    steady = max(decode - select_seconds, 1e-9)
+    return {
+        "decode_tokens_per_second": tokens / decode if decode > 0 else 0.0,
+        "steady_tokens_per_second": tokens / steady,
+        "decode_seconds": decode,
+        "select_seconds": select_seconds,
+        "step_seconds": (stats.draft_seconds + stats.verify_seconds) / max(stats.target_forwards, 1),
+    }
+
+
+def _run_entry(name, result, select_seconds=0.0, exclude=0.0, **extra) -> dict[str, Any]:
+    stats = result.stats
+    return {
+        "run": name,
+        **_decode_rates(stats, select_seconds, exclude),
+        "mean_accepted_length": stats.mean_accepted_length,
+        "acceptance_rate": stats.acceptance_rate,
+        "new_tokens": stats.new_tokens,
+        "prefill_seconds": stats.prefill_seconds,
+        "selections": list(stats.selections),
+        **extra,
+    }
+
+
+class _Analysed:
+    """Wraps a dynamic decoder's selector: at the first selection also scores, on the same window,
+    the bound items, the fixed mask and the other candidate method (their time is kept apart)."""
+
+    def __init__(self, dynamic, profile, fixed):
+        self.dynamic, self.profile, self.fixed = dynamic, profile, fixed
+        self.analysis: dict[str, Any] = {}
+        self.analysis_seconds = 0.0
+
+    def __call__(self, request):
+        selection = self.dynamic.select(request)
+        if not self.analysis:
+            t0 = time.perf_counter()
+            self.analysis = self._analyse(request, selection)
+            self.analysis_seconds = time.perf_counter() - t0
+        return selection
+
+    def _analyse(self, request, selection) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from layersearch.knapspec import KnapSpecSelector, alphas_from_states, window_from_cache
+        from layersearch.mask import SkipMask
+
+        model, n = request.model, request.position
+        window = [window_from_cache(request.cache, request.sequence[0], self.dynamic.window)]
+        alpha_window = None
+        if self.dynamic.alpha_window and self.dynamic.alpha_window > self.dynamic.window:
+            alpha_window = [window_from_cache(request.cache, request.sequence[0], self.dynamic.alpha_window)]
+        config = self.dynamic.config
+        out: dict[str, Any] = {"context": n, "decoupled": dict(selection.record), "contenders": self.dynamic.selector.last_rows}
+        # §4: whole layers as items, same window, same rules.
+        bound = KnapSpecSelector(model, self.profile, replace(config, bound=True))
+        out["bound"] = {**bound.select(window, n, alpha_window).record(), **bound.last_timing}
+        # The other candidate method: its first call measures per-item values, the second is a re-selection.
+        other = KnapSpecSelector(model, self.profile, replace(config, method="items" if config.method == "hidden" else "hidden"))
+        other.select(window, n, alpha_window)
+        first = dict(other.last_timing)
+        other.select(window, n, alpha_window)
+        out["other_method"] = {"method": other.config.method, "first_call": first, "reselection": dict(other.last_timing)}
+        if self.fixed is not None:  # the short-context mask, scored at this context
+            mask, gamma = self.fixed["mask_obj"], self.fixed["gamma"]
+            runner = self.dynamic.selector.runner
+            states = runner.run_masks([SkipMask.none(runner.num_layers), mask], alpha_window or window)
+            alpha = alphas_from_states(runner, states[1:], states[0])[0]
+            out["fixed"] = {"mask": mask.short_string(), "gamma": gamma, "alpha": alpha, "tpt": self.profile.tpt(alpha, gamma, mask, n)}
+        return out
+
+
+def _dynamic_run(name, model, profile, policy, args, config, ids, selector_wrapper=None):
+    """One DynamicKnapsackDecoder run; with ``selector_wrapper`` its analysis time is taken out."""
+    from layersearch.mask import SkipMask
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.dynamic import DynamicKnapsackDecoder
+
+    dynamic = DynamicKnapsackDecoder(model, profile, policy=policy, interval=args.interval, window=args.window,
+                                     alpha_window=args.alpha_window or None, config=config)
+    selector = selector_wrapper(dynamic) if selector_wrapper else dynamic.select
+    decoder = SpeculativeDecoder(
+        model, SkipMask.none(dynamic.num_layers), policy=policy, selector=selector, reselect_every=args.interval
+    )
+    result = decoder.generate(ids, args.max_new_tokens)
+    extra = getattr(selector, "analysis_seconds", 0.0)
+    selections = [dict(s) for s in result.stats.selections]
+    selections[0]["seconds"] -= extra
+    first = selections[0]
+    entry = _run_entry(name, result, sum(s["seconds"] for s in selections), extra,
+                       tpt=first["tpt"], alpha=first["alpha"], mask=first["mask"], gamma=first["gamma"])
+    entry["selections"] = selections
+    step = entry["step_seconds"]
+    entry["reselection"] = {
+        "seconds": first["seconds"],
+        "parts": {k: first.get(k) for k in ("dp_seconds", "alpha_seconds", "tpt_seconds")},
+        "share": first["seconds"] / (first["seconds"] + args.interval * step) if step > 0 else None,
+    }
+    return entry, selector
+
+
+def _one_context(args, loaded, profile, ids, fixed, say):
+    from dataclasses import replace
+
+    from layersearch.knapspec import KnapSpecConfig
+    from layersearch.mask import SkipMask
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafting import DraftPolicy
+
+    model, n = loaded.model, int(ids.shape[1])
+    num_layers = loaded.info.num_layers
+    policy = DraftPolicy(args.max_draft, args.draft_threshold)
+    config = KnapSpecConfig(method=args.method, max_gamma=args.max_draft, max_alpha_candidates=args.alpha_candidates)
+    runs = []
+
+    def done(entry):
+        runs.append(entry)
+        say(f"  {entry['run']}: {entry['decode_tokens_per_second']:.2f} tok/s"
+            + (f", {entry['mask']} gamma {entry['gamma']} alpha {_fmt(entry.get('alpha'))}" if entry.get("mask") else ""))
+
+    plain = SpeculativeDecoder(model, SkipMask.none(num_layers), policy=policy).generate(ids, args.max_new_tokens)
+    done(_run_entry("plain", plain, tpt=profile.tpt(1.0, 0, SkipMask.none(num_layers), n), gamma=0))
+    done(_dynamic_run("knapsack", model, profile, policy, args, config, ids)[0])
+    entry, analysed = _dynamic_run(
+        "knapsack-draft", model, profile, policy, args, replace(config, allow_plain=False), ids,
+        selector_wrapper=lambda dynamic: _Analysed(dynamic, profile, fixed),
+    )
+    done(entry)
+    done(_dynamic_run("bound-draft", model, profile, policy, args, replace(config, bound=True, allow_plain=False), ids)[0])
+    if fixed is None:  # the shortest context defines the fixed mask: the knapsack's draft there
+        fixed = {"mask": entry["mask"], "gamma": entry["gamma"], "context": n,
+                 "mask_obj": _mask_from_string(entry["mask"], num_layers)}
+        analysed.analysis["fixed"] = {"mask": entry["mask"], "gamma": entry["gamma"], "alpha": entry["alpha"], "tpt": entry["tpt"]}
+    if fixed["gamma"] >= 1:
+        fixed_policy = replace(policy, max_draft_tokens=fixed["gamma"])
+        result = SpeculativeDecoder(model, fixed["mask_obj"], policy=fixed_policy).generate(ids, args.max_new_tokens)
+        predicted = analysed.analysis.get("fixed", {})
+        done(_run_entry("fixed-short", result, tpt=predicted.get("tpt"), alpha=predicted.get("alpha"),
+                        mask=fixed["mask"], gamma=fixed["gamma"]))
+    analysis = analysed.analysis
+    other = analysis.get("other_method", {})
+    other_seconds = sum(other.get("reselection", {}).values()) if other else None
+    step = runs[1]["step_seconds"]
+    cost = {
+        "interval": args.interval,
+        "method": args.method,
+        "knapsack": runs[1]["reselection"],
+        "knapsack_step_seconds": step,
+        "knapsack_draft": runs[2]["reselection"],
+        "knapsack_draft_step_seconds": runs[2]["step_seconds"],
+        "other_method": other.get("method"),
+        "other_seconds": other_seconds,
+        "other_first_call_seconds": sum(other.get("first_call", {}).values()) if other else None,
+        "other_share": other_seconds / (other_seconds + args.interval * step) if other_seconds and step > 0 else None,
+        "other_share_draft_steps": (other_seconds / (other_seconds + args.interval * runs[2]["step_seconds"])
+                                    if other_seconds and runs[2]["step_seconds"] > 0 else None),
+    }
+    return {"context": n, "runs": runs, "analysis": analysis, "reselection_cost": cost}, fixed
+
+
+def _mask_from_string(text: str, num_layers: int):
+    from layersearch.mask import SkipMask, parse_index_list
+
+    attention, mlp = text.split(" ")
+    return SkipMask(
+        num_layers,
+        parse_index_list(attention[2:].replace("-", ""), "attention"),
+        parse_index_list(mlp[2:].replace("-", ""), "mlp"),
+    )
+
+
+def _summary(report) -> list[dict[str, Any]]:
+    rows = []
+    for ctx in report["contexts"]:
+        by = {r["run"]: r for r in ctx["runs"]}
+        plain = by["plain"]["decode_tokens_per_second"]
+        a = ctx["analysis"]
+        cost = ctx["reselection_cost"]
+        rows.append({
+            "context": ctx["context"],
+            **{f"{name}_tokens_per_second": by[name]["decode_tokens_per_second"] for name in by},
+            **{f"{name}_steady_tokens_per_second": by[name]["steady_tokens_per_second"] for name in by},
+            **{f"{name}_speedup": by[name]["decode_tokens_per_second"] / plain if plain else None for name in by},
+            **{f"{name}_tpt": by[name].get("tpt") for name in by},
+            "same_window_tpt_decoupled_draft": a.get("decoupled", {}).get("tpt"),
+            "same_window_tpt_bound_draft": a.get("bound", {}).get("tpt"),
+            "same_window_tpt_fixed": a.get("fixed", {}).get("tpt"),
+            "reselection_share": cost["knapsack"]["share"],
+            "reselection_share_draft_steps": cost["knapsack_draft"]["share"],
+            "reselection_share_other_method": cost["other_share"],
+        })
+    return rows
+
+
+def _fmt(value, spec=".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _table(report) -> str:
+    s = report["solver"]
+    lines = [
+        f"knapsack solver, 60 items x 601 budgets: numba {s['numba_seconds'] * 1e3:.3f} ms/call, "
+        f"Python reference {s['reference_seconds'] * 1e3:.1f} ms/call, {s['speedup']:.0f}x",
+        "pred TPT: predicted tokens/s at the first selection; tok/s: measured decode tokens/s (prefill excluded, "
+        "selection included); steady: without the selection's time",
+        "",
+        f"{'ctx':>5} {'run':<15} {'pred TPT':>8} {'alpha':>5} {'gamma':>5} {'tok/s':>6} {'steady':>6} {'x plain':>7} {'M':>5}  mask",
+    ]
+    for ctx in report["contexts"]:
+        by = {r["run"]: r for r in ctx["runs"]}
+        plain = by["plain"]["decode_tokens_per_second"]
+        for r in ctx["runs"]:
+            gamma = r.get("gamma")
+            lines.append(
+                f"{ctx['context']:>5} {r['run']:<15} {_fmt(r.get('tpt')):>8} {_fmt(r.get('alpha')):>5} "
+                f"{'-' if gamma is None else gamma:>5} {r['decode_tokens_per_second']:>6.2f} {r['steady_tokens_per_second']:>6.2f} "
+                f"{r['decode_tokens_per_second'] / plain if plain else 0:>7.2f} {r['mean_accepted_length']:>5.2f}  {r.get('mask', '')}"
+            )
+        a = ctx["analysis"]
+        dec, bnd, fix = a.get("decoupled", {}), a.get("bound", {}), a.get("fixed", {})
+        lines.append(
+            f"{'':>5} same window: draft TPT decoupled {_fmt(dec.get('tpt'))} vs bound {_fmt(bnd.get('tpt'))}"
+            f" ({_pct((dec['tpt'] / bnd['tpt'] - 1) if dec.get('tpt') and bnd.get('tpt') else None)}); "
+            f"fixed-short mask here {_fmt(fix.get('tpt'))} (alpha {_fmt(fix.get('alpha'))})"
+        )
+        c = ctx["reselection_cost"]
+        k, kd = c["knapsack"], c["knapsack_draft"]
+        lines.append(
+            f"{'':>5} one re-selection ({c['method']}): {k['seconds']:.2f} s = {_pct(k['share'])} of {c['interval']} steps "
+            f"x {c['knapsack_step_seconds'] * 1e3:.0f} ms (knapsack run), {_pct(kd['share'])} of {c['interval']} x "
+            f"{c['knapsack_draft_step_seconds'] * 1e3:.0f} ms (draft run); {c['other_method']}: {_fmt(c['other_seconds'])} s = "
+            f"{_pct(c['other_share'])} / {_pct(c['other_share_draft_steps'])} (its first call {_fmt(c['other_first_call_seconds'])} s)"
+        )
+    return "\n".join(lines)
+
+
+def _write(path, report) -> None:
+    from layersearch.mask import write_json_atomic
+
+    write_json_atomic(path, json.loads(json.dumps(report, default=_plain)))
+
+
+def _plain(value):
+    if hasattr(value, "short_string"):
+        return value.short_string()
+    return str(value)

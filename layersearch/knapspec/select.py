@@ -1,0 +1,274 @@
+"""Choosing the draft: acceptance estimates for the candidates and KnapSpec's TPT grid search.
+
+For each candidate ``S`` the acceptance rate ``alpha_S`` is its top-1 agreement with the full
+model on the reference tokens (greedy next token from the candidate's final hidden state vs
+the target's). Then ``(S*, gamma*)`` maximizes tokens-per-time
+
+    TPT(S, gamma) = [(1 - alpha^(gamma+1)) / (1 - alpha)] / [gamma * t_draft(S) + t_verify(gamma + 1)]
+
+with the times of a :class:`~layersearch.profile.LatencyProfile` at the current context length
+(:meth:`LatencyProfile.best_tpt`, ``gamma = 1..max_gamma``). Plain decoding (empty mask, no
+drafts, ``TPT = 1 / t_target``) is always a contender -- KnapSpec's code never considers its
+candidate 0; here, when no draft beats the target alone, the choice is to stop speculating.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from layersearch.errors import LayersearchError
+from layersearch.knapspec.dp import TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, item_importance
+from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine, window_from_prompt
+from layersearch.knapspec.weights import build_groups, profile_weights
+from layersearch.mask import SkipMask
+
+MAX_GAMMA = 10  # KnapSpec's maximum draft length D
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The selected sub-network and draft length, with what predicted them."""
+
+    mask: SkipMask
+    gamma: int  # 0 = plain decoding (empty mask)
+    tpt: float  # predicted tokens per second
+    alpha: float
+    budget: int
+    cosine: float
+    context: int
+    weights: tuple[int, int]  # (w_attn, w_mlp)
+    candidates: int  # how many candidates had their alpha estimated
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready summary (the entry of ``DecodeStats.selections``)."""
+        return {
+            "context": self.context,
+            "mask": self.mask.short_string(),
+            "skipped": self.mask.num_skipped,
+            "gamma": self.gamma,
+            "tpt": self.tpt,
+            "alpha": self.alpha,
+            "budget": self.budget,
+            "cosine": self.cosine,
+            "w_attn": self.weights[0],
+            "w_mlp": self.weights[1],
+            "candidates": self.candidates,
+        }
+
+
+def spread_indices(count: int, limit: int | None) -> list[int]:
+    """Indices of at most ``limit`` of ``count`` candidates spread evenly, always the first and last.
+
+    KnapSpec estimates alpha for every surviving candidate (cheap on a GPU, where the batch is
+    parallel). On a CPU the LM head over ``candidates x r`` states dominates, so the grid search
+    may be limited to an even spread over the budget range; ``None`` keeps all.
+    """
+    if limit is not None and limit < 1:
+        raise LayersearchError(f"the candidate limit must be >= 1, got {limit}")
+    if limit is None or count <= limit:
+        return list(range(count))
+    if limit == 1:
+        return [count - 1]
+    return sorted({int(round(i * (count - 1) / (limit - 1))) for i in range(limit)})
+
+
+def alphas_from_states(runner: SubLayerRunner, states: torch.Tensor, reference: torch.Tensor) -> list[float]:
+    """Top-1 agreement of each state ``[B, R, d]`` with the reference ``[R, d]`` (share of the R tokens)."""
+    with torch.inference_mode():
+        tokens = runner.top1(torch.cat([reference.unsqueeze(0), states]))
+    target, drafts = tokens[0], tokens[1:]
+    return (drafts == target.unsqueeze(0)).float().mean(dim=1).tolist()
+
+
+def choose_tpt(
+    profile, candidates: Sequence[Candidate], context: int, *, max_gamma: int = MAX_GAMMA, allow_plain: bool = True
+) -> tuple[Choice, list[dict]]:
+    """``(S*, gamma*)`` of largest predicted TPT among ``candidates`` (alpha set) and plain decoding.
+
+    Returns the choice and one row per contender (mask, budget, alpha, best gamma, tpt) for
+    reports. Ties keep the earlier contender (plain decoding first, then by budget). With
+    ``allow_plain=False`` the best *draft* is chosen even when plain decoding predicts more
+    (for experiments); plain decoding remains the answer only when there is no draft at all.
+    """
+    num_layers = profile.num_layers
+    plain = SkipMask.none(num_layers)
+    weights = profile_weights(profile, context)
+    plain_tpt = profile.tpt(1.0, 0, plain, context)  # 1 / t_target: no drafting
+    best = Choice(plain, 0, plain_tpt, 1.0, 0, 1.0, context, weights, len(candidates))
+    rows = [{"mask": plain.short_string(), "budget": 0, "alpha": 1.0, "gamma": 0, "tpt": plain_tpt}]
+    drafted = False
+    for cand in candidates:
+        if cand.mask.is_empty:
+            continue
+        if cand.alpha is None:
+            raise LayersearchError("every candidate needs an alpha estimate before the TPT choice")
+        tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_gamma=max_gamma)
+        rows.append({"mask": cand.mask.short_string(), "budget": cand.budget, "alpha": cand.alpha, "gamma": gamma, "tpt": tpt})
+        if tpt > best.tpt or (not allow_plain and not drafted):
+            drafted = True
+            best = Choice(cand.mask, gamma, tpt, float(cand.alpha), cand.budget, cand.cosine, context, weights, len(candidates))
+    return best, rows
+
+
+@dataclass(frozen=True)
+class KnapSpecConfig:
+    """Knobs of one selection (defaults from the paper unless said otherwise).
+
+    ``method``: ``"hidden"`` (KnapSpec's hidden-state DP at every selection) or ``"items"``
+    (per-item cosine drops measured once per run, then :func:`solve_all_budgets` per selection
+    and one batched pass over the chosen masks for alpha). ``bound`` makes whole layers the
+    items (CLaSp's binding) instead of separate attention and MLP sub-layers.
+    ``max_alpha_candidates`` limits the alpha/TPT grid to an even spread of budgets (None: all,
+    as the paper); ``max_skip_fraction`` is the K/2 cap on the skipped weight. ``allow_plain``
+    lets plain decoding win the TPT choice (KnapSpec's candidate 0, which their code misses);
+    False forces a draft, for experiments comparing drafts.
+    """
+
+    method: str = "hidden"
+    bound: bool = False
+    tau: float = TAU
+    max_gamma: int = MAX_GAMMA
+    keep_last_layers: int = 1
+    max_skip_fraction: float = 0.5
+    max_alpha_candidates: int | None = 16
+    allow_plain: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in ("hidden", "items"):
+            raise LayersearchError(f"knapsack method must be 'hidden' or 'items', got {self.method!r}")
+        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
+            raise LayersearchError(f"max_gamma must be an integer >= 1, got {self.max_gamma!r}")
+        if not -1.0 <= self.tau <= 1.0:
+            raise LayersearchError(f"tau must be a cosine in [-1, 1], got {self.tau!r}")
+
+
+class KnapSpecSelector:
+    """Selects ``(S*, gamma*)`` for reference windows at a context length; reusable across calls.
+
+    Holds the per-item values of ``method="items"`` once measured (:meth:`reset` forgets them).
+    """
+
+    def __init__(self, model: nn.Module, profile, config: KnapSpecConfig = KnapSpecConfig()) -> None:
+        self.model = model
+        self.profile = profile
+        self.config = config
+        self.runner = SubLayerRunner(model)
+        if profile.num_layers != self.runner.num_layers:
+            raise LayersearchError(
+                f"profile is for {profile.num_layers} layers but the model has {self.runner.num_layers}"
+            )
+        self.item_values: np.ndarray | None = None
+        self.last_rows: list[dict] = []
+        self.last_timing: dict[str, float] = {}
+
+    def reset(self) -> None:
+        """Forget the measured per-item values (method ``"items"``)."""
+        self.item_values = None
+
+    def candidates(
+        self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None = None
+    ) -> tuple[list[Candidate], dict[str, float]]:
+        """Candidates with alpha estimated (an even spread of at most ``max_alpha_candidates``).
+
+        Alpha is measured on ``windows`` (the DP's own final states, as KnapSpec) or, when
+        ``alpha_windows`` is given, by running the picked masks over those (usually longer)
+        windows: a handful of masks over many tokens is cheaper than a DP over many tokens, and
+        a 5-token agreement is too coarse an estimate of alpha (see the runtime's docstring).
+        """
+        cfg = self.config
+        w_attn, w_mlp = profile_weights(self.profile, context)
+        groups = build_groups(self.runner.num_layers, w_attn, w_mlp, bound=cfg.bound, keep_last_layers=cfg.keep_last_layers)
+        cap = int(math.floor(cfg.max_skip_fraction * sum(g.weight for g in groups if g.skippable)))
+        info = self.profile.model
+        t0 = time.perf_counter()
+        if cfg.method == "hidden":
+            result: DPResult = candidates_hidden_dp(
+                self.model, windows, groups, tau=cfg.tau, max_budget=cap, runner=self.runner, info=info
+            )
+            t1 = time.perf_counter()
+            rows = spread_indices(len(result.candidates), cfg.max_alpha_candidates)
+            picked = [result.candidates[i] for i in rows]
+            if alpha_windows is None:
+                alphas = alphas_from_states(self.runner, result.final_states[rows], result.reference)
+                scored = [replace(c, alpha=a) for c, a in zip(picked, alphas)]
+            else:
+                scored = self._score(picked, alpha_windows, keep_cosine=True)
+        else:
+            # Importance is a per-item cosine drop: it does not depend on the latency weights, so it
+            # is measured once (on the first windows seen) and reused until reset().
+            if self.item_values is None:
+                self.item_values = item_importance(self.model, windows, groups, runner=self.runner)
+            all_candidates = candidates_item_values(groups, self.item_values, self.runner.num_layers, max_budget=cap, info=info)
+            t1 = time.perf_counter()
+            picked = [all_candidates[i] for i in spread_indices(len(all_candidates), cfg.max_alpha_candidates)]
+            scored = self._score(picked, alpha_windows or windows, keep_cosine=False)
+        t2 = time.perf_counter()
+        return scored, {"dp_seconds": t1 - t0, "alpha_seconds": t2 - t1}
+
+    def _score(self, picked: list[Candidate], windows: Sequence[ReferenceWindow], keep_cosine: bool) -> list[Candidate]:
+        """Alpha (and, unless ``keep_cosine``, the final cosine) of each candidate's mask on ``windows``."""
+        masks = [SkipMask.none(self.runner.num_layers), *[c.mask for c in picked]]
+        with torch.inference_mode():
+            final = self.runner.run_masks(masks, windows)
+            cos = mean_cosine(final[1:], final[0]).tolist()
+        alphas = alphas_from_states(self.runner, final[1:], final[0])
+        return [
+            replace(c, alpha=a) if keep_cosine else replace(c, alpha=a, cosine=float(cs))
+            for c, a, cs in zip(picked, alphas, cos)
+        ]
+
+    def select(
+        self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None = None
+    ) -> Choice:
+        """The TPT-optimal ``(S*, gamma*)`` at ``context`` tokens for these reference windows."""
+        scored, timing = self.candidates(windows, context, alpha_windows)
+        t0 = time.perf_counter()
+        choice, rows = choose_tpt(
+            self.profile, scored, context, max_gamma=self.config.max_gamma, allow_plain=self.config.allow_plain
+        )
+        timing["tpt_seconds"] = time.perf_counter() - t0
+        self.last_rows, self.last_timing = rows, timing
+        return choice
+
+
+def knapsack_masks(
+    model: nn.Module,
+    profile,
+    prompts_ids: Sequence[torch.Tensor | Sequence[int]],
+    *,
+    context: int,
+    max_candidates: int = 8,
+    window: int = 16,
+    config: KnapSpecConfig = KnapSpecConfig(max_alpha_candidates=None),
+) -> list[tuple[SkipMask, float, int, float]]:
+    """KnapSpec's candidates for a study: ``(mask, tpt, gamma, alpha)``, best predicted TPT first.
+
+    Each prompt's last ``window`` tokens are reference tokens (its earlier tokens are prefilled
+    as their context); latency weights and TPT use the profile at ``context`` tokens, which may
+    differ from the prompts' lengths (e.g. to tune for long generations). Plain decoding (the
+    empty mask) is not a skip mask and is left out; at most ``max_candidates`` are returned.
+    Masks carry the profile's model and provenance (strategy ``knapsack``, objective ``tpt``).
+    """
+    if not prompts_ids:
+        raise LayersearchError("knapsack_masks needs at least one prompt")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise LayersearchError(f"context must be an integer >= 0, got {context!r}")
+    selector = KnapSpecSelector(model, profile, config)
+    windows = [window_from_prompt(model, ids, window) for ids in prompts_ids]
+    scored, _ = selector.candidates(windows, context)
+    rows = []
+    for cand in scored:
+        if cand.mask.is_empty:
+            continue
+        tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_gamma=config.max_gamma)
+        mask = cand.mask.with_provenance(strategy="knapsack", objective="tpt", score=tpt)
+        rows.append((mask, tpt, gamma, float(cand.alpha)))
+    rows.sort(key=lambda row: (-row[1], row[0].num_skipped))
+    return rows[:max_candidates]

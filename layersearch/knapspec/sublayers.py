@@ -1,0 +1,228 @@
+"""Run the sub-layers of a decoder one at a time, on many candidate hidden states at once.
+
+The hidden-state DP needs what a transformers forward hides: the residual stream after every
+*sub-layer*, for a batch of states that differ in which sub-layers they skipped. For the
+pre-norm decoders we support (Llama, Qwen2/Qwen3, Mistral: layers with ``input_layernorm``,
+``self_attn``, ``post_attention_layernorm`` and ``mlp``) one sub-layer is
+
+    attention  h + self_attn(input_layernorm(h))
+    MLP        h + mlp(post_attention_layernorm(h))
+
+which is exactly what ``LlamaDecoderLayer.forward`` does, and a skipped sub-layer is ``h``
+(what :func:`~layersearch.models.skipping.skipping` does).
+
+Reference tokens and their context (design)
+-------------------------------------------
+The DP is evaluated on a :class:`ReferenceWindow`: ``r`` consecutive tokens at positions
+``start..start+r-1`` (KnapSpec's last ``m`` tokens). Their attention also sees the ``start``
+positions before them. Those come, read-only, from the target's KV cache: the keys and values
+of positions ``< start`` are exactly what a draft sees while drafting (the draft always attends
+to the target's committed cache), so each state's attention over the window is what the
+masked draft would compute teacher-forced on these tokens. The window's own keys and values are
+computed per state (they depend on the skipped sub-layers before). Nothing is written to the
+cache: a small stand-in object with an ``update`` method hands the attention module the cached
+context followed by the state's own window keys.
+
+The ``B`` states of one segment are folded into a single sequence of ``B * r`` queries (state
+``b``'s token ``t`` at row ``b*r + t``) so that the context keys are used once, not copied per
+state, and the attention module's own forward (projections, q/k norms, rotary, GQA, sdpa) runs
+unchanged; an additive mask lets row ``b*r + t`` see the whole context and only its own state's
+window tokens ``<= t``. Several windows (e.g. one per prompt) are segments of one batch: the MLP
+runs on all of them at once, attention segment by segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from transformers import Cache, DynamicCache
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.models.skipping import decoder_layers
+from layersearch.runtime.forward import forward_tokens
+
+
+@dataclass(frozen=True)
+class ReferenceWindow:
+    """``r`` reference tokens at positions ``start..start+r-1`` and the KV context before them.
+
+    ``context[i]`` holds layer ``i``'s cached keys and values of positions ``0..start-1``
+    (``[1, kv_heads, start, head_dim]``, already rotated, as a transformers cache stores them);
+    empty when ``start == 0``.
+    """
+
+    token_ids: torch.Tensor  # [r] long
+    start: int
+    context: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+
+    @property
+    def size(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+def window_from_cache(cache: Cache, sequence: torch.Tensor | Sequence[int], size: int) -> ReferenceWindow:
+    """The last ``size`` tokens of ``sequence`` as a window over ``cache`` (read, never modified).
+
+    ``sequence`` is every token so far (prompt and generated); the cache must hold at least the
+    positions before the window (in the decoder it holds all but the newest token).
+    """
+    ids = torch.as_tensor(sequence).reshape(-1)
+    if size < 1:
+        raise LayersearchError(f"reference window must hold at least one token, got {size}")
+    size = min(size, int(ids.shape[0]))
+    start = int(ids.shape[0]) - size
+    layers = list(cache.layers)
+    held = min((layer.get_seq_length() for layer in layers), default=0)
+    if held < start:
+        raise LayersearchError(f"the cache holds {held} positions but the reference window starts at {start}")
+    context = tuple((layer.keys[:, :, :start], layer.values[:, :, :start]) for layer in layers) if start else ()
+    return ReferenceWindow(ids[start:].clone(), start, context)
+
+
+def window_from_prompt(model: nn.Module, ids: torch.Tensor | Sequence[int], size: int) -> ReferenceWindow:
+    """A window over the last ``size`` tokens of a prompt; the rest is prefilled into a fresh cache."""
+    ids = torch.as_tensor(ids if isinstance(ids, torch.Tensor) else list(ids)).reshape(-1)
+    if ids.numel() == 0:
+        raise LayersearchError("a reference prompt is empty")
+    size = min(size, int(ids.shape[0]))
+    cache = DynamicCache(config=model.config)
+    if ids.shape[0] > size:
+        with torch.inference_mode():
+            forward_tokens(model, ids[:-size], 0, cache, keep=1)
+    return window_from_cache(cache, ids, size)
+
+
+class _ContextCache:
+    """Stand-in for a KV cache: prepends one layer's cached context keys, stores nothing."""
+
+    def __init__(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
+        self.keys, self.values = keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if self.keys is None or self.keys.shape[-2] == 0:
+            return key_states, value_states
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+class SubLayerRunner:
+    """Embedding, single sub-layers, final norm and LM head of a Llama-style causal LM."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.layers = decoder_layers(model)
+        self.num_layers = len(self.layers)
+        base = getattr(model, "model", model)
+        missing = [
+            name for name in ("input_layernorm", "post_attention_layernorm") if not hasattr(self.layers[0], name)
+        ]
+        self.rotary = getattr(base, "rotary_emb", None)
+        self.norm = getattr(base, "norm", None)
+        self.head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if missing or self.rotary is None or self.norm is None or self.head is None:
+            raise LayersearchError(
+                f"{type(model).__name__}: per-sub-layer execution needs Llama-style layers "
+                "(input_layernorm, post_attention_layernorm, model.rotary_emb, model.norm, an LM head)"
+            )
+        self.embedding = model.get_input_embeddings()
+        self._masks: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    # ----- inputs ---------------------------------------------------------------------------
+    def embed(self, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
+        """Embeddings of all windows' tokens, concatenated: ``[1, R, d]``."""
+        device = self.embedding.weight.device
+        ids = torch.cat([w.token_ids.to(device) for w in windows])
+        return self.embedding(ids).unsqueeze(0)
+
+    # ----- sub-layers -----------------------------------------------------------------------
+    def sublayer(self, item: int, h: torch.Tensor, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
+        """Flat item ``item`` (attention at ``2i``, MLP at ``2i+1``) applied to states ``[B, R, d]``."""
+        layer = self.layers[item // 2]
+        if item % 2:
+            return h + layer.mlp(layer.post_attention_layernorm(h))
+        return h + self._attention(item // 2, layer, h, windows)
+
+    def _attention(self, index: int, layer: nn.Module, h: torch.Tensor, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
+        x = layer.input_layernorm(h)  # [B, R, d]
+        batch = x.shape[0]
+        outputs = []
+        offset = 0
+        for window in windows:
+            r = window.size
+            part = x[:, offset : offset + r].reshape(1, batch * r, -1)  # state b, token t at row b*r + t
+            offset += r
+            positions = torch.arange(window.start, window.start + r, device=x.device).repeat(batch).unsqueeze(0)
+            cos_sin = self.rotary(part, positions)
+            keys, values = window.context[index] if window.context else (None, None)
+            out, _ = layer.self_attn(
+                hidden_states=part,
+                position_embeddings=cos_sin,
+                attention_mask=self._mask(batch, r, window.start, x.dtype, x.device),
+                past_key_values=_ContextCache(keys, values),
+            )
+            outputs.append(out.reshape(batch, r, -1))
+        return torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]
+
+    def _mask(self, batch: int, r: int, context: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Additive ``[1, 1, B*r, context + B*r]`` mask: all of the context, own state's tokens <= t."""
+        key = (batch, r, context)
+        mask = self._masks.get(key)
+        if mask is None or mask.dtype != dtype or mask.device != device:
+            rows = torch.arange(batch * r, device=device)
+            state, token = rows // r, rows % r
+            visible = (state[:, None] == state[None, :]) & (token[:, None] >= token[None, :])
+            visible = torch.cat([torch.ones(batch * r, context, dtype=torch.bool, device=device), visible], dim=1)
+            mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+            mask.masked_fill_(~visible, torch.finfo(dtype).min)
+            mask = mask[None, None]
+            if len(self._masks) > 64:
+                self._masks.clear()
+            self._masks[key] = mask
+        return mask
+
+    # ----- outputs --------------------------------------------------------------------------
+    def top1(self, h: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """Greedy next token of each state and position: ``argmax(head(norm(h)))``, shape ``h.shape[:-1]``."""
+        flat = h.reshape(-1, h.shape[-1])
+        out = torch.empty(flat.shape[0], dtype=torch.long, device=h.device)
+        for lo in range(0, flat.shape[0], chunk):
+            out[lo : lo + chunk] = self.head(self.norm(flat[lo : lo + chunk])).argmax(-1)
+        return out.reshape(h.shape[:-1])
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``head(norm(h))`` (for tests and small batches)."""
+        return self.head(self.norm(h))
+
+    # ----- whole masks ----------------------------------------------------------------------
+    def run_masks(self, masks: Sequence[SkipMask], windows: Sequence[ReferenceWindow]) -> torch.Tensor:
+        """Final hidden states ``[len(masks), R, d]`` of the windows with each mask's sub-layers skipped.
+
+        Each sub-layer runs once, on the rows of the masks that execute it.
+        """
+        if not masks:
+            raise LayersearchError("run_masks needs at least one mask")
+        for mask in masks:
+            if mask.num_layers != self.num_layers:
+                raise LayersearchError(f"mask is for {mask.num_layers} layers but the model has {self.num_layers}")
+        flats = torch.tensor([mask.to_flat() for mask in masks], dtype=torch.bool)  # [B, 2L] True = skip
+        h = self.embed(windows).expand(len(masks), -1, -1).clone()
+        for item in range(2 * self.num_layers):
+            rows = (~flats[:, item]).nonzero().flatten()
+            if rows.numel() == len(masks):
+                h = self.sublayer(item, h, windows)
+            elif rows.numel():
+                rows = rows.to(h.device)
+                h[rows] = self.sublayer(item, h[rows], windows)
+        return h
+
+
+def mean_cosine(states: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Cosine of each state to the reference, per token over the hidden dimension, averaged over tokens.
+
+    ``states`` ``[B, R, d]``, ``reference`` ``[R, d]`` -> ``[B]`` (float32).
+    """
+    cos = torch.nn.functional.cosine_similarity(states.float(), reference.float().unsqueeze(0), dim=-1, eps=1e-12)
+    return cos.mean(dim=-1)

@@ -1,0 +1,112 @@
+"""KnapSpec's items and their integer latency weights.
+
+The items are the 2L sub-layers in KnapSpec's flat interleaved order (attention of layer i
+at ``2i``, its MLP at ``2i + 1``, as :meth:`SkipMask.from_flat`). A *group* is what the
+dynamic programme decides on at once: one sub-layer when attention and MLP are decoupled
+(KnapSpec), or a whole layer when they are bound together (CLaSp's items), the ablation of
+KnapSpec's "decoupling vs binding" table.
+
+Weights are latencies at the current context length ``n`` normalized to small integers
+(KnapSpec §4.2): with ``delta = min(t_attn(n), t_mlp)``, each type weighs
+``round(t / delta)``, so the faster type weighs 1 and the slower one ``round(ratio)``, capped at
+:data:`MAX_RATIO` (5), which keeps the DP table at most ``6L`` wide. Rounding is half up (the
+paper's nearest-integer bracket), not Python's half-to-even.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+
+MAX_RATIO = 5
+
+
+def integer_weights(attention_seconds: float, mlp_seconds: float, *, max_ratio: int = MAX_RATIO) -> tuple[int, int]:
+    """``(w_attn, w_mlp)``: the slower sub-layer type gets ``min(round(ratio), max_ratio)``, the other 1.
+
+    Equal times give ``(1, 1)``; a zero time makes the other type ``max_ratio`` (an infinite
+    ratio); both zero gives ``(1, 1)``.
+    """
+    for what, value in (("attention", attention_seconds), ("mlp", mlp_seconds)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise LayersearchError(f"{what} seconds must be a finite number >= 0, got {value!r}")
+    if isinstance(max_ratio, bool) or not isinstance(max_ratio, int) or max_ratio < 1:
+        raise LayersearchError(f"max_ratio must be an integer >= 1, got {max_ratio!r}")
+    slow, fast = max(attention_seconds, mlp_seconds), min(attention_seconds, mlp_seconds)
+    if slow == 0:
+        return 1, 1
+    ratio = math.inf if fast == 0 else slow / fast
+    heavy = max_ratio if ratio == math.inf else min(int(math.floor(ratio + 0.5)), max_ratio)
+    return (heavy, 1) if attention_seconds >= mlp_seconds else (1, heavy)
+
+
+def profile_weights(profile, context: int, *, max_ratio: int = MAX_RATIO) -> tuple[int, int]:
+    """:func:`integer_weights` of a :class:`~layersearch.profile.LatencyProfile` at ``context`` tokens."""
+    return integer_weights(profile.attention_seconds(context), profile.mlp_seconds, max_ratio=max_ratio)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One DP item: the flat sub-layer indices it covers (in order), its weight, whether it may be skipped."""
+
+    items: tuple[int, ...]
+    weight: int
+    skippable: bool = True
+
+
+def build_groups(
+    num_layers: int, w_attn: int, w_mlp: int, *, bound: bool = False, keep_last_layers: int = 1
+) -> tuple[Group, ...]:
+    """The DP items in depth order: 2L sub-layers (decoupled) or L whole layers (``bound``).
+
+    The last ``keep_last_layers`` decoder layers are always executed (KnapSpec, like SWIFT,
+    never drops the final block: the LM head reads its output directly).
+    """
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise LayersearchError(f"num_layers must be an integer >= 1, got {num_layers!r}")
+    for what, w in (("w_attn", w_attn), ("w_mlp", w_mlp)):
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise LayersearchError(f"{what} must be an integer >= 1, got {w!r}")
+    if isinstance(keep_last_layers, bool) or not isinstance(keep_last_layers, int) or not 0 <= keep_last_layers <= num_layers:
+        raise LayersearchError(f"keep_last_layers must be in 0..{num_layers}, got {keep_last_layers!r}")
+    first_kept = num_layers - keep_last_layers
+    groups: list[Group] = []
+    for layer in range(num_layers):
+        skippable = layer < first_kept
+        if bound:
+            groups.append(Group((2 * layer, 2 * layer + 1), w_attn + w_mlp, skippable))
+        else:
+            groups.append(Group((2 * layer,), w_attn, skippable))
+            groups.append(Group((2 * layer + 1,), w_mlp, skippable))
+    return tuple(groups)
+
+
+def skippable_weight(groups: Sequence[Group]) -> int:
+    """Total weight of the groups that may be skipped (the largest possible skipped weight)."""
+    return sum(g.weight for g in groups if g.skippable)
+
+
+def default_max_budget(groups: Sequence[Group], fraction: float = 0.5) -> int:
+    """KnapSpec's cap on the skipped weight: ``floor(fraction * K)``, K the skippable weight (K/2)."""
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
+        raise LayersearchError(f"max skip fraction must be in [0, 1], got {fraction!r}")
+    return int(math.floor(fraction * skippable_weight(groups)))
+
+
+def mask_from_groups(num_layers: int, groups: Sequence[Group], skipped: Sequence[bool], model=None) -> SkipMask:
+    """The SkipMask skipping every sub-layer of each group flagged in ``skipped``."""
+    flat = [False] * (2 * num_layers)
+    for group, skip in zip(groups, skipped):
+        if skip:
+            for item in group.items:
+                flat[item] = True
+    return SkipMask.from_flat(flat, model)
+
+
+def mask_weight(mask: SkipMask, w_attn: int, w_mlp: int) -> int:
+    """Skipped weight of ``mask`` in integer units."""
+    return len(mask.attention) * w_attn + len(mask.mlp) * w_mlp

@@ -1,0 +1,67 @@
+"""``knapspec-bench`` end to end on a tiny model saved with the embedded model's tokenizer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from layersearch.commands import knapspec_bench
+from layersearch.mask import ModelInfo
+from layersearch.profile import LatencyProfile
+
+
+def _tokenizer_dir() -> Path | None:
+    from layersearch.models.loading import EMBEDDED_MODEL, cache_root
+
+    folder = cache_root() / "models" / EMBEDDED_MODEL
+    return folder if (folder / "tokenizer.json").is_file() else None
+
+
+def _has_news() -> bool:
+    try:
+        from layersearch.data import long_prompt
+
+        return bool(long_prompt(200))
+    except Exception:  # a missing data package
+        return False
+
+
+def test_parser_defaults():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    knapspec_bench.add_parser(sub, argparse.ArgumentParser)
+    args = parser.parse_args(["knapspec-bench"])
+    assert args.command == "knapspec_bench" and args.contexts == "256,1024,2048,4096"
+    assert args.max_new_tokens == 32 and args.profile is None and args.interval == 64
+
+
+@pytest.mark.skipif(_tokenizer_dir() is None or not _has_news(), reason="needs the cached embedded tokenizer and news data")
+def test_bench_runs_on_a_tiny_model(tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    from layersearch.models.loading import describe_model
+    from layersearch.models.tiny import build_tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(_tokenizer_dir())
+    model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=1)
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    info: ModelInfo = describe_model(model, str(folder))
+    profile = LatencyProfile(info, "cpu", "float32", "x", 5e-5, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2))
+    path = profile.save(tmp_path / "profile.json")
+    parser = argparse.ArgumentParser()
+    knapspec_bench.add_parser(parser.add_subparsers(dest="command"), argparse.ArgumentParser)
+    out = tmp_path / "bench.json"
+    args = parser.parse_args(["knapspec-bench", "--model", str(folder), "--contexts", "24,48", "--max-new-tokens", "6",
+                              "--profile", str(path), "--out", str(out), "--interval", "2", "--max-draft", "4"])
+    assert knapspec_bench.run(args) == 0
+    report = json.loads(out.read_text())
+    assert [c["context"] for c in report["contexts"]] == [24, 48]
+    runs = {r["run"] for r in report["contexts"][0]["runs"]}
+    assert {"plain", "knapsack", "knapsack-draft", "bound-draft"} <= runs
+    assert report["solver"]["speedup"] > 1 and len(report["summary"]) == 2
+    assert "knapsack solver" in capsys.readouterr().out

@@ -1,0 +1,151 @@
+"""DynamicKnapsackDecoder: lossless while it re-selects, selections recorded; the CLI entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.knapspec import KnapSpecConfig
+from layersearch.mask import ModelInfo, SkipMask
+from layersearch.models.tiny import build_tiny_model
+from layersearch.profile import LatencyProfile
+from layersearch.runtime.decoder import Selection, SpeculativeDecoder
+from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.dynamic import DynamicKnapsackDecoder, dynamic_decoder
+from layersearch.runtime.sampling import SamplingConfig
+
+INFO = ModelInfo("tiny-llama", 4, 64, "fp")
+
+
+def tiny_profile(info=INFO, slope=5e-5) -> LatencyProfile:
+    """Attention grows with context (1:1 with the MLP at 20 tokens, 3:1 at 60), cheap verification."""
+    return LatencyProfile(info, "cpu", "float32", "x", slope, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2))
+
+
+def prompt_for(seed: int, length: int = 12) -> torch.Tensor:
+    return torch.randint(0, 128, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def recomputed_greedy(model, prompt, new):
+    ids = prompt
+    with torch.no_grad():
+        for _ in range(new):
+            ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
+    return ids[0, prompt.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize(
+    "method, bound, alpha_window", [("hidden", False, None), ("hidden", False, 16), ("hidden", True, 16), ("items", False, 16)]
+)
+def test_dynamic_is_lossless_and_records_selections(tiny_llama, method, bound, alpha_window):
+    prompt = prompt_for(3)
+    config = KnapSpecConfig(method=method, bound=bound, max_gamma=6, tau=0.0)
+    decoder = DynamicKnapsackDecoder(
+        tiny_llama, tiny_profile(), policy=DraftPolicy(6, 0.0), interval=3, window=5, alpha_window=alpha_window,
+        config=config,
+    )
+    result = decoder.generate(prompt, 40)
+    assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 40)
+    selections = result.stats.selections
+    steps = [s["step"] for s in selections]
+    assert steps[0] == 0 and steps == list(range(0, 3 * len(steps), 3))  # right after the prefill, then every 3
+    assert len(steps) == -(-result.stats.target_forwards // 3)
+    contexts = [s["context"] for s in selections]
+    assert contexts[0] == 12 and contexts == sorted(contexts)
+    for s in selections:
+        assert {"step", "context", "mask", "gamma", "tpt", "alpha", "seconds"} <= set(s)
+        assert s["gamma"] == 0 if s["mask"] == "A:- M:-" else 1 <= s["gamma"] <= 6
+        assert s["seconds"] > 0 and 0 <= s["alpha"] <= 1
+    json.dumps(result.stats.to_dict())  # selections are JSON-ready
+
+
+def test_dynamic_uses_the_chosen_gamma_as_max_draft(tiny_llama):
+    decoder = DynamicKnapsackDecoder(tiny_llama, tiny_profile(), policy=DraftPolicy(8, 0.0), interval=100)
+    result = decoder.generate(prompt_for(5), 30)
+    (selection,) = result.stats.selections
+    if selection["gamma"]:
+        assert max(result.stats.draft_lengths) <= selection["gamma"]
+    else:
+        assert result.stats.drafted == 0
+
+
+def test_dynamic_sampling_runs(tiny_llama):
+    sampling = SamplingConfig(temperature=0.8, top_p=0.95, seed=1)
+    decoder = DynamicKnapsackDecoder(tiny_llama, tiny_profile(), policy=DraftPolicy(4, 0.0), sampling=sampling, interval=4)
+    result = decoder.generate(prompt_for(6), 20)
+    assert result.stats.new_tokens == 20 and result.stats.selections
+
+
+def test_selector_hook_switches_masks_losslessly(tiny_llama):
+    """The decoder hook alone: a selector alternating masks and draft lengths keeps greedy output exact."""
+    masks = [SkipMask(4, (0, 1), ()), SkipMask.none(4), SkipMask(4, (), (2,)), SkipMask.everything(4)]
+    seen = []
+
+    def selector(request):
+        seen.append((request.step, request.position, request.sequence.shape[1], request.max_draft_tokens))
+        return Selection(masks[len(seen) % 4], 1 + len(seen) % 5, {"n": len(seen)})
+
+    prompt = prompt_for(8)
+    decoder = SpeculativeDecoder(tiny_llama, SkipMask.none(4), policy=DraftPolicy(4, 0.0), selector=selector, reselect_every=2)
+    result = decoder.generate(prompt, 36)
+    assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 36)
+    assert all(position + 1 == length for _, position, length, _ in seen)
+    assert [s["n"] for s in result.stats.selections] == list(range(1, len(seen) + 1))
+    with pytest.raises(LayersearchError):
+        SpeculativeDecoder(tiny_llama, SkipMask.none(4), reselect_every=0)
+
+
+def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
+    path = tiny_profile().save(tmp_path / "profile.json")
+    loaded = SimpleNamespace(model=tiny_llama, tokenizer=None, info=INFO)
+    args = argparse.Namespace(dynamic="knapsack", profile=str(path), reselect_every=5)
+    decoder = dynamic_decoder(args, loaded, policy=DraftPolicy(4, 0.0), sampling=SamplingConfig())
+    assert decoder.interval == 5 and decoder.profile == LatencyProfile.load(path)
+    prompt = prompt_for(9)
+    assert list(decoder.generate(prompt, 12).token_ids) == recomputed_greedy(tiny_llama, prompt, 12)
+    assert capsys.readouterr().err == ""
+    # No profile: a quick one is measured, and stderr says so.
+    args = argparse.Namespace(dynamic="knapsack", profile=None, reselect_every=64)
+    decoder = dynamic_decoder(args, loaded, policy=DraftPolicy(4, 0.0), sampling=SamplingConfig())
+    assert "quick latency profile" in capsys.readouterr().err
+    assert decoder.profile.model == INFO and decoder.interval == 64
+    other = LatencyProfile(ModelInfo("x", 4, 64, "other"), "cpu", "float32", "x", 0.0, 1e-3, 1e-3, 1e-3, (1.0,))
+    args = argparse.Namespace(dynamic="knapsack", profile=str(other.save(tmp_path / "other.json")), reselect_every=5)
+    with pytest.raises(LayersearchError, match="fingerprint"):
+        dynamic_decoder(args, loaded, policy=DraftPolicy(), sampling=SamplingConfig())
+
+
+def _embedded_tokenizer_dir() -> Path | None:
+    from layersearch.models.loading import EMBEDDED_MODEL, cache_root
+
+    folder = cache_root() / "models" / EMBEDDED_MODEL
+    return folder if (folder / "tokenizer.json").is_file() else None
+
+
+@pytest.mark.skipif(_embedded_tokenizer_dir() is None, reason="the embedded model's tokenizer is not cached")
+def test_generate_cli_dynamic_knapsack(tmp_path, capsys):
+    """``layersearch generate --dynamic knapsack`` end to end, on a tiny model saved with a real tokenizer."""
+    from transformers import AutoTokenizer
+
+    from layersearch.cli import main
+    from layersearch.models.loading import describe_model
+
+    tokenizer = AutoTokenizer.from_pretrained(_embedded_tokenizer_dir())
+    model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=4)
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    profile = tiny_profile(describe_model(model, str(folder))).save(tmp_path / "p.json")
+    argv = ["generate", "--model", str(folder), "--dynamic", "knapsack", "--profile", str(profile),
+            "--prompt", "The quick brown fox", "--max-new-tokens", "6", "--reselect-every", "2", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ids = tokenizer("The quick brown fox", return_tensors="pt").input_ids
+    assert out["token_ids"] == recomputed_greedy(model, ids, len(out["token_ids"]))
+    assert out["stats"]["selections"] and out["stats"]["selections"][0]["step"] == 0
