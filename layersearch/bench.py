@@ -107,11 +107,13 @@ def summarize(name: str, m: Measurement, profile: LatencyProfile | None, context
         "M": M,
         "alpha": alpha,
         "identical_to_plain": m.identical,
-        "overhead_share": pooled.other_seconds / pooled.total_seconds if pooled.total_seconds else None,
+        # Share of wall time outside model forwards (our loop only; generate() is not instrumented).
+        "overhead_share": (pooled.bookkeeping_seconds / pooled.total_seconds) if pooled.bookkeeping_seconds is not None else None,
         "memory_ratio": m.peak_ratio,
     }
     if mask is not None and profile is not None and not mask.is_empty and alpha:
-        predicted = profile.expected_speedup(M, alpha, mask, context)
+        drafts = pooled.draft_forwards / pooled.target_forwards if pooled.target_forwards else None
+        predicted = profile.expected_speedup(M, alpha, mask, context, drafts=drafts)
         row["predicted_speedup"] = predicted
         row["realized_over_predicted"] = row["speedup"] / predicted if predicted else None
     return row

@@ -132,7 +132,9 @@ class _Run:
         self.threshold = AdaptiveThreshold.start(self.policy.confidence_threshold)
         self.tokens: list[int] = []
         self.counts = dict(target_forwards=0, drafted=0, accepted=0)
-        self.seconds = dict(prefill=0.0, draft=0.0, verify=0.0)
+        self.seconds = dict(prefill=0.0, draft=0.0, verify=0.0, forward=0.0)
+        self.forward_calls = 0
+        self.draft_forwards = 0
         self.draft_lengths: list[int] = []
         self.stop_now = False
         self.selector, self.reselect_every = decoder.selector, decoder.reselect_every
@@ -156,6 +158,8 @@ class _Run:
             draft_seconds=self.seconds["draft"],
             verify_seconds=self.seconds["verify"],
             total_seconds=total,
+            draft_forwards=self.draft_forwards,
+            forward_seconds=self.seconds["forward"],
             draft_lengths=tuple(self.draft_lengths),
             selections=tuple(self.selections),
             **self.counts,
@@ -165,14 +169,14 @@ class _Run:
     # ----- steps ------------------------------------------------------------------------
     def _prefill(self) -> None:
         t0 = self.clock.now()
-        logits = forward_tokens(self.model, self.prompt, 0, self.cache, keep=1)[-1]  # [vocab]
+        logits = self._forward(self.prompt, 0, keep=1)[-1]  # [vocab]
         self._emit([self._choose(logits)])
         self.seconds["prefill"] += self.clock.now() - t0
 
     def _plain_step(self) -> None:
         # Empty mask: a "draft" forward is a target forward, so its token needs no verification.
         t0 = self.clock.now()
-        logits = forward_tokens(self.model, [self.tokens[-1]], self._position(), self.cache)[-1]
+        logits = self._forward([self.tokens[-1]], self._position())[-1]
         self._emit([self._choose(logits)])
         self.counts["target_forwards"] += 1
         self.seconds["verify"] += self.clock.now() - t0
@@ -181,10 +185,12 @@ class _Run:
         position = self._position()
         last = self.tokens[-1]
         t0 = self.clock.now()
+        calls = self.forward_calls
         proposal = self._draft(last, position)
+        self.draft_forwards += self.forward_calls - calls
         truncate_cache(self.cache, position)
         t1 = self.clock.now()
-        logits = forward_tokens(self.model, [last, *proposal.tokens], position, self.cache)  # [k+1, vocab]
+        logits = self._forward([last, *proposal.tokens], position)  # [k+1, vocab]
         verdict = self._verify(proposal, logits)
         truncate_cache(self.cache, position + verdict.num_accepted + 1)
         t2 = self.clock.now()
@@ -217,7 +223,19 @@ class _Run:
             return draft(
                 self.model, self.cache, last, position,
                 max_tokens=limit, threshold=threshold, sampling=self.sampling, generator=self.generator,
+                forward=self._forward_in_cache,
             )
+
+    def _forward(self, tokens, start: int, keep: int | None = None) -> torch.Tensor:
+        # Every model forward goes through here, so time outside them is measurable bookkeeping.
+        t0 = self.clock.now()
+        logits = forward_tokens(self.model, tokens, start, self.cache, keep)
+        self.seconds["forward"] += self.clock.now() - t0
+        self.forward_calls += 1
+        return logits
+
+    def _forward_in_cache(self, model, tokens, start: int, cache) -> torch.Tensor:
+        return self._forward(tokens, start)
 
     def _verify(self, proposal: Proposal, logits: torch.Tensor) -> Verdict:
         if self.sampling.greedy:

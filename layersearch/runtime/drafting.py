@@ -9,6 +9,7 @@ sampling. Self-SD's adaptive threshold is :class:`AdaptiveThreshold`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 from transformers import Cache
@@ -78,16 +79,18 @@ def draft(
     threshold: float,
     sampling: SamplingConfig,
     generator: torch.Generator | None,
+    forward: Callable[..., torch.Tensor] = forward_tokens,
 ) -> Proposal:
     """Draft up to ``max_tokens`` tokens after ``last_token`` (at ``position``).
 
     Call inside ``skipping(model, mask)``; the caller truncates the cache afterwards.
+    ``forward(model, tokens, start, cache)`` runs the model (the decoder passes a timed one).
     """
     tokens: list[int] = []
     probs: list[torch.Tensor] = []
     token = last_token
     for step in range(max_tokens):
-        logits = forward_tokens(model, [token], position + step, cache)[-1]  # [vocab]
+        logits = forward(model, [token], position + step, cache)[-1]  # [vocab]
         if sampling.greedy:
             # Confidence needs probabilities only when a threshold is in force.
             confidence = torch.softmax(logits.float(), -1).max() if threshold > 0 else None

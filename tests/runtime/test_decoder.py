@@ -87,6 +87,9 @@ def test_statistics_add_up(tiny_llama):
     assert 0 <= stats.acceptance_rate <= 1
     assert stats.draft_seconds > 0 and stats.verify_seconds > 0
     assert stats.total_seconds >= stats.draft_seconds + stats.verify_seconds + stats.prefill_seconds
+    # Each draft forward proposes a token, except the one per cycle at most that stops on low confidence.
+    assert stats.drafted <= stats.draft_forwards <= stats.drafted + stats.target_forwards
+    assert 0 < stats.forward_seconds <= stats.total_seconds and stats.bookkeeping_seconds >= 0
 
 
 def test_empty_mask_is_plain_decoding(tiny_llama):
