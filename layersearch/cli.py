@@ -111,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_generate, _add_mask, _add_profile, _add_bench, _add_demo):
         add(sub)
-    for name in ("study", "plot"):
-        module = importlib.import_module(f"layersearch.commands.{name}_args")
-        module.add_parser(sub, _Parser)
+    # Larger command families define their own parsers (light modules: no torch at import).
+    for name in ("study_args", "plot_args", "knapspec_bench"):
+        importlib.import_module(f"layersearch.commands.{name}").add_parser(sub, _Parser)
     return parser
 
 
