@@ -79,6 +79,12 @@ class DecodeMeasurement:
         return self.seconds / self.new_tokens if self.new_tokens else float("inf")
 
     decode_tokens: int = 0  # tokens emitted after each prompt's prefill token, summed
+    draft_forwards: int = 0  # draft forwards, low-confidence stops included (0: not reported)
+
+    @property
+    def drafts_per_cycle(self) -> float | None:
+        """Observed draft forwards per verification (None when the decoder does not count them)."""
+        return self.draft_forwards / self.target_forwards if self.draft_forwards and self.target_forwards else None
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,11 @@ class ExpectedSpeedup(Objective):
         else:
             # Nothing drafted: every cycle paid a draft forward that stopped on low confidence.
             alpha = 0.0 if run.acceptance_rate is None else run.acceptance_rate
-            value = self.profile.expected_speedup(run.mean_accepted_length, alpha, mask, context)
+            # Observed draft forwards per cycle, where the decoder counts them, beat the
+            # estimate (M - 1) / alpha: they include the forwards that stopped a draft.
+            value = self.profile.expected_speedup(
+                run.mean_accepted_length, alpha, mask, context, drafts=run.drafts_per_cycle
+            )
         attrs = self._attrs(mask, run, cost_coefficient=self.profile.cost_coefficient(mask, context))
         return Score(value, attrs)
 
@@ -388,6 +398,7 @@ def _pooled(stats: Sequence[Any]) -> DecodeMeasurement:
         drafted=sum(s.drafted for s in stats),
         accepted=sum(s.accepted for s in stats),
         decode_tokens=sum(max(0, s.new_tokens - 1) for s in stats),
+        draft_forwards=sum(getattr(s, "draft_forwards", 0) for s in stats),
     )
 
 

@@ -131,6 +131,10 @@ def test_expected_speedup_uses_measured_m_alpha_and_the_profile(runtime, profile
     assert fake.calls == ["decode"]
     empty = make_objective("expected-speedup", profile=profile).evaluate(fake, SkipMask.none(4))
     assert empty.value == 1.0
+    counted = DecodeMeasurement(new_tokens=40, seconds=1.0, target_forwards=12, drafted=30, accepted=24,
+                                decode_tokens=36, draft_forwards=36)  # 3 per cycle, stops included
+    score = make_objective("expected-speedup", profile=profile).evaluate(FakeRuntime(runtime.info, counted), mask)
+    assert score.value == pytest.approx(profile.expected_speedup(3.0, 0.8, mask, 100, drafts=3.0))
 
 
 def test_tpt_maximizes_over_gamma_with_the_measured_alpha(runtime, profile):

@@ -98,3 +98,25 @@ def test_sigterm_fails_the_running_trial(workdir, cli, create_args):
 
     status, out, _ = cli("study", "run", "--name", "term", "--trials", "1")
     assert status == 0 and "ran 1 trial(s)" in out
+
+
+def test_stale_trials_heartbeat_and_live_workers(workdir, cli, create_args):
+    """Optuna's heartbeat fails a silent remote worker's trial; a live local worker's trial stays."""
+    import socket
+
+    from layersearch.study import WORKER_ATTR, fail_stale_trials, open_storage, storage_location
+
+    assert cli(*create_args("hb"))[0] == 0
+    storage = open_storage(storage_location(None, "hb"), heartbeat=1)  # grace period 3 s
+    study = optuna.load_study(study_name="hb", storage=storage)
+    study_id = study._study_id
+    remote = storage.create_new_trial(study_id)
+    storage.set_trial_system_attr(remote, WORKER_ATTR, {"host": "elsewhere", "pid": 1, "start": 1})
+    storage.record_heartbeat(remote)
+    alive = storage.create_new_trial(study_id)
+    storage.set_trial_system_attr(alive, WORKER_ATTR, {"host": socket.gethostname(), "pid": os.getppid(), "start": None})
+    assert fail_stale_trials(study) == 0  # the remote worker beat just now; the local one is alive
+    time.sleep(4.2)  # > grace; sqlite's clock has one-second steps
+    assert fail_stale_trials(study) == 1
+    assert storage.get_trial(remote).state == TrialState.FAIL
+    assert storage.get_trial(alive).state == TrialState.RUNNING  # no heartbeat record: never stale
