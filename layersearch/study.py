@@ -586,11 +586,14 @@ def run_study(
         current: dict[str, Any] = {}
         worker = _worker_record()
 
+        interrupts = _Interrupts(study)
+
         def evaluate(trial: "optuna.Trial") -> float:
             current["trial_id"] = trial._trial_id
             storage_obj.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker)
             mask = suggest_mask(trial, info.num_layers).with_model(info)
-            score = objective.evaluate(runtime, mask)
+            with interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
+                score = objective.evaluate(runtime, mask)
             for key, value in score.attrs.items():
                 trial.set_user_attr(key, _json_value(value))
             return float(score.value)
@@ -610,13 +613,14 @@ def run_study(
                     study_now.stop()
 
             try:
-                with _sigterm_as_interrupt(), _quiet_warnings(), _no_interrupt_tracebacks():
+                with interrupts.installed(), _quiet_warnings(), _no_interrupt_tracebacks():
                     study.optimize(evaluate, n_trials=trials, timeout=timeout, callbacks=[after_trial], catch=())
+                    interrupts.raise_pending()  # one that arrived outside a trial's computation
             except KeyboardInterrupt:
                 progress.close()
                 trial_id = current.get("trial_id")
                 _fail_if_running(storage_obj, trial_id)
-                if trial_id is not None:
+                if trial_id is not None and storage_obj.get_trial(trial_id).state == TrialState.FAIL:
                     number = storage_obj.get_trial(trial_id).number
                     print(f"layersearch: trial {number} of {name} marked FAIL", file=sys.stderr)
                 raise
@@ -709,22 +713,62 @@ def _no_interrupt_tracebacks() -> Iterator[None]:
         logger.removeFilter(interrupt_filter)
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` in the main thread for the duration of the block."""
+class _Interrupts:
+    """Ctrl-C and SIGTERM during a run, raised only where raising is safe.
 
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
+    While the objective computes (:meth:`raising`), a signal raises at once
+    (:class:`KeyboardInterrupt` or :class:`Terminated`): Optuna marks the trial FAIL and
+    re-raises. Anywhere else (Optuna writing to the storage, callbacks) an exception could
+    interrupt a database commit, so the signal is only noted and the study stopped; it is
+    raised when the next objective starts or when ``optimize`` returns.
+    """
 
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, study: Any) -> None:
+        self.study = study
+        self.armed = False
+        self.pending: KeyboardInterrupt | None = None
+
+    def handler(self, signum: int, frame: Any) -> None:
+        exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if self.armed:
+            self.armed = False
+            raise exc
+        self.pending = self.pending or exc
+        try:
+            self.study.stop()
+        except RuntimeError:  # not inside the optimize loop (yet or any more)
+            pass
+
+    def raise_pending(self) -> None:
+        if self.pending is not None:
+            exc, self.pending = self.pending, None
+            raise exc
+
+    @contextmanager
+    def raising(self) -> Iterator[None]:
+        self.raise_pending()
+        self.armed = True
+        try:
+            yield
+        finally:
+            self.armed = False
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Install the handler for the block (main thread only; elsewhere signals are left alone)."""
+        previous = {}
+        try:
+            for signum in self.SIGNALS:
+                previous[signum] = signal.signal(signum, self.handler)
+        except ValueError:  # not the main thread
+            pass
+        try:
+            yield
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
 
 
 def _worker_record() -> dict[str, Any]:

@@ -78,9 +78,10 @@ def test_sigterm_fails_the_running_trial(workdir, cli, create_args):
     assert cli(*argv)[0] == 0
 
     def terminate_when_running() -> None:
+        # Once a running trial has all 8 mask parameters, the objective is computing.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if running("term"):
+            if any(t.state == TrialState.RUNNING and len(t.params) == 8 for t in trials("term")):
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             time.sleep(0.02)
@@ -120,3 +121,28 @@ def test_stale_trials_heartbeat_and_live_workers(workdir, cli, create_args):
     assert fail_stale_trials(study) == 1
     assert storage.get_trial(remote).state == TrialState.FAIL
     assert storage.get_trial(alive).state == TrialState.RUNNING  # no heartbeat record: never stale
+
+
+def test_signals_outside_the_objective_are_deferred():
+    """A signal during storage work only stops the study; it is raised at the next safe point."""
+    import pytest
+
+    from layersearch.study import Terminated, _Interrupts
+
+    class FakeStudy:
+        stopped = 0
+
+        def stop(self) -> None:
+            self.stopped += 1
+
+    study = FakeStudy()
+    interrupts = _Interrupts(study)
+    interrupts.handler(signal.SIGTERM, None)  # not armed: noted, study stopped
+    assert study.stopped == 1 and isinstance(interrupts.pending, Terminated)
+    with pytest.raises(Terminated):
+        with interrupts.raising():  # the next objective never starts
+            raise AssertionError("not reached")
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.raising():
+            interrupts.handler(signal.SIGINT, None)  # armed: raised at once
+    interrupts.raise_pending()  # nothing left over
