@@ -92,6 +92,8 @@ def ordering(rows: list[dict[str, Any]]) -> str:
     ours = (f"swift {swift['speedup']:.2f}x after {swift['search_seconds']:.0f} s, "
             f"selfsd-bo {selfsd['speedup']:.2f}x after {selfsd['search_seconds']:.0f} s")
     verdict = "reproduced" if swift["speedup"] > selfsd["speedup"] else "NOT reproduced"
+    if max(swift["speedup"], selfsd["speedup"]) < 1:
+        verdict += " (but neither mask beats plain decoding here)"
     return f"ordering swift > selfsd-bo {verdict}: {ours} ({PAPER})"
 
 
