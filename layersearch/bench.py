@@ -131,6 +131,11 @@ def _memory_ratio(peak_extra: int | None, config: Config, prompts, new_tokens: i
     return (weights + peak_extra) / (weights + kv_cache_bytes(model, longest))
 
 
+def _cell(value: float | None, width: int, decimals: int = 2) -> str:
+    """A right-aligned number, or '-' where there is none."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+
+
 def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
     """A plain-text table of one domain's rows."""
     head = f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'pred.':>7}{'M':>6}{'alpha':>7}{'same':>6}{'ovh%':>6}{'mem':>6}"
@@ -139,10 +144,9 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
         if "error" in r:
             lines.append(f"{r['config']:<36}  not run: {r['error']}")
             continue
-        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
         lines.append(
-            f"{r['config']:<36}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{fmt(r.get('predicted_speedup'), '>7.2f')}"
-            f"{r['M']:>6.2f}{fmt(r['alpha'], '>7.2f')}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
-            f"{fmt(r['overhead_share'] and 100 * r['overhead_share'], '>6.1f')}{fmt(r['memory_ratio'], '>6.2f')}"
+            f"{r['config']:<36}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{_cell(r.get('predicted_speedup'), 7)}"
+            f"{r['M']:>6.2f}{_cell(r['alpha'], 7)}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
+            f"{_cell(r['overhead_share'] and 100 * r['overhead_share'], 6, 1)}{_cell(r['memory_ratio'], 6)}"
         )
     return "\n".join(lines)

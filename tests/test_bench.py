@@ -1,0 +1,27 @@
+"""The benchmark's machinery on a tiny model: side-by-side runs, identical outputs, target columns."""
+
+from __future__ import annotations
+
+import torch
+
+from layersearch.bench import PLAIN, configs, format_table, run_domain, summarize
+from layersearch.mask import ModelInfo, SkipMask
+from layersearch.profile import LatencyProfile
+from layersearch.runtime.drafting import DraftPolicy
+
+
+def test_bench_rows_cover_plain_peers_and_masks(tiny_llama):
+    info = ModelInfo("tiny", 4, 64, "x")
+    profile = LatencyProfile(info, "cpu", "float32", torch.__version__, 1e-6, 1e-3, 1e-3, 2e-3, (1.0, 1.5, 1.8))
+    masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5).with_provenance(label="uniform 0.5")]
+    cfgs = configs(tiny_llama, masks, DraftPolicy(4, 0.0), peers=True)
+    prompts = [torch.tensor([[5, 9, 11, 3]]), torch.tensor([[7, 1, 2]])]
+    measured = run_domain(cfgs, prompts, 12, 2, lambda message: None)
+    rows = {c.name: summarize(c.name, measured[c.name], profile, 10, c.mask) for c in cfgs}
+    assert rows[PLAIN]["speedup"] == 1.0
+    ours = rows["ours: uniform 0.5"]
+    assert ours["identical_to_plain"] is True and rows["ours: nothing skipped"]["identical_to_plain"] is True
+    assert ours["speedup"] > 0 and ours["predicted_speedup"] > 0 and 0 <= ours["overhead_share"] < 1
+    assert len(measured[PLAIN].totals) == 2  # every repeat measured every configuration
+    table = format_table("tiny", list(rows.values()))
+    assert "ours: uniform 0.5" in table and PLAIN in table
