@@ -18,16 +18,14 @@ interleaved 2L vector: attention at 2i, MLP at 2i+1).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from layersearch.errors import LayersearchError
+from layersearch.jsonfile import read_json_file, write_json_atomic
 
 SCHEMA_VERSION = 1
 PROVENANCE_KEYS = ("strategy", "objective", "score", "study", "trial", "created")
@@ -217,16 +215,7 @@ class SkipMask:
     def load(cls, path: str | Path, model: ModelInfo | None = None) -> "SkipMask":
         """Read and validate a mask file; with ``model``, also check it was made for that model."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise LayersearchError(f"mask file not found: {path}") from None
-        except OSError as exc:
-            raise LayersearchError(f"cannot read mask file {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise LayersearchError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+        data = read_json_file(path, "mask")
         try:
             mask = cls.from_dict(data)
             if model is not None:
@@ -234,24 +223,6 @@ class SkipMask:
         except LayersearchError as exc:
             raise LayersearchError(f"{path}: {exc}") from None
         return mask
-
-
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` via a temporary file and rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def parse_index_list(text: str, what: str) -> tuple[int, ...]:

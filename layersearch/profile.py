@@ -25,14 +25,14 @@ File format (schema_version 1)::
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo, SkipMask, write_json_atomic
+from layersearch.jsonfile import read_json_file, write_json_atomic
+from layersearch.mask import ModelInfo, SkipMask
 
 SCHEMA_VERSION = 1
 KIND = "latency-profile"
@@ -225,16 +225,7 @@ class LatencyProfile:
     def load(cls, path: str | Path, model: ModelInfo | None = None) -> "LatencyProfile":
         """Read and validate a profile file; with ``model``, also check it was measured for that model."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise LayersearchError(f"profile file not found: {path}") from None
-        except OSError as exc:
-            raise LayersearchError(f"cannot read profile file {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise LayersearchError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+        data = read_json_file(path, "profile")
         try:
             profile = cls.from_dict(data)
             if model is not None:

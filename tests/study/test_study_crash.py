@@ -127,7 +127,7 @@ def test_signals_outside_the_objective_are_deferred():
     """A signal during storage work only stops the study; it is raised at the next safe point."""
     import pytest
 
-    from layersearch.study import Terminated, _Interrupts
+    from layersearch.study.interrupts import Terminated, _Interrupts
 
     class FakeStudy:
         stopped = 0

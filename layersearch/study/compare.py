@@ -1,0 +1,164 @@
+"""``compare``: studies' best masks side by side, optionally re-timed against plain generate.
+
+Results are written as a CSV and a JSON table (:func:`write_table`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from layersearch.errors import LayersearchError
+from layersearch.jsonfile import write_json_atomic, write_text_atomic
+from layersearch.study.inspect import search_seconds
+from layersearch.study.rebuild import _load_model, _prompt_texts
+from layersearch.study.settings import StudySettings
+from layersearch.study.storage import _load
+from layersearch.study.trials import _best_trial
+
+
+COMPARE_COLUMNS = (
+    "study", "strategy", "objective", "domain", "model", "best_value", "best_trial", "trials",
+    "search_seconds", "skip_ratio", "mask", "M", "alpha", "tokens_per_second",
+    "baseline_tokens_per_second", "speedup",
+)
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Rows of :func:`compare_studies` and the files written."""
+
+    rows: list[dict[str, Any]]
+    csv_path: Path | None
+    json_path: Path | None
+
+
+def compare_studies(
+    names: Sequence[str],
+    *,
+    storage: str | None = None,
+    out_prefix: str | Path | None = "compare",
+    measure: bool = True,
+    repeats: int = 1,
+    loaded: Mapping[tuple[str, str, str], Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> CompareResult:
+    """Compare studies' best masks; with ``measure``, time each against plain generate in this run.
+
+    The speculative decoder with each study's best mask and transformers' plain ``generate``
+    run on the study's own domain prompts (samples, seed, max new tokens of its settings),
+    back to back in this process, ``repeats`` times (plain runs before and after the masks).
+    M, alpha and tokens/s then come from this measurement; without it, from the best trial's
+    attributes. Writes ``<out_prefix>.csv`` and ``.json`` atomically (None: nothing written).
+    """
+    say = log or (lambda message: None)
+    if not names:
+        raise LayersearchError("no study names to compare")
+    if repeats < 1:
+        raise LayersearchError(f"--repeats must be >= 1, got {repeats}")
+    entries = []
+    for name in names:  # every study is checked before anything is measured or written
+        study, settings, location, _ = _load(name, storage)
+        best = _best_trial(study)
+        if best is None:
+            raise LayersearchError(f"study {name!r} has no completed trial to compare")
+        entries.append((name, study, settings, best))
+    rows = [_compare_row(name, study, settings, best) for name, study, settings, best in entries]
+    if measure:
+        _measure_rows(rows, entries, repeats, dict(loaded or {}), say)
+    csv_path = json_path = None
+    if out_prefix is not None:
+        csv_path, json_path = write_table(rows, out_prefix, COMPARE_COLUMNS)
+    return CompareResult(rows, csv_path, json_path)
+
+
+def _compare_row(name: str, study: Any, settings: StudySettings, best: Any) -> dict[str, Any]:
+    from optuna.trial import TrialState
+
+    return {
+        "study": name,
+        "strategy": settings.strategy,
+        "objective": settings.objective,
+        "domain": settings.domain,
+        "model": settings.model,
+        "best_value": float(best.value),
+        "best_trial": best.number,
+        "trials": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+        "search_seconds": round(search_seconds(study.get_trials(deepcopy=False)), 3),
+        "skip_ratio": best.user_attrs.get("skip_ratio"),
+        "mask": best.user_attrs.get("mask"),
+        "M": best.user_attrs.get("M"),
+        "alpha": best.user_attrs.get("alpha"),
+        "tokens_per_second": best.user_attrs.get("tokens_per_second"),
+        "baseline_tokens_per_second": None,
+        "speedup": None,
+    }
+
+
+def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, models: dict, say: Callable[[str], None]) -> None:
+    from layersearch.objectives import ModelRuntime
+    from layersearch.strategies import mask_from_params
+
+    groups: dict[tuple, list[int]] = {}
+    for index, (_, _, settings, _) in enumerate(entries):
+        key = (settings.model, settings.device, settings.dtype, settings.domain, settings.samples,
+               settings.seed, settings.max_new_tokens, settings.max_draft, settings.draft_threshold)
+        groups.setdefault(key, []).append(index)
+    for key, indices in groups.items():
+        settings = entries[indices[0]][2]
+        model_key = (settings.model, settings.device, settings.dtype)
+        if model_key not in models:
+            say(f"loading {settings.model} ...")
+            models[model_key] = _load_model(settings)
+        loaded = models[model_key]
+        runtime = ModelRuntime.from_texts(
+            loaded, _prompt_texts(settings), max_new_tokens=settings.max_new_tokens,
+            max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
+        )
+        masks = {}
+        for index in indices:
+            _, _, study_settings, best = entries[index]
+            info = study_settings.info()
+            if info.fingerprint != loaded.info.fingerprint:
+                raise LayersearchError(f"model {settings.model!r} is not the one study {entries[index][0]!r} was made for")
+            masks[index] = mask_from_params(best.params, info.num_layers).with_model(info)
+        say(f"measuring plain generate and {len(indices)} mask(s) on {settings.domain} ({settings.samples} prompts) ...")
+        base_runs, mask_runs = [], {index: [] for index in indices}
+        for _ in range(repeats):
+            base_runs.append(runtime.baseline())
+            for index in indices:
+                mask_runs[index].append(runtime.decode(masks[index]))
+            base_runs.append(runtime.baseline())  # before and after: drift hits both sides alike
+        base_tps = sum(r.new_tokens for r in base_runs) / sum(r.seconds for r in base_runs)
+        for index in indices:
+            runs = mask_runs[index]
+            tokens, seconds = sum(r.new_tokens for r in runs), sum(r.seconds for r in runs)
+            drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
+            forwards, decode_tokens = sum(r.target_forwards for r in runs), sum(r.decode_tokens for r in runs)
+            tps = tokens / seconds if seconds > 0 else 0.0
+            rows[index].update(
+                M=decode_tokens / forwards if forwards else 1.0,
+                alpha=accepted / drafted if drafted else None,
+                tokens_per_second=tps,
+                baseline_tokens_per_second=base_tps,
+                speedup=tps / base_tps if base_tps > 0 else None,
+            )
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], out_prefix: str | Path, columns: Sequence[str]) -> tuple[Path, Path]:
+    """Write ``rows`` as ``<prefix>.csv`` and ``<prefix>.json``, each atomically."""
+    prefix = Path(out_prefix)
+    if prefix.suffix in (".csv", ".json"):
+        prefix = prefix.with_suffix("")
+    csv_path, json_path = Path(f"{prefix}.csv"), Path(f"{prefix}.json")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: "" if row.get(key) is None else row.get(key) for key in columns})
+    write_text_atomic(csv_path, buffer.getvalue())
+    write_json_atomic(json_path, [dict(row) for row in rows])
+    return csv_path, json_path

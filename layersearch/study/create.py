@@ -1,0 +1,125 @@
+"""``create``: a new study with its settings, model info, latency profile and initial masks.
+
+Bad input is rejected before any storage file is created; creating a study that exists with
+the same settings is not an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from layersearch.errors import LayersearchError
+from layersearch.study.rebuild import _initial_masks, _load_model, _prompt_texts, _strategy_plan
+from layersearch.study.settings import SETTINGS_ATTR, StudySettings
+from layersearch.study.storage import StorageLocation, _quiet_warnings, check_name, open_storage, storage_location
+
+
+#: Quick latency-profile settings used at create time (a few seconds on the embedded model).
+QUICK_PROFILE = dict(contexts=(64, 256, 512), max_verify=10, repeats=2)
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """Outcome of :func:`create_study`: ``created`` False when it existed with the same settings."""
+
+    name: str
+    url: str
+    created: bool
+    settings: StudySettings
+    enqueued: int = 0
+
+
+def create_study(
+    name: str,
+    settings: StudySettings,
+    *,
+    storage: str | None = None,
+    profile_path: str | Path | None = None,
+    loaded: Any = None,
+    log: Callable[[str], None] | None = None,
+) -> CreateResult:
+    """Create study ``name`` with ``settings`` (or find it already there with the same settings).
+
+    The model is loaded (or ``loaded`` reused) to record its ModelInfo and to measure a quick
+    latency profile unless ``profile_path`` gives one. Bad input is rejected before any storage
+    file is created.
+    """
+    import optuna
+
+    say = log or (lambda message: None)
+    check_name(name)
+    settings = settings.validated()
+    location = storage_location(storage, name)
+    profile = None
+    if profile_path is not None:
+        from layersearch.profile import LatencyProfile
+
+        profile = LatencyProfile.load(profile_path)
+    existing = _existing(name, location, settings)
+    if existing is not None:
+        return existing
+    location.check_creatable()
+    texts = _prompt_texts(settings)  # checks the domain's packages before the model loads
+    loaded = loaded if loaded is not None else _load_model(settings)
+    info = loaded.info
+    _strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
+    if profile is not None:
+        profile.check_model(info)
+    else:
+        say(f"measuring a quick latency profile of {info.name} ...")
+        profile = _quick_profile(loaded)
+    initial = _initial_masks(settings, loaded, texts, profile)
+    settings = replace(settings, model_info=info.to_dict(), profile=profile.to_dict())
+    storage_obj = open_storage(location, create=True)
+    try:
+        with _quiet_warnings():
+            study = optuna.create_study(study_name=name, storage=storage_obj, direction=settings.direction)
+    except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile
+        existing = _existing(name, location, settings)
+        if existing is not None:
+            return existing
+        raise LayersearchError(f"study {name!r} was created concurrently in {location.url}; retry") from None
+    study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
+    from layersearch.strategies import params_from_mask
+
+    for mask in initial:
+        study.enqueue_trial(params_from_mask(mask))
+    return CreateResult(name, location.url, True, settings, len(initial))
+
+
+def _existing(name: str, location: StorageLocation, settings: StudySettings) -> CreateResult | None:
+    """The result for a study that already exists (same settings), None if absent; raises if different."""
+    import optuna
+
+    if not location.exists():
+        return None
+    storage = open_storage(location)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+    data = study.user_attrs.get(SETTINGS_ATTR)
+    if data is None:
+        if not study.get_trials(deepcopy=False):
+            # A creation interrupted before its settings were written: start it over.
+            optuna.delete_study(study_name=name, storage=storage)
+            return None
+        raise LayersearchError(f"study {name!r} already exists in {location.url} and was not made by layersearch")
+    found = StudySettings.from_dict(data)
+    diff = found.differences(settings)
+    if diff:
+        raise LayersearchError(
+            f"study {name!r} already exists in {location.url} with different settings ({'; '.join(diff)})"
+        )
+    return CreateResult(name, location.url, False, found)
+
+
+def _quick_profile(loaded: Any) -> Any:
+    from layersearch.runtime.profiler import measure_profile
+
+    limit = getattr(loaded.model.config, "max_position_embeddings", None) or 10**9
+    verify = QUICK_PROFILE["max_verify"]
+    contexts = [n for n in QUICK_PROFILE["contexts"] if n + verify <= limit] or [max(1, limit - verify)]
+    return measure_profile(loaded.model, loaded.info, contexts=contexts, max_verify=verify, repeats=QUICK_PROFILE["repeats"])

@@ -1,0 +1,54 @@
+"""``export``: a study trial's mask written as a mask file with its provenance."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.study.storage import _load
+from layersearch.study.trials import _best_trial
+
+
+def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial: str | int = "best") -> tuple[Path, SkipMask]:
+    """Write the mask of ``trial`` ("best" or a trial number) as a mask file with provenance."""
+    study, settings, location, _ = _load(name, storage)
+    chosen = _pick_trial(study, name, trial)
+    info = settings.info()
+    from layersearch.strategies import mask_from_params
+
+    mask = mask_from_params(chosen.params, info.num_layers).with_model(info)
+    mask = mask.with_provenance(
+        strategy=settings.strategy,
+        objective=settings.objective,
+        score=float(chosen.value),
+        study=name,
+        trial=chosen.number,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        domain=settings.domain,
+        storage=location.url,
+    )
+    path = mask.save(out)
+    return path, mask
+
+
+def _pick_trial(study: Any, name: str, which: str | int) -> Any:
+    from optuna.trial import TrialState
+
+    if which in (None, "best"):
+        best = _best_trial(study)
+        if best is None:
+            raise LayersearchError(f"study {name!r} has no completed trial to export")
+        return best
+    try:
+        number = int(which)
+    except (TypeError, ValueError):
+        raise LayersearchError(f"--trial must be 'best' or a trial number, got {which!r}") from None
+    for trial in study.get_trials(deepcopy=False):
+        if trial.number == number:
+            if trial.state != TrialState.COMPLETE:
+                raise LayersearchError(f"trial {number} of study {name!r} is {trial.state.name}, not COMPLETE")
+            return trial
+    raise LayersearchError(f"study {name!r} has no trial {number}")

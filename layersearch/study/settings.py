@@ -1,0 +1,125 @@
+"""StudySettings: everything a run needs to rebuild a search, stored with the study.
+
+The settings are the study's user attribute ``"settings"`` (:data:`SETTINGS_ATTR`): model,
+domain, strategy, objective, skip ratio, samples, seed, decoding options, the model's
+:class:`~layersearch.mask.ModelInfo` and the latency profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo
+from layersearch.objectives import (
+    DEFAULT_GAMMA,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_SAMPLES,
+    check_objective,
+    objective_direction,
+)
+from layersearch.study.strategy import check_strategy
+
+
+SETTINGS_ATTR = "settings"
+SETTINGS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """Everything a run needs to rebuild a search; stored as the study's ``settings`` user attr."""
+
+    model: str
+    domain: str
+    strategy: str
+    objective: str
+    skip_ratio: float | None = None
+    samples: int = DEFAULT_SAMPLES
+    seed: int = 0
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    gamma: int = DEFAULT_GAMMA
+    max_draft: int = 8
+    draft_threshold: float = 0.8
+    decode_stats: bool = False
+    device: str = "cpu"
+    dtype: str = "float32"
+    model_info: dict[str, Any] | None = field(default=None, compare=False)
+    profile: dict[str, Any] | None = field(default=None, compare=False)
+
+    #: Fields that describe the measured model, not the user's choice: not compared on re-create.
+    DERIVED = ("model_info", "profile")
+
+    def validated(self) -> "StudySettings":
+        """Checked copy with the strategy's default skip ratio filled in; raises LayersearchError."""
+        from layersearch.data import DOMAINS
+
+        check_strategy(self.strategy)
+        check_objective(self.objective)
+        if self.domain not in DOMAINS:
+            raise LayersearchError(f"unknown domain {self.domain!r}; known domains: {', '.join(DOMAINS)}")
+        for name, minimum in (("samples", 1), ("max_new_tokens", 1), ("gamma", 1), ("max_draft", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise LayersearchError(f"{name.replace('_', '-')} must be an integer >= {minimum}, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise LayersearchError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if not 0.0 <= float(self.draft_threshold) <= 1.0:
+            raise LayersearchError(f"draft threshold must be in [0, 1], got {self.draft_threshold!r}")
+        ratio = self.skip_ratio
+        from layersearch.strategies import STRATEGIES, default_skip_ratio, make_sampler
+
+        if self.strategy in STRATEGIES:
+            if ratio is None:
+                ratio = default_skip_ratio(self.strategy)
+            make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
+        elif ratio is not None:
+            raise LayersearchError(f"strategy {self.strategy!r} chooses its own skip counts and takes no skip ratio")
+        return replace(self, skip_ratio=None if ratio is None else float(ratio))
+
+    @property
+    def direction(self) -> str:
+        """The objective's direction ("minimize" or "maximize")."""
+        return objective_direction(self.objective)
+
+    def identity(self) -> dict[str, Any]:
+        """The user's choices (derived fields left out): equal identities mean the same study."""
+        data = self.to_dict()
+        for key in self.DERIVED:
+            data.pop(key, None)
+        data.pop("version", None)
+        return data
+
+    def differences(self, other: "StudySettings") -> list[str]:
+        """``key: ours -> theirs`` for every choice that differs."""
+        mine, theirs = self.identity(), other.identity()
+        return [f"{key} {mine.get(key)!r} -> {theirs.get(key)!r}" for key in mine if mine.get(key) != theirs.get(key)]
+
+    def info(self) -> ModelInfo:
+        """The ModelInfo recorded at creation."""
+        if self.model_info is None:
+            raise LayersearchError("the study settings lack the model info (not created by layersearch study create?)")
+        return ModelInfo.from_dict(self.model_info, "settings.model_info")
+
+    def latency_profile(self) -> Any:
+        """The stored LatencyProfile, or None."""
+        if self.profile is None:
+            return None
+        from layersearch.profile import LatencyProfile
+
+        return LatencyProfile.from_dict(self.profile)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (what is stored in the study)."""
+        return {"version": SETTINGS_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "StudySettings":
+        """Parse the stored settings; unknown keys are ignored, missing optional ones defaulted."""
+        if not isinstance(data, dict):
+            raise LayersearchError("study settings must be an object")
+        known = {f.name for f in fields(cls)}
+        missing = [key for key in ("model", "domain", "strategy", "objective") if key not in data]
+        if missing:
+            raise LayersearchError(f"study settings lack {', '.join(missing)}")
+        return cls(**{key: value for key, value in data.items() if key in known})

@@ -1,0 +1,187 @@
+"""Where studies live: study names, storage URLs, opening a storage and loading a study.
+
+Default ``sqlite:///studies/<name>.db``; any SQLAlchemy URL Optuna accepts (PostgreSQL,
+MySQL...); a journal file as ``journal:///relative/path.log``, ``journal:////absolute/path.log``
+(the sqlite URL convention) or a plain path ending in ``.log``; a plain path ending in ``.db``
+is sqlite. Reading commands never create a storage file. RDB storages opened for a run get
+Optuna's heartbeat.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from layersearch.errors import LayersearchError
+from layersearch.study.settings import SETTINGS_ATTR, StudySettings
+
+
+STUDIES_DIR = Path("studies")
+
+#: Heartbeat of RDB storages during ``run``: seconds between beats; a trial whose worker has
+#: not beaten for ``grace = 3 x interval`` seconds is failed by the next worker that starts one.
+DEFAULT_HEARTBEAT = 10
+HEARTBEAT_GRACE_FACTOR = 3
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+@dataclass(frozen=True)
+class StorageLocation:
+    """Where a study lives: ``kind`` is "sqlite", "journal" or "rdb"; ``path`` for file kinds."""
+
+    url: str
+    kind: str
+    path: Path | None = None
+    default: bool = False
+
+    def exists(self) -> bool:
+        """False only when the storage surely holds nothing (its file is absent)."""
+        return self.path is None or self.path.exists()
+
+    def check_creatable(self, *, make_dirs: bool = False) -> None:
+        """Raise unless the storage file can be created.
+
+        The default folder ``studies/`` may be missing: ``make_dirs`` creates it (done only
+        when the storage is really opened, so rejected input leaves no folder behind).
+        """
+        if self.path is None or self.path.exists():
+            if self.path is not None and not os.access(self.path, os.R_OK | os.W_OK):
+                raise LayersearchError(f"cannot open storage {self.url}: {self.path} is not writable")
+            return
+        parent = self.path.parent
+        if self.default and not parent.exists():
+            if not make_dirs:
+                return
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LayersearchError(f"cannot create {parent}: {exc.strerror}") from None
+        if not parent.exists():
+            raise LayersearchError(f"cannot open storage {self.url}: directory {parent} does not exist")
+        if not parent.is_dir():
+            raise LayersearchError(f"cannot open storage {self.url}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise LayersearchError(f"cannot open storage {self.url}: directory {parent} is not writable")
+
+
+def default_storage_url(name: str) -> str:
+    """``sqlite:///studies/<name>.db``."""
+    return f"sqlite:///{STUDIES_DIR / (check_name(name) + '.db')}"
+
+
+def check_name(name: str) -> str:
+    """A study name: letters, digits and ``._+-``, starting with a letter or digit."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise LayersearchError(
+            f"invalid study name {name!r}: use letters, digits and ._+- (starting with a letter or digit)"
+        )
+    return name
+
+
+def storage_location(url: str | None, name: str | None = None) -> StorageLocation:
+    """Parse ``--storage`` (None: the default sqlite file of study ``name``)."""
+    if url is None:
+        if name is None:
+            raise LayersearchError("no storage given and no study name to derive the default from")
+        return StorageLocation(default_storage_url(name), "sqlite", STUDIES_DIR / f"{name}.db", default=True)
+    url = url.strip()
+    if not url:
+        raise LayersearchError("empty --storage")
+    if url.startswith("journal:"):
+        rest = url[len("journal:") :]
+        if not rest.startswith("///") or len(rest) == 3:
+            raise LayersearchError(f"journal storage must look like journal:///path.log, got {url!r}")
+        return StorageLocation(url, "journal", Path(rest[3:]))
+    if url.startswith("sqlite:"):
+        rest = url[len("sqlite:") :]
+        if not rest.startswith("///") or len(rest) == 3 or rest == "///:memory:":
+            raise LayersearchError(f"sqlite storage must name a file, like sqlite:///studies/x.db, got {url!r}")
+        return StorageLocation(url, "sqlite", Path(rest[3:]))
+    if "://" in url:
+        return StorageLocation(url, "rdb")
+    if url.endswith(".log"):
+        return StorageLocation(url, "journal", Path(url))
+    if url.endswith((".db", ".sqlite", ".sqlite3")):
+        return StorageLocation(f"sqlite:///{url}", "sqlite", Path(url))
+    raise LayersearchError(
+        f"unsupported storage {url!r}: give an Optuna storage URL (sqlite:///x.db, postgresql://...), "
+        "journal:///x.log or a path ending in .db or .log"
+    )
+
+
+def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: int | None = None) -> Any:
+    """An Optuna storage for ``location``; with ``create=False`` a missing file is an error.
+
+    ``heartbeat`` (seconds) turns on Optuna's heartbeat for RDB storages.
+    """
+    import optuna
+
+    if create:
+        location.check_creatable(make_dirs=True)
+    elif not location.exists():
+        raise LayersearchError(f"storage {location.url} does not exist (no file {location.path})")
+    try:
+        with _quiet_warnings():
+            if location.kind == "journal":
+                from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+                return JournalStorage(JournalFileBackend(str(location.path)))
+            kwargs: dict[str, Any] = {}
+            if heartbeat is not None:
+                kwargs = dict(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
+            return optuna.storages.RDBStorage(location.url, **kwargs)
+    except LayersearchError:
+        raise
+    except Exception as exc:  # a driver missing, a server unreachable, a file that is no database...
+        raise LayersearchError(f"cannot open storage {location.url}: {_one_line(exc)}") from None
+
+
+def load_study(name: str, *, storage: str | None = None) -> Any:
+    """The Optuna study ``name`` (for plots); clear errors for a missing storage or study."""
+    return _load(name, storage)[0]
+
+
+def _load(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None):
+    """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise."""
+    import optuna
+
+    check_name(name)
+    location = storage_location(storage_url, name)
+    if not location.exists():
+        raise LayersearchError(f"no study named {name!r}: {location.path} does not exist")
+    storage = open_storage(location, heartbeat=heartbeat)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    except KeyError:
+        raise LayersearchError(f"no study named {name!r} in {location.url}") from None
+    settings = _settings_of(study, location)
+    return study, settings, location, storage
+
+
+def _settings_of(study: Any, location: StorageLocation) -> StudySettings:
+    data = study.user_attrs.get(SETTINGS_ATTR)
+    if data is None:
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings")
+    return StudySettings.from_dict(data)
+
+
+@contextmanager
+def _quiet_warnings() -> Iterator[None]:
+    """Hide Optuna's ExperimentalWarning (heartbeat, journal) from users."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+    return text if len(text) <= 200 else text[:197] + "..."

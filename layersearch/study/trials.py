@@ -1,0 +1,32 @@
+"""Small queries on a study's trials: finished ones, the best one, JSON-safe attribute values."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _finished(study: Any) -> list[Any]:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+
+
+def _best_trial(study: Any) -> Any:
+    """The best COMPLETE trial, or None (Optuna raises when there is none)."""
+    try:
+        return study.best_trial
+    except ValueError:
+        return None
+
+
+def _best_value(study: Any) -> float | None:
+    best = _best_trial(study)
+    return None if best is None else float(best.value)
+
+
+def _json_value(value: Any) -> Any:
+    """Plain JSON scalars for user attrs (NaN/inf become None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
