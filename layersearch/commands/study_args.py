@@ -24,7 +24,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     c.add_argument("--name", required=True)
     _model_args(c)
     c.add_argument("--domain", required=True, help="prompt domain (summarization, math, code, translation, storytelling, sql)")
-    c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe, uniform; knapsack where layersearch.knapspec is present")
+    c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe, uniform or knapsack")
     c.add_argument("--objective", required=True, help=OBJECTIVE_HELP)
     c.add_argument("--storage", help=DEFAULT_STORAGE_HELP)
     _search_args(c)

@@ -35,7 +35,7 @@ class _ExtraStrategy:
 
 
 def _extra_strategies() -> dict[str, _ExtraStrategy]:
-    """Strategies plugged in from other packages, listed only when their code is importable.
+    """Strategies that are not Optuna samplers but generators of candidate masks.
 
     ``knapsack``: KnapSpec's knapsack DP (:func:`layersearch.knapspec.knapsack_masks`) proposes
     its best candidate masks (by predicted TPT on the study's prompts and profile); the study
@@ -43,14 +43,7 @@ def _extra_strategies() -> dict[str, _ExtraStrategy]:
     queue is empty. A new mask generator plugs in the same way: a function returning masks
     for the model, prompts and profile, wrapped with :func:`_queue_plan`.
     """
-    extras: dict[str, _ExtraStrategy] = {}
-    try:
-        from layersearch.knapspec import knapsack_masks  # noqa: F401
-    except Exception:  # not installed / not finished: the strategy is simply not offered
-        pass
-    else:
-        extras["knapsack"] = _ExtraStrategy(_queue_plan, _knapsack_initial, "KnapSpec knapsack candidates")
-    return extras
+    return {"knapsack": _ExtraStrategy(_queue_plan, _knapsack_initial, "KnapSpec knapsack candidates")}
 
 
 def _queue_plan(settings: Any, num_layers: int, n_finished: int) -> _StrategyPlan:

@@ -19,7 +19,15 @@ STORAGE = "sqlite:///studies/{}.db"
 
 
 def trials(name: str) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=name, storage=STORAGE.format(name)).get_trials(deepcopy=False)
+    # The run under test writes to the same sqlite file; a read may meet its write lock briefly.
+    for _ in range(100):
+        try:
+            return optuna.load_study(study_name=name, storage=STORAGE.format(name)).get_trials(deepcopy=False)
+        except Exception as exc:
+            if "locked" not in str(exc):
+                raise
+            time.sleep(0.1)
+    raise AssertionError("the study database stayed locked")
 
 
 def running(name: str) -> list[int]:
@@ -33,30 +41,33 @@ def test_kill_9_mid_trial_then_resume(workdir, cli, create_args):
     argv[argv.index("--max-new-tokens") + 1] = "24"
     assert cli(*argv)[0] == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "layersearch", "study", "run", "--name", "killed", "--trials", "10000", "--quiet"],
-        cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     victim = None
-    try:
-        deadline = time.monotonic() + 120
-        while victim is None and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-            if not (workdir / "studies/killed.db").exists() or not running("killed"):
-                continue
-            if not any(t.state == TrialState.COMPLETE for t in trials("killed")):
-                continue
-            os.kill(proc.pid, signal.SIGSTOP)  # freeze, then make sure a trial is still running
-            now = running("killed")
-            if now:
-                victim = now[0]
-                os.kill(proc.pid, signal.SIGKILL)
-            else:
-                os.kill(proc.pid, signal.SIGCONT)
-    finally:
-        if proc.poll() is None and victim is None:
-            proc.kill()
-        proc.wait()
+    for _attempt in range(3):  # a trial may finish just before the kill lands; then try again
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "layersearch", "study", "run", "--name", "killed", "--trials", "10000", "--quiet"],
+            cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+                if not (workdir / "studies/killed.db").exists():
+                    continue
+                now = trials("killed")
+                # A complete trial behind it, and a running one with all 8 mask parameters: measuring.
+                if any(t.state == TrialState.COMPLETE for t in now) and any(
+                    t.state == TrialState.RUNNING and len(t.params) == 8 for t in now
+                ):
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        left_running = running("killed")
+        if left_running:
+            victim = left_running[0]
+            break
     assert victim is not None, "the run never had a running trial to kill"
     assert running("killed") == [victim]  # kill -9 leaves it RUNNING...
     before = len(trials("killed"))
