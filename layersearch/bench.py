@@ -149,4 +149,8 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
             f"{r['M']:>6.2f}{_cell(r['alpha'], 7)}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
             f"{_cell(r['overhead_share'] and 100 * r['overhead_share'], 6, 1)}{_cell(r['memory_ratio'], 6)}"
         )
+    lines.append(
+        "speedup: time of plain generate / this, same repeat (median); pred.: the latency profile's prediction; "
+        "same: tokens identical to plain; ovh%: time outside model forwards; mem: (weights + peak growth) / (weights + KV cache)"
+    )
     return "\n".join(lines)
