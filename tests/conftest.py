@@ -23,6 +23,14 @@ def tiny_qwen2() -> torch.nn.Module:
     return _without_eos(build_tiny_model("qwen2", num_layers=4, seed=1))
 
 
+@pytest.fixture(scope="session")
+def embedded_dir():
+    """The embedded model's safetensors folder (converted from its GGUF on first use)."""
+    from layersearch.models.loading import embedded_model_dir
+
+    return embedded_model_dir()
+
+
 def _without_eos(model: torch.nn.Module) -> torch.nn.Module:
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import pytest
 
 from layersearch.commands import knapspec_bench
 from layersearch.mask import ModelInfo
 from layersearch.profile import LatencyProfile
-
-
-def _tokenizer_dir() -> Path | None:
-    from layersearch.models.loading import EMBEDDED_MODEL, cache_root
-
-    folder = cache_root() / "models" / EMBEDDED_MODEL
-    return folder if (folder / "tokenizer.json").is_file() else None
-
-
-def _has_news() -> bool:
-    try:
-        from layersearch.data import long_prompt
-
-        return bool(long_prompt(200))
-    except Exception:  # a missing data package
-        return False
 
 
 def test_parser_defaults():
@@ -38,14 +21,14 @@ def test_parser_defaults():
     assert args.max_new_tokens == 32 and args.profile is None and args.interval == 64
 
 
-@pytest.mark.skipif(_tokenizer_dir() is None or not _has_news(), reason="needs the cached embedded tokenizer and news data")
-def test_bench_runs_on_a_tiny_model(tmp_path, capsys):
+@pytest.mark.embedded
+def test_bench_runs_on_a_tiny_model(tmp_path, capsys, embedded_dir):
     from transformers import AutoTokenizer
 
     from layersearch.models.loading import describe_model
     from layersearch.models.tiny import build_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
     model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=1)
     folder = tmp_path / "tiny"
     model.save_pretrained(folder)

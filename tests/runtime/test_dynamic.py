@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -121,22 +120,15 @@ def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
         dynamic_decoder(args, loaded, policy=DraftPolicy(), sampling=SamplingConfig())
 
 
-def _embedded_tokenizer_dir() -> Path | None:
-    from layersearch.models.loading import EMBEDDED_MODEL, cache_root
-
-    folder = cache_root() / "models" / EMBEDDED_MODEL
-    return folder if (folder / "tokenizer.json").is_file() else None
-
-
-@pytest.mark.skipif(_embedded_tokenizer_dir() is None, reason="the embedded model's tokenizer is not cached")
-def test_generate_cli_dynamic_knapsack(tmp_path, capsys):
+@pytest.mark.embedded
+def test_generate_cli_dynamic_knapsack(tmp_path, capsys, embedded_dir):
     """``layersearch generate --dynamic knapsack`` end to end, on a tiny model saved with a real tokenizer."""
     from transformers import AutoTokenizer
 
     from layersearch.cli import main
     from layersearch.models.loading import describe_model
 
-    tokenizer = AutoTokenizer.from_pretrained(_embedded_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
     model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=4)
     folder = tmp_path / "tiny"
     model.save_pretrained(folder)
