@@ -138,8 +138,15 @@ def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: 
             return optuna.storages.RDBStorage(location.url, **kwargs)
     except LayersearchError:
         raise
-    except Exception as exc:  # a driver missing, a server unreachable, a file that is no database...
+    except ImportError:
+        # SQLAlchemy needs a driver per database; name the usual one instead of its generic text.
+        driver = _DRIVERS.get(location.url.split(":", 1)[0].split("+", 1)[0], "the database driver")
+        raise LayersearchError(f"cannot open storage {location.url}: install {driver} (pip) to use this database") from None
+    except Exception as exc:  # a server unreachable, a file that is no database...
         raise LayersearchError(f"cannot open storage {location.url}: {_one_line(exc)}") from None
+
+
+_DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL", "mariadb": "PyMySQL"}
 
 
 def load_study(name: str, *, storage: str | None = None) -> Any:
