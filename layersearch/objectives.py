@@ -398,7 +398,7 @@ def _pooled(stats: Sequence[Any]) -> DecodeMeasurement:
         drafted=sum(s.drafted for s in stats),
         accepted=sum(s.accepted for s in stats),
         decode_tokens=sum(max(0, s.new_tokens - 1) for s in stats),
-        draft_forwards=sum(getattr(s, "draft_forwards", 0) for s in stats),
+        draft_forwards=sum(s.draft_forwards for s in stats),
     )
 
 
