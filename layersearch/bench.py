@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -34,6 +33,7 @@ class Config:
     name: str
     generate: Callable[[torch.Tensor, int], GenerationResult]
     mask: SkipMask | None = None
+    model: torch.nn.Module | None = None  # set for our loop: memory is judged against its weights and cache
 
 
 @dataclass
@@ -59,7 +59,7 @@ def configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool) 
     for mask in masks:
         decoder = SpeculativeDecoder(model, mask, policy=policy)
         label = "ours: nothing skipped" if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
-        result.append(Config(label, decoder.generate, mask))
+        result.append(Config(label, decoder.generate, mask, model))
     return result
 
 
@@ -121,11 +121,11 @@ def summarize(name: str, m: Measurement, profile: LatencyProfile | None, context
 
 def _memory_ratio(peak_extra: int | None, config: Config, prompts, new_tokens: int) -> float | None:
     """(weights + peak growth during generation) / (weights + final KV cache)."""
-    if peak_extra is None or config.mask is None:
+    if peak_extra is None or config.model is None:
         return None
     from layersearch.runtime.memory import kv_cache_bytes, weight_bytes
 
-    model = config.generate.__self__.model  # the SpeculativeDecoder
+    model = config.model
     longest = max(p.shape[1] for p in prompts) + new_tokens
     weights = weight_bytes(model)
     return (weights + peak_extra) / (weights + kv_cache_bytes(model, longest))

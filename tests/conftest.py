@@ -31,6 +31,22 @@ def embedded_dir():
     return embedded_model_dir()
 
 
+@pytest.fixture
+def tiny_with_embedded_tokenizer(tmp_path, embedded_dir):
+    """Factory: a tiny random Llama sized to the embedded tokenizer, saved as a model folder."""
+    from transformers import AutoTokenizer
+
+    def save(seed: int):
+        tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
+        model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=seed)
+        folder = tmp_path / "tiny"
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return model, tokenizer, folder
+
+    return save
+
+
 def _without_eos(model: torch.nn.Module) -> torch.nn.Module:
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0

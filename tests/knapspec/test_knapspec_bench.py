@@ -22,17 +22,10 @@ def test_parser_defaults():
 
 
 @pytest.mark.embedded
-def test_bench_runs_on_a_tiny_model(tmp_path, capsys, embedded_dir):
-    from transformers import AutoTokenizer
-
+def test_bench_runs_on_a_tiny_model(tmp_path, capsys, tiny_with_embedded_tokenizer):
     from layersearch.models.loading import describe_model
-    from layersearch.models.tiny import build_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
-    model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=1)
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    model, _, folder = tiny_with_embedded_tokenizer(seed=1)
     info: ModelInfo = describe_model(model, str(folder))
     profile = LatencyProfile(info, "cpu", "float32", "x", 5e-5, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2))
     path = profile.save(tmp_path / "profile.json")

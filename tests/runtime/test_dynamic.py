@@ -12,7 +12,6 @@ import torch
 from layersearch.errors import LayersearchError
 from layersearch.knapspec import KnapSpecConfig
 from layersearch.mask import ModelInfo, SkipMask
-from layersearch.models.tiny import build_tiny_model
 from layersearch.profile import LatencyProfile
 from layersearch.runtime.decoder import Selection, SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
@@ -121,18 +120,12 @@ def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
 
 
 @pytest.mark.embedded
-def test_generate_cli_dynamic_knapsack(tmp_path, capsys, embedded_dir):
+def test_generate_cli_dynamic_knapsack(tmp_path, capsys, tiny_with_embedded_tokenizer):
     """``layersearch generate --dynamic knapsack`` end to end, on a tiny model saved with a real tokenizer."""
-    from transformers import AutoTokenizer
-
     from layersearch.cli import main
     from layersearch.models.loading import describe_model
 
-    tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
-    model = build_tiny_model("llama", num_layers=4, vocab_size=len(tokenizer), seed=4)
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    model, tokenizer, folder = tiny_with_embedded_tokenizer(seed=4)
     profile = tiny_profile(describe_model(model, str(folder))).save(tmp_path / "p.json")
     argv = ["generate", "--model", str(folder), "--dynamic", "knapsack", "--profile", str(profile),
             "--prompt", "The quick brown fox", "--max-new-tokens", "6", "--reselect-every", "2", "--json"]
