@@ -361,14 +361,12 @@ class ModelRuntime:
         """Prompt cache, prompt length and the target's greedy tokens t_1..t_{gamma+1} (cached)."""
         key = (index, gamma)
         if key not in self._targets:
-            from transformers import DynamicCache
-
-            from layersearch.runtime.cache import truncate_cache
+            from layersearch.runtime.cache import new_cache, truncate_cache
             from layersearch.runtime.decoder import eos_ids
             from layersearch.runtime.forward import forward_tokens
 
             prompt = self.prompts[index]
-            cache = DynamicCache(config=self.model.config)
+            cache = new_cache(self.model)
             logits = forward_tokens(self.model, prompt, 0, cache, keep=1)[-1]  # prefill: [vocab]
             tokens = [int(logits.argmax())]
             stop = eos_ids(self.model)

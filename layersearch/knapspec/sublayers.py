@@ -38,11 +38,12 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
-from transformers import Cache, DynamicCache
+from transformers import Cache
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.models.skipping import decoder_layers
+from layersearch.runtime.cache import new_cache
 from layersearch.runtime.forward import forward_tokens
 
 
@@ -89,7 +90,7 @@ def window_from_prompt(model: nn.Module, ids: torch.Tensor | Sequence[int], size
     if ids.numel() == 0:
         raise LayersearchError("a reference prompt is empty")
     size = min(size, int(ids.shape[0]))
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     if ids.shape[0] > size:
         with torch.inference_mode():
             forward_tokens(model, ids[:-size], 0, cache, keep=1)

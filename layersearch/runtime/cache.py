@@ -8,7 +8,13 @@ ever copying it (cropping a DynamicLayer is a slice view).
 
 from __future__ import annotations
 
-from transformers import Cache
+import torch
+from transformers import Cache, DynamicCache
+
+
+def new_cache(model: torch.nn.Module) -> Cache:
+    """An empty KV cache for ``model`` (the one place the runtime creates caches)."""
+    return DynamicCache(config=model.config)
 
 
 def truncate_cache(cache: Cache, length: int) -> None:

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache  # noqa: F401 (type in SelectionRequest)
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.models.skipping import skipping
-from layersearch.runtime.cache import truncate_cache
+from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.drafting import AdaptiveThreshold, DraftPolicy, Proposal, draft
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs, sample
@@ -128,7 +128,7 @@ class _Run:
         self.stop = stop
         self.clock = Clock(self.model.device)
         self.generator = self.sampling.generator(self.model.device)
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model)
         self.threshold = AdaptiveThreshold.start(self.policy.confidence_threshold)
         self.tokens: list[int] = []
         self.counts = dict(target_forwards=0, drafted=0, accepted=0)

@@ -34,7 +34,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.profile import LatencyProfile
-from layersearch.runtime.cache import truncate_cache
+from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
 
@@ -93,7 +93,7 @@ def _prefilled_cache(model: torch.nn.Module, length: int) -> DynamicCache:
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.randint(vocab, (length,), generator=generator)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     forward_tokens(model, ids, 0, cache, keep=1)
     return cache
 
