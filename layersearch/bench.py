@@ -24,6 +24,7 @@ from layersearch.runtime.memory import PeakMemory
 from layersearch.runtime.stats import combine
 
 PLAIN = "plain generate"
+PEERS = ("prompt-lookup", "early-exit")  # transformers' own speculative modes
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,41 @@ class Measurement:
     error: str | None = None
 
 
-def configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool) -> list[Config]:
-    """Plain generate, HF's prompt-lookup and early-exit peers, and our loop per mask."""
+def configs(
+    model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = ()
+) -> list[Config]:
+    """Plain generate, HF's prompt-lookup and early-exit peers, our loop per mask, and our other
+    drafters (``prompt-lookup``: the same 10-token cap as HF's peer; ``hybrid``: lookup, else the
+    first mask that skips something)."""
     num_layers = model.config.num_hidden_layers
     result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
-    if peers:
+    peers = PEERS if peers is True else tuple(peers or ())
+    if "prompt-lookup" in peers:
         result.append(Config("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
+    if "early-exit" in peers:
         exit_layer = num_layers // 2
         result.append(Config(f"hf early-exit (layer {exit_layer})", lambda ids, n: hf_generate(model, ids, n, assistant_early_exit=exit_layer)))
     for mask in masks:
         decoder = SpeculativeDecoder(model, mask, policy=policy)
         label = "ours: nothing skipped" if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
         result.append(Config(label, decoder.generate, mask, model))
+    return result + _drafter_configs(model, masks, policy, drafters)
+
+
+def _drafter_configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str]) -> list[Config]:
+    from layersearch.runtime.drafters import drafter_named
+    from layersearch.runtime.lookahead import StaticLookahead
+
+    result = []
+    fallback = next((m for m in masks if not m.is_empty), None)
+    for name in drafters:
+        if name == "prompt-lookup":
+            decoder = SpeculativeDecoder(model, drafter=drafter_named(name), lookahead=StaticLookahead(10))
+            result.append(Config("ours: prompt-lookup (10)", decoder.generate, None, model))
+        elif name == "hybrid" and fallback is not None:
+            decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(name), policy=policy)
+            label = fallback.provenance.get("label") or fallback.short_string()
+            result.append(Config(f"ours: hybrid ({label})", decoder.generate, None, model))
     return result
 
 

@@ -57,6 +57,12 @@ def _add_generate(sub) -> None:
     p.add_argument("--reselect-every", type=int, default=64, help="decoding steps between re-selections (--dynamic)")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     _draft_args(p)
+    p.add_argument("--drafter", choices=["layer-skip", "prompt-lookup", "hybrid"], default="layer-skip",
+                   help="where drafts come from: the masked model, n-gram lookup over prompt and output, "
+                   "or lookup first and the masked model otherwise (default layer-skip)")
+    p.add_argument("--lookahead", choices=["static", "confidence", "adaptive", "heuristic"], default=None,
+                   help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
+                   "threshold, or HF's heuristic schedule (default: confidence, adaptive with --adaptive-threshold)")
     p.set_defaults(command="generate")
 
 
@@ -94,6 +100,9 @@ def _add_bench(sub) -> None:
     p.add_argument("--profile", help="latency profile JSON (measured if absent)")
     p.add_argument("--out", default="bench.json")
     p.add_argument("--no-peers", action="store_true", help="skip HF's prompt lookup / early exit peers")
+    p.add_argument("--peers", default="prompt-lookup,early-exit", help="transformers' peers to run (default prompt-lookup,early-exit)")
+    p.add_argument("--drafters", default="prompt-lookup,hybrid",
+                   help="our other drafters to run beside the layer-skip masks (default prompt-lookup,hybrid; '' for none)")
     _draft_args(p)
     p.set_defaults(command="bench")
 

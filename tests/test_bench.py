@@ -25,3 +25,18 @@ def test_bench_rows_cover_plain_peers_and_masks(tiny_llama):
     assert len(measured[PLAIN].totals) == 2  # every repeat measured every configuration
     table = format_table("tiny", list(rows.values()))
     assert "ours: uniform 0.5" in table and PLAIN in table
+
+
+def test_bench_rows_for_our_other_drafters_are_identical_to_plain(tiny_llama):
+    info = ModelInfo("tiny", 4, 64, "x")
+    profile = LatencyProfile(info, "cpu", "float32", torch.__version__, 1e-6, 1e-3, 1e-3, 2e-3, (1.0, 1.5, 1.8))
+    masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5).with_provenance(label="uniform 0.5")]
+    cfgs = configs(tiny_llama, masks, DraftPolicy(4, 0.0), peers=("prompt-lookup",), drafters=("prompt-lookup", "hybrid"))
+    names = [c.name for c in cfgs]
+    assert names == [PLAIN, "hf prompt-lookup (10)", "ours: nothing skipped", "ours: uniform 0.5",
+                     "ours: prompt-lookup (10)", "ours: hybrid (uniform 0.5)"]
+    prompts = [torch.tensor([[5, 9, 11, 5, 9, 11, 5]]), torch.tensor([[7, 1, 2, 7, 1]])]
+    measured = run_domain(cfgs, prompts, 12, 1, lambda message: None)
+    rows = {c.name: summarize(c.name, measured[c.name], profile, 10, c.mask) for c in cfgs}
+    for name in names[1:]:
+        assert rows[name]["identical_to_plain"] is True, name

@@ -19,6 +19,7 @@ def run(args: Any) -> int:
     positive_int(args.repeats, "--repeats")
     positive_int(args.max_new_tokens, "--max-new-tokens")
     domains = [d for d in args.domains.split(",") if d]
+    drafters = _drafters(args)
     loaded = load(args)
     prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0)] for d in domains}
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + _masks(args, loaded.info)
@@ -28,7 +29,7 @@ def run(args: Any) -> int:
     for domain in domains:
         ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
         context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
-        cfgs = configs(loaded.model, masks, policy, peers=not args.no_peers)
+        cfgs = configs(loaded.model, masks, policy, peers=_peers(args), drafters=drafters)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
         rows = [summarize(c.name, measured[c.name], profile, context, c.mask) for c in cfgs]
@@ -37,6 +38,26 @@ def run(args: Any) -> int:
     path = write_json_atomic(args.out, report)
     print(f"wrote {path}")
     return 0
+
+
+def _peers(args: Any) -> tuple[str, ...]:
+    from layersearch.bench import PEERS
+
+    if args.no_peers:
+        return ()
+    names = tuple(p for p in getattr(args, "peers", ",".join(PEERS)).split(",") if p)
+    unknown = [p for p in names if p not in PEERS]
+    if unknown:
+        raise LayersearchError(f"--peers takes {' and/or '.join(PEERS)}, got {','.join(unknown)}")
+    return names
+
+
+def _drafters(args: Any) -> list[str]:
+    names = [d for d in getattr(args, "drafters", "").split(",") if d]
+    unknown = [d for d in names if d not in ("prompt-lookup", "hybrid")]
+    if unknown:
+        raise LayersearchError(f"--drafters takes prompt-lookup and/or hybrid, got {','.join(unknown)}")
+    return names
 
 
 def _masks(args: Any, info) -> list[SkipMask]:

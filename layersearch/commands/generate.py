@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from layersearch.commands.common import format_stats, load, positive_int, read_prompts
@@ -65,14 +66,51 @@ def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
 
 def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
     from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafters import drafter_named
     from layersearch.runtime.drafting import DraftPolicy
 
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    if args.adaptive_threshold and getattr(args, "lookahead", None) not in (None, "adaptive"):
+        raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
+    lookahead = policy.lookahead(getattr(args, "lookahead", None))
+    drafter = drafter_named(getattr(args, "drafter", None) or "layer-skip")
     if args.dynamic:
-        from layersearch.runtime.dynamic import dynamic_decoder
+        return dynamic_decoder(args, loaded, policy=policy, sampling=sampling, drafter=drafter, lookahead=lookahead)
+    return SpeculativeDecoder(loaded.model, mask, sampling=sampling, drafter=drafter, lookahead=lookahead)
 
-        return dynamic_decoder(args, loaded, policy=policy, sampling=sampling)
-    return SpeculativeDecoder(loaded.model, mask, policy=policy, sampling=sampling)
+
+def load_or_measure_profile(path: str | None, loaded, *, max_verify: int = 12, stream=None):
+    """The profile at ``path`` (checked against the model), or a quick one measured now (said on ``stream``)."""
+    from layersearch.profile import LatencyProfile
+    from layersearch.runtime.profiler import quick_profile
+
+    stream = stream or sys.stderr
+    if path:
+        return LatencyProfile.load(path, model=loaded.info)
+    print(
+        "layersearch: no --profile given; measuring a quick latency profile "
+        "(save one with `layersearch profile --out FILE` for better numbers)",
+        file=stream,
+        flush=True,
+    )
+    return quick_profile(loaded.model, loaded.info, max_verify=max_verify)
+
+
+def dynamic_decoder(args: Any, loaded, *, policy, sampling, **plugins: Any):
+    """The decoder of ``layersearch generate --dynamic knapsack`` (uses ``args.profile``, ``args.reselect_every``)."""
+    from layersearch.knapspec.controller import KnapSpecController
+    from layersearch.runtime.decoder import SpeculativeDecoder
+
+    kind = getattr(args, "dynamic", "knapsack") or "knapsack"
+    if kind != "knapsack":
+        raise LayersearchError(f"unknown dynamic mode {kind!r} (only 'knapsack')")
+    interval = getattr(args, "reselect_every", 64)
+    if interval is None or interval < 1:
+        raise LayersearchError(f"--reselect-every must be >= 1, got {interval}")
+    profile = load_or_measure_profile(getattr(args, "profile", None), loaded, max_verify=policy.max_draft_tokens + 1)
+    controller = KnapSpecController(loaded.model, profile, max_gamma=policy.max_draft_tokens, interval=interval)
+    plugins.setdefault("lookahead", policy.lookahead())
+    return SpeculativeDecoder(loaded.model, sampling=sampling, controller=controller, **plugins)
 
 
 def _print(args: Any, index: int, text: str, token_ids, stats: dict[str, Any]) -> None:

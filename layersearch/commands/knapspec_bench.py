@@ -4,7 +4,7 @@ For each context length (long news prompts cut to ``n`` tokens) it runs, one aft
 the same prompt, every run greedy and lossless:
 
 * ``plain``        plain decoding (our loop with the empty mask);
-* ``knapsack``     :class:`~layersearch.runtime.dynamic.DynamicKnapsackDecoder`: context-aware
+* ``knapsack``     :class:`~layersearch.knapspec.controller.KnapSpecController`: context-aware
                    selection, decoupled attention/MLP items (KnapSpec);
 * ``bound``        the same with whole layers as items (CLaSp's binding; §4 ablation);
 * ``fixed-short``  the knapsack's choice at the shortest context (~256 tokens) held fixed, the
@@ -158,14 +158,19 @@ class _Analysed:
     """Wraps a dynamic decoder's selector: at the first selection also scores, on the same window,
     the bound items, the fixed mask and the other candidate method (their time is kept apart)."""
 
+    wants_prompt_hidden = False
+
     def __init__(self, dynamic, profile, fixed):
         self.dynamic, self.profile, self.fixed = dynamic, profile, fixed
         self.analysis: dict[str, Any] = {}
         self.analysis_seconds = 0.0
 
-    def __call__(self, request):
+    def observe(self, outcome) -> None:
+        self.dynamic.observe(outcome)
+
+    def select(self, request):
         selection = self.dynamic.select(request)
-        if not self.analysis:
+        if selection is not None and not self.analysis:
             t0 = time.perf_counter()
             self.analysis = self._analyse(request, selection)
             self.analysis_seconds = time.perf_counter() - t0
@@ -178,10 +183,11 @@ class _Analysed:
         from layersearch.mask import SkipMask
 
         model, n = request.model, request.position
-        window = [window_from_cache(request.cache, request.sequence[0], self.dynamic.window)]
+        sequence = request.sequence[0].to(model.device)
+        window = [window_from_cache(request.cache, sequence, self.dynamic.window)]
         alpha_window = None
         if self.dynamic.alpha_window and self.dynamic.alpha_window > self.dynamic.window:
-            alpha_window = [window_from_cache(request.cache, request.sequence[0], self.dynamic.alpha_window)]
+            alpha_window = [window_from_cache(request.cache, sequence, self.dynamic.alpha_window)]
         config = self.dynamic.config
         out: dict[str, Any] = {"context": n, "decoupled": dict(selection.record), "contenders": self.dynamic.selector.last_rows}
         # §4: whole layers as items, same window, same rules.
@@ -203,17 +209,14 @@ class _Analysed:
 
 
 def _dynamic_run(name, model, profile, policy, args, config, ids, selector_wrapper=None):
-    """One DynamicKnapsackDecoder run; with ``selector_wrapper`` its analysis time is taken out."""
-    from layersearch.mask import SkipMask
+    """One KnapSpecController run; with ``selector_wrapper`` its analysis time is taken out."""
+    from layersearch.knapspec.controller import KnapSpecController
     from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.dynamic import DynamicKnapsackDecoder
 
-    dynamic = DynamicKnapsackDecoder(model, profile, policy=policy, interval=args.interval, window=args.window,
-                                     alpha_window=args.alpha_window or None, config=config)
-    selector = selector_wrapper(dynamic) if selector_wrapper else dynamic.select
-    decoder = SpeculativeDecoder(
-        model, SkipMask.none(dynamic.num_layers), policy=policy, selector=selector, reselect_every=args.interval
-    )
+    dynamic = KnapSpecController(model, profile, interval=args.interval, window=args.window,
+                                 alpha_window=args.alpha_window or None, config=config)
+    selector = selector_wrapper(dynamic) if selector_wrapper else dynamic
+    decoder = SpeculativeDecoder(model, policy=policy, controller=selector)
     result = decoder.generate(ids, args.max_new_tokens)
     extra = getattr(selector, "analysis_seconds", 0.0)
     selections = [dict(s) for s in result.stats.selections]

@@ -13,7 +13,8 @@ Pieces, in pipeline order:
 * :mod:`~layersearch.knapspec.select` -- alpha by top-1 agreement and the TPT grid search
   (:func:`choose_tpt`), a reusable :class:`KnapSpecSelector`, and :func:`knapsack_masks` for studies.
 
-The runtime mode that re-selects while decoding is :mod:`layersearch.runtime.dynamic`.
+The runtime mode that re-selects while decoding is :mod:`layersearch.knapspec.controller`
+(a controller of the decode loop).
 """
 
 from layersearch.knapspec.dp import TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, item_importance

@@ -26,3 +26,15 @@ def forward_tokens(
         logits_to_keep=n if keep is None else keep,
     )
     return out.logits[0]
+
+
+def prefill_with_hidden(model: torch.nn.Module, tokens: torch.Tensor, cache: Cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill ``tokens`` ([n]) at positions 0..n-1: last-position logits ``[1, vocab]`` and the
+    last layer's hidden states ``[n, hidden]`` (after the final norm), from the same forward."""
+    ids = tokens.to(model.device).view(1, -1)  # [1, n]
+    positions = torch.arange(ids.shape[1], device=model.device).unsqueeze(0)  # [1, n]
+    out = model(
+        input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
+        logits_to_keep=1, output_hidden_states=True,
+    )
+    return out.logits[0], out.hidden_states[-1][0]

@@ -221,3 +221,10 @@ def _describe(n: int, times: dict[str, float]) -> str:
         f"context {n}: full {ms['full']:.2f} ms, no attention {ms['no_attention']:.2f} ms, "
         f"no MLP {ms['no_mlp']:.2f} ms, embedding+head {ms['nothing']:.2f} ms"
     )
+
+
+def quick_profile(model: torch.nn.Module, info, *, max_verify: int = 12, progress=None):
+    """A fast, rough latency profile (few contexts, 2 repeats) for when none was given."""
+    limit = getattr(model.config, "max_position_embeddings", None) or 4096
+    contexts = tuple(n for n in (64, 256, 1024) if n + max_verify <= limit) or (max(1, limit - max_verify),)
+    return measure_profile(model, info, contexts=contexts, max_verify=max_verify, repeats=2, progress=progress)

@@ -1,9 +1,12 @@
-"""Statistics of one generation: M, alpha, tokens/s and where the time went."""
+"""Statistics of one generation: M, alpha, tokens/s, where the time went, and one record per
+decoding step (drafted / accepted counts and which drafter and mask made the step)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from layersearch.runtime.outcome import StepOutcome
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,26 @@ class DecodeStats:
     generations: int = 1  # how many generations these counts pool (see combine)
     draft_forwards: int = 0  # includes the forward whose low confidence stopped a draft
     forward_seconds: float = 0.0  # inside model forwards (prefill, draft, verify)
-    draft_lengths: tuple[int, ...] = field(default=(), repr=False)
+    steps: tuple[StepOutcome, ...] = field(default=(), repr=False)  # one per decoding step, in order
     selections: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+
+    @property
+    def draft_lengths(self) -> tuple[int, ...]:
+        """Tokens drafted at each decoding step."""
+        return tuple(s.drafted for s in self.steps)
+
+    @property
+    def accept_lengths(self) -> tuple[int, ...]:
+        """Tokens emitted per target forward at every decoding step (Spec-Bench's field)."""
+        return tuple(s.emitted for s in self.steps)
+
+    def drafter_counts(self) -> dict[str, int]:
+        """How many steps each drafter produced (steps without a draft count as "none")."""
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            key = s.drafter if s.drafted else "none"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     @property
     def mean_accepted_length(self) -> float:
@@ -71,8 +92,14 @@ class DecodeStats:
             "draft_forwards": self.draft_forwards,
             "bookkeeping_seconds": self.bookkeeping_seconds,
             "total_seconds": self.total_seconds,
+            "accept_lengths": list(self.accept_lengths),
+            "drafters": self.drafter_counts(),
             **({"selections": list(self.selections)} if self.selections else {}),
         }
+
+    def step_records(self) -> list[dict[str, Any]]:
+        """Every step as a JSON-ready dict (DISCO's oracle and per-step analyses read these)."""
+        return [s.to_dict() for s in self.steps]
 
 
 def combine(stats: list[DecodeStats]) -> DecodeStats:

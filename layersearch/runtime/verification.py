@@ -12,10 +12,14 @@ emitted sequence then follows the target distribution p exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from layersearch.runtime.sampling import sample
+from layersearch.runtime.sampling import SamplingConfig, next_token_probs, sample
+
+if TYPE_CHECKING:
+    from layersearch.runtime.drafters.base import Forward, Proposal
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,46 @@ def verify_sampling(
             residual = residual / total if total > 0 else target_probs[j]
             return Verdict(j, sample(residual, generator))
     return Verdict(k, sample(target_probs[k], generator))
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """One verification: the proposal after ``last_token``, which sits at ``position``."""
+
+    proposal: "Proposal"
+    last_token: int
+    position: int
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    forward: "Forward"  # forward(tokens, start) -> logits [n, vocab], in the shared cache
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Runs the target over a proposal and says how much of it to keep.
+
+    Afterwards the cache must hold the target's entries for ``last_token`` and the accepted
+    tokens at positions ``position..position + num_accepted`` (the loop cuts anything beyond).
+    """
+
+    name: str
+
+    def verify(self, request: VerifyRequest) -> Verdict:
+        """The verdict on ``request.proposal``."""
+        ...
+
+
+class ChainVerifier:
+    """A draft chain verified in one forward: greedy match or speculative sampling."""
+
+    name = "chain"
+
+    def verify(self, request: VerifyRequest) -> Verdict:
+        """Forward ``[last, d1..dk]`` at ``position`` and apply the greedy or sampling rule."""
+        tokens = list(request.proposal.tokens)
+        logits = request.forward([request.last_token, *tokens], request.position)  # [k + 1, vocab]
+        if request.sampling.greedy:
+            return verify_greedy(tokens, logits)
+        target_probs = next_token_probs(logits, request.sampling)  # [k + 1, vocab]
+        draft_probs = request.proposal.probs if request.proposal.probs is not None else target_probs[:0]
+        return verify_sampling(tokens, draft_probs, target_probs, request.generator)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from layersearch.errors import LayersearchError
-from layersearch.runtime.drafting import AdaptiveThreshold, DraftPolicy
+from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.lookahead import AdaptiveThreshold
 
 
 def test_threshold_rises_when_drafts_are_rejected():

@@ -1,4 +1,4 @@
-"""DynamicKnapsackDecoder: lossless while it re-selects, selections recorded; the CLI entry point."""
+"""KnapSpecController: lossless while it re-selects, selections recorded; the CLI entry point."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from layersearch.errors import LayersearchError
 from layersearch.knapspec import KnapSpecConfig
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.profile import LatencyProfile
-from layersearch.runtime.decoder import Selection, SpeculativeDecoder
+from layersearch.commands.generate import dynamic_decoder
+from layersearch.knapspec.controller import knapspec_decoder
+from layersearch.runtime.control import Selection
+from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
-from layersearch.runtime.dynamic import DynamicKnapsackDecoder, dynamic_decoder
 from layersearch.runtime.sampling import SamplingConfig
 
 INFO = ModelInfo("tiny-llama", 4, 64, "fp")
@@ -44,7 +46,7 @@ def recomputed_greedy(model, prompt, new):
 def test_dynamic_is_lossless_and_records_selections(tiny_llama, method, bound, alpha_window):
     prompt = prompt_for(3)
     config = KnapSpecConfig(method=method, bound=bound, max_gamma=6, tau=0.0)
-    decoder = DynamicKnapsackDecoder(
+    decoder = knapspec_decoder(
         tiny_llama, tiny_profile(), policy=DraftPolicy(6, 0.0), interval=3, window=5, alpha_window=alpha_window,
         config=config,
     )
@@ -64,7 +66,7 @@ def test_dynamic_is_lossless_and_records_selections(tiny_llama, method, bound, a
 
 
 def test_dynamic_uses_the_chosen_gamma_as_max_draft(tiny_llama):
-    decoder = DynamicKnapsackDecoder(tiny_llama, tiny_profile(), policy=DraftPolicy(8, 0.0), interval=100)
+    decoder = knapspec_decoder(tiny_llama, tiny_profile(), policy=DraftPolicy(8, 0.0), interval=100)
     result = decoder.generate(prompt_for(5), 30)
     (selection,) = result.stats.selections
     if selection["gamma"]:
@@ -75,28 +77,47 @@ def test_dynamic_uses_the_chosen_gamma_as_max_draft(tiny_llama):
 
 def test_dynamic_sampling_runs(tiny_llama):
     sampling = SamplingConfig(temperature=0.8, top_p=0.95, seed=1)
-    decoder = DynamicKnapsackDecoder(tiny_llama, tiny_profile(), policy=DraftPolicy(4, 0.0), sampling=sampling, interval=4)
+    decoder = knapspec_decoder(tiny_llama, tiny_profile(), policy=DraftPolicy(4, 0.0), sampling=sampling, interval=4)
     result = decoder.generate(prompt_for(6), 20)
     assert result.stats.new_tokens == 20 and result.stats.selections
 
 
-def test_selector_hook_switches_masks_losslessly(tiny_llama):
-    """The decoder hook alone: a selector alternating masks and draft lengths keeps greedy output exact."""
+class Alternating:
+    """A controller switching masks and draft caps every 2 steps, recording what it saw."""
+
+    wants_prompt_hidden = False
+
+    def __init__(self, masks):
+        self.masks, self.seen, self.observed = masks, [], []
+
+    def select(self, view):
+        if view.step % 2:
+            return None
+        self.seen.append((view.step, view.position, view.sequence.shape[1], view.max_draft_tokens))
+        n = len(self.seen)
+        return Selection(self.masks[n % 4], 1 + n % 5, {"n": n})
+
+    def observe(self, outcome):
+        self.observed.append(outcome)
+
+
+def test_controller_switches_masks_losslessly(tiny_llama):
+    """The controller point alone: alternating masks and draft lengths keeps greedy output exact."""
     masks = [SkipMask(4, (0, 1), ()), SkipMask.none(4), SkipMask(4, (), (2,)), SkipMask.everything(4)]
-    seen = []
-
-    def selector(request):
-        seen.append((request.step, request.position, request.sequence.shape[1], request.max_draft_tokens))
-        return Selection(masks[len(seen) % 4], 1 + len(seen) % 5, {"n": len(seen)})
-
+    controller = Alternating(masks)
     prompt = prompt_for(8)
-    decoder = SpeculativeDecoder(tiny_llama, SkipMask.none(4), policy=DraftPolicy(4, 0.0), selector=selector, reselect_every=2)
+    decoder = SpeculativeDecoder(tiny_llama, policy=DraftPolicy(4, 0.0), controller=controller)
     result = decoder.generate(prompt, 36)
     assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 36)
-    assert all(position + 1 == length for _, position, length, _ in seen)
-    assert [s["n"] for s in result.stats.selections] == list(range(1, len(seen) + 1))
+    assert all(position + 1 == length for _, position, length, _ in controller.seen)
+    assert [s["n"] for s in result.stats.selections] == list(range(1, len(controller.seen) + 1))
+    assert controller.observed == list(result.stats.steps)
+    # Each step ran with the mask chosen at the last even step and at most its cap.
+    for outcome in result.stats.steps:
+        n = outcome.step // 2 + 1
+        assert outcome.mask == masks[n % 4] and outcome.drafted <= 1 + n % 5
     with pytest.raises(LayersearchError):
-        SpeculativeDecoder(tiny_llama, SkipMask.none(4), reselect_every=0)
+        SpeculativeDecoder(tiny_llama, SkipMask.none(4), controller=controller)
 
 
 def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
@@ -104,7 +125,7 @@ def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
     loaded = SimpleNamespace(model=tiny_llama, tokenizer=None, info=INFO)
     args = argparse.Namespace(dynamic="knapsack", profile=str(path), reselect_every=5)
     decoder = dynamic_decoder(args, loaded, policy=DraftPolicy(4, 0.0), sampling=SamplingConfig())
-    assert decoder.interval == 5 and decoder.profile == LatencyProfile.load(path)
+    assert decoder.controller.interval == 5 and decoder.controller.profile == LatencyProfile.load(path)
     prompt = prompt_for(9)
     assert list(decoder.generate(prompt, 12).token_ids) == recomputed_greedy(tiny_llama, prompt, 12)
     assert capsys.readouterr().err == ""
@@ -112,7 +133,7 @@ def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
     args = argparse.Namespace(dynamic="knapsack", profile=None, reselect_every=64)
     decoder = dynamic_decoder(args, loaded, policy=DraftPolicy(4, 0.0), sampling=SamplingConfig())
     assert "quick latency profile" in capsys.readouterr().err
-    assert decoder.profile.model == INFO and decoder.interval == 64
+    assert decoder.controller.profile.model == INFO and decoder.controller.interval == 64
     other = LatencyProfile(ModelInfo("x", 4, 64, "other"), "cpu", "float32", "x", 0.0, 1e-3, 1e-3, 1e-3, (1.0,))
     args = argparse.Namespace(dynamic="knapsack", profile=str(other.save(tmp_path / "other.json")), reselect_every=5)
     with pytest.raises(LayersearchError, match="fingerprint"):

@@ -1,0 +1,121 @@
+"""Context-aware draft re-selection while decoding: KnapSpec's runtime mode, as a controller.
+
+:class:`KnapSpecController` plugs into the decode loop's controller point
+(:mod:`layersearch.runtime.control`): right after the prefill, and then every ``interval``
+decoding steps (verification cycles), it:
+
+1. takes the last ``window`` tokens (prompt and generated; at the first selection the prompt's
+   last tokens) as reference tokens, their context being the target's KV cache (read-only);
+2. computes integer latency weights at the current context length ``n`` from the
+   :class:`~layersearch.profile.LatencyProfile` (attention grows with ``n``, MLP does not), so
+   long contexts make attention sub-layers heavier and the knapsack drops more of them;
+3. builds the candidate set (:func:`~layersearch.knapspec.candidates_hidden_dp`, or the cheaper
+   per-item-value knapsack with ``method="items"``), estimates the alpha of an even spread of
+   them (``max_alpha_candidates``, 8) by top-1 agreement with the target on the last
+   ``alpha_window`` tokens, and picks ``(S*, gamma*)`` of largest predicted TPT;
+4. drafts with ``S*`` and at most ``gamma*`` tokens until the next selection (plain decoding
+   when no draft beats the target alone).
+
+Why a separate, longer alpha window: KnapSpec's reference is the tokens of the last 5 steps.
+Five tokens give alpha in steps of 0.2, and the TPT argmax over many candidates then picks one
+that agreed on all five by chance (the winner's curse). On SmolLM2-135M with a 1k-token news
+prompt, masks scoring alpha = 1.0 on 5 tokens scored 0.22-0.69 on 64 tokens and were accepted
+at 0.08-0.29 when decoding. The DP itself stays on ``window`` tokens (its cost is linear in
+them); only the chosen few masks run over ``alpha_window`` tokens. ``alpha_window=None``
+measures alpha on the DP's own tokens, as the paper.
+
+The policy's confidence threshold still stops drafts early. Every selection is recorded in
+``stats.selections``: step, context length, mask, gamma, predicted TPT, alpha, budget, cosine,
+weights and its own seconds (which count in ``stats.other_seconds``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector
+from layersearch.knapspec.sublayers import window_from_cache
+from layersearch.runtime.control import DecodeView, Selection
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.sampling import SamplingConfig
+
+DEFAULT_INTERVAL = 64
+DEFAULT_WINDOW = 5
+DEFAULT_ALPHA_WINDOW = 32
+DEFAULT_ALPHA_CANDIDATES = 8
+
+
+class KnapSpecController:
+    """Re-selects the draft sub-network ``(S*, gamma*)`` by KnapSpec's knapsack + TPT."""
+
+    wants_prompt_hidden = False
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        profile,
+        *,
+        max_gamma: int = 8,
+        interval: int = DEFAULT_INTERVAL,
+        window: int = DEFAULT_WINDOW,
+        alpha_window: int | None = DEFAULT_ALPHA_WINDOW,
+        config: KnapSpecConfig | None = None,
+    ) -> None:
+        _check_int(interval, "re-selection interval")
+        _check_int(window, "reference window")
+        if alpha_window is not None:
+            _check_int(alpha_window, "alpha window", "or None")
+        self.model = model
+        self.profile = profile
+        self.interval = interval
+        self.window = window
+        self.alpha_window = alpha_window
+        # The grid over gamma goes up to the loop's max draft length (KnapSpec's D).
+        self.config = config or KnapSpecConfig(max_gamma=max_gamma, max_alpha_candidates=DEFAULT_ALPHA_CANDIDATES)
+        self.selector = KnapSpecSelector(model, profile, self.config)
+        self.num_layers = self.selector.runner.num_layers
+
+    def select(self, view: DecodeView) -> Selection | None:
+        """At step 0 and every ``interval`` steps: choose ``(S*, gamma*)`` from the cache and newest tokens."""
+        if view.step % self.interval:
+            return None
+        if view.step == 0:
+            self.selector.reset()  # per-item values (method "items") are measured per generation
+        sequence = view.sequence[0].to(view.model.device)  # [position + 1]
+        windows = [window_from_cache(view.cache, sequence, self.window)]
+        alpha_windows = None
+        if self.alpha_window is not None and self.alpha_window > self.window:
+            alpha_windows = [window_from_cache(view.cache, sequence, self.alpha_window)]
+        choice = self.selector.select(windows, view.position, alpha_windows)
+        record: dict[str, Any] = choice.record()
+        record.update(self.selector.last_timing)
+        gamma = choice.gamma if choice.gamma >= 1 else None  # plain decoding keeps the cap as is
+        return Selection(choice.mask, gamma, record)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """KnapSpec re-selects on a schedule, not on feedback."""
+
+
+def knapspec_decoder(
+    model: torch.nn.Module,
+    profile,
+    *,
+    policy: DraftPolicy = DraftPolicy(),
+    sampling: SamplingConfig = SamplingConfig(),
+    **controller_options: Any,
+) -> SpeculativeDecoder:
+    """The decode loop with a :class:`KnapSpecController` whose gamma grid goes up to the policy's cap."""
+    controller_options.setdefault("max_gamma", policy.max_draft_tokens)
+    controller = KnapSpecController(model, profile, **controller_options)
+    return SpeculativeDecoder(model, policy=policy, sampling=sampling, controller=controller)
+
+
+def _check_int(value: Any, what: str, alternative: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        extra = f" {alternative}" if alternative else ""
+        raise LayersearchError(f"{what} must be an integer >= 1{extra}, got {value!r}")

@@ -1,0 +1,121 @@
+"""The drafter plug-in point: what a drafter gets (:class:`DraftRequest`) and returns
+(:class:`Proposal`), and the chain-drafting loop the model-based drafters share.
+
+A drafter proposes up to ``request.limit`` tokens to follow ``request.last_token``. It may run
+the target model with a mask in the shared cache (its entries are cut away by the loop before
+verification), run a model of its own, or look tokens up without any forward. When sampling,
+``Proposal.probs`` holds the distributions the tokens were drawn from (a one-hot row for a
+deterministic proposal), which is all speculative sampling needs to stay exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, runtime_checkable
+
+import torch
+
+from layersearch.mask import SkipMask
+from layersearch.runtime.lookahead import DraftPosition, Lookahead
+from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.sampling import SamplingConfig, sample
+
+# forward(tokens, start) -> logits [len(tokens), vocab], run in the shared cache and timed.
+Forward = Callable[[list[int], int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """Everything a drafter may read for one step (the cache is the target's: append only)."""
+
+    model: torch.nn.Module
+    cache: object  # transformers Cache holding ``position`` committed entries
+    sequence: torch.Tensor  # [position + 1] prompt and emitted ids (CPU); the last is not cached
+    position: int
+    limit: int  # at most this many tokens (lookahead cap and room left before max_new_tokens)
+    mask: SkipMask  # the controller's current mask
+    lookahead: Lookahead
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    forward: Forward
+
+    @property
+    def last_token(self) -> int:
+        """The newest emitted token (the draft continues after it)."""
+        return int(self.sequence[-1])
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Draft tokens and, when sampling, the draft distributions they were drawn from."""
+
+    tokens: tuple[int, ...]
+    probs: torch.Tensor | None  # [k, vocab] when sampling, else None
+    drafter: str = "layer-skip"
+    forwards: int = 0  # draft forwards spent (incl. one whose low confidence stopped the draft)
+
+    @classmethod
+    def empty(cls, drafter: str) -> "Proposal":
+        """No draft: the step is a plain target step."""
+        return cls((), None, drafter, 0)
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes draft tokens; ``name`` labels the steps it drafted in the statistics."""
+
+    name: str
+
+    def begin(self, prompt: torch.Tensor) -> None:
+        """A new generation starts with ``prompt`` ([n] ids); drop per-generation state."""
+        ...
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        """Up to ``request.limit`` draft tokens after ``request.last_token``."""
+        ...
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Feedback after the step was verified."""
+        ...
+
+
+class StatelessDrafter:
+    """Base for drafters that keep nothing between steps."""
+
+    name = "drafter"
+
+    def begin(self, prompt: torch.Tensor) -> None:
+        """Nothing to reset."""
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Nothing to learn."""
+
+
+def draft_chain(request: DraftRequest, next_logits: Callable[[int, int], torch.Tensor], name: str) -> Proposal:
+    """Draft one token at a time: ``next_logits(token, index)`` -> [vocab] logits for draft
+    position ``index`` after ``token``; the lookahead may stop before a token is drawn."""
+    tokens: list[int] = []
+    probs: list[torch.Tensor] = []
+    token = request.last_token
+    forwards = 0
+    for index in range(request.limit):
+        logits = next_logits(token, index)  # [vocab]
+        forwards += 1
+        view = DraftPosition(index, logits, request.sampling)
+        if not request.lookahead.keep_drafting(view):
+            break
+        if request.sampling.greedy:
+            token = int(logits.argmax())
+        else:
+            token = sample(view.probs, request.generator)
+            probs.append(view.probs)
+        tokens.append(token)
+    return Proposal(tuple(tokens), torch.stack(probs) if probs else None, name, forwards)
+
+
+def point_mass(tokens: tuple[int, ...], vocab: int, device: torch.device) -> torch.Tensor:
+    """One-hot rows [k, vocab]: the draft distribution of a deterministic proposal."""
+    rows = torch.zeros(len(tokens), vocab, device=device)
+    if tokens:
+        rows[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
+    return rows

@@ -1,0 +1,71 @@
+"""Drafting with an independent small causal LM that shares the target's tokenizer.
+
+The drafter keeps its own KV cache across the steps of one generation. Before each draft it
+keeps the longest prefix of its cache that agrees with the emitted sequence (accepted draft
+tokens stay; rejected ones are cropped) and feeds the rest in one forward, so it never
+re-reads the prompt.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.runtime.cache import new_cache, truncate_cache
+from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, draft_chain
+from layersearch.runtime.forward import forward_tokens
+
+
+def _vocab(model: torch.nn.Module) -> int:
+    return model.get_output_embeddings().out_features
+
+
+class ModelDrafter(StatelessDrafter):
+    """Drafts with ``model``, an independent causal LM with the same vocabulary as the target."""
+
+    name = "model"
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self._cache = None
+        self._ids: list[int] = []  # ids whose entries are in self._cache, in order
+
+    def check_target(self, target: torch.nn.Module) -> None:
+        """Refuse a drafter whose vocabulary differs from the target's."""
+        if _vocab(self.model) != _vocab(target):
+            raise LayersearchError(
+                f"the draft model's vocabulary ({_vocab(self.model)}) differs from the target's ({_vocab(target)}); "
+                "an independent drafter must share the target's tokenizer"
+            )
+
+    def begin(self, prompt: torch.Tensor) -> None:
+        """Fresh cache for a new generation."""
+        self._cache = new_cache(self.model)
+        self._ids = []
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        """Chain draft with the small model, stopped by the lookahead rule."""
+        if request.limit <= 0:
+            return Proposal.empty(self.name)
+        sequence = request.sequence.tolist()
+        keep = min(_common_prefix(self._ids, sequence), len(sequence) - 1)
+        truncate_cache(self._cache, keep)
+        self._ids = sequence[:keep]
+
+        def next_logits(token: int, index: int) -> torch.Tensor:
+            fed = sequence[keep:] if index == 0 else [token]
+            start = len(self._ids)
+            logits = forward_tokens(self.model, fed, start, self._cache, keep=1)[-1]  # [vocab]
+            self._ids.extend(fed)
+            return logits
+
+        with torch.inference_mode():
+            return draft_chain(request, next_logits, self.name)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differs = (torch.tensor(a[:n]) != torch.tensor(b[:n])).nonzero()
+    return int(differs[0]) if len(differs) else n

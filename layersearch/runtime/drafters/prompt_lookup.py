@@ -1,0 +1,58 @@
+"""Prompt-lookup drafting: copy what followed the latest earlier occurrence of the last n-gram.
+
+No model forward: the newest ``n`` tokens (n from ``max_ngram`` down to ``min_ngram``) are
+searched for in the prompt and the output so far, and the tokens that followed the most
+recent match are proposed (transformers' ``prompt_lookup_num_tokens`` takes the first match
+instead; the latest one is the nearer context, which is what repeats in edits, code and
+summaries). The proposal is deterministic, so for speculative sampling its distribution is a
+point mass and verification stays exact. The lookahead's confidence is not consulted (there is
+no draft distribution); its ``max_tokens`` still caps the draft.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, point_mass
+
+
+def lookup_continuation(sequence: torch.Tensor, limit: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[int, ...]:
+    """Up to ``limit`` tokens that followed the latest earlier occurrence of the longest
+    matching suffix n-gram of ``sequence`` ([n] ids); () when nothing matches."""
+    length = int(sequence.shape[0])
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if length <= n:
+            continue
+        pattern = sequence[-n:]  # [n]
+        windows = sequence[:-1].unfold(0, n, 1)  # [length - n, n]: every n-gram but the suffix itself
+        starts = (windows == pattern).all(dim=1).nonzero().flatten()
+        if len(starts):
+            begin = int(starts[-1]) + n
+            return tuple(sequence[begin : begin + limit].tolist())
+    return ()
+
+
+class PromptLookupDrafter(StatelessDrafter):
+    """Drafts by n-gram lookup over the prompt and the output so far."""
+
+    name = "prompt-lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise LayersearchError(f"n-gram sizes must satisfy 1 <= min <= max, got min={min_ngram} max={max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        """The continuation of the latest match, or an empty proposal."""
+        if request.limit <= 0:
+            return Proposal.empty(self.name)
+        tokens = lookup_continuation(request.sequence, request.limit, self.max_ngram, self.min_ngram)
+        if not tokens:
+            return Proposal.empty(self.name)
+        probs = None
+        if not request.sampling.greedy:
+            vocab = request.model.get_output_embeddings().out_features
+            probs = point_mass(tokens, vocab, request.model.device)
+        return Proposal(tokens, probs, self.name, 0)

@@ -1,0 +1,196 @@
+"""Lookahead rules: after each drafted position, whether to draft another token.
+
+A rule is an immutable value. The drafter asks :meth:`keep_drafting` with the draft's
+distribution for the next position *before* a token is drawn from it, so a stop decision
+never biases speculative sampling (it reads only the draft's own distribution). After each
+verification the loop calls :meth:`update` with the step's :class:`StepOutcome` and keeps the
+rule it returns. ``max_tokens`` caps every draft; a controller may change it
+(:meth:`with_max_tokens`, e.g. KnapSpec's gamma).
+
+Rules here:
+
+* :class:`StaticLookahead`      always ``max_tokens`` tokens (gpt-fast, Leviathan et al.).
+* :class:`ConfidenceLookahead`  stop when the top-1 probability < threshold (Self-SD, SWIFT).
+* :class:`AdaptiveLookahead`    Self-SD's adaptive threshold, moved by the acceptance rate.
+* :class:`HeuristicLookahead`   transformers' "heuristic" schedule: +2 after a fully accepted
+  draft, -1 otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.sampling import SamplingConfig, next_token_probs
+
+LOOKAHEAD_NAMES = ("static", "confidence", "adaptive", "heuristic")
+
+
+@dataclass(frozen=True)
+class DraftPosition:
+    """The draft's view of the next position: ``index`` tokens drafted so far, its logits."""
+
+    index: int
+    logits: torch.Tensor  # [vocab]
+    sampling: SamplingConfig
+
+    @cached_property
+    def probs(self) -> torch.Tensor:
+        """The distribution a token would be drawn from: [vocab] (plain softmax when greedy)."""
+        if self.sampling.greedy:
+            return torch.softmax(self.logits.float(), -1)
+        return next_token_probs(self.logits, self.sampling)
+
+    @property
+    def confidence(self) -> float:
+        """Top-1 probability of :attr:`probs`."""
+        return float(self.probs.max())
+
+
+@runtime_checkable
+class Lookahead(Protocol):
+    """Decides the draft length, one position at a time."""
+
+    max_tokens: int
+
+    def keep_drafting(self, position: DraftPosition) -> bool:
+        """Draft a token at ``position``? (``position.index < max_tokens`` is the caller's job.)"""
+        ...
+
+    def update(self, outcome: StepOutcome) -> "Lookahead":
+        """The rule for the next step, given how this step's draft fared."""
+        ...
+
+    def with_max_tokens(self, max_tokens: int) -> "Lookahead":
+        """The same rule with another cap."""
+        ...
+
+
+def _check_max(max_tokens: int) -> None:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise LayersearchError(f"max draft tokens must be an integer >= 1, got {max_tokens!r}")
+
+
+def _check_threshold(threshold: float) -> None:
+    if not 0 <= threshold <= 1:
+        raise LayersearchError(f"draft threshold must be in [0, 1], got {threshold}")
+
+
+@dataclass(frozen=True)
+class _CappedRule:
+    """Shared parts: a validated ``max_tokens`` and no adaptation."""
+
+    max_tokens: int = 8
+
+    def __post_init__(self) -> None:
+        _check_max(self.max_tokens)
+
+    def update(self, outcome: StepOutcome) -> "Lookahead":
+        return self  # type: ignore[return-value]
+
+    def with_max_tokens(self, max_tokens: int) -> "Lookahead":
+        return replace(self, max_tokens=max_tokens)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class StaticLookahead(_CappedRule):
+    """Always draft ``max_tokens`` tokens."""
+
+    def keep_drafting(self, position: DraftPosition) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ConfidenceLookahead(_CappedRule):
+    """Stop when the draft's top-1 probability falls below ``threshold`` (0 = never)."""
+
+    threshold: float = 0.8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_threshold(self.threshold)
+
+    def keep_drafting(self, position: DraftPosition) -> bool:
+        return self.threshold <= 0 or position.confidence >= self.threshold
+
+
+@dataclass(frozen=True)
+class AdaptiveThreshold:
+    """Self-SD's adaptive stop threshold, updated from each verification's matchness.
+
+    EMA (0.5) of the step's acceptance share; below 0.9 the threshold rises by 0.01 (draft
+    less), otherwise it falls by 0.01; the threshold in use is an EMA (0.9) of that.
+    """
+
+    raw: float
+    value: float
+    matchness: float = 1.0
+
+    @classmethod
+    def start(cls, threshold: float) -> "AdaptiveThreshold":
+        """Initial state at ``threshold``."""
+        return cls(raw=threshold, value=threshold)
+
+    def update(self, accepted: int, drafted: int) -> "AdaptiveThreshold":
+        """State after a verification that accepted ``accepted`` of ``drafted`` tokens."""
+        if drafted == 0:
+            return self
+        matchness = 0.5 * self.matchness + 0.5 * accepted / drafted
+        raw = self.raw + (0.01 if matchness < 0.9 else -0.01)
+        raw = min(1.0, max(0.0, raw))
+        return replace(self, raw=raw, value=0.9 * self.value + 0.1 * raw, matchness=matchness)
+
+
+@dataclass(frozen=True)
+class AdaptiveLookahead(_CappedRule):
+    """Self-SD's confidence rule whose threshold follows the acceptance rate."""
+
+    state: AdaptiveThreshold = field(default_factory=lambda: AdaptiveThreshold.start(0.8))
+
+    @classmethod
+    def starting_at(cls, max_tokens: int, threshold: float) -> "AdaptiveLookahead":
+        """The rule with its threshold starting at ``threshold``."""
+        _check_threshold(threshold)
+        return cls(max_tokens, AdaptiveThreshold.start(threshold))
+
+    def keep_drafting(self, position: DraftPosition) -> bool:
+        return position.confidence >= self.state.value
+
+    def update(self, outcome: StepOutcome) -> "Lookahead":
+        return replace(self, state=self.state.update(outcome.accepted, outcome.drafted))
+
+
+@dataclass(frozen=True)
+class HeuristicLookahead(_CappedRule):
+    """transformers' ``num_assistant_tokens_schedule="heuristic"``: the draft length grows by 2
+    after a step whose draft was accepted whole and shrinks by 1 (not below 1) otherwise.
+    ``max_tokens`` is the current length; ``ceiling`` bounds its growth."""
+
+    ceiling: int = 32
+
+    def keep_drafting(self, position: DraftPosition) -> bool:
+        return True
+
+    def update(self, outcome: StepOutcome) -> "Lookahead":
+        if outcome.drafted == 0:
+            return self
+        grown = self.max_tokens + 2 if outcome.accepted == outcome.drafted else self.max_tokens - 1
+        return replace(self, max_tokens=max(1, min(self.ceiling, grown)))
+
+
+def lookahead_named(name: str, max_tokens: int = 8, threshold: float = 0.8) -> Lookahead:
+    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`) with these settings."""
+    if name == "static":
+        return StaticLookahead(max_tokens)
+    if name == "confidence":
+        return ConfidenceLookahead(max_tokens, threshold)
+    if name == "adaptive":
+        return AdaptiveLookahead.starting_at(max_tokens, threshold)
+    if name == "heuristic":
+        return HeuristicLookahead(max_tokens, ceiling=max(32, max_tokens))
+    raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")

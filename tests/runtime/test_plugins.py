@@ -1,0 +1,245 @@
+"""Plug-in points of the decode loop: every drafter, lookahead rule, verifier and controller
+keeps greedy output identical to plain ``generate``; each one's own behaviour."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.control import FixedMask, Selection
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafters import (
+    DRAFTER_NAMES,
+    HybridDrafter,
+    LayerSkipDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    drafter_named,
+    lookup_continuation,
+)
+from layersearch.runtime.lookahead import (
+    LOOKAHEAD_NAMES,
+    ConfidenceLookahead,
+    HeuristicLookahead,
+    StaticLookahead,
+    lookahead_named,
+)
+from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.sampling import SamplingConfig
+from layersearch.runtime.verification import ChainVerifier
+
+NEW = 32
+
+
+def plain_generate(model, prompt, new=NEW):
+    attention = torch.ones_like(prompt)
+    out = model.generate(prompt, attention_mask=attention, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    return out[0, prompt.shape[1] :].tolist()
+
+
+def repetitive_prompt(seed: int) -> torch.Tensor:
+    """A prompt with repeated n-grams, so prompt lookup finds matches."""
+    g = torch.Generator().manual_seed(seed)
+    chunk = torch.randint(0, 128, (5,), generator=g)
+    noise = torch.randint(0, 128, (3,), generator=g)
+    return torch.cat([chunk, noise, chunk, noise[:1], chunk]).unsqueeze(0)
+
+
+@pytest.fixture(scope="module")
+def draft_model():
+    """A 2-layer random Llama with the tiny models' vocabulary: an independent drafter."""
+    model = build_tiny_model("llama", num_layers=2, seed=11)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def all_drafters(draft_model):
+    return {
+        "layer-skip": LayerSkipDrafter(),
+        "prompt-lookup": PromptLookupDrafter(),
+        "hybrid": HybridDrafter(),
+        "model": ModelDrafter(draft_model),
+    }
+
+
+class EveryStepController:
+    """Switches between two masks every step (stress for the controller point)."""
+
+    wants_prompt_hidden = True
+
+    def __init__(self, a: SkipMask, b: SkipMask):
+        self.masks = (a, b)
+        self.hidden_shapes = []
+
+    def select(self, view):
+        if view.step == 0:
+            self.hidden_shapes.append(tuple(view.prompt_hidden.shape))
+        return Selection(self.masks[view.step % 2])
+
+    def observe(self, outcome):
+        pass
+
+
+LOOKAHEADS = [
+    StaticLookahead(4),
+    ConfidenceLookahead(6, 0.05),
+    lookahead_named("adaptive", 5, 0.02),
+    HeuristicLookahead(2, ceiling=7),
+]
+
+
+@pytest.mark.parametrize("drafter_name", ["layer-skip", "prompt-lookup", "hybrid", "model"])
+@pytest.mark.parametrize("lookahead", LOOKAHEADS, ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_drafter_and_lookahead_is_lossless(tiny_llama, draft_model, drafter_name, lookahead, seed):
+    prompt = repetitive_prompt(seed)
+    drafter = all_drafters(draft_model)[drafter_name]
+    decoder = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=lookahead)
+    result = decoder.generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    stats = result.stats
+    assert sum(stats.accept_lengths) == NEW - 1  # every token but the prefill's came from a step
+    assert stats.drafted == sum(s.drafted for s in stats.steps) and stats.target_forwards == len(stats.steps)
+    assert {s.drafter for s in stats.steps if s.drafted} <= {drafter_name, "layer-skip", "prompt-lookup"}
+
+
+@pytest.mark.parametrize("drafter_name", ["layer-skip", "hybrid", "model"])
+def test_controller_switching_every_step_is_lossless(tiny_llama, draft_model, drafter_name):
+    controller = EveryStepController(SkipMask(4, (1, 2), ()), SkipMask(4, (), (0, 3)))
+    drafter = all_drafters(draft_model)[drafter_name]
+    prompt = repetitive_prompt(3)
+    result = SpeculativeDecoder(tiny_llama, drafter=drafter, controller=controller, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    assert controller.hidden_shapes == [(prompt.shape[1], tiny_llama.config.hidden_size)]
+    masks = [s.mask for s in result.stats.steps]
+    assert masks[:4] == [controller.masks[0], controller.masks[1]] * 2
+
+
+def test_explicit_verifier_and_fixed_controller_match_the_shorthand(tiny_llama):
+    prompt = repetitive_prompt(4)
+    mask = SkipMask(4, (0, 2), (1,))
+    short = SpeculativeDecoder(tiny_llama, mask).generate(prompt, NEW)
+    explicit = SpeculativeDecoder(
+        tiny_llama, controller=FixedMask(mask), verifier=ChainVerifier(), drafter=LayerSkipDrafter()
+    ).generate(prompt, NEW)
+    assert short.token_ids == explicit.token_ids
+    assert short.stats.draft_lengths == explicit.stats.draft_lengths
+
+
+def test_prompt_lookup_drafts_what_followed_the_latest_match(tiny_llama):
+    seq = torch.tensor([1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3])
+    assert lookup_continuation(seq, 4) == (7, 8, 5, 1)  # latest earlier "1 2 3" is at 4..6
+    assert lookup_continuation(seq, 4, max_ngram=3, min_ngram=3) == (7, 8, 5, 1)
+    assert lookup_continuation(torch.tensor([4, 5, 6]), 3) == ()
+    assert lookup_continuation(torch.tensor([4, 5, 4]), 3) == (5, 4)  # 1-gram fallback
+    # Spend no forward: a lookup-only run on a prompt with repetition drafts with no draft forwards.
+    result = SpeculativeDecoder(tiny_llama, drafter=PromptLookupDrafter()).generate(repetitive_prompt(0), NEW)
+    assert result.stats.draft_forwards == 0 and result.stats.drafted > 0
+    with pytest.raises(LayersearchError):
+        PromptLookupDrafter(max_ngram=1, min_ngram=2)
+
+
+def test_hybrid_uses_lookup_when_it_matches_and_layer_skip_otherwise(tiny_llama):
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=HybridDrafter(), lookahead=StaticLookahead(3)).generate(
+        repetitive_prompt(2), NEW
+    )
+    counts = result.stats.drafter_counts()
+    assert counts.get("prompt-lookup", 0) > 0 and counts.get("layer-skip", 0) > 0
+
+
+def test_heuristic_schedule_is_hfs():
+    rule = HeuristicLookahead(4, ceiling=9)
+
+    def outcome(drafted, accepted):
+        return StepOutcome(0, 0, drafted, accepted, accepted + 1, "x", None)
+
+    assert rule.update(outcome(4, 4)).max_tokens == 6  # all accepted: +2
+    assert rule.update(outcome(4, 3)).max_tokens == 3  # otherwise: -1
+    assert HeuristicLookahead(1).update(outcome(1, 0)).max_tokens == 1  # never below 1
+    assert HeuristicLookahead(8, ceiling=9).update(outcome(8, 8)).max_tokens == 9
+    assert rule.update(outcome(0, 0)) == rule  # nothing drafted: no evidence
+
+
+def test_lookahead_caps_and_names(tiny_llama):
+    prompt = repetitive_prompt(5)
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    assert max(result.stats.draft_lengths) == 3
+    assert all(d == 3 for d in result.stats.draft_lengths[:-2])  # static: always the cap (room allowing)
+    assert {type(lookahead_named(n)).__name__ for n in LOOKAHEAD_NAMES} == {
+        "StaticLookahead", "ConfidenceLookahead", "AdaptiveLookahead", "HeuristicLookahead"
+    }
+    with pytest.raises(LayersearchError, match="unknown lookahead"):
+        lookahead_named("sometimes")
+    with pytest.raises(LayersearchError):
+        StaticLookahead(0)
+    assert set(DRAFTER_NAMES) == {"layer-skip", "prompt-lookup", "hybrid"}
+    with pytest.raises(LayersearchError, match="unknown drafter"):
+        drafter_named("oracle")
+
+
+def test_model_drafter_keeps_its_cache_across_steps(tiny_llama, draft_model):
+    drafter = ModelDrafter(draft_model)
+    result = SpeculativeDecoder(tiny_llama, drafter=drafter, lookahead=StaticLookahead(4)).generate(repetitive_prompt(1), NEW)
+    # The drafter's cache holds the emitted sequence (minus rejected drafts), never re-read from scratch.
+    assert result.stats.drafted > 0 and len(drafter._ids) >= 13 + NEW - 5
+
+
+def test_model_drafter_with_another_vocabulary_is_refused(tiny_llama):
+    other = build_tiny_model("llama", num_layers=1, vocab_size=64, seed=2)
+    with pytest.raises(LayersearchError, match="vocabulary"):
+        SpeculativeDecoder(tiny_llama, drafter=ModelDrafter(other))
+
+
+def test_stats_json_has_per_step_records(tiny_llama):
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=HybridDrafter()).generate(repetitive_prompt(0), 20)
+    data = result.stats.to_dict()
+    assert data["accept_lengths"] == [s.emitted for s in result.stats.steps]
+    assert sum(data["drafters"].values()) == len(result.stats.steps)
+    records = result.stats.step_records()
+    assert records[0]["step"] == 0 and {"drafted", "accepted", "drafter", "mask"} <= set(records[0])
+
+
+# ----- sampling: deterministic (point-mass) drafts and an independent model stay exact -----
+
+def exact_three_token_law(model, prompt) -> np.ndarray:
+    """P(t1, t2, t3) over a 6-token vocabulary, flattened to [216]."""
+    law = np.zeros((6, 6, 6))
+    with torch.no_grad():
+        p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)
+        for a in range(6):
+            p2 = torch.softmax(model(torch.tensor([prompt + [a]])).logits[0, -1], -1)
+            p3 = torch.softmax(model(torch.tensor([prompt + [a, b] for b in range(6)])).logits[:, -1], -1)  # [6, 6]
+            law[a] = (p1[a] * p2[:, None] * p3).numpy()
+    return law.reshape(-1)
+
+
+def test_point_mass_and_model_drafts_follow_the_target_distribution():
+    """Tokens 2 and 3 come from draft + verify: chi-square of (t1, t2, t3) against the exact law."""
+    from scipy.stats import chisquare
+
+    target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21)
+    target.generation_config.eos_token_id = None
+    drafter_model = build_tiny_model("llama", num_layers=1, vocab_size=6, seed=22)
+    prompt = [1, 2, 1, 2]
+    exact = exact_three_token_law(target, prompt)
+    runs = 1500
+    for drafter in (PromptLookupDrafter(), ModelDrafter(drafter_model)):
+        observed = np.zeros(216)
+        drafted = 0
+        for seed in range(runs):
+            sampling = SamplingConfig(temperature=1.0, seed=seed)
+            decoder = SpeculativeDecoder(target, drafter=drafter, lookahead=StaticLookahead(2), sampling=sampling)
+            result = decoder.generate(prompt, 3)
+            a, b, c = result.token_ids
+            observed[a * 36 + b * 6 + c] += 1
+            drafted += result.stats.drafted
+        assert drafted > runs // 5, type(drafter).__name__  # the draft really took part
+        keep = exact * runs >= 5
+        expected = np.append(exact[keep], exact[~keep].sum()) * runs
+        counts = np.append(observed[keep], observed[~keep].sum())
+        expected = expected * counts.sum() / expected.sum()  # float32 softmax: rescale to the exact total
+        assert chisquare(counts, expected).pvalue > 1e-3, type(drafter).__name__
