@@ -96,3 +96,26 @@ def test_batch_of_prompts_via_baseline_and_sampling(tiny_dir, capsys):
     first = run_cli(capsys, *args)[1]
     second = run_cli(capsys, *args)[1]
     assert json.loads(first)["token_ids"] == json.loads(second)["token_ids"]
+
+
+@pytest.mark.parametrize("drafter", ["layer-skip", "prompt-lookup", "hybrid"])
+@pytest.mark.parametrize("lookahead", ["static", "confidence", "adaptive", "heuristic"])
+def test_generate_with_each_drafter_and_lookahead_equals_baseline(tiny_dir, capsys, drafter, lookahead):
+    prompt = "w5 w9 w17 w5 w9 w17 w8 w5 w9"
+    common = ["generate", "--model", str(tiny_dir), "--prompt", prompt, "--max-new-tokens", "16", "--json"]
+    code, out, _ = run_cli(capsys, *common, "--baseline")
+    plain = json.loads(out)
+    code, out, err = run_cli(capsys, *common, "--skip-ratio", "0.5", "--drafter", drafter, "--lookahead", lookahead,
+                             "--draft-threshold", "0.05", "--max-draft", "4")
+    assert code == 0, err
+    spec = json.loads(out)
+    assert spec["token_ids"] == plain["token_ids"]
+    used = set(spec["stats"]["drafters"])
+    assert used <= {"none", drafter, "layer-skip", "prompt-lookup"}
+    assert len(spec["stats"]["accept_lengths"]) == spec["stats"]["target_forwards"]
+
+
+def test_adaptive_threshold_contradicting_lookahead_is_one_line(tiny_dir, capsys):
+    code, out, err = run_cli(capsys, "generate", "--model", str(tiny_dir), "--prompt", "w5", "--adaptive-threshold",
+                             "--lookahead", "static")
+    assert code == 2 and err.count("\n") == 1 and "contradicts" in err
