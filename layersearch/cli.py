@@ -60,6 +60,9 @@ def _add_generate(sub) -> None:
     p.add_argument("--drafter", choices=["layer-skip", "prompt-lookup", "hybrid"], default="layer-skip",
                    help="where drafts come from: the masked model, n-gram lookup over prompt and output, "
                    "or lookup first and the masked model otherwise (default layer-skip)")
+    p.add_argument("--verification", choices=["chain", "tree"], default="chain",
+                   help="verify the draft chain, or SWIFT's token tree of top-k candidates per position (greedy; "
+                   "sampling verifies the chain) (default chain)")
     p.add_argument("--lookahead", choices=["static", "confidence", "adaptive", "heuristic"], default=None,
                    help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
                    "threshold, or HF's heuristic schedule (default: confidence, adaptive with --adaptive-threshold)")

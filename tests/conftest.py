@@ -51,3 +51,22 @@ def _without_eos(model: torch.nn.Module) -> torch.nn.Module:
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
+
+
+@pytest.fixture(scope="session")
+def exact_three_token_law():
+    """Function (model, prompt) -> P(t1, t2, t3) over a 6-token vocabulary, flattened to [216]:
+    the exact law that sampled speculative decoding of 3 tokens must follow."""
+    import numpy as np
+
+    def law_of(model, prompt) -> "np.ndarray":
+        law = np.zeros((6, 6, 6))
+        with torch.no_grad():
+            p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)
+            for a in range(6):
+                p2 = torch.softmax(model(torch.tensor([prompt + [a]])).logits[0, -1], -1)
+                p3 = torch.softmax(model(torch.tensor([prompt + [a, b] for b in range(6)])).logits[:, -1], -1)  # [6, 6]
+                law[a] = (p1[a] * p2[:, None] * p3).numpy()
+        return law.reshape(-1)
+
+    return law_of

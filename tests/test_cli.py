@@ -119,3 +119,15 @@ def test_adaptive_threshold_contradicting_lookahead_is_one_line(tiny_dir, capsys
     code, out, err = run_cli(capsys, "generate", "--model", str(tiny_dir), "--prompt", "w5", "--adaptive-threshold",
                              "--lookahead", "static")
     assert code == 2 and err.count("\n") == 1 and "contradicts" in err
+
+
+@pytest.mark.parametrize("drafter", ["layer-skip", "hybrid"])
+def test_generate_with_tree_verification_equals_baseline(tiny_dir, capsys, drafter):
+    prompt = "w5 w9 w17 w5 w9 w17 w8 w5 w9"
+    common = ["generate", "--model", str(tiny_dir), "--prompt", prompt, "--max-new-tokens", "24", "--json"]
+    code, out, _ = run_cli(capsys, *common, "--baseline")
+    plain = json.loads(out)
+    code, out, err = run_cli(capsys, *common, "--skip-ratio", "0.5", "--drafter", drafter, "--verification", "tree",
+                             "--max-draft", "25", "--draft-threshold", "0.05")
+    assert code == 0, err
+    assert json.loads(out)["token_ids"] == plain["token_ids"]

@@ -73,10 +73,23 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
     if args.adaptive_threshold and getattr(args, "lookahead", None) not in (None, "adaptive"):
         raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
     lookahead = policy.lookahead(getattr(args, "lookahead", None))
-    drafter = drafter_named(getattr(args, "drafter", None) or "layer-skip")
+    plugins = _verification(getattr(args, "verification", None) or "chain")
+    plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
     if args.dynamic:
-        return dynamic_decoder(args, loaded, policy=policy, sampling=sampling, drafter=drafter, lookahead=lookahead)
-    return SpeculativeDecoder(loaded.model, mask, sampling=sampling, drafter=drafter, lookahead=lookahead)
+        return dynamic_decoder(args, loaded, policy=policy, sampling=sampling, lookahead=lookahead, **plugins)
+    return SpeculativeDecoder(loaded.model, mask, sampling=sampling, lookahead=lookahead, **plugins)
+
+
+def _verification(kind: str) -> dict[str, Any]:
+    """The verifier and the drafts' branching for ``--verification``."""
+    from layersearch.runtime.tree import TopKBranching, TreeVerifier
+    from layersearch.runtime.verification import ChainVerifier
+
+    if kind == "tree":
+        return {"verifier": TreeVerifier(), "branching": TopKBranching()}
+    if kind == "chain":
+        return {"verifier": ChainVerifier(), "branching": None}
+    raise LayersearchError(f"unknown verification {kind!r} (chain or tree)")
 
 
 def load_or_measure_profile(path: str | None, loaded, *, max_verify: int = 12, stream=None):

@@ -17,7 +17,8 @@ output is the target's own, whatever they decide. The plug-in points:
 
 * drafter    :mod:`layersearch.runtime.drafters`   (layer skip, prompt lookup, hybrid, model)
 * lookahead  :mod:`layersearch.runtime.lookahead`  (static, confidence, adaptive, heuristic)
-* verifier   :mod:`layersearch.runtime.verification` (chain greedy / speculative sampling)
+* verifier   :mod:`layersearch.runtime.verification` (chain greedy / speculative sampling),
+             :mod:`layersearch.runtime.tree` (SWIFT's top-k token tree)
 * controller :mod:`layersearch.runtime.control`    (fixed mask; KnapSpec in knapspec/)
 """
 
@@ -93,9 +94,10 @@ class SpeculativeDecoder:
         if mask is not None:
             with skipping(model, mask):  # validates the mask against the model's layers up front
                 pass
-        check = getattr(self.drafter, "check_target", None)
-        if check is not None:
-            check(model)
+        for part in (self.drafter, self.verifier):
+            check = getattr(part, "check_target", None)
+            if check is not None:
+                check(model)
 
     @property
     def policy(self) -> Lookahead:
@@ -159,11 +161,11 @@ class _Run:
         proposal = self.drafter.propose(self._draft_request(position))
         truncate_cache(self.cache, position)
         t1 = self.clock.now()
-        request = VerifyRequest(proposal, last, position, self.sampling, self.generator, self._forward)
+        request = VerifyRequest(proposal, last, position, self.sampling, self.generator, self._forward, self.cache)
         verdict = self.verifier.verify(request)
         truncate_cache(self.cache, position + verdict.num_accepted + 1)
         t2 = self.clock.now()
-        emitted = self._emit([*proposal.tokens[: verdict.num_accepted], verdict.next_token])
+        emitted = self._emit([*verdict.accepted_tokens(proposal.tokens), verdict.next_token])
         self._feed_back(proposal, verdict, position, emitted, t1 - t0, t2 - t1)
 
     def _draft_request(self, position: int) -> DraftRequest:
@@ -214,10 +216,10 @@ class _Run:
         self._emit([self._choose(logits[-1])])
         self.seconds["prefill"] += self.clock.now() - t0
 
-    def _forward(self, tokens, start: int, keep: int | None = None) -> torch.Tensor:
+    def _forward(self, tokens, start: int, keep: int | None = None, **tree) -> torch.Tensor:
         # Every target forward goes through here, so time outside them is measurable bookkeeping.
         t0 = self.clock.now()
-        logits = forward_tokens(self.model, tokens, start, self.cache, keep)
+        logits = forward_tokens(self.model, tokens, start, self.cache, keep, **tree)
         self.seconds["forward"] += self.clock.now() - t0
         return logits
 

@@ -11,16 +11,27 @@ from transformers import Cache
 
 
 def forward_tokens(
-    model: torch.nn.Module, tokens: list[int] | torch.Tensor, start: int, cache: Cache, keep: int | None = None
+    model: torch.nn.Module,
+    tokens: list[int] | torch.Tensor,
+    start: int,
+    cache: Cache,
+    keep: int | None = None,
+    *,
+    positions: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Logits ``[keep or n, vocab]`` for ``tokens`` placed at positions ``start..start+n-1``."""
+    """Logits ``[keep or n, vocab]`` for ``tokens`` placed at positions ``start..start+n-1``
+    (or at ``positions`` [n], with a prepared 4-D ``attention_mask`` [1, 1, n, cached + n]
+    for a token tree)."""
     device = model.device
     ids = torch.as_tensor(tokens, device=device).view(1, -1)  # [1, n]
     n = ids.shape[1]
-    positions = torch.arange(start, start + n, device=device).unsqueeze(0)  # [1, n]
+    if positions is None:
+        positions = torch.arange(start, start + n, device=device)
     out = model(
         input_ids=ids,
-        position_ids=positions,
+        position_ids=positions.to(device).view(1, -1),  # [1, n]
+        attention_mask=None if attention_mask is None else attention_mask.to(device),
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=n if keep is None else keep,

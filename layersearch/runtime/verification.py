@@ -24,10 +24,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of verifying one draft: accepted draft count and the target's next token."""
+    """Outcome of verifying one draft: accepted draft count and the target's next token.
+    ``path`` holds the accepted tokens when they are not a prefix of the draft chain (a tree
+    verifier accepted a branch); otherwise it is None."""
 
     num_accepted: int
     next_token: int
+    path: tuple[int, ...] | None = None
+
+    def accepted_tokens(self, chain: tuple[int, ...]) -> tuple[int, ...]:
+        """The accepted draft tokens, given the proposal's chain."""
+        return self.path if self.path is not None else tuple(chain[: self.num_accepted])
 
 
 def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
@@ -76,6 +83,7 @@ class VerifyRequest:
     sampling: SamplingConfig
     generator: torch.Generator | None
     forward: "Forward"  # forward(tokens, start) -> logits [n, vocab], in the shared cache
+    cache: object = None  # the shared cache (a tree verifier moves the accepted branch into place)
 
 
 @runtime_checkable

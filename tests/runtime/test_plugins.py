@@ -205,19 +205,7 @@ def test_stats_json_has_per_step_records(tiny_llama):
 
 # ----- sampling: deterministic (point-mass) drafts and an independent model stay exact -----
 
-def exact_three_token_law(model, prompt) -> np.ndarray:
-    """P(t1, t2, t3) over a 6-token vocabulary, flattened to [216]."""
-    law = np.zeros((6, 6, 6))
-    with torch.no_grad():
-        p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)
-        for a in range(6):
-            p2 = torch.softmax(model(torch.tensor([prompt + [a]])).logits[0, -1], -1)
-            p3 = torch.softmax(model(torch.tensor([prompt + [a, b] for b in range(6)])).logits[:, -1], -1)  # [6, 6]
-            law[a] = (p1[a] * p2[:, None] * p3).numpy()
-    return law.reshape(-1)
-
-
-def test_point_mass_and_model_drafts_follow_the_target_distribution():
+def test_point_mass_and_model_drafts_follow_the_target_distribution(exact_three_token_law):
     """Tokens 2 and 3 come from draft + verify: chi-square of (t1, t2, t3) against the exact law."""
     from scipy.stats import chisquare
 

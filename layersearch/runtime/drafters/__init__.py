@@ -10,12 +10,16 @@ from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter, look
 DRAFTER_NAMES = ("layer-skip", "prompt-lookup", "hybrid")
 
 
-def drafter_named(name: str) -> Drafter:
-    """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`)."""
-    makers = {"layer-skip": LayerSkipDrafter, "prompt-lookup": PromptLookupDrafter, "hybrid": HybridDrafter}
-    if name not in makers:
-        raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
-    return makers[name]()
+def drafter_named(name: str, branching=None) -> Drafter:
+    """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`);
+    ``branching`` widens the layer-skip drafts into token trees."""
+    if name == "layer-skip":
+        return LayerSkipDrafter(branching)
+    if name == "prompt-lookup":
+        return PromptLookupDrafter()
+    if name == "hybrid":
+        return HybridDrafter(fallback=LayerSkipDrafter(branching))
+    raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
 
 
 __all__ = [

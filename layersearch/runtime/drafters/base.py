@@ -53,6 +53,8 @@ class Proposal:
     probs: torch.Tensor | None  # [k, vocab] when sampling, else None
     drafter: str = "layer-skip"
     forwards: int = 0  # draft forwards spent (incl. one whose low confidence stopped the draft)
+    # A token tree (SWIFT): for each chain position, other candidates to verify as leaves there.
+    branches: tuple[tuple[int, ...], ...] | None = None
 
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":
@@ -91,11 +93,20 @@ class StatelessDrafter:
         """Nothing to learn."""
 
 
-def draft_chain(request: DraftRequest, next_logits: Callable[[int, int], torch.Tensor], name: str) -> Proposal:
+def draft_chain(
+    request: DraftRequest,
+    next_logits: Callable[[int, int], torch.Tensor],
+    name: str,
+    branching: Callable[[DraftPosition, int], tuple[int, ...]] | None = None,
+) -> Proposal:
     """Draft one token at a time: ``next_logits(token, index)`` -> [vocab] logits for draft
-    position ``index`` after ``token``; the lookahead may stop before a token is drawn."""
+    position ``index`` after ``token``; the lookahead may stop before a token is drawn.
+    With ``branching`` (greedy only) each position also gets alternative candidates:
+    ``branching(position, chosen_token)`` -> tokens to verify as leaves beside it."""
     tokens: list[int] = []
     probs: list[torch.Tensor] = []
+    branches: list[tuple[int, ...]] = []
+    branching = branching if request.sampling.greedy else None
     token = request.last_token
     forwards = 0
     for index in range(request.limit):
@@ -106,11 +117,16 @@ def draft_chain(request: DraftRequest, next_logits: Callable[[int, int], torch.T
             break
         if request.sampling.greedy:
             token = int(logits.argmax())
+            if branching is not None:
+                branches.append(branching(view, token))
         else:
             token = sample(view.probs, request.generator)
             probs.append(view.probs)
         tokens.append(token)
-    return Proposal(tuple(tokens), torch.stack(probs) if probs else None, name, forwards)
+    return Proposal(
+        tuple(tokens), torch.stack(probs) if probs else None, name, forwards,
+        tuple(branches) if branching is not None else None,
+    )
 
 
 def point_mass(tokens: tuple[int, ...], vocab: int, device: torch.device) -> torch.Tensor:

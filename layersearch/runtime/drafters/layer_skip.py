@@ -13,9 +13,16 @@ from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessD
 
 
 class LayerSkipDrafter(StatelessDrafter):
-    """Drafts with ``request.mask`` applied to the target (Self-SD, SWIFT, KnapSpec)."""
+    """Drafts with ``request.mask`` applied to the target (Self-SD, SWIFT, KnapSpec).
+
+    ``branching`` (e.g. :class:`~layersearch.runtime.tree.TopKBranching`) makes greedy drafts
+    token trees: each position also proposes its other top-k candidates.
+    """
 
     name = "layer-skip"
+
+    def __init__(self, branching=None) -> None:
+        self.branching = branching
 
     def propose(self, request: DraftRequest) -> Proposal:
         """Chain draft with the masked model, stopped by the lookahead rule."""
@@ -26,4 +33,4 @@ class LayerSkipDrafter(StatelessDrafter):
             return request.forward([token], request.position + index)[-1]
 
         with skipping(request.model, request.mask):
-            return draft_chain(request, next_logits, self.name)
+            return draft_chain(request, next_logits, self.name, self.branching)
