@@ -53,8 +53,8 @@ def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = ()
 ) -> list[Config]:
     """Plain generate, HF's prompt-lookup and early-exit peers, our loop per mask, and our other
-    drafters (``prompt-lookup``: the same 10-token cap as HF's peer; ``hybrid``: lookup, else the
-    first mask that skips something)."""
+    drafters (``prompt-lookup``: n-grams of 3..2, HF's heuristic length schedule capped at 4;
+    ``hybrid``: lookup, else the first mask that skips something)."""
     num_layers = model.config.num_hidden_layers
     result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
     peers = PEERS if peers is True else tuple(peers or ())
@@ -72,14 +72,14 @@ def configs(
 
 def _drafter_configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str]) -> list[Config]:
     from layersearch.runtime.drafters import drafter_named
-    from layersearch.runtime.lookahead import StaticLookahead
+    from layersearch.runtime.lookahead import HeuristicLookahead
 
     result = []
     fallback = next((m for m in masks if not m.is_empty), None)
     for name in drafters:
         if name == "prompt-lookup":
-            decoder = SpeculativeDecoder(model, drafter=drafter_named(name), lookahead=StaticLookahead(10))
-            result.append(Config("ours: prompt-lookup (10)", decoder.generate, None, model))
+            decoder = SpeculativeDecoder(model, drafter=drafter_named(name), lookahead=HeuristicLookahead(4, ceiling=4))
+            result.append(Config("ours: prompt-lookup (<=4)", decoder.generate, None, model))
         elif name == "hybrid" and fallback is not None:
             decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(name), policy=policy)
             label = fallback.provenance.get("label") or fallback.short_string()

@@ -141,6 +141,9 @@ def test_prompt_lookup_drafts_what_followed_the_latest_match(tiny_llama):
     assert result.stats.draft_forwards == 0 and result.stats.drafted > 0
     with pytest.raises(LayersearchError):
         PromptLookupDrafter(max_ngram=1, min_ngram=2)
+    # Its own cap holds below the lookahead's.
+    capped = SpeculativeDecoder(tiny_llama, drafter=PromptLookupDrafter(max_tokens=2), lookahead=StaticLookahead(8))
+    assert max(capped.generate(repetitive_prompt(0), NEW).stats.draft_lengths) <= 2
 
 
 def test_hybrid_uses_lookup_when_it_matches_and_layer_skip_otherwise(tiny_llama):
@@ -215,7 +218,7 @@ def test_point_mass_and_model_drafts_follow_the_target_distribution(exact_three_
     prompt = [1, 2, 1, 2]
     exact = exact_three_token_law(target, prompt)
     runs = 1500
-    for drafter in (PromptLookupDrafter(), ModelDrafter(drafter_model)):
+    for drafter in (PromptLookupDrafter(min_ngram=1), ModelDrafter(drafter_model)):
         observed = np.zeros(216)
         drafted = 0
         for seed in range(runs):
