@@ -179,10 +179,11 @@ class _Run:
         )
 
     def _feed_back(self, proposal: Proposal, verdict: Verdict, position: int, emitted: int, draft_s: float, verify_s: float) -> None:
+        rule = type(self.lookahead).__name__.removesuffix("Lookahead").lower()
         outcome = StepOutcome(
             step=len(self.outcomes), position=position, drafted=len(proposal.tokens), accepted=verdict.num_accepted,
-            emitted=emitted, drafter=proposal.drafter, mask=self.mask, draft_forwards=proposal.forwards,
-            draft_seconds=draft_s, verify_seconds=verify_s,
+            emitted=emitted, drafter=proposal.drafter, mask=self.mask, lookahead=f"{rule}:{self.lookahead.max_tokens}",
+            draft_forwards=proposal.forwards, draft_seconds=draft_s, verify_seconds=verify_s,
         )
         self.outcomes.append(outcome)
         self.lookahead = self.lookahead.update(outcome)

@@ -25,6 +25,7 @@ class StepOutcome:
     emitted: int  # tokens this step added (accepted + the target's own, EOS / max_new may cut)
     drafter: str  # which drafter produced the draft ("layer-skip", "prompt-lookup", ...)
     mask: SkipMask | None  # the controller's mask in force (None: the drafter uses none)
+    lookahead: str = ""  # the rule and its cap in force, e.g. "confidence:8"
     draft_forwards: int = 0  # draft model forwards spent (incl. the one whose low confidence stopped it)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -39,6 +40,7 @@ class StepOutcome:
             "emitted": self.emitted,
             "drafter": self.drafter,
             "mask": None if self.mask is None else self.mask.short_string(),
+            "lookahead": self.lookahead,
         }
         if self.extra:
             record.update(self.extra)

@@ -154,6 +154,15 @@ def test_hybrid_uses_lookup_when_it_matches_and_layer_skip_otherwise(tiny_llama)
     assert counts.get("prompt-lookup", 0) > 0 and counts.get("layer-skip", 0) > 0
 
 
+def test_steps_record_the_lookahead_in_force(tiny_llama):
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), lookahead=HeuristicLookahead(3, ceiling=6)).generate(
+        repetitive_prompt(1), NEW
+    )
+    caps = [int(s.lookahead.split(":")[1]) for s in result.stats.steps]
+    assert all(s.lookahead.startswith("heuristic:") for s in result.stats.steps) and caps[0] == 3
+    assert all(s.drafted <= cap for s, cap in zip(result.stats.steps, caps))
+
+
 def test_heuristic_schedule_is_hfs():
     rule = HeuristicLookahead(4, ceiling=9)
 
@@ -203,7 +212,8 @@ def test_stats_json_has_per_step_records(tiny_llama):
     assert data["accept_lengths"] == [s.emitted for s in result.stats.steps]
     assert sum(data["drafters"].values()) == len(result.stats.steps)
     records = result.stats.step_records()
-    assert records[0]["step"] == 0 and {"drafted", "accepted", "drafter", "mask"} <= set(records[0])
+    assert records[0]["step"] == 0 and {"drafted", "accepted", "drafter", "mask", "lookahead"} <= set(records[0])
+    assert records[0]["lookahead"] == "confidence:8"
 
 
 # ----- sampling: deterministic (point-mass) drafts and an independent model stay exact -----
