@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from layersearch.errors import LayersearchError
 from layersearch.jsonfile import read_json_file, write_json_atomic
@@ -146,6 +146,29 @@ class LatencyProfile:
             raise LayersearchError(f"drafts per cycle must be a finite number >= 0, got {d!r}")
         c = self.cost_coefficient(mask, context)
         return M / (d * c + self.verify_ratio(round(d) + 1))
+
+    def step_seconds(self, context: int, drafted: int, draft_forwards: int, mask: SkipMask | None) -> float:
+        """Predicted seconds of one decoding step at ``context``: ``draft_forwards`` masked
+        forwards (the i-th at ``context + i``) and one target forward over ``drafted + 1`` tokens."""
+        drafting = 0.0
+        if draft_forwards and mask is not None:
+            drafting = sum(self.draft_seconds(mask, context + i) for i in range(draft_forwards))
+        return drafting + self.target_seconds(context) * self.verify_ratio(drafted + 1)
+
+    def predicted_speedup_of_steps(self, steps: Sequence[Any]) -> float | None:
+        """Speedup over plain decoding that the profile predicts for a run's own steps.
+
+        ``steps`` are the loop's per-step records (``position``, ``drafted``, ``draft_forwards``,
+        ``emitted``, ``mask``: :class:`~layersearch.runtime.outcome.StepOutcome`). Unlike
+        :meth:`expected_speedup`, nothing is inferred from M and alpha: each step's actual draft
+        forwards, verified length and context are costed, and plain decoding is costed as one
+        target forward per emitted token at its own context.
+        """
+        speculative = plain = 0.0
+        for step in steps:
+            speculative += self.step_seconds(step.position, step.drafted, step.draft_forwards, step.mask)
+            plain += sum(self.target_seconds(step.position + i) for i in range(step.emitted))
+        return plain / speculative if speculative > 0 else None
 
     def tpt(self, alpha: float, gamma: int, mask: SkipMask, context: int) -> float:
         """KnapSpec tokens-per-time (tokens / second) for drafts of ``gamma`` tokens.

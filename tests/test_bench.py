@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
-from layersearch.bench import PLAIN, configs, format_table, run_domain, summarize
+from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.profile import LatencyProfile
 from layersearch.runtime.drafting import DraftPolicy
@@ -17,11 +19,15 @@ def test_bench_rows_cover_plain_peers_and_masks(tiny_llama):
     cfgs = configs(tiny_llama, masks, DraftPolicy(4, 0.0), peers=True)
     prompts = [torch.tensor([[5, 9, 11, 3]]), torch.tensor([[7, 1, 2]])]
     measured = run_domain(cfgs, prompts, 12, 2, lambda message: None)
-    rows = {c.name: summarize(c.name, measured[c.name], profile, 10, c.mask) for c in cfgs}
+    rows = {c.name: summarize(c.name, measured[c.name], profile, 10, c.mask, measured[LOOP]) for c in cfgs}
     assert rows[PLAIN]["speedup"] == 1.0
     ours = rows["ours: uniform 0.5"]
     assert ours["identical_to_plain"] is True and rows["ours: nothing skipped"]["identical_to_plain"] is True
     assert ours["speedup"] > 0 and ours["predicted_speedup"] > 0 and 0 <= ours["overhead_share"] < 1
+    loop_totals, our_totals = measured[LOOP].totals, measured["ours: uniform 0.5"].totals
+    assert ours["speedup_vs_loop"] == statistics.median(a / b for a, b in zip(loop_totals, our_totals))
+    assert ours["realized_over_predicted"] == ours["speedup_vs_loop"] / ours["predicted_speedup"]
+    assert ours["draft_forward_ms"]["measured"] > 0 and ours["verify_ms"]["predicted"] > 0
     assert len(measured[PLAIN].totals) == 2  # every repeat measured every configuration
     table = format_table("tiny", list(rows.values()))
     assert "ours: uniform 0.5" in table and PLAIN in table

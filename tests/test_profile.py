@@ -222,3 +222,21 @@ def test_load_rejects_invalid_values(tmp_path, change, words):
 def test_load_reports_a_missing_file(tmp_path):
     with pytest.raises(LayersearchError, match="not found"):
         LatencyProfile.load(tmp_path / "nope.json")
+
+
+def test_step_prediction_costs_each_step_as_the_loop_ran_it():
+    from layersearch.runtime.outcome import StepOutcome
+
+    info = ModelInfo("tiny", 4, 64, "x")
+    profile = LatencyProfile(info, "cpu", "float32", "x", 1e-6, 1e-3, 2e-3, 4e-3, (1.0, 1.5, 1.8))
+    mask = SkipMask(4, (0, 1), (2,))
+    steps = [
+        StepOutcome(0, 10, drafted=2, accepted=2, emitted=3, drafter="layer-skip", mask=mask, draft_forwards=3),
+        StepOutcome(1, 13, drafted=0, accepted=0, emitted=1, drafter="layer-skip", mask=mask, draft_forwards=0),
+    ]
+    draft = sum(profile.draft_seconds(mask, 10 + i) for i in range(3))
+    spec = draft + profile.target_seconds(10) * 1.8 + profile.target_seconds(13)
+    plain = sum(profile.target_seconds(n) for n in (10, 11, 12, 13))
+    assert profile.step_seconds(10, 2, 3, mask) == pytest.approx(draft + profile.target_seconds(10) * 1.8)
+    assert profile.predicted_speedup_of_steps(steps) == pytest.approx(plain / spec)
+    assert profile.predicted_speedup_of_steps([]) is None

@@ -12,7 +12,7 @@ from layersearch.mask import SkipMask, write_json_atomic
 
 def run(args: Any) -> int:
     """Run the benchmark, print one table per domain and write the JSON report."""
-    from layersearch.bench import configs, format_table, run_domain, summarize
+    from layersearch.bench import LOOP, configs, format_table, run_domain, summarize
     from layersearch.data import load_prompts
     from layersearch.runtime.drafting import DraftPolicy
 
@@ -32,7 +32,8 @@ def run(args: Any) -> int:
         cfgs = configs(loaded.model, masks, policy, peers=_peers(args), drafters=drafters)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
-        rows = [summarize(c.name, measured[c.name], profile, context, c.mask) for c in cfgs]
+        loop = measured.get(LOOP)
+        rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop) for c in cfgs]
         report["domains"][domain] = {"context": context, "rows": rows}
         print(format_table(domain, rows), flush=True)
     path = write_json_atomic(args.out, report)

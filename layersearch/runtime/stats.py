@@ -116,4 +116,5 @@ def combine(stats: list[DecodeStats]) -> DecodeStats:
         generations=sum(s.generations for s in stats),
         draft_forwards=sum(s.draft_forwards for s in stats),
         forward_seconds=sum(s.forward_seconds for s in stats),
+        steps=tuple(step for s in stats for step in s.steps),
     )
