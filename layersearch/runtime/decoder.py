@@ -36,7 +36,7 @@ from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
 from layersearch.runtime.drafters import DraftRequest, Drafter, LayerSkipDrafter, Proposal
 from layersearch.runtime.drafting import DraftPolicy
-from layersearch.runtime.forward import forward_tokens, prefill_with_hidden
+from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.lookahead import Lookahead
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs, sample
@@ -140,6 +140,12 @@ class _Run:
         self.seconds = dict(prefill=0.0, forward=0.0)
         self.prompt = prompt
         self.prompt_hidden: torch.Tensor | None = None
+        self.num_layers = decoder.num_layers
+        # Verifier hidden states a drafter asked for (SD²-style steering), captured from the
+        # prefill and every verification forward, never from an extra forward.
+        self.hidden_layers: tuple[int, ...] = tuple(getattr(self.drafter, "hidden_layers", ()) or ())
+        self.capturing = False
+        self.captured: torch.Tensor | None = None  # [n, len(hidden_layers), hidden] of the last verification
         self.stop_now = False
 
     def execute(self) -> GenerationResult:
@@ -162,8 +168,12 @@ class _Run:
         truncate_cache(self.cache, position)
         t1 = self.clock.now()
         request = VerifyRequest(proposal, last, position, self.sampling, self.generator, self._forward, self.cache)
+        self.capturing = bool(self.hidden_layers)
         verdict = self.verifier.verify(request)
+        self.capturing = False
         truncate_cache(self.cache, position + verdict.num_accepted + 1)
+        if self.hidden_layers:  # the states at the input whose output gave the returned token
+            self.drafter.observe_hidden(self.captured[verdict.source_node])
         t2 = self.clock.now()
         emitted = self._emit([*verdict.accepted_tokens(proposal.tokens), verdict.next_token])
         self._feed_back(proposal, verdict, position, emitted, t1 - t0, t2 - t1)
@@ -210,17 +220,28 @@ class _Run:
     # ----- helpers ----------------------------------------------------------------------
     def _prefill(self) -> None:
         t0 = self.clock.now()
-        if getattr(self.controller, "wants_prompt_hidden", False):
-            logits, self.prompt_hidden = prefill_with_hidden(self.model, self.prompt[0], self.cache)
+        wants_prompt = bool(getattr(self.controller, "wants_prompt_hidden", False))
+        layers = self.hidden_layers + ((self.num_layers - 1,) if wants_prompt else ())
+        if layers:
+            logits, hidden = self._forward(self.prompt[0], 0, keep=1, hidden_layers=layers)  # hidden [n, layers, d]
+            if wants_prompt:
+                self.prompt_hidden = hidden[:, -1]  # [n, d]: the last decoder layer's output
+            if self.hidden_layers:
+                self.drafter.observe_hidden(hidden[-1, : len(self.hidden_layers)])
         else:
             logits = self._forward(self.prompt[0], 0, keep=1)
         self._emit([self._choose(logits[-1])])
         self.seconds["prefill"] += self.clock.now() - t0
 
-    def _forward(self, tokens, start: int, keep: int | None = None, **tree) -> torch.Tensor:
+    def _forward(self, tokens, start: int, keep: int | None = None, **options) -> torch.Tensor:
         # Every target forward goes through here, so time outside them is measurable bookkeeping.
         t0 = self.clock.now()
-        logits = forward_tokens(self.model, tokens, start, self.cache, keep, **tree)
+        if self.capturing:
+            logits, self.captured = forward_tokens(
+                self.model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, **options
+            )
+        else:
+            logits = forward_tokens(self.model, tokens, start, self.cache, keep, **options)
         self.seconds["forward"] += self.clock.now() - t0
         return logits
 

@@ -19,10 +19,12 @@ def forward_tokens(
     *,
     positions: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    hidden_layers: tuple[int, ...] = (),
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Logits ``[keep or n, vocab]`` for ``tokens`` placed at positions ``start..start+n-1``
     (or at ``positions`` [n], with a prepared 4-D ``attention_mask`` [1, 1, n, cached + n]
-    for a token tree)."""
+    for a token tree). With ``hidden_layers``, also the outputs of those decoder layers:
+    ``(logits, hidden [n, len(hidden_layers), hidden_size])`` from the same forward."""
     device = model.device
     ids = torch.as_tensor(tokens, device=device).view(1, -1)  # [1, n]
     n = ids.shape[1]
@@ -35,17 +37,11 @@ def forward_tokens(
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=n if keep is None else keep,
+        output_hidden_states=bool(hidden_layers),
     )
-    return out.logits[0]
+    if not hidden_layers:
+        return out.logits[0]
+    # hidden_states[0] is the embedding output; [i + 1] is decoder layer i's output.
+    hidden = torch.stack([out.hidden_states[i + 1][0] for i in hidden_layers], dim=1)  # [n, layers, hidden]
+    return out.logits[0], hidden
 
-
-def prefill_with_hidden(model: torch.nn.Module, tokens: torch.Tensor, cache: Cache) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prefill ``tokens`` ([n]) at positions 0..n-1: last-position logits ``[1, vocab]`` and the
-    last layer's hidden states ``[n, hidden]`` (after the final norm), from the same forward."""
-    ids = tokens.to(model.device).view(1, -1)  # [1, n]
-    positions = torch.arange(ids.shape[1], device=model.device).unsqueeze(0)  # [1, n]
-    out = model(
-        input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
-        logits_to_keep=1, output_hidden_states=True,
-    )
-    return out.logits[0], out.hidden_states[-1][0]

@@ -158,4 +158,4 @@ class TreeVerifier:
         path, next_token, sibling = verify_tree_greedy(layout, logits.argmax(-1).tolist())
         if sibling is not None:  # its entry goes right after the accepted chain
             move_cache_entry(request.cache, request.position + sibling, request.position + len(path))
-        return Verdict(len(path), next_token, path if sibling is not None else None)
+        return Verdict(len(path), next_token, path if sibling is not None else None, sibling)

@@ -31,6 +31,12 @@ class Verdict:
     num_accepted: int
     next_token: int
     path: tuple[int, ...] | None = None
+    node: int | None = None  # the verified input whose logits gave next_token (None: num_accepted)
+
+    @property
+    def source_node(self) -> int:
+        """Index, in the verified input, of the node whose output gave ``next_token``."""
+        return self.num_accepted if self.node is None else self.node
 
     def accepted_tokens(self, chain: tuple[int, ...]) -> tuple[int, ...]:
         """The accepted draft tokens, given the proposal's chain."""

@@ -244,3 +244,41 @@ def test_point_mass_and_model_drafts_follow_the_target_distribution(exact_three_
         counts = np.append(observed[keep], observed[~keep].sum())
         expected = expected * counts.sum() / expected.sum()  # float32 softmax: rescale to the exact total
         assert chisquare(counts, expected).pvalue > 1e-3, type(drafter).__name__
+
+
+class HiddenRecorder(LayerSkipDrafter):
+    """A layer-skip drafter that asks for verifier hidden states and keeps them."""
+
+    hidden_layers = (0, 2)
+
+    def __init__(self, branching=None):
+        super().__init__(branching)
+        self.received = []
+
+    def observe_hidden(self, states):
+        self.received.append(states.clone())
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_verifier_hidden_states_reach_the_drafter(tiny_llama, tree):
+    """After the prefill and every verification the drafter gets the target's layer outputs at the
+    input whose output gave the newest token: the same as a plain forward over the final text."""
+    from layersearch.runtime.tree import TopKBranching, TreeVerifier
+
+    prompt = repetitive_prompt(6)
+    drafter = HiddenRecorder(TopKBranching(levels=((1.0, 4),)) if tree else None)
+    verifier = TreeVerifier() if tree else ChainVerifier()
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, verifier=verifier,
+                                lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    full = torch.cat([prompt[0], torch.tensor(result.token_ids)])
+    with torch.no_grad():
+        states = tiny_llama(full[None], output_hidden_states=True).hidden_states
+    expected = torch.stack([states[1][0], states[3][0]], dim=1)  # [n, 2, d]: outputs of layers 0 and 2
+    # The newest token after the prefill and after each step was produced at input position len - 2.
+    lengths = [prompt.shape[1] + 1]
+    for step in result.stats.steps:
+        lengths.append(lengths[-1] + step.emitted)
+    assert len(drafter.received) == len(lengths)
+    for got, length in zip(drafter.received, lengths):
+        torch.testing.assert_close(got, expected[length - 2], rtol=1e-4, atol=1e-4)

@@ -80,6 +80,11 @@ class Drafter(Protocol):
         """Feedback after the step was verified."""
         ...
 
+    # Optional: a drafter with a non-empty ``hidden_layers`` attribute (decoder layer indices)
+    # also gets ``observe_hidden(states)`` with the verifier's outputs of those layers
+    # ([len(hidden_layers), hidden]) at the input whose output gave the newest token, after
+    # the prefill and after every verification (SD²'s steering reads them).
+
 
 class StatelessDrafter:
     """Base for drafters that keep nothing between steps."""
