@@ -15,13 +15,14 @@ from layersearch.models.loading import (
     resolve_dtype,
     set_greedy_generation,
 )
-from layersearch.models.tiny import TINY_FAMILIES, build_tiny_model, tiny_config
+from layersearch.models.tiny import SLIDING_FAMILIES, TINY_FAMILIES, build_tiny_model, tiny_config
 
 __all__ = [
     "DTYPES",
     "EMBEDDED_MODEL",
     "EMBEDDED_PACKAGE",
     "LoadedModel",
+    "SLIDING_FAMILIES",
     "TINY_FAMILIES",
     "build_tiny_model",
     "cache_root",

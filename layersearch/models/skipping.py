@@ -1,11 +1,11 @@
 """Apply a SkipMask to a transformers decoder, only inside a context manager.
 
 Skipping a sub-layer means the residual stream passes through it unchanged. For the
-pre-norm decoders we support (Llama, Qwen2/Qwen3, Mistral and others whose layers have
-``self_attn`` and ``mlp`` children), that is achieved by making the skipped sub-module
-return zeros: ``h + 0 == h``. A skipped attention sub-layer never calls the KV cache, so it
-writes nothing. A layer whose attention and MLP are both skipped is bypassed whole, which
-also saves its two norms.
+families we support (:mod:`layersearch.models.families`: pre-norm Llama, Mistral, Qwen2/3,
+Phi-3, and Gemma 2/3 with sandwich norms) that is achieved by making the skipped sub-module
+return zeros and bypassing the norms of its branch (before and, for Gemma, after it):
+``h + 0 == h``. A skipped attention sub-layer never calls the KV cache, so it writes nothing.
+A layer whose attention and MLP are both skipped is bypassed whole.
 
 The overrides are instance attributes set on entry and removed in ``finally``: the model is
 never left modified and no global state is involved.
@@ -21,10 +21,13 @@ from torch import nn
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+from layersearch.models.families import LayerLayout, layout_for
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder layers of a causal LM (``model.model.layers``), checked to be skippable."""
+    if getattr(model, "config", None) is not None:
+        layout_for(model.config)  # refuses a family we do not support, in one line
     base = getattr(model, "model", model)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers):
@@ -50,17 +53,38 @@ def _skipped_layer(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> to
     return hidden_states
 
 
+def _bypassed_norm(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    # A norm of a skipped branch: its output feeds only the skipped sub-layer (pre-norm), or
+    # its input is that sub-layer's zeros (post-norm, which would map 0 to 0 anyway).
+    return hidden_states
+
+
+def _branch_norms(layer: nn.Module, names: tuple[str, ...]) -> list[nn.Module]:
+    return [getattr(layer, name) for name in names if isinstance(getattr(layer, name, None), nn.Module)]
+
+
+def _overrides(layers: nn.ModuleList, mask: SkipMask, layout: LayerLayout) -> list[tuple[nn.Module, Any]]:
+    """(module, replacement forward) pairs that skip ``mask``'s sub-layers."""
+    whole = set(mask.attention) & set(mask.mlp)
+    overrides: list[tuple[nn.Module, Any]] = [(layers[i], _skipped_layer) for i in sorted(whole)]
+    for i in mask.attention:
+        if i not in whole:
+            overrides.append((layers[i].self_attn, _skipped_attention))
+            overrides += [(norm, _bypassed_norm) for norm in _branch_norms(layers[i], layout.attention_norms)]
+    for i in mask.mlp:
+        if i not in whole:
+            overrides.append((layers[i].mlp, _skipped_mlp))
+            overrides += [(norm, _bypassed_norm) for norm in _branch_norms(layers[i], layout.mlp_norms)]
+    return overrides
+
+
 @contextmanager
 def skipping(model: nn.Module, mask: SkipMask) -> Iterator[nn.Module]:
     """Run ``model`` with the sub-layers of ``mask`` skipped for the duration of the block."""
     layers = decoder_layers(model)
     if mask.num_layers != len(layers):
         raise LayersearchError(f"mask is for {mask.num_layers} layers but the model has {len(layers)}")
-    whole = set(mask.attention) & set(mask.mlp)
-    overrides: list[tuple[nn.Module, Any]] = []
-    overrides += [(layers[i], _skipped_layer) for i in sorted(whole)]
-    overrides += [(layers[i].self_attn, _skipped_attention) for i in mask.attention if i not in whole]
-    overrides += [(layers[i].mlp, _skipped_mlp) for i in mask.mlp if i not in whole]
+    overrides = _overrides(layers, mask, layout_for(model.config))
     applied: list[nn.Module] = []
     try:
         for module, replacement in overrides:

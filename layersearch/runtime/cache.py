@@ -3,7 +3,22 @@
 The draft appends entries only in the layers whose attention it executes, so after drafting
 the layers hold different lengths. Cutting every layer back to the committed length before
 verification, and to the accepted prefix after it, keeps the target's cache exact without
-ever copying it (cropping a DynamicLayer is a slice view).
+ever copying it (cropping a cache layer is a slice view).
+
+Sliding-window layers (Mistral, Qwen2 with ``use_sliding_window``, Gemma 2/3, Phi-3) normally
+keep only their last ``window - 1`` entries, so a rollback past the window would need entries
+already evicted. transformers' own remedy is *past recording*
+(``DynamicSlidingWindowLayer.activate_past_recording``): ``update`` keeps every new entry
+until the next ``crop``, which rolls back and trims the layer to its window again. Every
+cache made here records the past, so rollback is exact at any context length, and
+:func:`truncate_cache` (or :func:`commit_cache`) is where a sliding layer drops what it no
+longer needs: memory stays bounded by ``window - 1`` plus the tokens added since the last cut.
+
+While drafting, the layers whose attention is skipped keep a stale length. transformers sizes
+each attention mask from one reference layer per kind (the first full-attention or the first
+sliding layer), which would then be a stale one; :class:`SkipAwareCache` sizes the mask from the
+longest layer of the same kind instead, which is always one that runs (all layers that run
+attention have seen the same tokens).
 """
 
 from __future__ import annotations
@@ -12,19 +27,107 @@ import torch
 from transformers import Cache, DynamicCache
 
 
+class SkipAwareCache(DynamicCache):
+    """A :class:`DynamicCache` whose attention masks follow the layers that actually run.
+
+    Layers of one kind (full attention, or sliding attention with one window) that execute
+    attention all hold the same, largest length; skipped ones lag behind. Mask sizes and query
+    offsets are therefore read from the longest layer of the asked layer's kind.
+    """
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+        return super().get_mask_sizes(query_length, self._longest_alike(layer_idx))
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return super().get_query_offset(self._longest_alike(layer_idx))
+
+    def _longest_alike(self, layer_idx: int) -> int:
+        if layer_idx >= len(self.layers):
+            return layer_idx
+        kind = _kind(self.layers[layer_idx])
+        best = layer_idx
+        for index, layer in enumerate(self.layers):
+            if _kind(layer) == kind and layer.get_seq_length() > self.layers[best].get_seq_length():
+                best = index
+        return best
+
+
 def new_cache(model: torch.nn.Module) -> Cache:
-    """An empty KV cache for ``model`` (the one place the runtime creates caches)."""
-    return DynamicCache(config=model.config)
+    """An empty KV cache for ``model`` (the one place the runtime creates caches).
+
+    Sliding-window layers record their past, so :func:`truncate_cache` can roll them back.
+    """
+    cache = SkipAwareCache(config=model.config)
+    cache.activate_past_recording()
+    return cache
 
 
 def truncate_cache(cache: Cache, length: int) -> None:
-    """Cut every layer of ``cache`` back to its first ``length`` positions."""
+    """Cut every layer of ``cache`` back to its first ``length`` positions, which become final.
+
+    Positions before ``length`` can never be rolled back afterwards: sliding-window layers
+    drop the entries they kept for a rollback. Raises ``RuntimeError`` (a bug, never user
+    input) if a layer no longer holds what the cut needs.
+    """
     for layer in cache.layers:
+        if not can_truncate_layer(layer, length):
+            raise RuntimeError(
+                f"cannot roll a sliding-window cache layer back to {length} positions: "
+                "its older entries were already committed and evicted"
+            )
         excess = layer.get_seq_length() - length
         if excess > 0:
             layer.crop(-excess)  # transformers 5: a negative count removes that many tokens
+        elif _holds_history(layer):
+            layer.crop(0)  # a sliding layer with nothing to remove: trim it back to its window
+
+
+def commit_cache(cache: Cache) -> None:
+    """Make every cached position final (after a forward that needs no rollback, e.g. plain decoding).
+
+    Only sliding-window layers change: they drop the entries past recording kept beyond
+    their window. Call it when all layers hold the same length.
+    """
+    for layer in cache.layers:
+        if _holds_history(layer):
+            layer.crop(0)
+
+
+def can_truncate(cache: Cache, length: int) -> bool:
+    """Whether every layer of ``cache`` still holds what cutting it back to ``length`` needs."""
+    return all(can_truncate_layer(layer, length) for layer in cache.layers)
+
+
+def can_truncate_layer(layer, length: int) -> bool:
+    """Whether one cache layer can be cut back to ``length`` positions exactly."""
+    window = _window(layer)
+    if window is None or not getattr(layer, "is_initialized", False) or length >= layer.get_seq_length():
+        return True
+    held = layer.keys.shape[-2]  # entries stored, the newest at position get_seq_length() - 1
+    oldest = layer.get_seq_length() - held
+    # After the cut the layer needs positions max(0, length - (window - 1)) .. length - 1.
+    return oldest <= max(0, length - (window - 1))
 
 
 def cache_length(cache: Cache) -> int:
     """Positions held by the longest layer (layers differ only while a draft is running)."""
     return max((layer.get_seq_length() for layer in cache.layers), default=0)
+
+
+def sliding_windows(model: torch.nn.Module) -> tuple[int | None, ...]:
+    """Per decoder layer, the attention window (``None`` = full attention), as the cache sees it."""
+    return tuple(_window(layer) for layer in SkipAwareCache(config=model.config).layers)
+
+
+def _window(layer) -> int | None:
+    return getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+
+
+def _kind(layer) -> tuple[type, int | None]:
+    return type(layer), _window(layer)
+
+
+def _holds_history(layer) -> bool:
+    # Past recording keeps more than window - 1 entries until the next crop.
+    window = _window(layer)
+    return window is not None and getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > window - 1

@@ -353,7 +353,7 @@ def test_describe_model() -> None:
 def test_tiny_models_run(family: str) -> None:
     model = build_tiny_model(family, num_layers=3, vocab_size=100, seed=7)
     assert not model.training and model.dtype == torch.float32
-    assert len(model.model.layers) == 3 and model.config.model_type == family
+    assert len(model.model.layers) == 3 and model.config.model_type.startswith(family)
     out = logits(model, torch.tensor([[1, 5, 9, 42]]))
     assert out.shape == (1, 4, 100) and torch.isfinite(out).all()
     generated = model.generate(torch.tensor([[1, 5]]), max_new_tokens=3, min_new_tokens=3)
