@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -143,6 +144,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a failure we did not foresee: still one line, the traceback on request
+        if os.environ.get("LAYERSEARCH_DEBUG"):
+            raise
+        print(f"layersearch: error: {_one_line(exc)} ({type(exc).__name__}; LAYERSEARCH_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, capped so the error line stays readable."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 if __name__ == "__main__":

@@ -10,14 +10,11 @@ from layersearch.cli import main
 from layersearch.models.tiny import build_tiny_model
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """A tiny Llama saved as an ordinary local model directory, with a small word tokenizer."""
+def save_with_word_tokenizer(model, path):
+    """Save ``model`` as an ordinary local model directory, with a small word tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    path = tmp_path_factory.mktemp("tiny")
-    model = build_tiny_model("llama", num_layers=4, vocab_size=128, seed=0)
     vocab = {f"w{i}": i for i in range(128)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -25,6 +22,12 @@ def tiny_dir(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny Llama saved as an ordinary local model directory, with a small word tokenizer."""
+    return save_with_word_tokenizer(build_tiny_model("llama", num_layers=4, vocab_size=128, seed=0), tmp_path_factory.mktemp("tiny"))
 
 
 def run_cli(capsys, *argv):
@@ -131,3 +134,47 @@ def test_generate_with_tree_verification_equals_baseline(tiny_dir, capsys, draft
                              "--max-draft", "25", "--draft-threshold", "0.05")
     assert code == 0, err
     assert json.loads(out)["token_ids"] == plain["token_ids"]
+
+
+# ----- sliding-window families, refused families, unforeseen errors ---------------------------
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma2"])
+def test_generate_with_a_mask_beyond_the_sliding_window(tmp_path, capsys, family):
+    # The issue's report: a prompt longer than the window ended in a traceback from the cache.
+    folder = save_with_word_tokenizer(build_tiny_model(family, num_layers=4, sliding_window=4, seed=1), tmp_path / family)
+    mask = tmp_path / "mask.json"
+    assert run_cli(capsys, "mask", "create", "--model", str(folder), "--attention", "0,2", "--mlp", "1", "--out", str(mask))[0] == 0
+    prompt = " ".join(f"w{i}" for i in (5, 9, 17, 33, 8, 64, 3, 12, 40, 77, 21, 90, 6, 55))  # 3.5 windows
+    common = ["generate", "--model", str(folder), "--prompt", prompt, "--max-new-tokens", "24", "--json"]
+    code, out, err = run_cli(capsys, *common, "--baseline")
+    assert code == 0, err
+    plain = json.loads(out)["token_ids"]
+    code, out, err = run_cli(capsys, *common, "--mask", str(mask), "--draft-threshold", "0")
+    assert code == 0, err
+    assert json.loads(out)["token_ids"] == plain
+
+
+def test_unsupported_family_is_one_line(tmp_path, capsys):
+    from transformers import GPTNeoXConfig
+
+    GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4).save_pretrained(tmp_path)
+    code, out, err = run_cli(capsys, "generate", "--model", str(tmp_path), "--prompt", "w1", "--skip-ratio", "0.5")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "'gpt_neox' is not supported" in err
+
+
+def test_an_unforeseen_runtime_error_is_one_line(tiny_dir, capsys, monkeypatch):
+    import layersearch.commands.generate as generate
+
+    def broken(args):
+        raise RuntimeError("cache layer exploded\nsecond line of a library message")
+
+    monkeypatch.setattr(generate, "run", broken)
+    monkeypatch.delenv("LAYERSEARCH_DEBUG", raising=False)
+    code, out, err = run_cli(capsys, "generate", "--model", str(tiny_dir), "--prompt", "w1")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("layersearch: error: cache layer exploded (RuntimeError")
+    monkeypatch.setenv("LAYERSEARCH_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["generate", "--model", str(tiny_dir), "--prompt", "w1"])

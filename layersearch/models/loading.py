@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
@@ -48,6 +49,7 @@ from transformers import (
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
+from layersearch.models.families import layout_for
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +329,12 @@ def _load_directory(path: Path, name: str, dtype: torch.dtype) -> tuple[PreTrain
     if not (path / "config.json").is_file():
         raise LayersearchError(f"cannot load model {name!r}: {path} is not a model directory (no config.json)")
     try:
-        return _from_pretrained(str(path), dtype, local_files_only=True)
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise LayersearchError(f"cannot load model {name!r} from {path}: {_one_line(exc)}") from exc
+    layout_for(config)  # an unsupported family is refused before its weights are read
+    try:
+        return _from_pretrained(str(path), dtype, config=config, local_files_only=True)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad dirs
         raise LayersearchError(f"cannot load model {name!r} from {path}: {_one_line(exc)}") from exc
 
@@ -337,20 +344,35 @@ def _load_from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreT
     if not _HUB_ID.match(name):
         raise LayersearchError(f"cannot load model {name!r}: no such local directory, and not a hub id (org/name)")
     try:
-        return _from_pretrained(name, dtype)
+        config = AutoConfig.from_pretrained(name)
     except Exception as exc:
-        text = _one_line(exc)
-        lowered = text.lower()
-        if "connect" in lowered or "offline" in lowered or "network" in lowered:
-            reason = "the hub is unreachable"
-        else:
-            reason = "the hub could not provide it"
-        raise LayersearchError(f"cannot load model {name!r}: not a local directory and {reason} ({text})") from exc
+        raise _hub_error(name, exc) from exc
+    layout_for(config)  # an unsupported family is refused before its weights are downloaded
+    try:
+        return _from_pretrained(name, dtype, config=config)
+    except Exception as exc:
+        raise _hub_error(name, exc) from exc
 
 
-def _from_pretrained(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _hub_error(name: str, exc: Exception) -> LayersearchError:
+    """The one-line error for a hub id that could not be loaded."""
+    text = _one_line(exc)
+    lowered = text.lower()
+    if "connect" in lowered or "offline" in lowered or "network" in lowered:
+        reason = "the hub is unreachable"
+    else:
+        reason = "the hub could not provide it"
+    return LayersearchError(f"cannot load model {name!r}: not a local directory and {reason} ({text})")
+
+
+def _from_pretrained(
+    source: str, dtype: torch.dtype, *, config: PretrainedConfig, **kwargs: Any
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The ordinary transformers load of a model and its tokenizer."""
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa", **kwargs)
+    # sdpa where the family supports it; transformers picks eager itself where it does not
+    # (Gemma 2: sdpa cannot cap attention logits).
+    attention = {} if config.model_type == "gemma2" else {"attn_implementation": "sdpa"}
+    model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=dtype, **attention, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     return model, tokenizer
 
