@@ -12,6 +12,13 @@ value type, its JSON file, and the latency model built on it:
   (SWIFT Eq. 6 / KNN-SSD Eq. 10), generalized so verification is not assumed free;
 * KnapSpec's tokens-per-time (TPT) and the draft length that maximizes it.
 
+Sliding-window attention (Mistral, Qwen2, Gemma 2/3, Phi-3): a layer with a window of ``w``
+tokens attends to at most ``w - 1`` cached positions, so its cost stops growing there.
+``attention_windows`` holds each layer's window (``None`` = full attention; empty = every layer
+full, as in files written before windows were recorded); the latency model evaluates layer
+``i``'s attention at its *effective context* ``min(n, w_i - 1)``, and ``a, b`` are fitted
+against the layers' mean effective context.
+
 It knows nothing of torch, so a mask and its profile can be read anywhere.
 
 File format (schema_version 1)::
@@ -20,7 +27,8 @@ File format (schema_version 1)::
      "model": {"name": ..., "num_layers": ..., "hidden_size": ..., "fingerprint": ...},
      "device": "cpu", "dtype": "float32", "torch_version": "2.13.0",
      "attention_slope": a, "attention_intercept": b, "mlp_seconds": ..., "base_seconds": ...,
-     "verify_ratios": [1.0, ...], "contexts": [64, ...], "created": "..."}
+     "verify_ratios": [1.0, ...], "contexts": [64, ...], "created": "...",
+     "attention_windows": [null, 4096, ...]}        (optional; absent or [] = all full)
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ class LatencyProfile:
     verify_ratios: tuple[float, ...]  # [k-1]: time(forward of k tokens) / time(forward of 1 token)
     contexts: tuple[int, ...] = ()  # context lengths measured (for the record)
     created: str = ""
+    attention_windows: tuple[int | None, ...] = ()  # [L] per-layer window, None = full; () = all full
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelInfo):
@@ -66,6 +75,7 @@ class LatencyProfile:
             object.__setattr__(self, name, _non_negative(getattr(self, name), name))
         object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
         object.__setattr__(self, "contexts", _checked_contexts(self.contexts))
+        object.__setattr__(self, "attention_windows", _checked_windows(self.attention_windows, self.model.num_layers))
         if self.target_seconds(0) <= 0:
             raise LayersearchError("profile has zero cost for a full forward (all times are 0)")
 
@@ -75,18 +85,33 @@ class LatencyProfile:
         """Decoder layers of the profiled model."""
         return self.model.num_layers
 
-    def attention_seconds(self, context: int) -> float:
-        """One attention sub-layer for one new token after ``context`` cached positions."""
+    def effective_context(self, context: float, layer: int) -> float:
+        """Cached positions layer ``layer``'s attention reads at ``context``: ``min(n, window - 1)``."""
+        window = self.attention_windows[layer] if self.attention_windows else None
+        return context if window is None else min(context, window - 1)
+
+    def attention_seconds(self, context: int, layer: int | None = None) -> float:
+        """Attention sub-layer ``layer`` (default: the mean over layers), one new token after ``context``."""
         if isinstance(context, bool) or not isinstance(context, (int, float)) or context < 0:
             raise LayersearchError(f"context length must be a number >= 0, got {context!r}")
-        return self.attention_slope * context + self.attention_intercept
+        if layer is None:
+            if not self.attention_windows:
+                return self.attention_slope * context + self.attention_intercept
+            return sum(self.attention_seconds(context, i) for i in range(self.num_layers)) / self.num_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+            raise LayersearchError(f"layer must be in 0..{self.num_layers - 1}, got {layer!r}")
+        return self.attention_slope * self.effective_context(context, layer) + self.attention_intercept
 
     def draft_seconds(self, mask: SkipMask, context: int) -> float:
         """One draft forward (one token): base plus the attention and MLP sub-layers ``mask`` runs."""
         self._check_mask(mask)
-        kept_attention = self.num_layers - len(mask.attention)
+        skipped = set(mask.attention)
         kept_mlp = self.num_layers - len(mask.mlp)
-        return self.base_seconds + kept_attention * self.attention_seconds(context) + kept_mlp * self.mlp_seconds
+        if self.attention_windows:
+            attention = sum(self.attention_seconds(context, i) for i in range(self.num_layers) if i not in skipped)
+        else:
+            attention = (self.num_layers - len(skipped)) * self.attention_seconds(context)
+        return self.base_seconds + attention + kept_mlp * self.mlp_seconds
 
     def target_seconds(self, context: int) -> float:
         """One full forward (one token): base plus every sub-layer."""
@@ -212,6 +237,7 @@ class LatencyProfile:
             "verify_ratios": list(self.verify_ratios),
             "contexts": list(self.contexts),
             "created": self.created,
+            "attention_windows": list(self.attention_windows),
         }
 
     @classmethod
@@ -226,7 +252,7 @@ class LatencyProfile:
         missing = [key for key in _REQUIRED if key not in data]
         if missing:
             raise LayersearchError(f"profile file is missing {', '.join(repr(k) for k in missing)}")
-        for key in ("verify_ratios", "contexts"):
+        for key in ("verify_ratios", "contexts", "attention_windows"):
             if not isinstance(data.get(key, []), list):
                 raise LayersearchError(f"{key} must be a list")
         return cls(
@@ -238,6 +264,7 @@ class LatencyProfile:
             verify_ratios=tuple(data["verify_ratios"]),
             contexts=tuple(data.get("contexts", ())),
             created=data.get("created", ""),
+            attention_windows=tuple(data.get("attention_windows", ())),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -302,6 +329,16 @@ def _checked_ratios(ratios: Any) -> tuple[float, ...]:
     if abs(values[0] - 1.0) > 1e-9:
         raise LayersearchError(f"verify_ratios[0] must be 1.0 (one token vs one token), got {values[0]!r}")
     return tuple(float(v) for v in values)
+
+
+def _checked_windows(windows: Any, num_layers: int) -> tuple[int | None, ...]:
+    values = tuple(windows)
+    if values and len(values) != num_layers:
+        raise LayersearchError(f"attention_windows has {len(values)} entries but the model has {num_layers} layers")
+    for value in values:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise LayersearchError(f"attention_windows must hold integers >= 1 or null, got {value!r}")
+    return values
 
 
 def _checked_contexts(contexts: Any) -> tuple[int, ...]:

@@ -240,3 +240,57 @@ def test_step_prediction_costs_each_step_as_the_loop_ran_it():
     assert profile.step_seconds(10, 2, 3, mask) == pytest.approx(draft + profile.target_seconds(10) * 1.8)
     assert profile.predicted_speedup_of_steps(steps) == pytest.approx(plain / spec)
     assert profile.predicted_speedup_of_steps([]) is None
+
+
+# ----- sliding-window attention -------------------------------------------------------------
+
+
+def windowed(windows, **overrides):
+    fields = dict(
+        model=ModelInfo("tiny-sliding", len(windows), 64, "fp-sliding"),
+        device="cpu",
+        dtype="float32",
+        torch_version="2",
+        attention_slope=1e-5,
+        attention_intercept=1e-4,
+        mlp_seconds=2e-4,
+        base_seconds=1e-3,
+        verify_ratios=(1.0, 1.2),
+        attention_windows=tuple(windows),
+    )
+    fields.update(overrides)
+    return LatencyProfile(**fields)
+
+
+def test_sliding_attention_cost_stops_growing_at_the_window():
+    profile = windowed([4096, None, 4096, None])
+    assert profile.attention_seconds(100_000, 0) == profile.attention_seconds(4095, 0) < profile.attention_seconds(100_000, 1)
+    assert profile.attention_seconds(1000, 0) == profile.attention_seconds(1000, 1)  # inside the window: alike
+    # The whole forward keeps growing only through the full layers: 2 of 4 here.
+    grow = profile.target_seconds(20_000) - profile.target_seconds(10_000)
+    assert grow == pytest.approx(2 * 1e-5 * 10_000)
+    all_sliding = windowed([4096] * 4)
+    assert all_sliding.target_seconds(50_000) == all_sliding.target_seconds(5_000)
+
+
+def test_skipping_a_full_layer_saves_more_than_a_sliding_one_at_long_context():
+    profile = windowed([4096, None, 4096, None])
+    skip_sliding = profile.draft_seconds(SkipMask(4, (0,), ()), 20_000)
+    skip_full = profile.draft_seconds(SkipMask(4, (1,), ()), 20_000)
+    assert skip_full < skip_sliding < profile.target_seconds(20_000)
+    assert profile.draft_seconds(SkipMask.none(4), 20_000) == pytest.approx(profile.target_seconds(20_000))
+
+
+def test_windows_round_trip_and_old_files_mean_full_attention(tmp_path):
+    profile = windowed([8, None, 8, None])
+    assert LatencyProfile.load(profile.save(tmp_path / "p.json")).attention_windows == (8, None, 8, None)
+    data = profile.to_dict()
+    del data["attention_windows"]
+    old = LatencyProfile.from_dict(data)
+    assert old.attention_windows == () and old.attention_seconds(10_000, 0) == old.attention_seconds(10_000, 1)
+
+
+@pytest.mark.parametrize("windows, message", [([8, None], "2 entries"), ([8, 0, 8, 8], "integers >= 1"), ([8, "x", 8, 8], "integers >= 1")])
+def test_bad_windows_are_refused(windows, message):
+    with pytest.raises(LayersearchError, match=message):
+        windowed([None] * 4, attention_windows=tuple(windows))

@@ -43,7 +43,7 @@ class Choice:
     budget: int
     cosine: float
     context: int
-    weights: tuple[int, int]  # (w_attn, w_mlp)
+    weights: tuple[Any, int]  # (w_attn: int, or per layer with sliding windows; w_mlp)
     candidates: int  # how many candidates had their alpha estimated
 
     def record(self) -> dict[str, Any]:
@@ -57,7 +57,7 @@ class Choice:
             "alpha": self.alpha,
             "budget": self.budget,
             "cosine": self.cosine,
-            "w_attn": self.weights[0],
+            "w_attn": self.weights[0] if isinstance(self.weights[0], int) else list(self.weights[0]),
             "w_mlp": self.weights[1],
             "candidates": self.candidates,
         }

@@ -11,6 +11,12 @@ Weights are latencies at the current context length ``n`` normalized to small in
 ``round(t / delta)``, so the faster type weighs 1 and the slower one ``round(ratio)``, capped at
 :data:`MAX_RATIO` (5), which keeps the DP table at most ``6L`` wide. Rounding is half up (the
 paper's nearest-integer bracket), not Python's half-to-even.
+
+Sliding-window layers (a profile with ``attention_windows``): attention cost stops growing at
+the window, so at long contexts a sliding layer's attention is cheaper than a full layer's and
+the weights are per layer: ``delta`` is the fastest item's time and every item weighs
+``min(round(t / delta), MAX_RATIO)``. ``w_attn`` is then a tuple of L weights (an int whenever
+all layers weigh the same, which is exactly KnapSpec's rule).
 """
 
 from __future__ import annotations
@@ -44,9 +50,36 @@ def integer_weights(attention_seconds: float, mlp_seconds: float, *, max_ratio: 
     return (heavy, 1) if attention_seconds >= mlp_seconds else (1, heavy)
 
 
-def profile_weights(profile, context: int, *, max_ratio: int = MAX_RATIO) -> tuple[int, int]:
-    """:func:`integer_weights` of a :class:`~layersearch.profile.LatencyProfile` at ``context`` tokens."""
-    return integer_weights(profile.attention_seconds(context), profile.mlp_seconds, max_ratio=max_ratio)
+def profile_weights(profile, context: int, *, max_ratio: int = MAX_RATIO) -> tuple[int | tuple[int, ...], int]:
+    """``(w_attn, w_mlp)`` of a :class:`~layersearch.profile.LatencyProfile` at ``context`` tokens.
+
+    ``w_attn`` is one int (:func:`integer_weights`) unless sliding windows give layers
+    different attention weights; then it is a tuple with one weight per layer.
+    """
+    if not getattr(profile, "attention_windows", ()):
+        return integer_weights(profile.attention_seconds(context), profile.mlp_seconds, max_ratio=max_ratio)
+    attention = [profile.attention_seconds(context, i) for i in range(profile.num_layers)]
+    *per_layer, w_mlp = _relative_weights([*attention, profile.mlp_seconds], max_ratio)
+    return (per_layer[0] if len(set(per_layer)) == 1 else tuple(per_layer)), w_mlp
+
+
+def _relative_weights(seconds: Sequence[float], max_ratio: int) -> list[int]:
+    """Each time in units of the fastest, rounded half up, between 1 and ``max_ratio``.
+
+    For one attention and one MLP time this is :func:`integer_weights`.
+    """
+    positive = [t for t in seconds if t > 0]
+    if not positive:
+        return [1] * len(seconds)
+    delta = min(seconds)
+    if delta == 0:  # a free item: everything that costs something is infinitely heavier
+        return [max_ratio if t > 0 else 1 for t in seconds]
+    return [max(1, min(int(math.floor(t / delta + 0.5)), max_ratio)) for t in seconds]
+
+
+def attention_weight(w_attn: int | Sequence[int], layer: int) -> int:
+    """Layer ``layer``'s attention weight from an int (all layers alike) or a per-layer sequence."""
+    return w_attn if isinstance(w_attn, int) else int(w_attn[layer])
 
 
 @dataclass(frozen=True)
@@ -59,16 +92,22 @@ class Group:
 
 
 def build_groups(
-    num_layers: int, w_attn: int, w_mlp: int, *, bound: bool = False, keep_last_layers: int = 1
+    num_layers: int, w_attn: int | Sequence[int], w_mlp: int, *, bound: bool = False, keep_last_layers: int = 1
 ) -> tuple[Group, ...]:
     """The DP items in depth order: 2L sub-layers (decoupled) or L whole layers (``bound``).
 
-    The last ``keep_last_layers`` decoder layers are always executed (KnapSpec, like SWIFT,
-    never drops the final block: the LM head reads its output directly).
+    ``w_attn`` is one weight for every layer or one per layer (sliding windows). The last
+    ``keep_last_layers`` decoder layers are always executed (KnapSpec, like SWIFT, never drops
+    the final block: the LM head reads its output directly).
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise LayersearchError(f"num_layers must be an integer >= 1, got {num_layers!r}")
-    for what, w in (("w_attn", w_attn), ("w_mlp", w_mlp)):
+    if not isinstance(w_attn, int):
+        w_attn = tuple(w_attn)
+        if len(w_attn) != num_layers:
+            raise LayersearchError(f"w_attn has {len(w_attn)} per-layer weights but there are {num_layers} layers")
+    attention = [w_attn] * num_layers if isinstance(w_attn, int) else list(w_attn)
+    for what, w in [*((f"w_attn[{i}]", w) for i, w in enumerate(attention)), ("w_mlp", w_mlp)]:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise LayersearchError(f"{what} must be an integer >= 1, got {w!r}")
     if isinstance(keep_last_layers, bool) or not isinstance(keep_last_layers, int) or not 0 <= keep_last_layers <= num_layers:
@@ -78,9 +117,9 @@ def build_groups(
     for layer in range(num_layers):
         skippable = layer < first_kept
         if bound:
-            groups.append(Group((2 * layer, 2 * layer + 1), w_attn + w_mlp, skippable))
+            groups.append(Group((2 * layer, 2 * layer + 1), attention[layer] + w_mlp, skippable))
         else:
-            groups.append(Group((2 * layer,), w_attn, skippable))
+            groups.append(Group((2 * layer,), attention[layer], skippable))
             groups.append(Group((2 * layer + 1,), w_mlp, skippable))
     return tuple(groups)
 
@@ -107,6 +146,6 @@ def mask_from_groups(num_layers: int, groups: Sequence[Group], skipped: Sequence
     return SkipMask.from_flat(flat, model)
 
 
-def mask_weight(mask: SkipMask, w_attn: int, w_mlp: int) -> int:
-    """Skipped weight of ``mask`` in integer units."""
-    return len(mask.attention) * w_attn + len(mask.mlp) * w_mlp
+def mask_weight(mask: SkipMask, w_attn: int | Sequence[int], w_mlp: int) -> int:
+    """Skipped weight of ``mask`` in integer units (``w_attn``: one weight or one per layer)."""
+    return sum(attention_weight(w_attn, i) for i in mask.attention) + len(mask.mlp) * w_mlp

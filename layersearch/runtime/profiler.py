@@ -19,6 +19,12 @@ sub-layers, so that the profile's target time reproduces the measured full forwa
 ``t_attn(n) = a*n + b`` is fitted by least squares with ``a, b >= 0``, and the cost of a
 forward over ``k`` tokens relative to one is measured at the middle context (KnapSpec's
 latency model; the verify ratio is what SWIFT Eq. 6 assumes to be 1).
+
+Sliding-window layers read at most ``window - 1`` cached positions, so the fit is against the
+layers' mean *effective* context ``mean_i min(n, w_i - 1)`` and the windows are stored in the
+profile (:attr:`LatencyProfile.attention_windows`): attention cost stops growing past them.
+A sliding layer keeps only its window, so it cannot be cropped back to a shorter context once
+committed; such models get one prefill per measured context.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.profile import LatencyProfile
-from layersearch.runtime.cache import new_cache, truncate_cache
+from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
 
@@ -63,18 +69,21 @@ def measure_profile(
     middle = contexts[len(contexts) // 2]
     timings: dict[int, dict[str, float]] = {}
     ratios: tuple[float, ...] = ()
+    windows = sliding_windows(model)
     with torch.inference_mode():
         # One prefill at the longest context, cropped down for the shorter ones: the cache then
         # holds exactly n positions, as if prefilled to n, at a fraction of the prefill time.
         cache = _prefilled_cache(model, contexts[-1])
         for n in reversed(contexts):
+            if not can_truncate(cache, n):  # sliding layers evicted what n needs: prefill again
+                cache = _prefilled_cache(model, n)
             truncate_cache(cache, n)
             timings[n] = _time_settings(model, cache, n, masks, repeats, clock)
             report(_describe(n, timings[n]))
             if n == middle:
                 ratios = _verify_ratios(model, cache, n, max_verify, repeats, clock)
                 report(f"verify 1..{max_verify} tokens at context {n}: x{ratios[-1]:.2f} for {max_verify}")
-    return _profile(model, info, timings, ratios)
+    return _profile(model, info, timings, ratios, windows)
 
 
 # ----- measurement ----------------------------------------------------------------------------
@@ -143,11 +152,17 @@ def _verify_ratios(
 
 # ----- from timings to a profile ----------------------------------------------------------------
 def _profile(
-    model: torch.nn.Module, info: ModelInfo, timings: dict[int, dict[str, float]], ratios: tuple[float, ...]
+    model: torch.nn.Module,
+    info: ModelInfo,
+    timings: dict[int, dict[str, float]],
+    ratios: tuple[float, ...],
+    windows: tuple[int | None, ...] = (),
 ) -> LatencyProfile:
     contexts = sorted(timings)
     per_context = [_sublayer_seconds(timings[n], info.num_layers) for n in contexts]
-    slope, intercept = fit_line(contexts, [attention for attention, _ in per_context])
+    windows = windows if any(w is not None for w in windows) else ()
+    effective = [mean_effective_context(n, windows) for n in contexts]
+    slope, intercept = fit_line(effective, [attention for attention, _ in per_context])
     return LatencyProfile(
         model=info,
         device=device_name(model.device),
@@ -160,7 +175,15 @@ def _profile(
         verify_ratios=ratios,
         contexts=tuple(contexts),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        attention_windows=windows,
     )
+
+
+def mean_effective_context(context: int, windows: Sequence[int | None]) -> float:
+    """Mean over layers of the cached positions attention reads: ``min(n, w - 1)``, ``n`` if full."""
+    if not windows:
+        return float(context)
+    return statistics.fmean(context if w is None else min(context, w - 1) for w in windows)
 
 
 def _sublayer_seconds(times: dict[str, float], num_layers: int) -> tuple[float, float]:

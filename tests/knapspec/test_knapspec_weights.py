@@ -6,7 +6,7 @@ import pytest
 
 from layersearch.errors import LayersearchError
 from layersearch.knapspec import build_groups, default_max_budget, integer_weights, mask_from_groups, mask_weight, profile_weights
-from layersearch.mask import ModelInfo
+from layersearch.mask import ModelInfo, SkipMask
 from layersearch.profile import LatencyProfile
 
 
@@ -63,3 +63,20 @@ def test_groups_decoupled_and_bound():
     assert mask_weight(mask, 3, 1) == 8
     with pytest.raises(LayersearchError):
         build_groups(3, 0, 1)
+
+
+def test_sliding_windows_give_per_layer_attention_weights():
+    # Layers 0 and 2 slide with a window of 65 tokens (64 cached positions), 1 and 3 are full.
+    info = ModelInfo("m", 4, 64, "fp")
+    profile = LatencyProfile(info, "cpu", "float32", "x", 1e-6, 1e-4, 2e-4, 1e-4, (1.0,), attention_windows=(65, None, 65, None))
+    # Inside the window every layer costs the same: KnapSpec's rule, one int.
+    assert profile_weights(profile, 10) == integer_weights(profile.attention_seconds(10), 2e-4) == (1, 2)
+    # Far past it a sliding layer's attention (1.64e-4) stays the cheapest item, the full ones grow.
+    w_attn, w_mlp = profile_weights(profile, 1000)  # full layers: 1.1e-3 = 6.7 sliding -> capped at 5
+    assert w_attn == (1, 5, 1, 5) and w_mlp == 1
+    groups = build_groups(4, w_attn, w_mlp)
+    assert [g.weight for g in groups] == [1, 1, 5, 1, 1, 1, 5, 1]
+    assert mask_weight(SkipMask(4, (0, 1), (2,)), w_attn, w_mlp) == 1 + 5 + 1
+    assert [g.weight for g in build_groups(4, w_attn, w_mlp, bound=True)] == [2, 6, 2, 6]
+    with pytest.raises(LayersearchError, match="3 per-layer weights"):
+        build_groups(4, (1, 2, 3), 1)

@@ -117,3 +117,23 @@ def test_fit_line():
     slope, intercept = fit_line([10, 20], [1, 3])  # would cross below zero: through the origin
     assert intercept == 0.0 and slope == pytest.approx((10 + 60) / (100 + 400))
     assert fit_line([64], [2.0]) == (0.0, 2.0)
+
+
+@pytest.mark.parametrize("family, windows", [("mistral", (4, 4, 4, 4)), ("gemma2", (4, None, 4, None))])
+def test_sliding_window_models_are_profiled_with_their_windows(family, windows):
+    from layersearch.models.loading import describe_model
+    from layersearch.models.tiny import build_tiny_model
+
+    model = build_tiny_model(family, num_layers=4, sliding_window=4, seed=0)
+    # Each shorter context needs a fresh prefill: sliding layers cannot be cropped back to it.
+    profile = measure_profile(model, describe_model(model, family), contexts=(8, 32), max_verify=2, repeats=1)
+    assert profile.attention_windows == windows
+    sliding = [i for i, w in enumerate(windows) if w is not None]
+    assert profile.attention_seconds(10_000, sliding[0]) == profile.attention_seconds(3, sliding[0])
+    if None in windows:
+        full = windows.index(None)
+        assert profile.attention_seconds(10_000, full) >= profile.attention_seconds(3, full)
+
+
+def test_full_attention_profiles_record_no_windows(measured):
+    assert measured[0].attention_windows == ()
