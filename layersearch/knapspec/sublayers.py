@@ -2,14 +2,15 @@
 
 The hidden-state DP needs what a transformers forward hides: the residual stream after every
 *sub-layer*, for a batch of states that differ in which sub-layers they skipped. For the
-pre-norm decoders we support (Llama, Qwen2/Qwen3, Mistral: layers with ``input_layernorm``,
-``self_attn``, ``post_attention_layernorm`` and ``mlp``) one sub-layer is
+families we support (:mod:`layersearch.models.families`) one sub-layer is
 
-    attention  h + self_attn(input_layernorm(h))
-    MLP        h + mlp(post_attention_layernorm(h))
+    attention  h + post(self_attn(pre(h)))        pre-norm families: no post norm
+    MLP        h + post(mlp(pre(h)))              Gemma 2/3: sandwich norms
 
-which is exactly what ``LlamaDecoderLayer.forward`` does, and a skipped sub-layer is ``h``
-(what :func:`~layersearch.models.skipping.skipping` does).
+which is exactly what the decoder layer's forward does, and a skipped sub-layer is ``h``
+(what :func:`~layersearch.models.skipping.skipping` does). Sliding-window layers see only the
+context inside their window: their context keys start at ``start - (window - 1)`` and the mask
+hides window tokens more than ``window - 1`` positions back.
 
 Reference tokens and their context (design)
 -------------------------------------------
@@ -33,6 +34,7 @@ runs on all of them at once, attention segment by segment.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -42,8 +44,9 @@ from transformers import Cache
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+from layersearch.models.families import layout_for
 from layersearch.models.skipping import decoder_layers
-from layersearch.runtime.cache import new_cache
+from layersearch.runtime.cache import new_cache, sliding_windows
 from layersearch.runtime.forward import forward_tokens
 
 
@@ -51,14 +54,16 @@ from layersearch.runtime.forward import forward_tokens
 class ReferenceWindow:
     """``r`` reference tokens at positions ``start..start+r-1`` and the KV context before them.
 
-    ``context[i]`` holds layer ``i``'s cached keys and values of positions ``0..start-1``
-    (``[1, kv_heads, start, head_dim]``, already rotated, as a transformers cache stores them);
-    empty when ``start == 0``.
+    ``context[i]`` holds layer ``i``'s cached keys and values of positions
+    ``context_starts[i]..start-1`` (``[1, kv_heads, start - context_starts[i], head_dim]``,
+    already rotated, as a transformers cache stores them): from 0 for full attention, from
+    ``start - (window - 1)`` for a sliding-window layer. Empty when ``start == 0``.
     """
 
     token_ids: torch.Tensor  # [r] long
     start: int
     context: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+    context_starts: tuple[int, ...] = ()  # [L] first cached position in each layer's context; () = all 0
 
     @property
     def size(self) -> int:
@@ -80,8 +85,25 @@ def window_from_cache(cache: Cache, sequence: torch.Tensor | Sequence[int], size
     held = min((layer.get_seq_length() for layer in layers), default=0)
     if held < start:
         raise LayersearchError(f"the cache holds {held} positions but the reference window starts at {start}")
-    context = tuple((layer.keys[:, :, :start], layer.values[:, :, :start]) for layer in layers) if start else ()
-    return ReferenceWindow(ids[start:].clone(), start, context)
+    if not start:
+        return ReferenceWindow(ids[start:].clone(), start)
+    pieces = [_layer_context(layer, start) for layer in layers]
+    context = tuple((keys, values) for keys, values, _ in pieces)
+    return ReferenceWindow(ids[start:].clone(), start, context, tuple(first for _, _, first in pieces))
+
+
+def _layer_context(layer: Any, start: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One cache layer's keys and values that positions ``start..`` attend to, and the first position."""
+    window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+    first_held = layer.get_seq_length() - layer.keys.shape[-2]  # sliding layers drop old entries
+    first_needed = 0 if window is None else max(0, start - (window - 1))
+    if first_held > first_needed:
+        raise LayersearchError(
+            f"a sliding-window cache layer no longer holds position {first_needed} that a reference window "
+            f"starting at {start} attends to; use a reference window of at most 1 token on this model"
+        )
+    lo, hi = first_needed - first_held, start - first_held
+    return layer.keys[:, :, lo:hi], layer.values[:, :, lo:hi], first_needed
 
 
 def window_from_prompt(model: nn.Module, ids: torch.Tensor | Sequence[int], size: int) -> ReferenceWindow:
@@ -110,26 +132,30 @@ class _ContextCache:
 
 
 class SubLayerRunner:
-    """Embedding, single sub-layers, final norm and LM head of a Llama-style causal LM."""
+    """Embedding, single sub-layers, final norm and LM head of a causal LM of a supported family."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.layers = decoder_layers(model)
         self.num_layers = len(self.layers)
+        self.layout = layout_for(model.config)
+        self.windows = sliding_windows(model)  # [L] window or None
+        # Gemma 3 rotates local and global layers with different bases: one rotary call per layer type.
+        self.layer_types = getattr(model.config, "layer_types", None)
         base = getattr(model, "model", model)
-        missing = [
-            name for name in ("input_layernorm", "post_attention_layernorm") if not hasattr(self.layers[0], name)
-        ]
+        missing = [name for name in (*self.layout.attention_norms, *self.layout.mlp_norms) if not hasattr(self.layers[0], name)]
         self.rotary = getattr(base, "rotary_emb", None)
         self.norm = getattr(base, "norm", None)
         self.head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if missing or self.rotary is None or self.norm is None or self.head is None:
             raise LayersearchError(
-                f"{type(model).__name__}: per-sub-layer execution needs Llama-style layers "
-                "(input_layernorm, post_attention_layernorm, model.rotary_emb, model.norm, an LM head)"
+                f"{type(model).__name__}: per-sub-layer execution needs its layers' norms "
+                f"({', '.join(missing) or 'present'}), model.rotary_emb, model.norm and an LM head"
             )
         self.embedding = model.get_input_embeddings()
-        self._masks: dict[tuple[int, int, int], torch.Tensor] = {}
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2
+        self._rotary_takes_type = "layer_type" in inspect.signature(self.rotary.forward).parameters
+        self._masks: dict[tuple, torch.Tensor] = {}
 
     # ----- inputs ---------------------------------------------------------------------------
     def embed(self, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
@@ -142,12 +168,15 @@ class SubLayerRunner:
     def sublayer(self, item: int, h: torch.Tensor, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
         """Flat item ``item`` (attention at ``2i``, MLP at ``2i+1``) applied to states ``[B, R, d]``."""
         layer = self.layers[item // 2]
+        layout = self.layout
         if item % 2:
-            return h + layer.mlp(layer.post_attention_layernorm(h))
-        return h + self._attention(item // 2, layer, h, windows)
+            out = layer.mlp(getattr(layer, layout.mlp_pre)(h))
+            return h + (getattr(layer, layout.mlp_post)(out) if layout.mlp_post else out)
+        out = self._attention(item // 2, layer, h, windows)
+        return h + (getattr(layer, layout.attention_post)(out) if layout.attention_post else out)
 
     def _attention(self, index: int, layer: nn.Module, h: torch.Tensor, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
-        x = layer.input_layernorm(h)  # [B, R, d]
+        x = getattr(layer, self.layout.attention_pre)(h)  # [B, R, d]
         batch = x.shape[0]
         outputs = []
         offset = 0
@@ -156,26 +185,39 @@ class SubLayerRunner:
             part = x[:, offset : offset + r].reshape(1, batch * r, -1)  # state b, token t at row b*r + t
             offset += r
             positions = torch.arange(window.start, window.start + r, device=x.device).repeat(batch).unsqueeze(0)
-            cos_sin = self.rotary(part, positions)
+            if self._rotary_takes_type:
+                cos_sin = self.rotary(part, positions, self.layer_types[index])
+            else:
+                cos_sin = self.rotary(part, positions)
             keys, values = window.context[index] if window.context else (None, None)
+            first = window.context_starts[index] if window.context_starts else 0
             out, _ = layer.self_attn(
                 hidden_states=part,
                 position_embeddings=cos_sin,
-                attention_mask=self._mask(batch, r, window.start, x.dtype, x.device),
+                attention_mask=self._mask(batch, r, window.start, first, self.windows[index], x.dtype, x.device),
                 past_key_values=_ContextCache(keys, values),
             )
             outputs.append(out.reshape(batch, r, -1))
         return torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]
 
-    def _mask(self, batch: int, r: int, context: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Additive ``[1, 1, B*r, context + B*r]`` mask: all of the context, own state's tokens <= t."""
-        key = (batch, r, context)
+    def _mask(
+        self, batch: int, r: int, start: int, first: int, window: int | None, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        """Additive ``[1, 1, B*r, (start - first) + B*r]`` mask over the context ``first..start-1``
+        and the window: own state's tokens ``<= t``; with a sliding ``window``, only positions
+        less than ``window`` back from the query."""
+        key = (batch, r, start, first, window)
         mask = self._masks.get(key)
         if mask is None or mask.dtype != dtype or mask.device != device:
             rows = torch.arange(batch * r, device=device)
             state, token = rows // r, rows % r
             visible = (state[:, None] == state[None, :]) & (token[:, None] >= token[None, :])
-            visible = torch.cat([torch.ones(batch * r, context, dtype=torch.bool, device=device), visible], dim=1)
+            context = torch.ones(batch * r, start - first, dtype=torch.bool, device=device)
+            if window is not None:
+                query = start + token  # [B*r] positions
+                visible &= token[None, :] > token[:, None] - window
+                context &= torch.arange(first, start, device=device)[None, :] > query[:, None] - window
+            visible = torch.cat([context, visible], dim=1)
             mask = torch.zeros(visible.shape, dtype=dtype, device=device)
             mask.masked_fill_(~visible, torch.finfo(dtype).min)
             mask = mask[None, None]
@@ -194,8 +236,11 @@ class SubLayerRunner:
         return out.reshape(h.shape[:-1])
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """``head(norm(h))`` (for tests and small batches)."""
-        return self.head(self.norm(h))
+        """``head(norm(h))``, soft-capped as the model does (for tests and small batches)."""
+        logits = self.head(self.norm(h))
+        if self.softcap:  # Gemma 2: monotone, so top1 needs no cap
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
     # ----- whole masks ----------------------------------------------------------------------
     def run_masks(self, masks: Sequence[SkipMask], windows: Sequence[ReferenceWindow]) -> torch.Tensor:

@@ -37,18 +37,32 @@ from layersearch.errors import LayersearchError
 
 @dataclass(frozen=True)
 class LayerLayout:
-    """The norms of a decoder layer that belong to its attention and to its MLP branch."""
+    """The norms (attribute names) before and after a decoder layer's attention and MLP branches."""
 
     name: str
-    attention_norms: tuple[str, ...]
-    mlp_norms: tuple[str, ...]
+    attention_pre: str
+    mlp_pre: str
+    attention_post: str | None = None
+    mlp_post: str | None = None
+
+    @property
+    def attention_norms(self) -> tuple[str, ...]:
+        """Every norm of the attention branch."""
+        return tuple(n for n in (self.attention_pre, self.attention_post) if n)
+
+    @property
+    def mlp_norms(self) -> tuple[str, ...]:
+        """Every norm of the MLP branch (the pre-norm first)."""
+        return tuple(n for n in (self.mlp_pre, self.mlp_post) if n)
 
 
-PRE_NORM = LayerLayout("pre-norm", ("input_layernorm",), ("post_attention_layernorm",))
+PRE_NORM = LayerLayout("pre-norm", attention_pre="input_layernorm", mlp_pre="post_attention_layernorm")
 SANDWICH = LayerLayout(
     "sandwich norms",
-    ("input_layernorm", "post_attention_layernorm"),
-    ("pre_feedforward_layernorm", "post_feedforward_layernorm"),
+    attention_pre="input_layernorm",
+    mlp_pre="pre_feedforward_layernorm",
+    attention_post="post_attention_layernorm",
+    mlp_post="post_feedforward_layernorm",
 )
 
 # model_type -> layout; each is tested on a tiny model (tests/models/test_families.py).

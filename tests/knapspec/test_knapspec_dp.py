@@ -24,6 +24,7 @@ from layersearch.knapspec import (
 from layersearch.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.cache import commit_cache, new_cache
 from layersearch.runtime.forward import forward_tokens
 
 L = 4
@@ -38,10 +39,17 @@ def ids(seed: int, n: int = 20) -> torch.Tensor:
     return torch.randint(0, 128, (n,), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_sublayer_runner_equals_masked_forward(family):
-    """A state of the runner is what the masked draft computes on the window over the target's cache."""
-    model = build_tiny_model(family, num_layers=L, seed=2)
+@pytest.mark.parametrize(
+    "family, sliding_window",
+    [("llama", None), ("qwen3", None), ("mistral", 3), ("qwen2", 3), ("phi3", 3), ("gemma2", 3), ("gemma3", 3), ("gemma2", None)],
+)
+def test_sublayer_runner_equals_masked_forward(family, sliding_window):
+    """A state of the runner is what the masked draft computes on the window over the target's cache.
+
+    Sliding windows of 3 tokens are shorter than the reference windows (5 and 3 tokens), so the
+    runner's context and mask must end where the model's own sliding mask does.
+    """
+    model = build_tiny_model(family, num_layers=L, seed=2, sliding_window=sliding_window)
     tokens = ids(1)
     windows = [window_from_prompt(model, tokens, 5), window_from_prompt(model, tokens[:9], 3)]
     masks = [SkipMask.none(L), SkipMask(L, (0, 2), (1,)), SkipMask.everything(L)]
@@ -166,3 +174,15 @@ def test_item_importance_is_a_cosine_drop(llama6):
     assert all(c.budget <= 15 // 2 for c in cands)
     with pytest.raises(LayersearchError):
         candidates_item_values(groups, values[:3], 6)
+
+
+def test_a_window_needing_evicted_sliding_entries_is_refused():
+    model = build_tiny_model("mistral", num_layers=L, seed=2, sliding_window=3)
+    tokens = ids(4)
+    cache = new_cache(model)
+    with torch.inference_mode():
+        forward_tokens(model, tokens[:-1], 0, cache, keep=1)
+        commit_cache(cache)  # as in the decoder: only the last window - 1 positions are kept
+        assert window_from_cache(cache, tokens, 1).start == 19  # one token needs only what is kept
+        with pytest.raises(LayersearchError, match="no longer holds position"):
+            window_from_cache(cache, tokens, 5)
