@@ -70,6 +70,7 @@ class KnapSpecController:
         _check_int(window, "reference window")
         if alpha_window is not None:
             _check_int(alpha_window, "alpha window", "or None")
+        _refuse_evicting_windows(model, max(window, alpha_window or 0))
         self.model = model
         self.profile = profile
         self.interval = interval
@@ -99,6 +100,18 @@ class KnapSpecController:
 
     def observe(self, outcome: StepOutcome) -> None:
         """KnapSpec re-selects on a schedule, not on feedback."""
+
+
+def _refuse_evicting_windows(model: torch.nn.Module, tokens: int) -> None:
+    """Reference windows read the context their tokens attend to from the committed cache; a
+    sliding-window layer keeps only its last ``window - 1`` positions, too few for ``tokens > 1``."""
+    from layersearch.runtime.cache import sliding_windows
+
+    if tokens > 1 and any(w is not None for w in sliding_windows(model)):
+        raise LayersearchError(
+            "KnapSpec re-selection while decoding is not supported on sliding-window models (their cache "
+            "evicts the reference window's context); use a fixed mask, e.g. from a study with the knapsack strategy"
+        )
 
 
 def knapspec_decoder(

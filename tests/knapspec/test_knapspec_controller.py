@@ -155,3 +155,13 @@ def test_generate_cli_dynamic_knapsack(tmp_path, capsys, tiny_with_embedded_toke
     ids = tokenizer("The quick brown fox", return_tensors="pt").input_ids
     assert out["token_ids"] == recomputed_greedy(model, ids, len(out["token_ids"]))
     assert out["stats"]["selections"] and out["stats"]["selections"][0]["step"] == 0
+
+
+def test_sliding_window_models_are_refused_for_re_selection_in_one_line():
+    from layersearch.errors import LayersearchError
+    from layersearch.models.tiny import build_tiny_model
+
+    model = build_tiny_model("mistral", num_layers=4, sliding_window=3, seed=0)
+    with pytest.raises(LayersearchError, match="not supported on sliding-window models") as excinfo:
+        knapspec_decoder(model, tiny_profile(), policy=DraftPolicy(4, 0.0))
+    assert "\n" not in str(excinfo.value)
