@@ -44,12 +44,20 @@ class SkipAwareCache(DynamicCache):
     def _longest_alike(self, layer_idx: int) -> int:
         if layer_idx >= len(self.layers):
             return layer_idx
-        kind = _kind(self.layers[layer_idx])
-        best = layer_idx
-        for index, layer in enumerate(self.layers):
-            if _kind(layer) == kind and layer.get_seq_length() > self.layers[best].get_seq_length():
-                best = index
-        return best
+        alike = self._alike().get(layer_idx, (layer_idx,))
+        lengths = [self.layers[i].get_seq_length() for i in alike]
+        return alike[lengths.index(max(lengths))]
+
+    def _alike(self) -> dict[int, tuple[int, ...]]:
+        # Layer kinds never change once the cache exists: group the indices once (per-forward cost).
+        groups = getattr(self, "_alike_groups", None)
+        if groups is None or len(groups) != len(self.layers):
+            by_kind: dict[tuple, list[int]] = {}
+            for index, layer in enumerate(self.layers):
+                by_kind.setdefault(_kind(layer), []).append(index)
+            groups = {index: tuple(indices) for indices in by_kind.values() for index in indices}
+            self._alike_groups = groups
+        return groups
 
 
 def new_cache(model: torch.nn.Module) -> Cache:
