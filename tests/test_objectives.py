@@ -110,6 +110,35 @@ def test_matchness_counts_agree_with_a_fresh_recomputation(runtime, tiny_llama):
     assert (measured.matched, measured.compared) == (matched, compared)
 
 
+@pytest.mark.parametrize("family", ["mistral", "gemma3"])
+def test_matchness_on_a_sliding_window_model_rolls_back_exactly(family):
+    """Prompts and gamma several windows long: every mask's matchness equals a fresh computation."""
+    from transformers import DynamicCache
+
+    from layersearch.models.skipping import skipping
+    from layersearch.models.tiny import build_tiny_model
+    from layersearch.runtime.forward import forward_tokens
+
+    model = build_tiny_model(family, num_layers=4, sliding_window=3, seed=6)
+    model.generation_config.eos_token_id = None
+    prompts = [torch.randint(3, 128, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (11, 7)]
+    sliding = ModelRuntime(model, describe_model(model, family), prompts, max_new_tokens=4, draft_threshold=0.0)
+    for mask in (SkipMask(4, (0, 1), ()), SkipMask(4, (), (2,)), SkipMask(4, (1, 2), (1, 2))):
+        measured = sliding.matchness(mask, GAMMA)
+        matched = 0
+        with torch.inference_mode():
+            for prompt in prompts:
+                ids = torch.tensor([prompt])
+                target = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=GAMMA + 1,
+                                        do_sample=False)[0, len(prompt):].tolist()
+                cache = DynamicCache(config=model.config)  # fresh: nothing to roll back
+                forward_tokens(model, prompt, 0, cache)
+                with skipping(model, mask):
+                    predicted = forward_tokens(model, target[:-1], len(prompt), cache).argmax(-1).tolist()
+                matched += sum(p == t for p, t in zip(predicted, target[1:]))
+        assert (measured.matched, measured.compared) == (matched, GAMMA * len(prompts))
+
+
 def test_time_per_token_runs_the_decoder_and_records_the_trial_attrs(runtime):
     objective = make_objective("time-per-token")
     assert objective.direction == "minimize"
