@@ -78,7 +78,7 @@ def truncate_cache(cache: Cache, length: int) -> None:
     input) if a layer no longer holds what the cut needs.
     """
     for layer in cache.layers:
-        if not can_truncate_layer(layer, length):
+        if not _can_truncate_layer(layer, length):
             raise RuntimeError(
                 f"cannot roll a sliding-window cache layer back to {length} positions: "
                 "its older entries were already committed and evicted"
@@ -103,10 +103,10 @@ def commit_cache(cache: Cache) -> None:
 
 def can_truncate(cache: Cache, length: int) -> bool:
     """Whether every layer of ``cache`` still holds what cutting it back to ``length`` needs."""
-    return all(can_truncate_layer(layer, length) for layer in cache.layers)
+    return all(_can_truncate_layer(layer, length) for layer in cache.layers)
 
 
-def can_truncate_layer(layer, length: int) -> bool:
+def _can_truncate_layer(layer, length: int) -> bool:
     """Whether one cache layer can be cut back to ``length`` positions exactly."""
     window = _window(layer)
     if window is None or not getattr(layer, "is_initialized", False) or length >= layer.get_seq_length():
