@@ -26,8 +26,11 @@ def run(args: Any) -> int:
 
 def describe(profile) -> str:
     """One line: attention cost fit, MLP and base costs, verify ratio at 8 tokens."""
+    windows = [w for w in profile.attention_windows if w is not None]
+    # A sliding layer reads at most window - 1 positions: say so, or the slope reads as per token of context.
+    sliding = f" (n capped at window - 1 in {len(windows)} sliding layers)" if windows else ""
     return (
-        f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms, "
+        f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms{sliding}, "
         f"t_mlp = {profile.mlp_seconds * 1e3:.3f} ms, base = {profile.base_seconds * 1e3:.2f} ms, "
         f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.device} {profile.dtype}"
     )
