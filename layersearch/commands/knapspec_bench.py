@@ -60,7 +60,7 @@ def run(args: Any) -> int:
     import torch
 
     from layersearch.commands.common import load, positive_int
-    from layersearch.knapsack import benchmark_solver, format_benchmark
+    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
     from layersearch.mask import parse_index_list
 
     contexts = parse_index_list(args.contexts, "contexts")
