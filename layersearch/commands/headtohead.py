@@ -34,8 +34,8 @@ def run(args: Any) -> int:
     """Create, search and compare one study per strategy; print the table and the ordering."""
     from layersearch.commands.study import format_run_summary, format_table, log, settings_from_args
     from layersearch.objectives import check_objective
-    from layersearch.strategies import default_skip_ratio
-    from layersearch.study import COMPARE_COLUMNS, _load_model, check_strategy, compare_studies, create_study, run_study
+    from layersearch.strategies import default_skip_ratio, get_strategy
+    from layersearch.study import COMPARE_COLUMNS, load_study_model, compare_studies, create_study, run_study
 
     if not args.budget > 0:
         raise LayersearchError(f"--budget must be > 0 seconds, got {args.budget}")
@@ -43,7 +43,7 @@ def run(args: Any) -> int:
     if not strategies or len(set(strategies)) != len(strategies):
         raise LayersearchError("--strategies must list distinct strategy names")
     for name in strategies:
-        check_strategy(name)
+        get_strategy(name)
     check_objective(args.random_objective)
     prefix = args.prefix or f"h2h-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
     ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
@@ -56,7 +56,7 @@ def run(args: Any) -> int:
             skip_ratio=ratio if strategy in RATIO_STRATEGIES else None,
         ).validated()
         plans.append((f"{prefix}-{strategy}", settings))
-    loaded = _load_model(plans[0][1])
+    loaded = load_study_model(plans[0][1])
     key = (plans[0][1].model, plans[0][1].device, plans[0][1].dtype)
 
     profile_path = args.profile

@@ -14,10 +14,10 @@ from typing import Any, Callable, Mapping, Sequence
 from layersearch.errors import LayersearchError
 from layersearch.jsonfile import write_json_atomic, write_text_atomic
 from layersearch.study.inspect import search_seconds
-from layersearch.study.rebuild import _load_model, _prompt_texts
+from layersearch.study.rebuild import load_study_model, prompt_texts
 from layersearch.study.settings import StudySettings
-from layersearch.study.storage import _load
-from layersearch.study.trials import _best_trial
+from layersearch.study.storage import open_study
+from layersearch.study.trials import best_trial
 
 
 COMPARE_COLUMNS = (
@@ -61,8 +61,8 @@ def compare_studies(
         raise LayersearchError(f"--repeats must be >= 1, got {repeats}")
     entries = []
     for name in names:  # every study is checked before anything is measured or written
-        study, settings, location, _ = _load(name, storage)
-        best = _best_trial(study)
+        study, settings, location, _ = open_study(name, storage)
+        best = best_trial(study)
         if best is None:
             raise LayersearchError(f"study {name!r} has no completed trial to compare")
         entries.append((name, study, settings, best))
@@ -112,10 +112,10 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
         model_key = (settings.model, settings.device, settings.dtype)
         if model_key not in models:
             say(f"loading {settings.model} ...")
-            models[model_key] = _load_model(settings)
+            models[model_key] = load_study_model(settings)
         loaded = models[model_key]
         runtime = ModelRuntime.from_texts(
-            loaded, _prompt_texts(settings), max_new_tokens=settings.max_new_tokens,
+            loaded, prompt_texts(settings), max_new_tokens=settings.max_new_tokens,
             max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
         )
         masks = {}

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from layersearch.errors import LayersearchError
-from layersearch.study.rebuild import _initial_masks, _load_model, _prompt_texts, _strategy_plan
+from layersearch.study.rebuild import initial_masks, load_study_model, prompt_texts, strategy_plan
 from layersearch.study.settings import SETTINGS_ATTR, StudySettings
-from layersearch.study.storage import StorageLocation, _quiet_warnings, check_name, open_storage, storage_location
+from layersearch.study.storage import StorageLocation, quiet_warnings, check_name, open_storage, storage_location
 
 
 #: Quick latency-profile settings used at create time (a few seconds on the embedded model).
@@ -61,20 +61,20 @@ def create_study(
     if existing is not None:
         return existing
     location.check_creatable()
-    texts = _prompt_texts(settings)  # checks the domain's packages before the model loads
-    loaded = loaded if loaded is not None else _load_model(settings)
+    texts = prompt_texts(settings)  # checks the domain's packages before the model loads
+    loaded = loaded if loaded is not None else load_study_model(settings)
     info = loaded.info
-    _strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
+    strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
     if profile is not None:
         profile.check_model(info)
     else:
         say(f"measuring a quick latency profile of {info.name} ...")
         profile = _quick_profile(loaded)
-    initial = _initial_masks(settings, loaded, texts, profile)
+    initial = initial_masks(settings, loaded, texts, profile)
     settings = replace(settings, model_info=info.to_dict(), profile=profile.to_dict())
     storage_obj = open_storage(location, create=True)
     try:
-        with _quiet_warnings():
+        with quiet_warnings():
             study = optuna.create_study(study_name=name, storage=storage_obj, direction=settings.direction)
     except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile
         existing = _existing(name, location, settings)

@@ -12,7 +12,7 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread by SIGTERM so the running trial fails cleanly."""
 
 
-def _fail_if_running(storage: Any, trial_id: int | None) -> None:
+def fail_if_running(storage: Any, trial_id: int | None) -> None:
     """Fail this process's trial if an interrupt left it RUNNING (e.g. outside the objective)."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
@@ -43,7 +43,7 @@ class _InterruptFilter(logging.Filter):
 
 
 @contextmanager
-def _no_interrupt_tracebacks() -> Iterator[None]:
+def no_interrupt_tracebacks() -> Iterator[None]:
     logger = logging.getLogger("optuna.study._optimize")
     interrupt_filter = _InterruptFilter()
     logger.addFilter(interrupt_filter)
@@ -53,7 +53,7 @@ def _no_interrupt_tracebacks() -> Iterator[None]:
         logger.removeFilter(interrupt_filter)
 
 
-class _Interrupts:
+class Interrupts:
     """Ctrl-C and SIGTERM during a run, raised only where raising is safe.
 
     While the objective computes (:meth:`raising`), a signal raises at once

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from layersearch.errors import LayersearchError
 from layersearch.objectives import make_objective
-from layersearch.study.interrupts import _fail_if_running, _Interrupts, _no_interrupt_tracebacks
-from layersearch.study.rebuild import _load_model, _prompt_texts, _strategy_plan
-from layersearch.study.storage import DEFAULT_HEARTBEAT, _load, _quiet_warnings
-from layersearch.study.trials import _best_trial, _best_value, _finished, _json_value
-from layersearch.study.workers import WORKER_ATTR, _worker_record, fail_stale_trials
+from layersearch.study.interrupts import fail_if_running, Interrupts, no_interrupt_tracebacks
+from layersearch.study.rebuild import load_study_model, prompt_texts, strategy_plan
+from layersearch.study.storage import DEFAULT_HEARTBEAT, open_study, quiet_warnings
+from layersearch.study.trials import best_trial, best_value_of, finished_trials, json_value
+from layersearch.study.workers import WORKER_ATTR, worker_record, fail_stale_trials
 
 if TYPE_CHECKING:
     import optuna  # noqa: F811
@@ -71,17 +71,17 @@ def run_study(
     if trials is None and timeout is None:
         trials = 50
     started = time.perf_counter()
-    study, settings, location, storage_obj = _load(name, storage, heartbeat=heartbeat)
+    study, settings, location, storage_obj = open_study(name, storage, heartbeat=heartbeat)
     stale = fail_stale_trials(study)
     info = settings.info()
-    finished = _finished(study)
-    plan = _strategy_plan(settings, info.num_layers, n_finished=len(finished))
+    finished = finished_trials(study)
+    plan = strategy_plan(settings, info.num_layers, n_finished=len(finished))
     study = optuna.load_study(study_name=name, storage=storage_obj, sampler=plan.sampler)
     reason = plan.stop_reason(study)
     ran = 0
     if reason is None:
-        texts = _prompt_texts(settings)
-        loaded = loaded if loaded is not None else _load_model(settings)
+        texts = prompt_texts(settings)
+        loaded = loaded if loaded is not None else load_study_model(settings)
         if loaded.info.fingerprint != info.fingerprint:
             raise LayersearchError(
                 f"model {settings.model!r} is not the one the study was created with "
@@ -100,9 +100,9 @@ def run_study(
         from layersearch.strategies import suggest_mask
 
         current: dict[str, Any] = {}
-        worker = _worker_record()
+        worker = worker_record()
 
-        interrupts = _Interrupts(study)
+        interrupts = Interrupts(study)
 
         def evaluate(trial: "optuna.Trial") -> float:
             current["trial_id"] = trial._trial_id
@@ -111,7 +111,7 @@ def run_study(
             with interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
                 score = objective.evaluate(runtime, mask)
             for key, value in score.attrs.items():
-                trial.set_user_attr(key, _json_value(value))
+                trial.set_user_attr(key, json_value(value))
             return float(score.value)
 
         stop: dict[str, str | None] = {"reason": None}
@@ -122,20 +122,20 @@ def run_study(
             def after_trial(study_now: Any, trial: Any) -> None:
                 current.pop("trial_id", None)
                 done["trials"] += 1
-                progress.update(best=_best_value(study_now), last=trial.value, state=trial.state.name)
+                progress.update(best=best_value_of(study_now), last=trial.value, state=trial.state.name)
                 why = plan.stop_reason(study_now)
                 if why is not None:
                     stop["reason"] = why
                     study_now.stop()
 
             try:
-                with interrupts.installed(), _quiet_warnings(), _no_interrupt_tracebacks():
+                with interrupts.installed(), quiet_warnings(), no_interrupt_tracebacks():
                     study.optimize(evaluate, n_trials=trials, timeout=timeout, callbacks=[after_trial], catch=())
                     interrupts.raise_pending()  # one that arrived outside a trial's computation
             except KeyboardInterrupt:
                 progress.close()
                 trial_id = current.get("trial_id")
-                _fail_if_running(storage_obj, trial_id)
+                fail_if_running(storage_obj, trial_id)
                 if trial_id is not None and storage_obj.get_trial(trial_id).state == TrialState.FAIL:
                     number = storage_obj.get_trial(trial_id).number
                     print(f"layersearch: trial {number} of {name} marked FAIL", file=sys.stderr)
@@ -143,7 +143,7 @@ def run_study(
         ran = done["trials"]
         reason = stop["reason"]
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    best = _best_trial(study)
+    best = best_trial(study)
     return RunSummary(
         name=name,
         url=location.url,

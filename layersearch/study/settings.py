@@ -19,7 +19,6 @@ from layersearch.objectives import (
     check_objective,
     objective_direction,
 )
-from layersearch.study.strategy import check_strategy
 
 
 SETTINGS_ATTR = "settings"
@@ -54,7 +53,9 @@ class StudySettings:
         """Checked copy with the strategy's default skip ratio filled in; raises LayersearchError."""
         from layersearch.data import DOMAINS
 
-        check_strategy(self.strategy)
+        from layersearch.strategies import get_strategy, make_sampler
+
+        strategy = get_strategy(self.strategy)
         check_objective(self.objective)
         if self.domain not in DOMAINS:
             raise LayersearchError(f"unknown domain {self.domain!r}; known domains: {', '.join(DOMAINS)}")
@@ -67,14 +68,9 @@ class StudySettings:
         if not 0.0 <= float(self.draft_threshold) <= 1.0:
             raise LayersearchError(f"draft threshold must be in [0, 1], got {self.draft_threshold!r}")
         ratio = self.skip_ratio
-        from layersearch.strategies import STRATEGIES, default_skip_ratio, make_sampler
-
-        if self.strategy in STRATEGIES:
-            if ratio is None:
-                ratio = default_skip_ratio(self.strategy)
-            make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
-        elif ratio is not None:
-            raise LayersearchError(f"strategy {self.strategy!r} chooses its own skip counts and takes no skip ratio")
+        if ratio is None:
+            ratio = strategy.default_ratio
+        make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
         return replace(self, skip_ratio=None if ratio is None else float(ratio))
 
     @property
