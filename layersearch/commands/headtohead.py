@@ -20,9 +20,12 @@ plus the M and alpha of that run. The model is loaded once and shared by all thr
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
+from layersearch.commands.args import model_args
+from layersearch.commands.study_common import OBJECTIVE_HELP, format_run_summary, format_table, log, search_args, settings_from_args
 from layersearch.errors import LayersearchError
 
 NATIVE_OBJECTIVES = {"swift": "matchness", "selfsd-bo": "time-per-token"}
@@ -30,9 +33,28 @@ RATIO_STRATEGIES = ("swift", "random", "uniform")
 PAPER = "swift.txt Table 12: SWIFT 1.56x after 116 s, Self-SD BO 0.97x after 155 s"
 
 
+def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``study head-to-head``: its arguments (on the ``study`` command's actions)."""
+    h = actions.add_parser(
+        "head-to-head",
+        help="benchmark: swift, selfsd-bo and random under the same wall-clock budget on one domain",
+    )
+    model_args(h)
+    h.add_argument("--domain", default="summarization")
+    h.add_argument("--budget", type=float, default=600.0, help="search seconds per strategy (default 600)")
+    h.add_argument("--strategies", default="swift,selfsd-bo,random", help="comma-separated (default swift,selfsd-bo,random)")
+    h.add_argument("--random-objective", default="matchness", help=f"objective of the random search ({OBJECTIVE_HELP}; default matchness)")
+    h.add_argument("--prefix", default=None, help="study name prefix (default h2h-<domain>-<time>)")
+    h.add_argument("--storage", help="one Optuna storage for all three studies (default: sqlite file per study)")
+    h.add_argument("--out-prefix", default=None, help="table files PREFIX.csv/.json (default: the study prefix)")
+    h.add_argument("--repeats", type=int, default=1, help="measurement rounds of the final comparison")
+    h.add_argument("--quiet", action="store_true")
+    h.add_argument("--profile", help="latency profile JSON (default: measure a quick one)")
+    search_args(h, ratio_help="skip ratio of swift and random (default: swift's 0.45)")
+
+
 def run(args: Any) -> int:
     """Create, search and compare one study per strategy; print the table and the ordering."""
-    from layersearch.commands.study import format_run_summary, format_table, log, settings_from_args
     from layersearch.objectives import check_objective
     from layersearch.strategies import default_skip_ratio, get_strategy
     from layersearch.study import COMPARE_COLUMNS, load_study_model, compare_studies, create_study, run_study

@@ -27,18 +27,16 @@ import sys
 import time
 from typing import Any
 
+from layersearch.commands.args import model_args
 from layersearch.errors import LayersearchError
 
 CHARS_PER_TOKEN = 4.7
 
 
-def add_parser(sub, parser_class) -> None:
+def add_parser(sub: Any, parser_class: type) -> None:
     """Register ``knapspec-bench`` on the ``sub`` subparsers of the main CLI."""
     p = sub.add_parser("knapspec-bench", help="KnapSpec long-context experiment: context-aware vs fixed masks")
-    p.add_argument("--model", default="smollm2-135m", help="embedded name, HF id or local directory (default smollm2-135m)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: steadier on a shared machine)")
+    model_args(p, threads=1)
     p.add_argument("--contexts", default="256,1024,2048,4096", help="prompt lengths in tokens (default 256,1024,2048,4096)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per run (default 32)")
     p.add_argument("--out", default="knapspec_bench.json", help="JSON report (default knapspec_bench.json)")
@@ -52,7 +50,6 @@ def add_parser(sub, parser_class) -> None:
     p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
     p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
     p.set_defaults(command="knapspec_bench")
-    return p
 
 
 def run(args: Any) -> int:
