@@ -36,6 +36,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 
@@ -169,9 +170,7 @@ class Matchness(Objective):
     direction = "maximize"
 
     def __init__(self, *, gamma: int = DEFAULT_GAMMA, decode_stats: bool = False) -> None:
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-            raise LayersearchError(f"gamma must be an integer >= 1, got {gamma!r}")
-        self.gamma = gamma
+        self.gamma = check_int(gamma, "gamma")
         self.decode_stats = decode_stats
 
     def evaluate(self, runtime: Runtime, mask: SkipMask) -> Score:
@@ -289,8 +288,7 @@ class ModelRuntime:
 
         if not prompts or any(len(p) == 0 for p in prompts):
             raise LayersearchError("the runtime needs at least one non-empty prompt")
-        if max_new_tokens < 1:
-            raise LayersearchError(f"max new tokens must be >= 1, got {max_new_tokens}")
+        check_int(max_new_tokens, "max new tokens")
         self.model = model
         self._info = info
         self.prompts = [list(map(int, p)) for p in prompts]

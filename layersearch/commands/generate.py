@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from layersearch.checks import check_int
 from layersearch.commands.args import draft_args, model_args
 from layersearch.commands.common import format_stats, load, positive_int, read_prompts
 from layersearch.errors import LayersearchError
@@ -152,8 +153,7 @@ def dynamic_decoder(args: Any, loaded, *, policy, sampling, **plugins: Any):
     if kind != "knapsack":
         raise LayersearchError(f"unknown dynamic mode {kind!r} (only 'knapsack')")
     interval = getattr(args, "reselect_every", 64)
-    if interval is None or interval < 1:
-        raise LayersearchError(f"--reselect-every must be >= 1, got {interval}")
+    check_int(interval, "--reselect-every")
     profile = load_or_measure_profile(getattr(args, "profile", None), loaded, max_verify=policy.max_draft_tokens + 1)
     controller = KnapSpecController(loaded.model, profile, max_gamma=policy.max_draft_tokens, interval=interval)
     plugins.setdefault("lookahead", policy.lookahead())

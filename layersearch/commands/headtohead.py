@@ -24,6 +24,7 @@ import argparse
 import time
 from typing import Any
 
+from layersearch.checks import check_positive
 from layersearch.commands.args import model_args
 from layersearch.commands.study_common import OBJECTIVE_HELP, format_run_summary, format_table, log, search_args, settings_from_args
 from layersearch.errors import LayersearchError
@@ -59,8 +60,7 @@ def run(args: Any) -> int:
     from layersearch.strategies import default_skip_ratio, get_strategy
     from layersearch.study import COMPARE_COLUMNS, load_study_model, compare_studies, create_study, run_study
 
-    if not args.budget > 0:
-        raise LayersearchError(f"--budget must be > 0 seconds, got {args.budget}")
+    check_positive(args.budget, "--budget", unit="seconds")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies or len(set(strategies)) != len(strategies):
         raise LayersearchError("--strategies must list distinct strategy names")

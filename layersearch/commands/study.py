@@ -11,10 +11,10 @@ import json
 import sys
 from typing import Any
 
+from layersearch.checks import check_int
 from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
 from layersearch.commands.study_common import OBJECTIVE_HELP, fmt, format_run_summary, format_table, log, search_args, settings_from_args
-from layersearch.errors import LayersearchError
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -126,8 +126,7 @@ def _run(args: Any) -> int:
     from layersearch.study import DEFAULT_HEARTBEAT, run_study
 
     heartbeat = DEFAULT_HEARTBEAT if args.heartbeat is None else args.heartbeat
-    if heartbeat < 1:
-        raise LayersearchError(f"--heartbeat must be >= 1 second, got {heartbeat}")
+    check_int(heartbeat, "--heartbeat (seconds)")
     summary = run_study(args.name, storage=args.storage, trials=args.trials, timeout=args.timeout,
                         quiet=args.quiet, heartbeat=heartbeat)
     print(format_run_summary(summary))

@@ -32,6 +32,7 @@ from types import MappingProxyType
 import optuna
 from optuna.study import Study
 
+from layersearch.checks import check_fraction
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import fixed_ratio_random, knapsack, selfsd_bo, swift, tpe, uniform
@@ -165,6 +166,4 @@ def _resolve_ratio(name: str, skip_ratio: float | None) -> float | None:
         return None
     if skip_ratio is None:
         return strategy.default_ratio
-    if isinstance(skip_ratio, bool) or not isinstance(skip_ratio, (int, float)) or not 0.0 <= skip_ratio <= 1.0:
-        raise LayersearchError(f"skip ratio must be between 0 and 1, got {skip_ratio!r}")
-    return float(skip_ratio)
+    return check_fraction(skip_ratio, "skip ratio")

@@ -29,6 +29,7 @@ import numpy as np
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import _gp
@@ -156,8 +157,7 @@ class SwiftSampler(MaskSampler):
         kappa: float = KAPPA,
     ) -> None:
         super().__init__(num_layers=num_layers, seed=seed)
-        if isinstance(bo_interval, bool) or not isinstance(bo_interval, int) or bo_interval < 1:
-            raise LayersearchError(f"bo_interval must be an integer >= 1, got {bo_interval!r}")
+        check_int(bo_interval, "bo_interval")
         self._count = skip_count(num_layers, skip_ratio)
         self._bo_interval = bo_interval
         self._kappa = kappa

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.jsonfile import write_json_atomic, write_text_atomic
 from layersearch.study.inspect import search_seconds
@@ -57,8 +58,7 @@ def compare_studies(
     say = log or (lambda message: None)
     if not names:
         raise LayersearchError("no study names to compare")
-    if repeats < 1:
-        raise LayersearchError(f"--repeats must be >= 1, got {repeats}")
+    check_int(repeats, "--repeats")
     entries = []
     for name in names:  # every study is checked before anything is measured or written
         study, settings, location, _ = open_study(name, storage)

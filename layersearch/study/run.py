@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from layersearch.checks import check_int, check_positive
 from layersearch.errors import LayersearchError
 from layersearch.objectives import make_objective
 from layersearch.study.interrupts import fail_if_running, Interrupts, no_interrupt_tracebacks
@@ -64,10 +65,10 @@ def run_study(
 
     from layersearch.progress import TrialProgress
 
-    if trials is not None and (isinstance(trials, bool) or trials < 1):
-        raise LayersearchError(f"--trials must be >= 1, got {trials}")
-    if timeout is not None and not timeout > 0:
-        raise LayersearchError(f"--timeout must be > 0 seconds, got {timeout}")
+    if trials is not None:
+        check_int(trials, "--trials")
+    if timeout is not None:
+        check_positive(timeout, "--timeout", unit="seconds")
     if trials is None and timeout is None:
         trials = 50
     started = time.perf_counter()
