@@ -97,12 +97,12 @@ def _masks(args: Any, info) -> list[SkipMask]:
 
 def _profile(args: Any, loaded):
     from layersearch.profile import LatencyProfile
-    from layersearch.runtime.profiler import measure_profile
+    from layersearch.runtime.profiler import quick_profile
 
     if args.profile:
         return LatencyProfile.load(args.profile, model=loaded.info)
     _say("measuring a quick latency profile (pass --profile FILE to reuse one)")
-    return measure_profile(loaded.model, loaded.info, contexts=(64, 256, 512), repeats=3, progress=_say)
+    return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=_say)
 
 
 def _say(message: str) -> None:

@@ -102,14 +102,12 @@ def _profile(args, loaded, contexts, say):
     from pathlib import Path
 
     from layersearch.profile import LatencyProfile
-    from layersearch.runtime.profiler import measure_profile
+    from layersearch.runtime.profiler import quick_profile
 
     if args.profile and Path(args.profile).exists():
         return LatencyProfile.load(args.profile, model=loaded.info)
-    limit = getattr(loaded.model.config, "max_position_embeddings", None) or max(contexts) + 64
-    measure = sorted({64, *[n for n in contexts if n + args.max_draft + 1 <= limit]})
-    say(f"measuring the latency profile at contexts {measure} (pass --profile FILE to reuse one)")
-    profile = measure_profile(loaded.model, loaded.info, contexts=tuple(measure), max_verify=args.max_draft + 1, repeats=3, progress=say)
+    say(f"measuring the latency profile at contexts 64,{','.join(map(str, contexts))} (pass --profile FILE to reuse one)")
+    profile = quick_profile(loaded.model, loaded.info, contexts=(64, *contexts), max_verify=args.max_draft + 1, repeats=3, progress=say)
     if args.profile:
         profile.save(args.profile)
         say(f"saved the profile to {args.profile}")

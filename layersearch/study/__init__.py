@@ -58,7 +58,6 @@ from layersearch.study.workers import WORKER_ATTR, fail_stale_trials
 # Importable from here as before the package split (the commands use them), though not in __all__.
 from layersearch.jsonfile import write_text_atomic  # noqa: F401,E402
 from layersearch.study.compare import COMPARE_COLUMNS  # noqa: F401,E402
-from layersearch.study.create import QUICK_PROFILE  # noqa: F401,E402
 from layersearch.study.interrupts import Terminated, Interrupts  # noqa: F401,E402
 from layersearch.study.rebuild import load_study_model  # noqa: F401,E402
 from layersearch.study.settings import SETTINGS_VERSION  # noqa: F401,E402

@@ -16,10 +16,6 @@ from layersearch.study.settings import SETTINGS_ATTR, StudySettings
 from layersearch.study.storage import StorageLocation, quiet_warnings, check_name, open_storage, storage_location
 
 
-#: Quick latency-profile settings used at create time (a few seconds on the embedded model).
-QUICK_PROFILE = dict(contexts=(64, 256, 512), max_verify=10, repeats=2)
-
-
 @dataclass(frozen=True)
 class CreateResult:
     """Outcome of :func:`create_study`: ``created`` False when it existed with the same settings."""
@@ -69,7 +65,7 @@ def create_study(
         profile.check_model(info)
     else:
         say(f"measuring a quick latency profile of {info.name} ...")
-        profile = _quick_profile(loaded)
+        profile = _quick_profile(loaded, settings)
     initial = initial_masks(settings, loaded, texts, profile)
     settings = replace(settings, model_info=info.to_dict(), profile=profile.to_dict())
     storage_obj = open_storage(location, create=True)
@@ -116,10 +112,8 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
     return CreateResult(name, location.url, False, found)
 
 
-def _quick_profile(loaded: Any) -> Any:
-    from layersearch.runtime.profiler import measure_profile
+def _quick_profile(loaded: Any, settings: StudySettings) -> Any:
+    from layersearch.runtime.profiler import quick_profile
 
-    limit = getattr(loaded.model.config, "max_position_embeddings", None) or 10**9
-    verify = QUICK_PROFILE["max_verify"]
-    contexts = [n for n in QUICK_PROFILE["contexts"] if n + verify <= limit] or [max(1, limit - verify)]
-    return measure_profile(loaded.model, loaded.info, contexts=contexts, max_verify=verify, repeats=QUICK_PROFILE["repeats"])
+    # Verification of up to max_draft drafted tokens plus the bonus token.
+    return quick_profile(loaded.model, loaded.info, max_verify=settings.max_draft + 2)

@@ -11,7 +11,7 @@ import transformers
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.profile import LatencyProfile
-from layersearch.runtime.profiler import _sublayer_seconds, fit_line, measure_profile
+from layersearch.runtime.profiler import _sublayer_seconds, fit_line, measure_profile, quick_profile
 
 CONTEXTS = (8, 32, 64)
 MAX_VERIFY = 4
@@ -117,3 +117,16 @@ def test_fit_line():
     slope, intercept = fit_line([10, 20], [1, 3])  # would cross below zero: through the origin
     assert intercept == 0.0 and slope == pytest.approx((10 + 60) / (100 + 400))
     assert fit_line([64], [2.0]) == (0.0, 2.0)
+
+
+def test_quick_profile_keeps_the_contexts_that_fit(model, info):
+    old = model.config.max_position_embeddings
+    model.config.max_position_embeddings = 70
+    try:
+        # 64 + 4 verified tokens fit in 70 positions, 128 does not; the duplicate 8 counts once.
+        profile = quick_profile(model, info, contexts=(128, 8, 64, 8), max_verify=4, repeats=1)
+        assert profile.contexts == (8, 64)
+        # Nothing fits: the longest context that does is measured instead.
+        assert quick_profile(model, info, contexts=(128,), max_verify=4, repeats=1).contexts == (66,)
+    finally:
+        model.config.max_position_embeddings = old
