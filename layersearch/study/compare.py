@@ -100,6 +100,7 @@ def _compare_row(name: str, study: Any, settings: StudySettings, best: Any) -> d
 
 def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, models: dict, say: Callable[[str], None]) -> None:
     from layersearch.objectives import ModelRuntime
+    from layersearch.runtime.stats import combine
     from layersearch.strategies import mask_from_params
 
     groups: dict[tuple, list[int]] = {}
@@ -132,16 +133,13 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
             for index in indices:
                 mask_runs[index].append(runtime.decode(masks[index]))
             base_runs.append(runtime.baseline())  # before and after: drift hits both sides alike
-        base_tps = sum(r.new_tokens for r in base_runs) / sum(r.seconds for r in base_runs)
+        base_tps = combine(base_runs).tokens_per_second
         for index in indices:
-            runs = mask_runs[index]
-            tokens, seconds = sum(r.new_tokens for r in runs), sum(r.seconds for r in runs)
-            drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
-            forwards, decode_tokens = sum(r.target_forwards for r in runs), sum(r.decode_tokens for r in runs)
-            tps = tokens / seconds if seconds > 0 else 0.0
+            pooled = combine(mask_runs[index])
+            tps = pooled.tokens_per_second
             rows[index].update(
-                M=decode_tokens / forwards if forwards else 1.0,
-                alpha=accepted / drafted if drafted else None,
+                M=pooled.mean_accepted_length,
+                alpha=pooled.acceptance_rate,
                 tokens_per_second=tps,
                 baseline_tokens_per_second=base_tps,
                 speedup=tps / base_tps if base_tps > 0 else None,
