@@ -29,8 +29,6 @@ from layersearch.commands.args import model_args
 from layersearch.commands.study_common import OBJECTIVE_HELP, format_run_summary, format_table, log, search_args, settings_from_args
 from layersearch.errors import LayersearchError
 
-NATIVE_OBJECTIVES = {"swift": "matchness", "selfsd-bo": "time-per-token"}
-RATIO_STRATEGIES = ("swift", "random", "uniform")
 PAPER = "swift.txt Table 12: SWIFT 1.56x after 116 s, Self-SD BO 0.97x after 155 s"
 
 
@@ -64,20 +62,19 @@ def run(args: Any) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies or len(set(strategies)) != len(strategies):
         raise LayersearchError("--strategies must list distinct strategy names")
-    for name in strategies:
-        get_strategy(name)
+    registered = [get_strategy(name) for name in strategies]
     check_objective(args.random_objective)
     prefix = args.prefix or f"h2h-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
     ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
 
     plans = []
-    for strategy in strategies:
-        objective = NATIVE_OBJECTIVES.get(strategy, args.random_objective)
+    for strategy in registered:
+        objective = strategy.objective or args.random_objective
         settings = settings_from_args(
-            args, strategy=strategy, objective=objective,
-            skip_ratio=ratio if strategy in RATIO_STRATEGIES else None,
+            args, strategy=strategy.name, objective=objective,
+            skip_ratio=ratio if strategy.takes_ratio else None,
         ).validated()
-        plans.append((f"{prefix}-{strategy}", settings))
+        plans.append((f"{prefix}-{strategy.name}", settings))
     loaded = load_study_model(plans[0][1])
     key = (plans[0][1].model, plans[0][1].device, plans[0][1].dtype)
 

@@ -55,7 +55,8 @@ class Strategy:
     rule)`` why the study ends now (``rule``: SWIFT's :class:`~layersearch.strategies.swift.StopRule`
     override, ignored by the others). ``stream_seeded``: its sampler draws from one RNG stream
     (TPE), so a resumed study seeds it past the draws already made. ``needs_model``: its
-    starting masks need the loaded model, prompts and profile.
+    starting masks need the loaded model, prompts and profile. ``objective``: the objective
+    of the paper the strategy comes from (``study head-to-head`` scores it by that one).
     """
 
     name: str
@@ -67,6 +68,7 @@ class Strategy:
     stop_reason: Callable[..., str | None] = never_stops
     stream_seeded: bool = False
     needs_model: bool = False
+    objective: str | None = None
 
     @property
     def takes_ratio(self) -> bool:

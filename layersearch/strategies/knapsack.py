@@ -47,4 +47,5 @@ STRATEGY = Strategy(
     initial_masks=candidate_masks,
     stop_reason=queue_stop_reason,
     needs_model=True,
+    objective="tpt",
 )

@@ -101,4 +101,5 @@ STRATEGY = Strategy(
     summary="Self-SD: probes, random to 10 trials, then GP-BO (logEI); skip count free",
     sampler=lambda *, num_layers, skip_ratio, seed: SelfSDBOSampler(num_layers=num_layers, seed=seed),
     initial_masks=lambda inputs: probe_masks(inputs.num_layers),
+    objective="time-per-token",
 )

@@ -206,4 +206,5 @@ STRATEGY = Strategy(
     default_ratio=SKIP_RATIO,
     initial_masks=lambda inputs: (initial_mask(inputs.num_layers, inputs.skip_ratio),),
     stop_reason=_stop_reason,
+    objective="matchness",
 )

@@ -44,6 +44,7 @@ class _InterruptFilter(logging.Filter):
 
 @contextmanager
 def no_interrupt_tracebacks() -> Iterator[None]:
+    """Hide Optuna's log lines for a trial failed by an interrupt (the run reports it once)."""
     logger = logging.getLogger("optuna.study._optimize")
     interrupt_filter = _InterruptFilter()
     logger.addFilter(interrupt_filter)
@@ -71,6 +72,7 @@ class Interrupts:
         self.pending: KeyboardInterrupt | None = None
 
     def handler(self, signum: int, frame: Any) -> None:
+        """The signal handler: raise inside :meth:`raising`, else note the signal and stop the study."""
         exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         if self.armed:
             self.armed = False
@@ -82,12 +84,14 @@ class Interrupts:
             pass
 
     def raise_pending(self) -> None:
+        """Raise a signal noted outside :meth:`raising`, if any."""
         if self.pending is not None:
             exc, self.pending = self.pending, None
             raise exc
 
     @contextmanager
     def raising(self) -> Iterator[None]:
+        """The block in which a signal raises at once (the objective's computation)."""
         self.raise_pending()
         self.armed = True
         try:
