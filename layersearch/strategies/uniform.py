@@ -37,15 +37,12 @@ class UniformSampler(MaskSampler):
         return self._mask, "uniform"
 
 
-def stop_reason(study: Study) -> str | None:
-    """Stop as soon as one trial completed: every further trial would measure the same mask."""
+def stop_reason(study: Study, rule: object = None) -> str | None:
+    """Stop as soon as one trial completed: every further trial would measure the same mask
+    (``rule``, another strategy's stop rule, does not apply)."""
     if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return "the uniform mask has been measured"
     return None
-
-
-def _stop_reason(study: Study, rule: object = None) -> str | None:
-    return stop_reason(study)
 
 
 STRATEGY = Strategy(
@@ -54,5 +51,5 @@ STRATEGY = Strategy(
     sampler=lambda *, num_layers, skip_ratio, seed: UniformSampler(num_layers=num_layers, skip_ratio=skip_ratio, seed=seed),
     skip_count=skip_count,
     default_ratio=SKIP_RATIO,
-    stop_reason=_stop_reason,
+    stop_reason=stop_reason,
 )

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.models.loading import describe_model
+from layersearch.mask import ModelInfo, SkipMask
 from layersearch.objectives import (
     OBJECTIVES,
     MatchMeasurement,
-    ModelRuntime,
     make_objective,
     objective_direction,
 )
@@ -32,17 +29,15 @@ def pooled(*, new_tokens, seconds, target_forwards, drafted, accepted, prompts, 
 
 
 @pytest.fixture(scope="module")
-def runtime(tiny_llama) -> ModelRuntime:
-    generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 128, (n,), generator=generator).tolist() for n in (12, 20, 7)]
-    info = describe_model(tiny_llama, "tiny-llama")
-    return ModelRuntime(tiny_llama, info, prompts, max_new_tokens=10, draft_threshold=0.0)
+def info() -> ModelInfo:
+    """The model the fake measurements are for (nothing runs it)."""
+    return ModelInfo("tiny-llama", 4, 64, "fp-tiny")
 
 
 @pytest.fixture(scope="module")
-def profile(runtime) -> LatencyProfile:
+def profile(info) -> LatencyProfile:
     return LatencyProfile(
-        model=runtime.info, device="cpu", dtype="float32", torch_version="test",
+        model=info, device="cpu", dtype="float32", torch_version="test",
         attention_slope=1e-7, attention_intercept=2e-4, mlp_seconds=3e-4, base_seconds=4e-4,
         verify_ratios=(1.0, 1.2, 1.4, 1.6),
     )
@@ -66,9 +61,9 @@ class FakeRuntime:
         return MatchMeasurement(3, 4)
 
 
-def test_expected_speedup_uses_measured_m_alpha_and_the_profile(runtime, profile):
+def test_expected_speedup_uses_measured_m_alpha_and_the_profile(info, profile):
     run = pooled(new_tokens=40, seconds=1.0, target_forwards=12, drafted=30, accepted=24, prompts=4)
-    fake = FakeRuntime(runtime.info, run)
+    fake = FakeRuntime(info, run)
     mask = SkipMask(4, (0, 1), (3,))
     score = make_objective("expected-speedup", profile=profile).evaluate(fake, mask)
     assert score.value == pytest.approx(profile.expected_speedup(3.0, 0.8, mask, 100))
@@ -78,22 +73,22 @@ def test_expected_speedup_uses_measured_m_alpha_and_the_profile(runtime, profile
     assert empty.value == 1.0
     counted = pooled(new_tokens=40, seconds=1.0, target_forwards=12, drafted=30, accepted=24,
                      prompts=4, draft_forwards=36)  # 3 per cycle, stops included
-    score = make_objective("expected-speedup", profile=profile).evaluate(FakeRuntime(runtime.info, counted), mask)
+    score = make_objective("expected-speedup", profile=profile).evaluate(FakeRuntime(info, counted), mask)
     assert score.value == pytest.approx(profile.expected_speedup(3.0, 0.8, mask, 100, drafts=3.0))
 
 
-def test_tpt_maximizes_over_gamma_with_the_measured_alpha(runtime, profile):
+def test_tpt_maximizes_over_gamma_with_the_measured_alpha(info, profile):
     run = pooled(new_tokens=40, seconds=1.0, target_forwards=12, drafted=30, accepted=24, prompts=4)
     mask = SkipMask(4, (0, 1), (3,))
-    score = make_objective("tpt", profile=profile).evaluate(FakeRuntime(runtime.info, run), mask)
+    score = make_objective("tpt", profile=profile).evaluate(FakeRuntime(info, run), mask)
     value, gamma = profile.best_tpt(0.8, mask, 100)
     assert score.value == pytest.approx(value) and score.attrs["best_gamma"] == gamma
     assert objective_direction("tpt") == "maximize"
 
 
-def test_matchness_records_no_decode_stats_unless_asked(runtime):
+def test_matchness_records_no_decode_stats_unless_asked(info):
     run = pooled(new_tokens=10, seconds=0.5, target_forwards=5, drafted=8, accepted=4, prompts=1)
-    fake = FakeRuntime(runtime.info, run)
+    fake = FakeRuntime(info, run)
     plain = make_objective("matchness").evaluate(fake, SkipMask(4, (1,)))
     assert plain.value == 0.75 and plain.attrs["M"] is None and fake.calls == ["matchness"]
     full = make_objective("matchness", decode_stats=True).evaluate(fake, SkipMask(4, (1,)))
