@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "layersearch"
 
 # Layer -> modules it must never import (lazily or not).
 FORBIDDEN = {
-    "runtime": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.strategies",
+    "runtime": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.strategies", "layersearch.knapspec",
                 "layersearch.objectives", "layersearch.cli"),
     "knapspec": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
