@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
+
 from layersearch.cli import COMMANDS, build_parser
 from layersearch.commands.args import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.runtime.drafting import DraftPolicy
@@ -35,3 +37,12 @@ def test_demo_runs_bench_with_its_own_parser():
 
     quick = bench_args("--repeats", "1")
     assert quick.repeats == 1 and quick.domains == "summarization,math,code" and quick.max_draft == MAX_DRAFT
+
+
+def test_study_help_names_every_registered_strategy(capsys):
+    from layersearch.strategies import STRATEGIES
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["study", "create", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in STRATEGIES)
