@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
+from layersearch.checks import check_fraction, check_int
 from layersearch.errors import LayersearchError
 from layersearch.jsonfile import read_json_file, write_json_atomic
 
@@ -105,8 +106,7 @@ class SkipMask:
         spread evenly over the depth; equal counts skip whole layers, the uniform
         layer-skipping pattern of SWIFT's Figure 2.
         """
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
-            raise LayersearchError(f"skip ratio must be between 0 and 1, got {ratio!r}")
+        check_fraction(ratio, "skip ratio")
         count = int(round(ratio * 2 * num_layers))
         attention = _spread(count - count // 2, num_layers)
         mlp = _spread(count // 2, num_layers)
@@ -242,8 +242,7 @@ def _spread(count: int, length: int) -> tuple[int, ...]:
 
 
 def _require_int(value: Any, what: str, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LayersearchError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    check_int(value, what, minimum=minimum)
 
 
 def _checked_indices(indices: Iterable[Any], num_layers: int, what: str) -> tuple[int, ...]:

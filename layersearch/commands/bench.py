@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
+from layersearch.commands.args import draft_args, model_args
 from layersearch.commands.common import load, positive_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask, write_json_atomic
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
+    p = sub.add_parser("bench", help="plain generate vs HF peers vs our loop, per domain")
+    model_args(p)
+    p.add_argument("--domains", default="summarization,math,code", help="comma-separated domains")
+    p.add_argument("--prompts-per-domain", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--skip-ratios", default="0.1,0.2,0.3,0.45", help="uniform mask ratios to run")
+    p.add_argument("--masks", default="", help="comma-separated mask files to run as well")
+    p.add_argument("--repeats", type=int, default=3, help="runs per configuration (median reported)")
+    p.add_argument("--profile", help="latency profile JSON (measured if absent)")
+    p.add_argument("--out", default="bench.json")
+    p.add_argument("--no-peers", action="store_true", help="skip HF's prompt lookup / early exit peers")
+    p.add_argument("--peers", default="prompt-lookup,early-exit", help="transformers' peers to run (default prompt-lookup,early-exit)")
+    p.add_argument("--drafters", default="prompt-lookup,hybrid",
+                   help="our other drafters to run beside the layer-skip masks (default prompt-lookup,hybrid; '' for none)")
+    draft_args(p)
+    p.set_defaults(command="bench")
 
 
 def run(args: Any) -> int:
@@ -46,7 +68,7 @@ def _peers(args: Any) -> tuple[str, ...]:
 
     if args.no_peers:
         return ()
-    names = tuple(p for p in getattr(args, "peers", ",".join(PEERS)).split(",") if p)
+    names = tuple(p for p in args.peers.split(",") if p)
     unknown = [p for p in names if p not in PEERS]
     if unknown:
         raise LayersearchError(f"--peers takes {' and/or '.join(PEERS)}, got {','.join(unknown)}")
@@ -54,7 +76,7 @@ def _peers(args: Any) -> tuple[str, ...]:
 
 
 def _drafters(args: Any) -> list[str]:
-    names = [d for d in getattr(args, "drafters", "").split(",") if d]
+    names = [d for d in args.drafters.split(",") if d]
     unknown = [d for d in names if d not in ("prompt-lookup", "hybrid")]
     if unknown:
         raise LayersearchError(f"--drafters takes prompt-lookup and/or hybrid, got {','.join(unknown)}")
@@ -75,12 +97,12 @@ def _masks(args: Any, info) -> list[SkipMask]:
 
 def _profile(args: Any, loaded):
     from layersearch.profile import LatencyProfile
-    from layersearch.runtime.profiler import measure_profile
+    from layersearch.runtime.profiler import quick_profile
 
     if args.profile:
         return LatencyProfile.load(args.profile, model=loaded.info)
     _say("measuring a quick latency profile (pass --profile FILE to reuse one)")
-    return measure_profile(loaded.model, loaded.info, contexts=(64, 256, 512), repeats=3, progress=_say)
+    return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=_say)
 
 
 def _say(message: str) -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 
 
@@ -62,7 +63,5 @@ def format_stats(stats: dict[str, Any]) -> str:
 
 
 def positive_int(value: int, what: str) -> int:
-    """Check a count argument."""
-    if value < 1:
-        raise LayersearchError(f"{what} must be >= 1, got {value}")
-    return value
+    """Check a count argument (>= 1)."""
+    return check_int(value, what)

@@ -2,13 +2,48 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
 
+from layersearch.checks import check_int
+from layersearch.commands.args import draft_args, model_args
 from layersearch.commands.common import format_stats, load, positive_int, read_prompts
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``generate``: its arguments (drafter, lookahead and verification options included)."""
+    p = sub.add_parser("generate", help="generate text with self-speculative decoding (or plain, with --baseline)")
+    model_args(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--mask", help="mask JSON file")
+    which.add_argument("--skip-ratio", type=float, help="use an evenly spread mask skipping this share of sub-layers")
+    which.add_argument("--dynamic", choices=["knapsack"], help="re-select the draft sub-network while decoding")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompts", help='JSONL file, one {"prompt": ...} per line')
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--baseline", action="store_true", help="plain autoregressive decoding (transformers generate)")
+    p.add_argument("--profile", help="latency profile JSON: adds the predicted speedup to the stats (and feeds --dynamic knapsack)")
+    p.add_argument("--reselect-every", type=int, default=64, help="decoding steps between re-selections (--dynamic)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+    draft_args(p)
+    p.add_argument("--drafter", choices=["layer-skip", "prompt-lookup", "hybrid"], default="layer-skip",
+                   help="where drafts come from: the masked model, n-gram lookup over prompt and output, "
+                   "or lookup first and the masked model otherwise (default layer-skip)")
+    p.add_argument("--verification", choices=["chain", "tree"], default="chain",
+                   help="verify the draft chain, or SWIFT's token tree of top-k candidates per position (greedy; "
+                   "sampling verifies the chain) (default chain)")
+    p.add_argument("--lookahead", choices=["static", "confidence", "adaptive", "heuristic"], default=None,
+                   help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
+                   "threshold, or HF's heuristic schedule (default: confidence, adaptive with --adaptive-threshold)")
+    p.set_defaults(command="generate")
 
 
 def run(args: Any) -> int:
@@ -118,8 +153,7 @@ def dynamic_decoder(args: Any, loaded, *, policy, sampling, **plugins: Any):
     if kind != "knapsack":
         raise LayersearchError(f"unknown dynamic mode {kind!r} (only 'knapsack')")
     interval = getattr(args, "reselect_every", 64)
-    if interval is None or interval < 1:
-        raise LayersearchError(f"--reselect-every must be >= 1, got {interval}")
+    check_int(interval, "--reselect-every")
     profile = load_or_measure_profile(getattr(args, "profile", None), loaded, max_verify=policy.max_draft_tokens + 1)
     controller = KnapSpecController(loaded.model, profile, max_gamma=policy.max_draft_tokens, interval=interval)
     plugins.setdefault("lookahead", policy.lookahead())

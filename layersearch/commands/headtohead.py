@@ -20,43 +20,62 @@ plus the M and alpha of that run. The model is loaded once and shared by all thr
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
+from layersearch.checks import check_positive
+from layersearch.commands.args import model_args
+from layersearch.commands.study_common import OBJECTIVE_HELP, format_run_summary, format_table, log, search_args, settings_from_args
 from layersearch.errors import LayersearchError
 
-NATIVE_OBJECTIVES = {"swift": "matchness", "selfsd-bo": "time-per-token"}
-RATIO_STRATEGIES = ("swift", "random", "uniform")
 PAPER = "swift.txt Table 12: SWIFT 1.56x after 116 s, Self-SD BO 0.97x after 155 s"
+
+
+def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``study head-to-head``: its arguments (on the ``study`` command's actions)."""
+    h = actions.add_parser(
+        "head-to-head",
+        help="benchmark: swift, selfsd-bo and random under the same wall-clock budget on one domain",
+    )
+    model_args(h)
+    h.add_argument("--domain", default="summarization")
+    h.add_argument("--budget", type=float, default=600.0, help="search seconds per strategy (default 600)")
+    h.add_argument("--strategies", default="swift,selfsd-bo,random", help="comma-separated (default swift,selfsd-bo,random)")
+    h.add_argument("--random-objective", default="matchness", help=f"objective of the random search ({OBJECTIVE_HELP}; default matchness)")
+    h.add_argument("--prefix", default=None, help="study name prefix (default h2h-<domain>-<time>)")
+    h.add_argument("--storage", help="one Optuna storage for all three studies (default: sqlite file per study)")
+    h.add_argument("--out-prefix", default=None, help="table files PREFIX.csv/.json (default: the study prefix)")
+    h.add_argument("--repeats", type=int, default=1, help="measurement rounds of the final comparison")
+    h.add_argument("--quiet", action="store_true")
+    h.add_argument("--profile", help="latency profile JSON (default: measure a quick one)")
+    search_args(h, ratio_help="skip ratio of swift and random (default: swift's 0.45)")
 
 
 def run(args: Any) -> int:
     """Create, search and compare one study per strategy; print the table and the ordering."""
-    from layersearch.commands.study import format_run_summary, format_table, log, settings_from_args
     from layersearch.objectives import check_objective
-    from layersearch.strategies import default_skip_ratio
-    from layersearch.study import COMPARE_COLUMNS, _load_model, check_strategy, compare_studies, create_study, run_study
+    from layersearch.strategies import default_skip_ratio, get_strategy
+    from layersearch.study import COMPARE_COLUMNS, load_study_model, compare_studies, create_study, run_study
 
-    if not args.budget > 0:
-        raise LayersearchError(f"--budget must be > 0 seconds, got {args.budget}")
+    check_positive(args.budget, "--budget", unit="seconds")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies or len(set(strategies)) != len(strategies):
         raise LayersearchError("--strategies must list distinct strategy names")
-    for name in strategies:
-        check_strategy(name)
+    registered = [get_strategy(name) for name in strategies]
     check_objective(args.random_objective)
     prefix = args.prefix or f"h2h-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
     ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
 
     plans = []
-    for strategy in strategies:
-        objective = NATIVE_OBJECTIVES.get(strategy, args.random_objective)
+    for strategy in registered:
+        objective = strategy.objective or args.random_objective
         settings = settings_from_args(
-            args, strategy=strategy, objective=objective,
-            skip_ratio=ratio if strategy in RATIO_STRATEGIES else None,
+            args, strategy=strategy.name, objective=objective,
+            skip_ratio=ratio if strategy.takes_ratio else None,
         ).validated()
-        plans.append((f"{prefix}-{strategy}", settings))
-    loaded = _load_model(plans[0][1])
+        plans.append((f"{prefix}-{strategy.name}", settings))
+    loaded = load_study_model(plans[0][1])
     key = (plans[0][1].model, plans[0][1].device, plans[0][1].dtype)
 
     profile_path = args.profile

@@ -27,18 +27,16 @@ import sys
 import time
 from typing import Any
 
+from layersearch.commands.args import model_args
 from layersearch.errors import LayersearchError
 
 CHARS_PER_TOKEN = 4.7
 
 
-def add_parser(sub, parser_class) -> None:
+def add_parser(sub: Any, parser_class: type) -> None:
     """Register ``knapspec-bench`` on the ``sub`` subparsers of the main CLI."""
     p = sub.add_parser("knapspec-bench", help="KnapSpec long-context experiment: context-aware vs fixed masks")
-    p.add_argument("--model", default="smollm2-135m", help="embedded name, HF id or local directory (default smollm2-135m)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: steadier on a shared machine)")
+    model_args(p, threads=1)
     p.add_argument("--contexts", default="256,1024,2048,4096", help="prompt lengths in tokens (default 256,1024,2048,4096)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per run (default 32)")
     p.add_argument("--out", default="knapspec_bench.json", help="JSON report (default knapspec_bench.json)")
@@ -52,7 +50,6 @@ def add_parser(sub, parser_class) -> None:
     p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
     p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
     p.set_defaults(command="knapspec_bench")
-    return p
 
 
 def run(args: Any) -> int:
@@ -60,7 +57,7 @@ def run(args: Any) -> int:
     import torch
 
     from layersearch.commands.common import load, positive_int
-    from layersearch.knapsack import benchmark_solver, format_benchmark
+    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
     from layersearch.mask import parse_index_list
 
     contexts = parse_index_list(args.contexts, "contexts")
@@ -105,14 +102,12 @@ def _profile(args, loaded, contexts, say):
     from pathlib import Path
 
     from layersearch.profile import LatencyProfile
-    from layersearch.runtime.profiler import measure_profile
+    from layersearch.runtime.profiler import quick_profile
 
     if args.profile and Path(args.profile).exists():
         return LatencyProfile.load(args.profile, model=loaded.info)
-    limit = getattr(loaded.model.config, "max_position_embeddings", None) or max(contexts) + 64
-    measure = sorted({64, *[n for n in contexts if n + args.max_draft + 1 <= limit]})
-    say(f"measuring the latency profile at contexts {measure} (pass --profile FILE to reuse one)")
-    profile = measure_profile(loaded.model, loaded.info, contexts=tuple(measure), max_verify=args.max_draft + 1, repeats=3, progress=say)
+    say(f"measuring the latency profile at contexts 64,{','.join(map(str, contexts))} (pass --profile FILE to reuse one)")
+    profile = quick_profile(loaded.model, loaded.info, contexts=(64, *contexts), max_verify=args.max_draft + 1, repeats=3, progress=say)
     if args.profile:
         profile.save(args.profile)
         say(f"saved the profile to {args.profile}")

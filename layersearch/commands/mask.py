@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
+from layersearch.commands.args import DEFAULT_MODEL
 from layersearch.mask import SkipMask, parse_index_list
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``mask create`` and ``mask show``."""
+    p = sub.add_parser("mask", help="create or show mask files")
+    msub = p.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    c = msub.add_parser("create", help="write a mask file for a model")
+    c.add_argument("--attention", default="", help="comma-separated 0-based layer indices")
+    c.add_argument("--mlp", default="", help="comma-separated 0-based layer indices")
+    c.add_argument("--model", default=DEFAULT_MODEL)
+    c.add_argument("--out", required=True)
+    s = msub.add_parser("show", help="draw which sub-layers a mask skips")
+    s.add_argument("file")
+    p.set_defaults(command="mask")
 
 
 def run(args: Any) -> int:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
+from layersearch.commands.args import model_args
 from layersearch.commands.common import load
 from layersearch.mask import parse_index_list
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``profile``: its arguments."""
+    p = sub.add_parser("profile", help="measure the latency profile of a model on this device")
+    model_args(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--contexts", default="64,256,512,1024", help="context lengths to measure")
+    p.add_argument("--repeats", type=int, default=5)
+    p.set_defaults(command="profile")
 
 
 def run(args: Any) -> int:

@@ -6,11 +6,68 @@ results into lines. ``head-to-head`` lives in :mod:`layersearch.commands.headtoh
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any
 
-from layersearch.errors import LayersearchError
+from layersearch.checks import check_int
+from layersearch.commands import headtohead
+from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
+from layersearch.commands.study_common import OBJECTIVE_HELP, fmt, format_run_summary, format_table, log, search_args, settings_from_args
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """Add ``study`` and its sub-actions to the CLI's sub-parsers."""
+    p = sub.add_parser("study", help="search masks with Optuna studies (create, run, list, show, export, compare)")
+    actions = p.add_subparsers(dest="action", required=True, parser_class=parser_class)
+
+    c = actions.add_parser("create", help="create a study (settings stored with it; latency profile measured)")
+    c.add_argument("--name", required=True)
+    model_args(c)
+    c.add_argument("--domain", required=True, help="prompt domain (summarization, math, code, translation, storytelling, sql)")
+    c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe, uniform or knapsack")
+    c.add_argument("--objective", required=True, help=OBJECTIVE_HELP)
+    c.add_argument("--storage", help=STORAGE_HELP)
+    search_args(c)
+    c.add_argument("--profile", help="latency profile JSON (default: measure a quick one now)")
+
+    r = actions.add_parser("run", help="run (or resume) a study's trials")
+    r.add_argument("--name", required=True)
+    r.add_argument("--storage", help=STORAGE_HELP)
+    r.add_argument("--trials", type=int, help="trials to run now (default 50 unless --timeout is given)")
+    r.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--heartbeat", type=int, default=None,
+                   help="seconds between Optuna heartbeats on RDB storages (default 10; grace 3x)")
+    threads_arg(r)
+
+    ls = actions.add_parser("list", help="list studies (all studies/*.db without --storage)")
+    ls.add_argument("--storage", help="Optuna storage URL (default: every studies/*.db)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+
+    s = actions.add_parser("show", help="best trial, mask, objective, M, alpha and search time of a study")
+    s.add_argument("--name", required=True)
+    s.add_argument("--storage", help=STORAGE_HELP)
+    s.add_argument("--json", action="store_true", help="print JSON")
+
+    e = actions.add_parser("export", help="write a trial's mask file (with provenance)")
+    e.add_argument("--name", required=True)
+    e.add_argument("--storage", help=STORAGE_HELP)
+    e.add_argument("--trial", default="best", help="'best' (default) or a trial number")
+    e.add_argument("--out", required=True, help="mask JSON file to write")
+
+    cmp_ = actions.add_parser("compare", help="compare studies; measures each best mask vs plain generate")
+    cmp_.add_argument("--names", nargs="+", required=True)
+    cmp_.add_argument("--storage", help=STORAGE_HELP)
+    cmp_.add_argument("--out-prefix", default="compare", help="writes PREFIX.csv and PREFIX.json (default compare)")
+    cmp_.add_argument("--no-measure", action="store_true", help="report the trials' own M/alpha/tokens/s, measure nothing")
+    cmp_.add_argument("--repeats", type=int, default=1, help="measurement rounds (default 1)")
+    threads_arg(cmp_)
+
+    headtohead.add_parser(actions, parser_class)
+
+    p.set_defaults(command="study")
 
 
 def run(args: Any) -> int:
@@ -23,8 +80,6 @@ def run(args: Any) -> int:
 
         torch.set_num_threads(positive_int(args.threads, "--threads"))
     if args.action == "head-to-head":
-        from layersearch.commands import headtohead
-
         return headtohead.run(args)
     return {
         "create": _create,
@@ -55,34 +110,6 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
-def settings_from_args(args: Any, *, strategy: str | None = None, objective: str | None = None, skip_ratio: Any = "args"):
-    """StudySettings from create-style arguments."""
-    from layersearch.models.loading import default_dtype
-    from layersearch.study import StudySettings
-
-    return StudySettings(
-        model=args.model,
-        domain=args.domain,
-        strategy=strategy or args.strategy,
-        objective=objective or args.objective,
-        skip_ratio=args.skip_ratio if skip_ratio == "args" else skip_ratio,
-        samples=args.samples,
-        seed=args.seed,
-        max_new_tokens=args.max_new_tokens,
-        gamma=args.gamma,
-        max_draft=args.max_draft,
-        draft_threshold=args.draft_threshold,
-        decode_stats=args.decode_stats,
-        device=args.device,
-        dtype=args.dtype or default_dtype(args.device),
-    )
-
-
-def log(message: str) -> None:
-    """Progress notes go to stderr so stdout stays the command's result."""
-    print(message, file=sys.stderr, flush=True)
-
-
 def _create(args: Any) -> int:
     from layersearch.study import create_study
 
@@ -99,25 +126,11 @@ def _run(args: Any) -> int:
     from layersearch.study import DEFAULT_HEARTBEAT, run_study
 
     heartbeat = DEFAULT_HEARTBEAT if args.heartbeat is None else args.heartbeat
-    if heartbeat < 1:
-        raise LayersearchError(f"--heartbeat must be >= 1 second, got {heartbeat}")
+    check_int(heartbeat, "--heartbeat (seconds)")
     summary = run_study(args.name, storage=args.storage, trials=args.trials, timeout=args.timeout,
                         quiet=args.quiet, heartbeat=heartbeat)
     print(format_run_summary(summary))
     return 0
-
-
-def format_run_summary(summary: Any) -> str:
-    """One line: trials run, completed, best value and mask, stop reason, stale trials failed."""
-    parts = [f"study {summary.name}: ran {summary.ran} trial(s) in {summary.seconds:.1f} s",
-             f"{summary.completed} complete of {summary.total}"]
-    if summary.best_value is not None:
-        parts.append(f"best {summary.best_value:.6g} ({summary.direction}) at trial {summary.best_trial} [{summary.best_mask}]")
-    if summary.stale_failed:
-        parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
-    if summary.stop_reason:
-        parts.append(f"stopped: {summary.stop_reason}")
-    return "; ".join(parts)
 
 
 def _list(args: Any) -> int:
@@ -157,8 +170,8 @@ def _show(args: Any) -> int:
     else:
         lines += [
             f"best       trial {best['trial']}: {settings['objective']} = {best['value']:.6g} ({info['direction']})",
-            f"mask       {best['mask']}  (skip ratio {_fmt(best['skip_ratio'])})",
-            f"M, alpha   {_fmt(best['M'])}, {_fmt(best['alpha'])}   tokens/s {_fmt(best['tokens_per_second'])}",
+            f"mask       {best['mask']}  (skip ratio {fmt(best['skip_ratio'])})",
+            f"M, alpha   {fmt(best['M'])}, {fmt(best['alpha'])}   tokens/s {fmt(best['tokens_per_second'])}",
         ]
     print("\n".join(lines))
     return 0
@@ -184,23 +197,6 @@ def _compare(args: Any) -> int:
 
 
 # ----- formatting -------------------------------------------------------------------------------
-def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """A plain aligned text table."""
-    cells = [[_fmt(row.get(col)) for col in columns] for row in rows]
-    widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
-    lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _describe(settings: Any) -> str:
     return _describe_dict(settings.identity())
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from layersearch.checks import check_int
 from layersearch.data.splits import in_split, shot_allowed
 from layersearch.errors import LayersearchError
 
@@ -72,8 +73,7 @@ def cache_dir() -> Path:
 
 def check_count(n: int) -> None:
     """Reject a prompt count that is not a positive int."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LayersearchError(f"the number of prompts must be a positive integer, not {n!r}")
+    check_int(n, "the number of prompts")
 
 
 def rng_for(domain: str, seed: int) -> random.Random:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from layersearch.checks import check_int
 from layersearch.data._common import (
     Prompt,
     package_dir,
@@ -76,8 +77,7 @@ def prompts(n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
 def long_text(approx_chars: int, seed: int) -> str:
     """Whole news articles in a seeded order, joined by blank lines and cut to about
     ``approx_chars`` characters (at a sentence end where one is near)."""
-    if isinstance(approx_chars, bool) or not isinstance(approx_chars, int) or approx_chars < 1:
-        raise LayersearchError(f"approx_chars must be a positive integer, not {approx_chars!r}")
+    check_int(approx_chars, "approx_chars")
     articles = list(read_articles(str(corpus_path())))
     total = sum(len(a) + 2 for a in articles) - 2
     if approx_chars > total:

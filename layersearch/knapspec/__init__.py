@@ -9,7 +9,7 @@ Pieces, in pipeline order:
   cache before them, read-only) and a runner executing single sub-layers on batches of states.
 * :mod:`~layersearch.knapspec.dp` -- candidate sets, one mask per budget: the hidden-state DP
   (:func:`candidates_hidden_dp`) and the per-item-value knapsack (:func:`candidates_item_values`,
-  by the numba :func:`~layersearch.knapsack.solve_all_budgets`).
+  by the numba :func:`~layersearch.knapspec.solver.solve_all_budgets`).
 * :mod:`~layersearch.knapspec.select` -- alpha by top-1 agreement and the TPT grid search
   (:func:`choose_tpt`), a reusable :class:`KnapSpecSelector`, and :func:`knapsack_masks` for studies.
 

@@ -11,7 +11,7 @@ Two ways to fill the knapsack, both returning :class:`Candidate` lists (one mask
   always executed. Backtracking ``g[2L, .]`` gives one mask per surviving budget.
 * :func:`candidates_item_values` -- the cheap path when each item has a value measured once
   (e.g. :func:`item_importance`, the cosine drop of skipping that item alone): the numba
-  :func:`~layersearch.knapsack.solve_all_budgets` picks, for every budget, the executed items of
+  :func:`~layersearch.knapspec.solver.solve_all_budgets` picks, for every budget, the executed items of
   largest total importance within the executed-weight budget; the rest are skipped.
 
 Cosine along the DP (what "monotone" means here): ``g[i, 0]`` is the full model, so budget 0
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from layersearch.errors import LayersearchError
-from layersearch.knapsack import solve_all_budgets
+from layersearch.knapspec.solver import solve_all_budgets
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine
 from layersearch.knapspec.weights import Group, default_max_budget, mask_from_groups, skippable_weight
 from layersearch.mask import ModelInfo, SkipMask

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.knapspec.dp import TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, item_importance
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine, window_from_prompt
@@ -70,8 +71,8 @@ def spread_indices(count: int, limit: int | None) -> list[int]:
     parallel). On a CPU the LM head over ``candidates x r`` states dominates, so the grid search
     may be limited to an even spread over the budget range; ``None`` keeps all.
     """
-    if limit is not None and limit < 1:
-        raise LayersearchError(f"the candidate limit must be >= 1, got {limit}")
+    if limit is not None:
+        check_int(limit, "the candidate limit")
     if limit is None or count <= limit:
         return list(range(count))
     if limit == 1:
@@ -143,8 +144,7 @@ class KnapSpecConfig:
     def __post_init__(self) -> None:
         if self.method not in ("hidden", "items"):
             raise LayersearchError(f"knapsack method must be 'hidden' or 'items', got {self.method!r}")
-        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
-            raise LayersearchError(f"max_gamma must be an integer >= 1, got {self.max_gamma!r}")
+        check_int(self.max_gamma, "max_gamma")
         if not -1.0 <= self.tau <= 1.0:
             raise LayersearchError(f"tau must be a cosine in [-1, 1], got {self.tau!r}")
 
@@ -258,8 +258,7 @@ def knapsack_masks(
     """
     if not prompts_ids:
         raise LayersearchError("knapsack_masks needs at least one prompt")
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise LayersearchError(f"context must be an integer >= 0, got {context!r}")
+    check_int(context, "context", minimum=0)
     selector = KnapSpecSelector(model, profile, config)
     windows = [window_from_prompt(model, ids, window) for ids in prompts_ids]
     scored, _ = selector.candidates(windows, context)

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from layersearch.checks import check_fraction, check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 
@@ -40,8 +41,7 @@ def integer_weights(attention_seconds: float, mlp_seconds: float, *, max_ratio: 
     for what, value in (("attention", attention_seconds), ("mlp", mlp_seconds)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise LayersearchError(f"{what} seconds must be a finite number >= 0, got {value!r}")
-    if isinstance(max_ratio, bool) or not isinstance(max_ratio, int) or max_ratio < 1:
-        raise LayersearchError(f"max_ratio must be an integer >= 1, got {max_ratio!r}")
+    check_int(max_ratio, "max_ratio")
     slow, fast = max(attention_seconds, mlp_seconds), min(attention_seconds, mlp_seconds)
     if slow == 0:
         return 1, 1
@@ -100,18 +100,16 @@ def build_groups(
     ``keep_last_layers`` decoder layers are always executed (KnapSpec, like SWIFT, never drops
     the final block: the LM head reads its output directly).
     """
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise LayersearchError(f"num_layers must be an integer >= 1, got {num_layers!r}")
+    check_int(num_layers, "num_layers")
     if not isinstance(w_attn, int):
         w_attn = tuple(w_attn)
         if len(w_attn) != num_layers:
             raise LayersearchError(f"w_attn has {len(w_attn)} per-layer weights but there are {num_layers} layers")
     attention = [w_attn] * num_layers if isinstance(w_attn, int) else list(w_attn)
-    for what, w in [*((f"w_attn[{i}]", w) for i, w in enumerate(attention)), ("w_mlp", w_mlp)]:
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            raise LayersearchError(f"{what} must be an integer >= 1, got {w!r}")
-    if isinstance(keep_last_layers, bool) or not isinstance(keep_last_layers, int) or not 0 <= keep_last_layers <= num_layers:
-        raise LayersearchError(f"keep_last_layers must be in 0..{num_layers}, got {keep_last_layers!r}")
+    for i, w in enumerate(attention):
+        check_int(w, f"w_attn[{i}]" if not isinstance(w_attn, int) else "w_attn")
+    check_int(w_mlp, "w_mlp")
+    check_int(keep_last_layers, "keep_last_layers", minimum=0, maximum=num_layers)
     first_kept = num_layers - keep_last_layers
     groups: list[Group] = []
     for layer in range(num_layers):
@@ -131,8 +129,7 @@ def skippable_weight(groups: Sequence[Group]) -> int:
 
 def default_max_budget(groups: Sequence[Group], fraction: float = 0.5) -> int:
     """KnapSpec's cap on the skipped weight: ``floor(fraction * K)``, K the skippable weight (K/2)."""
-    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
-        raise LayersearchError(f"max skip fraction must be in [0, 1], got {fraction!r}")
+    check_fraction(fraction, "max skip fraction")
     return int(math.floor(fraction * skippable_weight(groups)))
 
 

@@ -130,3 +130,19 @@ def build_tiny_model(
     set_greedy_generation(model)
     model.eval().requires_grad_(False)
     return model
+
+
+#: The characters of :func:`char_tokenizer`, one token each (ids 3.. ; 0-2: unk, bos, eos).
+CHARS = ["\n", "\t"] + [chr(code) for code in range(32, 127)]
+
+
+def char_tokenizer():
+    """A tokenizer with one id per printable ASCII character (0-2: unk, bos, eos); fits the
+    tiny models' 128-token vocabulary, so they can read real prompts."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")

@@ -246,8 +246,17 @@ def _describe(n: int, times: dict[str, float]) -> str:
     )
 
 
-def quick_profile(model: torch.nn.Module, info, *, max_verify: int = 12, progress=None):
-    """A fast, rough latency profile (few contexts, 2 repeats) for when none was given."""
-    limit = getattr(model.config, "max_position_embeddings", None) or 4096
-    contexts = tuple(n for n in (64, 256, 1024) if n + max_verify <= limit) or (max(1, limit - max_verify),)
-    return measure_profile(model, info, contexts=contexts, max_verify=max_verify, repeats=2, progress=progress)
+#: Contexts of :func:`quick_profile` unless a caller names its own.
+QUICK_CONTEXTS = (64, 256, 1024)
+
+
+def quick_profile(
+    model: torch.nn.Module, info, *, contexts: Sequence[int] = QUICK_CONTEXTS, max_verify: int = 12,
+    repeats: int = 2, progress=None,
+):
+    """A fast, rough latency profile for when none was given: the one helper every command and
+    study uses. ``contexts`` that do not fit the model's position limit (with ``max_verify``
+    tokens on top) are dropped; if none fits, the longest that does is measured."""
+    limit = getattr(model.config, "max_position_embeddings", None) or 10**9
+    fitting = tuple(sorted({n for n in contexts if n + max_verify <= limit})) or (max(1, limit - max_verify),)
+    return measure_profile(model, info, contexts=fitting, max_verify=max_verify, repeats=repeats, progress=progress)

@@ -1,9 +1,11 @@
-"""Search strategies for skip masks, each an Optuna sampler over the same binary space.
+"""Search strategies for skip masks: one module per strategy, one registry (:data:`REGISTRY`).
 
-A strategy is known by name (:data:`STRATEGIES`); the study module asks this package for its
-sampler (:func:`make_sampler`), for masks to enqueue before the search
-(:func:`initial_masks`) and, after every trial, whether to stop (:func:`should_stop`).
-All of them search the space of :mod:`layersearch.strategies.space`.
+Each strategy module ends with a :class:`~layersearch.strategies.base.Strategy` value
+(``STRATEGY``) that says everything a study needs: its Optuna sampler, the skip ratio it takes,
+the masks to enqueue before the search and its stop rule, checked after every trial. Adding a
+strategy is one new module here and one line in :data:`REGISTRY`; the contract suite
+(``tests/strategies/test_contract.py``) runs over the registry. All strategies search the space
+of :mod:`layersearch.strategies.space`.
 
 ============  ==========================================================  ===================
 name          what it does                                                skip count
@@ -13,23 +15,29 @@ swift         SWIFT: random subsets + a GP-UCB step every 25th trial      int((L
 random        uniformly random masks                                      round(2Lr) if r given
 tpe           Optuna's TPESampler                                         free
 uniform       the evenly spread mask, one trial                           round(2Lr), r=.45
+knapsack      KnapSpec's knapsack candidates, each measured once          free
 ============  ==========================================================  ===================
 
 Every proposal is recorded on its trial as the system attribute :data:`PROPOSAL_ATTR`
 (``"startup"``, ``"random"``, ``"bo"``, ``"uniform"``; enqueued masks have none). The
-strategies never import the runtime or models; the GP maths imports torch/BoTorch only when
-a GP is fitted.
+strategies never import the runtime or models (``knapsack`` imports KnapSpec only to make its
+candidates); the GP maths imports torch/BoTorch only when a GP is fitted.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from types import MappingProxyType
+
 import optuna
 from optuna.study import Study
 
+from layersearch.checks import check_fraction
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.strategies import fixed_ratio_random, selfsd_bo, swift, tpe, uniform
+from layersearch.strategies import fixed_ratio_random, knapsack, selfsd_bo, swift, tpe, uniform
 from layersearch.strategies._sampler import PROPOSAL_ATTR, MaskSampler
+from layersearch.strategies.base import Strategy, StrategyInputs
 from layersearch.strategies.fixed_ratio_random import RandomMaskSampler
 from layersearch.strategies.selfsd_bo import SelfSDBOSampler
 from layersearch.strategies.space import (
@@ -43,7 +51,10 @@ from layersearch.strategies.swift import StopRule, SwiftSampler
 from layersearch.strategies.uniform import UniformSampler
 
 __all__ = [
+    "REGISTRY",
     "STRATEGIES",
+    "Strategy",
+    "StrategyInputs",
     "PROPOSAL_ATTR",
     "MaskSampler",
     "RandomMaskSampler",
@@ -53,6 +64,7 @@ __all__ = [
     "UniformSampler",
     "default_skip_ratio",
     "fixed_ratio",
+    "get_strategy",
     "initial_masks",
     "make_sampler",
     "mask_from_params",
@@ -65,14 +77,28 @@ __all__ = [
     "suggest_mask",
 ]
 
-STRATEGIES: tuple[str, ...] = ("selfsd-bo", "swift", "random", "tpe", "uniform")
+#: Every strategy by name, in the order the CLI lists them.
+REGISTRY: MappingProxyType[str, Strategy] = MappingProxyType(
+    {
+        strategy.name: strategy
+        for strategy in (
+            selfsd_bo.STRATEGY,
+            swift.STRATEGY,
+            fixed_ratio_random.STRATEGY,
+            tpe.STRATEGY,
+            uniform.STRATEGY,
+            knapsack.STRATEGY,
+        )
+    }
+)
+STRATEGIES: tuple[str, ...] = tuple(REGISTRY)
 
-# Strategies that take a skip ratio, with their default (None: unconstrained unless given).
-_RATIO_DEFAULTS: dict[str, float | None] = {
-    "swift": swift.SKIP_RATIO,
-    "uniform": uniform.SKIP_RATIO,
-    "random": None,
-}
+
+def get_strategy(name: str) -> Strategy:
+    """The registered strategy ``name``; a LayersearchError listing the known ones otherwise."""
+    if name not in REGISTRY:
+        raise LayersearchError(f"unknown strategy {name!r}; known strategies: {', '.join(STRATEGIES)}")
+    return REGISTRY[name]
 
 
 def make_sampler(
@@ -81,50 +107,38 @@ def make_sampler(
     """A fresh Optuna sampler for strategy ``name`` (one per study; same seed, same proposals)."""
     ratio = _resolve_ratio(name, skip_ratio)
     param_names(num_layers)  # validates num_layers for every strategy, TPE included
-    if name == "selfsd-bo":
-        return SelfSDBOSampler(num_layers=num_layers, seed=seed)
-    if name == "swift":
-        return SwiftSampler(num_layers=num_layers, skip_ratio=ratio, seed=seed)
-    if name == "random":
-        return RandomMaskSampler(num_layers=num_layers, skip_ratio=ratio, seed=seed)
-    if name == "tpe":
-        return tpe.make_tpe_sampler(seed=seed)
-    return UniformSampler(num_layers=num_layers, skip_ratio=ratio, seed=seed)
+    return REGISTRY[name].sampler(num_layers=num_layers, skip_ratio=ratio, seed=seed)
 
 
-def initial_masks(name: str, *, num_layers: int, skip_ratio: float | None = None) -> tuple[SkipMask, ...]:
-    """Masks the study should enqueue before the search (Self-SD's probes, SWIFT's uniform start); may be empty."""
+def initial_masks(
+    name: str, *, num_layers: int, skip_ratio: float | None = None, inputs: StrategyInputs | None = None
+) -> tuple[SkipMask, ...]:
+    """Masks the study should enqueue before the search (Self-SD's probes, SWIFT's uniform start,
+    KnapSpec's candidates); may be empty. ``inputs`` carries the model, prompts and profile for
+    strategies that need them (``knapsack``)."""
     ratio = _resolve_ratio(name, skip_ratio)
     param_names(num_layers)  # validates num_layers
-    if name == "selfsd-bo":
-        return selfsd_bo.probe_masks(num_layers)
-    if name == "swift":
-        return (swift.initial_mask(num_layers, ratio),)
-    return ()
+    base = inputs or StrategyInputs(num_layers=num_layers)
+    return REGISTRY[name].initial_masks(replace(base, num_layers=num_layers, skip_ratio=ratio))
 
 
 def default_skip_ratio(name: str) -> float | None:
     """The skip ratio a strategy uses when none is given (None: it has no fixed ratio)."""
-    _check_name(name)
-    return _RATIO_DEFAULTS.get(name)
+    return get_strategy(name).default_ratio
 
 
 def fixed_ratio(name: str, skip_ratio: float | None = None) -> bool:
     """Whether every mask the strategy proposes skips an exact count (``random`` only with a ratio)."""
-    _check_name(name)
-    if name == "random":
-        return skip_ratio is not None
-    return name in ("swift", "uniform")
+    strategy = get_strategy(name)
+    return strategy.takes_ratio and (skip_ratio if skip_ratio is not None else strategy.default_ratio) is not None
 
 
 def skip_count(name: str, *, num_layers: int, skip_ratio: float | None = None) -> int | None:
     """The exact number of skipped sub-layers the strategy promises, or None when it is free."""
     ratio = _resolve_ratio(name, skip_ratio)
-    if not fixed_ratio(name, ratio):
+    if ratio is None:
         return None
-    if name == "swift":
-        return swift.skip_count(num_layers, ratio)
-    return fixed_ratio_random.skip_count(num_layers, ratio)
+    return REGISTRY[name].skip_count(num_layers, ratio)
 
 
 def stop_reason(name: str, study: Study, *, rule: StopRule | None = None) -> str | None:
@@ -132,14 +146,10 @@ def stop_reason(name: str, study: Study, *, rule: StopRule | None = None) -> str
 
     ``swift`` applies ``rule`` (default :class:`StopRule`: best >= 0.95 in the study's
     direction, 300 trials without improvement, or 1000 trials); ``uniform`` stops once its
-    single mask was measured; the others never stop on their own.
+    single mask was measured; ``knapsack`` once its candidates are measured; the others never
+    stop on their own.
     """
-    _check_name(name)
-    if name == "swift":
-        return (rule or StopRule()).reason(study)
-    if name == "uniform":
-        return uniform.stop_reason(study)
-    return None
+    return get_strategy(name).stop_reason(study, rule)
 
 
 def should_stop(name: str, study: Study, *, rule: StopRule | None = None) -> bool:
@@ -147,20 +157,13 @@ def should_stop(name: str, study: Study, *, rule: StopRule | None = None) -> boo
     return stop_reason(name, study, rule=rule) is not None
 
 
-def _check_name(name: str) -> None:
-    if name not in STRATEGIES:
-        raise LayersearchError(f"unknown strategy {name!r}; known strategies: {', '.join(STRATEGIES)}")
-
-
 def _resolve_ratio(name: str, skip_ratio: float | None) -> float | None:
     """The ratio the strategy will use: the given one, else its default; rejects a ratio it cannot use."""
-    _check_name(name)
-    if name not in _RATIO_DEFAULTS:
+    strategy = get_strategy(name)
+    if not strategy.takes_ratio:
         if skip_ratio is not None:
             raise LayersearchError(f"strategy {name!r} searches the skipped count freely and takes no skip ratio")
         return None
     if skip_ratio is None:
-        return _RATIO_DEFAULTS[name]
-    if isinstance(skip_ratio, bool) or not isinstance(skip_ratio, (int, float)) or not 0.0 <= skip_ratio <= 1.0:
-        raise LayersearchError(f"skip ratio must be between 0 and 1, got {skip_ratio!r}")
-    return float(skip_ratio)
+        return strategy.default_ratio
+    return check_fraction(skip_ratio, "skip ratio")

@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies._sampler import MaskSampler, mask_from_bits
+from layersearch.strategies.base import Strategy
 
 
 def skip_count(num_layers: int, skip_ratio: float) -> int:
@@ -50,3 +51,11 @@ class RandomMaskSampler(MaskSampler):
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
         """A fresh random mask; the history is not used."""
         return random_mask(self.num_layers, self._count, rng), "random"
+
+
+STRATEGY = Strategy(
+    name="random",
+    summary="uniformly random masks; skips round(2Lr) when a ratio is given",
+    sampler=lambda *, num_layers, skip_ratio, seed: RandomMaskSampler(num_layers=num_layers, skip_ratio=skip_ratio, seed=seed),
+    skip_count=skip_count,
+)

@@ -26,6 +26,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import _gp
 from layersearch.strategies._sampler import MaskSampler, history, mask_from_bits, trial_seed
+from layersearch.strategies.base import Strategy
 from layersearch.strategies.fixed_ratio_random import random_mask
 
 #: Skip ratios of the uniform probe masks.
@@ -93,3 +94,12 @@ class SelfSDBOSampler(MaskSampler):
             n_startup_trials=self._n_startup_trials,
             acquisition=self._acquisition,
         )
+
+
+STRATEGY = Strategy(
+    name="selfsd-bo",
+    summary="Self-SD: probes, random to 10 trials, then GP-BO (logEI); skip count free",
+    sampler=lambda *, num_layers, skip_ratio, seed: SelfSDBOSampler(num_layers=num_layers, seed=seed),
+    initial_masks=lambda inputs: probe_masks(inputs.num_layers),
+    objective="time-per-token",
+)

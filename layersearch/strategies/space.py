@@ -18,6 +18,7 @@ from typing import Mapping
 import optuna
 from optuna.distributions import BaseDistribution, IntDistribution
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 
@@ -75,5 +76,4 @@ def params_from_mask(mask: SkipMask) -> dict[str, int]:
 
 
 def _check_num_layers(num_layers: int) -> None:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise LayersearchError(f"num_layers must be an integer >= 1, got {num_layers!r}")
+    check_int(num_layers, "num_layers")

@@ -29,10 +29,12 @@ import numpy as np
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import _gp
 from layersearch.strategies._sampler import MaskSampler, history, trial_seed
+from layersearch.strategies.base import Strategy
 from layersearch.strategies.fixed_ratio_random import random_bits
 
 SKIP_RATIO = 0.45
@@ -155,8 +157,7 @@ class SwiftSampler(MaskSampler):
         kappa: float = KAPPA,
     ) -> None:
         super().__init__(num_layers=num_layers, seed=seed)
-        if isinstance(bo_interval, bool) or not isinstance(bo_interval, int) or bo_interval < 1:
-            raise LayersearchError(f"bo_interval must be an integer >= 1, got {bo_interval!r}")
+        check_int(bo_interval, "bo_interval")
         self._count = skip_count(num_layers, skip_ratio)
         self._bo_interval = bo_interval
         self._kappa = kappa
@@ -191,3 +192,19 @@ def _check_layers(num_layers: int) -> None:
         raise LayersearchError(
             f"swift never skips the first and last layers, so it needs at least 3 layers, got {num_layers!r}"
         )
+
+
+def _stop_reason(study: Study, rule: StopRule | None = None) -> str | None:
+    return (rule or StopRule()).reason(study)
+
+
+STRATEGY = Strategy(
+    name="swift",
+    summary="SWIFT: random subsets + a GP-UCB step every 25th trial; skips int((L-2)*2r), r=.45",
+    sampler=lambda *, num_layers, skip_ratio, seed: SwiftSampler(num_layers=num_layers, skip_ratio=skip_ratio, seed=seed),
+    skip_count=skip_count,
+    default_ratio=SKIP_RATIO,
+    initial_masks=lambda inputs: (initial_mask(inputs.num_layers, inputs.skip_ratio),),
+    stop_reason=_stop_reason,
+    objective="matchness",
+)

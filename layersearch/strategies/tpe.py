@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import optuna
 
+from layersearch.strategies.base import Strategy
+
 
 def make_tpe_sampler(*, seed: int | None = None) -> optuna.samplers.TPESampler:
     """Optuna's TPE sampler with its defaults."""
     return optuna.samplers.TPESampler(seed=seed)
+
+
+STRATEGY = Strategy(
+    name="tpe",
+    summary="Optuna's TPESampler; skip count free",
+    sampler=lambda *, num_layers, skip_ratio, seed: make_tpe_sampler(seed=seed),
+    stream_seeded=True,
+)

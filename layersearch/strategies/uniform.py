@@ -14,6 +14,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from layersearch.mask import SkipMask
 from layersearch.strategies._sampler import MaskSampler
+from layersearch.strategies.base import Strategy
+from layersearch.strategies.fixed_ratio_random import skip_count
 
 SKIP_RATIO = 0.45
 
@@ -35,8 +37,19 @@ class UniformSampler(MaskSampler):
         return self._mask, "uniform"
 
 
-def stop_reason(study: Study) -> str | None:
-    """Stop as soon as one trial completed: every further trial would measure the same mask."""
+def stop_reason(study: Study, rule: object = None) -> str | None:
+    """Stop as soon as one trial completed: every further trial would measure the same mask
+    (``rule``, another strategy's stop rule, does not apply)."""
     if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return "the uniform mask has been measured"
     return None
+
+
+STRATEGY = Strategy(
+    name="uniform",
+    summary="the evenly spread mask, one trial; skips round(2Lr), r=.45",
+    sampler=lambda *, num_layers, skip_ratio, seed: UniformSampler(num_layers=num_layers, skip_ratio=skip_ratio, seed=seed),
+    skip_count=skip_count,
+    default_ratio=SKIP_RATIO,
+    stop_reason=stop_reason,
+)

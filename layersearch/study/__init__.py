@@ -26,10 +26,9 @@ processes at once and inspected in optuna-dashboard. What layersearch adds, modu
   rebuilt sampler proposes what the original would have; ``tpe`` (a stream RNG) is seeded
   with ``seed + finished trials``.
 
-Strategies come from :mod:`layersearch.strategies`: their sampler, the masks to enqueue at
-creation (:func:`~layersearch.strategies.initial_masks`) and their stop rule, checked after
-every trial. Strategies from elsewhere (KnapSpec's ``knapsack`` candidates) plug in through
-:func:`~layersearch.study.strategy._extra_strategies`, which enqueues their masks at creation.
+Strategies come from the registry of :mod:`layersearch.strategies`: their sampler, the masks
+to enqueue at creation (:func:`~layersearch.strategies.initial_masks`, KnapSpec's ``knapsack``
+candidates included) and their stop rule, checked after every trial.
 
 The commands live in :mod:`~layersearch.study.create`, :mod:`~layersearch.study.run`,
 :mod:`~layersearch.study.inspect` (list, show), :mod:`~layersearch.study.export` and
@@ -54,15 +53,13 @@ from layersearch.study.storage import (
     open_storage,
     storage_location,
 )
-from layersearch.study.strategy import available_strategies, check_strategy
 from layersearch.study.workers import WORKER_ATTR, fail_stale_trials
 
 # Importable from here as before the package split (the commands use them), though not in __all__.
 from layersearch.jsonfile import write_text_atomic  # noqa: F401,E402
 from layersearch.study.compare import COMPARE_COLUMNS  # noqa: F401,E402
-from layersearch.study.create import QUICK_PROFILE  # noqa: F401,E402
-from layersearch.study.interrupts import Terminated, _Interrupts  # noqa: F401,E402
-from layersearch.study.rebuild import _load_model  # noqa: F401,E402
+from layersearch.study.interrupts import Terminated, Interrupts  # noqa: F401,E402
+from layersearch.study.rebuild import load_study_model  # noqa: F401,E402
 from layersearch.study.settings import SETTINGS_VERSION  # noqa: F401,E402
 from layersearch.study.storage import HEARTBEAT_GRACE_FACTOR  # noqa: F401,E402
 
@@ -76,9 +73,7 @@ __all__ = [
     "StorageLocation",
     "StudySettings",
     "WORKER_ATTR",
-    "available_strategies",
     "check_name",
-    "check_strategy",
     "compare_studies",
     "create_study",
     "default_storage_url",

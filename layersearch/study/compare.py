@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.jsonfile import write_json_atomic, write_text_atomic
 from layersearch.study.inspect import search_seconds
-from layersearch.study.rebuild import _load_model, _prompt_texts
+from layersearch.study.rebuild import load_study_model, prompt_texts
 from layersearch.study.settings import StudySettings
-from layersearch.study.storage import _load
-from layersearch.study.trials import _best_trial
+from layersearch.study.storage import open_study
+from layersearch.study.trials import best_trial
 
 
 COMPARE_COLUMNS = (
@@ -57,12 +58,11 @@ def compare_studies(
     say = log or (lambda message: None)
     if not names:
         raise LayersearchError("no study names to compare")
-    if repeats < 1:
-        raise LayersearchError(f"--repeats must be >= 1, got {repeats}")
+    check_int(repeats, "--repeats")
     entries = []
     for name in names:  # every study is checked before anything is measured or written
-        study, settings, location, _ = _load(name, storage)
-        best = _best_trial(study)
+        study, settings, location, _ = open_study(name, storage)
+        best = best_trial(study)
         if best is None:
             raise LayersearchError(f"study {name!r} has no completed trial to compare")
         entries.append((name, study, settings, best))
@@ -100,6 +100,7 @@ def _compare_row(name: str, study: Any, settings: StudySettings, best: Any) -> d
 
 def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, models: dict, say: Callable[[str], None]) -> None:
     from layersearch.objectives import ModelRuntime
+    from layersearch.runtime.stats import combine
     from layersearch.strategies import mask_from_params
 
     groups: dict[tuple, list[int]] = {}
@@ -112,10 +113,10 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
         model_key = (settings.model, settings.device, settings.dtype)
         if model_key not in models:
             say(f"loading {settings.model} ...")
-            models[model_key] = _load_model(settings)
+            models[model_key] = load_study_model(settings)
         loaded = models[model_key]
         runtime = ModelRuntime.from_texts(
-            loaded, _prompt_texts(settings), max_new_tokens=settings.max_new_tokens,
+            loaded, prompt_texts(settings), max_new_tokens=settings.max_new_tokens,
             max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
         )
         masks = {}
@@ -132,16 +133,13 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
             for index in indices:
                 mask_runs[index].append(runtime.decode(masks[index]))
             base_runs.append(runtime.baseline())  # before and after: drift hits both sides alike
-        base_tps = sum(r.new_tokens for r in base_runs) / sum(r.seconds for r in base_runs)
+        base_tps = combine(base_runs).tokens_per_second
         for index in indices:
-            runs = mask_runs[index]
-            tokens, seconds = sum(r.new_tokens for r in runs), sum(r.seconds for r in runs)
-            drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
-            forwards, decode_tokens = sum(r.target_forwards for r in runs), sum(r.decode_tokens for r in runs)
-            tps = tokens / seconds if seconds > 0 else 0.0
+            pooled = combine(mask_runs[index])
+            tps = pooled.tokens_per_second
             rows[index].update(
-                M=decode_tokens / forwards if forwards else 1.0,
-                alpha=accepted / drafted if drafted else None,
+                M=pooled.mean_accepted_length,
+                alpha=pooled.acceptance_rate,
                 tokens_per_second=tps,
                 baseline_tokens_per_second=base_tps,
                 speedup=tps / base_tps if base_tps > 0 else None,

@@ -11,13 +11,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from layersearch.errors import LayersearchError
-from layersearch.study.rebuild import _initial_masks, _load_model, _prompt_texts, _strategy_plan
+from layersearch.study.rebuild import initial_masks, load_study_model, prompt_texts, strategy_plan
 from layersearch.study.settings import SETTINGS_ATTR, StudySettings
-from layersearch.study.storage import StorageLocation, _quiet_warnings, check_name, open_storage, storage_location
-
-
-#: Quick latency-profile settings used at create time (a few seconds on the embedded model).
-QUICK_PROFILE = dict(contexts=(64, 256, 512), max_verify=10, repeats=2)
+from layersearch.study.storage import StorageLocation, quiet_warnings, check_name, open_storage, storage_location
 
 
 @dataclass(frozen=True)
@@ -61,20 +57,20 @@ def create_study(
     if existing is not None:
         return existing
     location.check_creatable()
-    texts = _prompt_texts(settings)  # checks the domain's packages before the model loads
-    loaded = loaded if loaded is not None else _load_model(settings)
+    texts = prompt_texts(settings)  # checks the domain's packages before the model loads
+    loaded = loaded if loaded is not None else load_study_model(settings)
     info = loaded.info
-    _strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
+    strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
     if profile is not None:
         profile.check_model(info)
     else:
         say(f"measuring a quick latency profile of {info.name} ...")
-        profile = _quick_profile(loaded)
-    initial = _initial_masks(settings, loaded, texts, profile)
+        profile = _quick_profile(loaded, settings)
+    initial = initial_masks(settings, loaded, texts, profile)
     settings = replace(settings, model_info=info.to_dict(), profile=profile.to_dict())
     storage_obj = open_storage(location, create=True)
     try:
-        with _quiet_warnings():
+        with quiet_warnings():
             study = optuna.create_study(study_name=name, storage=storage_obj, direction=settings.direction)
     except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile
         existing = _existing(name, location, settings)
@@ -116,10 +112,8 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
     return CreateResult(name, location.url, False, found)
 
 
-def _quick_profile(loaded: Any) -> Any:
-    from layersearch.runtime.profiler import measure_profile
+def _quick_profile(loaded: Any, settings: StudySettings) -> Any:
+    from layersearch.runtime.profiler import quick_profile
 
-    limit = getattr(loaded.model.config, "max_position_embeddings", None) or 10**9
-    verify = QUICK_PROFILE["max_verify"]
-    contexts = [n for n in QUICK_PROFILE["contexts"] if n + verify <= limit] or [max(1, limit - verify)]
-    return measure_profile(loaded.model, loaded.info, contexts=contexts, max_verify=verify, repeats=QUICK_PROFILE["repeats"])
+    # Verification of up to max_draft drafted tokens plus the bonus token.
+    return quick_profile(loaded.model, loaded.info, max_verify=settings.max_draft + 2)

@@ -8,13 +8,13 @@ from typing import Any
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.study.storage import _load
-from layersearch.study.trials import _best_trial
+from layersearch.study.storage import open_study
+from layersearch.study.trials import best_trial
 
 
 def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial: str | int = "best") -> tuple[Path, SkipMask]:
     """Write the mask of ``trial`` ("best" or a trial number) as a mask file with provenance."""
-    study, settings, location, _ = _load(name, storage)
+    study, settings, location, _ = open_study(name, storage)
     chosen = _pick_trial(study, name, trial)
     info = settings.info()
     from layersearch.strategies import mask_from_params
@@ -38,7 +38,7 @@ def _pick_trial(study: Any, name: str, which: str | int) -> Any:
     from optuna.trial import TrialState
 
     if which in (None, "best"):
-        best = _best_trial(study)
+        best = best_trial(study)
         if best is None:
             raise LayersearchError(f"study {name!r} has no completed trial to export")
         return best

@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 from layersearch.errors import LayersearchError
 from layersearch.study.settings import SETTINGS_ATTR
-from layersearch.study.storage import STUDIES_DIR, StorageLocation, _load, _one_line, open_storage, storage_location
-from layersearch.study.trials import _best_trial
+from layersearch.study.storage import STUDIES_DIR, StorageLocation, open_study, one_line, open_storage, storage_location
+from layersearch.study.trials import best_trial
 
 
 def list_studies(storage: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -31,8 +31,8 @@ def list_studies(storage: str | None = None) -> tuple[list[dict[str, Any]], list
             continue
         except Exception as exc:
             if storage is not None:
-                raise LayersearchError(f"cannot read storage {location.url}: {_one_line(exc)}") from None
-            problems.append(f"cannot read storage {location.url}: {_one_line(exc)}")
+                raise LayersearchError(f"cannot read storage {location.url}: {one_line(exc)}") from None
+            problems.append(f"cannot read storage {location.url}: {one_line(exc)}")
             continue
         for study_name in names:
             study = optuna.load_study(study_name=study_name, storage=storage_obj)
@@ -44,7 +44,7 @@ def _list_row(study: Any, location: StorageLocation) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     data = study.user_attrs.get(SETTINGS_ATTR) or {}
-    best = _best_trial(study)
+    best = best_trial(study)
     return {
         "name": study.study_name,
         "strategy": data.get("strategy"),
@@ -60,12 +60,12 @@ def _list_row(study: Any, location: StorageLocation) -> dict[str, Any]:
 
 def show_study(name: str, *, storage: str | None = None) -> dict[str, Any]:
     """Settings, trial counts, search time and the best trial (mask, value, M, alpha) of a study."""
-    study, settings, location, _ = _load(name, storage)
+    study, settings, location, _ = open_study(name, storage)
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for trial in trials:
         states[trial.state.name] = states.get(trial.state.name, 0) + 1
-    best = _best_trial(study)
+    best = best_trial(study)
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     result: dict[str, Any] = {

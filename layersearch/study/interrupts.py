@@ -12,7 +12,7 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread by SIGTERM so the running trial fails cleanly."""
 
 
-def _fail_if_running(storage: Any, trial_id: int | None) -> None:
+def fail_if_running(storage: Any, trial_id: int | None) -> None:
     """Fail this process's trial if an interrupt left it RUNNING (e.g. outside the objective)."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
@@ -43,7 +43,8 @@ class _InterruptFilter(logging.Filter):
 
 
 @contextmanager
-def _no_interrupt_tracebacks() -> Iterator[None]:
+def no_interrupt_tracebacks() -> Iterator[None]:
+    """Hide Optuna's log lines for a trial failed by an interrupt (the run reports it once)."""
     logger = logging.getLogger("optuna.study._optimize")
     interrupt_filter = _InterruptFilter()
     logger.addFilter(interrupt_filter)
@@ -53,7 +54,7 @@ def _no_interrupt_tracebacks() -> Iterator[None]:
         logger.removeFilter(interrupt_filter)
 
 
-class _Interrupts:
+class Interrupts:
     """Ctrl-C and SIGTERM during a run, raised only where raising is safe.
 
     While the objective computes (:meth:`raising`), a signal raises at once
@@ -71,6 +72,7 @@ class _Interrupts:
         self.pending: KeyboardInterrupt | None = None
 
     def handler(self, signum: int, frame: Any) -> None:
+        """The signal handler: raise inside :meth:`raising`, else note the signal and stop the study."""
         exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         if self.armed:
             self.armed = False
@@ -82,12 +84,14 @@ class _Interrupts:
             pass
 
     def raise_pending(self) -> None:
+        """Raise a signal noted outside :meth:`raising`, if any."""
         if self.pending is not None:
             exc, self.pending = self.pending, None
             raise exc
 
     @contextmanager
     def raising(self) -> Iterator[None]:
+        """The block in which a signal raises at once (the objective's computation)."""
         self.raise_pending()
         self.armed = True
         try:

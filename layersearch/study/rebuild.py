@@ -6,45 +6,57 @@ original would have; ``tpe`` (a stream RNG) is seeded with ``seed + finished tri
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from layersearch.mask import SkipMask
 from layersearch.study.settings import StudySettings
-from layersearch.study.strategy import _builtin_strategies, _extra_strategies, _StrategyPlan
 
 
-def _strategy_plan(settings: StudySettings, num_layers: int, *, n_finished: int) -> _StrategyPlan:
+@dataclass(frozen=True)
+class StrategyPlan:
+    """What a run needs from a strategy: its sampler and its stop rule (checked after each trial)."""
+
+    sampler: Any
+    stop_reason: Callable[[Any], str | None]
+
+
+def strategy_plan(settings: StudySettings, num_layers: int, *, n_finished: int) -> StrategyPlan:
     """The sampler and stop rule of the study's strategy, rebuilt from its settings."""
-    extras = _extra_strategies() if settings.strategy not in _builtin_strategies() else {}
-    if settings.strategy in extras:
-        return extras[settings.strategy].plan(settings, num_layers, n_finished)
-    from layersearch.strategies import StopRule, make_sampler, stop_reason
+    from layersearch.strategies import StopRule, get_strategy, make_sampler, stop_reason
 
+    strategy = get_strategy(settings.strategy)
     # Mask samplers draw from (seed, trial number): the plain seed keeps resumption exact.
-    # TPE draws from one stream, so a resumed run starts it past the draws already made.
-    seed = settings.seed + n_finished if settings.strategy == "tpe" else settings.seed
-    sampler = make_sampler(settings.strategy, num_layers=num_layers, skip_ratio=settings.skip_ratio, seed=seed)
+    # A stream-seeded sampler (TPE) starts a resumed run past the draws already made.
+    seed = settings.seed + n_finished if strategy.stream_seeded else settings.seed
+    sampler = make_sampler(strategy.name, num_layers=num_layers, skip_ratio=settings.skip_ratio, seed=seed)
     # SWIFT's target (0.95) is a matchness level; with another objective only patience/length apply.
     rule = None if settings.objective == "matchness" else StopRule(target=None)
-    return _StrategyPlan(sampler, lambda study: stop_reason(settings.strategy, study, rule=rule))
+    return StrategyPlan(sampler, lambda study: stop_reason(strategy.name, study, rule=rule))
 
 
-def _initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], profile: Any) -> tuple[SkipMask, ...]:
+def initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], profile: Any) -> tuple[SkipMask, ...]:
     """Masks to enqueue when the study is created (Self-SD's probes, SWIFT's start, candidates)."""
-    if settings.strategy not in _builtin_strategies():
-        return _extra_strategies()[settings.strategy].initial(settings, loaded, texts, profile)
-    from layersearch.strategies import initial_masks
+    from layersearch.strategies import StrategyInputs, initial_masks as strategy_masks
 
-    return initial_masks(settings.strategy, num_layers=loaded.info.num_layers, skip_ratio=settings.skip_ratio)
+    inputs = StrategyInputs(
+        num_layers=loaded.info.num_layers, loaded=loaded, texts=tuple(texts), profile=profile,
+        max_new_tokens=settings.max_new_tokens,
+    )
+    return strategy_masks(
+        settings.strategy, num_layers=inputs.num_layers, skip_ratio=settings.skip_ratio, inputs=inputs
+    )
 
 
-def _prompt_texts(settings: StudySettings) -> list[str]:
+def prompt_texts(settings: StudySettings) -> list[str]:
+    """The study's prompts (its domain, sample count and seed)."""
     from layersearch.data import load_prompts
 
     return [prompt.text for prompt in load_prompts(settings.domain, settings.samples, seed=settings.seed)]
 
 
-def _load_model(settings: StudySettings) -> Any:
-    from layersearch.models.loading import load_model
+def load_study_model(settings: StudySettings) -> Any:
+    """The study's model on its device and dtype."""
+    from layersearch.models.loading import load_model as load
 
-    return load_model(settings.model, device=settings.device, dtype=settings.dtype)
+    return load(settings.model, device=settings.device, dtype=settings.dtype)

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from layersearch.checks import check_int, check_positive
 from layersearch.errors import LayersearchError
-from layersearch.objectives import make_objective
-from layersearch.study.interrupts import _fail_if_running, _Interrupts, _no_interrupt_tracebacks
-from layersearch.study.rebuild import _load_model, _prompt_texts, _strategy_plan
-from layersearch.study.storage import DEFAULT_HEARTBEAT, _load, _quiet_warnings
-from layersearch.study.trials import _best_trial, _best_value, _finished, _json_value
-from layersearch.study.workers import WORKER_ATTR, _worker_record, fail_stale_trials
+from layersearch.study.interrupts import fail_if_running, Interrupts, no_interrupt_tracebacks
+from layersearch.study.rebuild import load_study_model, prompt_texts, strategy_plan
+from layersearch.study.storage import DEFAULT_HEARTBEAT, open_study, quiet_warnings
+from layersearch.study.trials import best_trial, best_value_of, finished_trials, json_value
+from layersearch.study.workers import WORKER_ATTR, worker_record, fail_stale_trials
 
 if TYPE_CHECKING:
     import optuna  # noqa: F811
@@ -60,101 +60,134 @@ def run_study(
     rule says so.
     """
     import optuna
-    from optuna.trial import TrialState
 
-    from layersearch.progress import TrialProgress
-
-    if trials is not None and (isinstance(trials, bool) or trials < 1):
-        raise LayersearchError(f"--trials must be >= 1, got {trials}")
-    if timeout is not None and not timeout > 0:
-        raise LayersearchError(f"--timeout must be > 0 seconds, got {timeout}")
-    if trials is None and timeout is None:
-        trials = 50
+    trials = check_budget(trials, timeout)
     started = time.perf_counter()
-    study, settings, location, storage_obj = _load(name, storage, heartbeat=heartbeat)
+    study, settings, location, storage_obj = open_study(name, storage, heartbeat=heartbeat)
     stale = fail_stale_trials(study)
-    info = settings.info()
-    finished = _finished(study)
-    plan = _strategy_plan(settings, info.num_layers, n_finished=len(finished))
+    plan = strategy_plan(settings, settings.info().num_layers, n_finished=len(finished_trials(study)))
     study = optuna.load_study(study_name=name, storage=storage_obj, sampler=plan.sampler)
     reason = plan.stop_reason(study)
     ran = 0
     if reason is None:
-        texts = _prompt_texts(settings)
-        loaded = loaded if loaded is not None else _load_model(settings)
-        if loaded.info.fingerprint != info.fingerprint:
-            raise LayersearchError(
-                f"model {settings.model!r} is not the one the study was created with "
-                f"(fingerprint {loaded.info.fingerprint}, expected {info.fingerprint})"
-            )
-        from layersearch.objectives import ModelRuntime
+        evaluate = trial_function(study, settings, storage_obj, loaded)
+        ran, reason = optimize(study, evaluate, plan, trials=trials, timeout=timeout, quiet=quiet, stream=stream)
+    return summarize(study, settings, location, ran=ran, stale=stale, reason=reason, seconds=time.perf_counter() - started)
 
-        runtime = ModelRuntime.from_texts(
-            loaded, texts, max_new_tokens=settings.max_new_tokens,
-            max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
+
+def check_budget(trials: int | None, timeout: float | None) -> int | None:
+    """The number of trials to run (50 when neither ``trials`` nor ``timeout`` is given)."""
+    if trials is not None:
+        check_int(trials, "--trials")
+    if timeout is not None:
+        check_positive(timeout, "--timeout", unit="seconds")
+    return 50 if trials is None and timeout is None else trials
+
+
+def trial_function(study: Any, settings: Any, storage_obj: Any, loaded: Any = None) -> "TrialFunction":
+    """The study's objective as an Optuna trial function: model, prompts and objective rebuilt
+    from the stored settings (``loaded`` reused when given, checked against the study's model)."""
+    from layersearch.objectives import ModelRuntime, make_objective
+
+    info = settings.info()
+    texts = prompt_texts(settings)
+    loaded = loaded if loaded is not None else load_study_model(settings)
+    if loaded.info.fingerprint != info.fingerprint:
+        raise LayersearchError(
+            f"model {settings.model!r} is not the one the study was created with "
+            f"(fingerprint {loaded.info.fingerprint}, expected {info.fingerprint})"
         )
-        objective = make_objective(
-            settings.objective, profile=settings.latency_profile(), gamma=settings.gamma,
-            decode_stats=settings.decode_stats,
-        )
+    runtime = ModelRuntime.from_texts(
+        loaded, texts, max_new_tokens=settings.max_new_tokens,
+        max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
+    )
+    objective = make_objective(
+        settings.objective, profile=settings.latency_profile(), gamma=settings.gamma,
+        decode_stats=settings.decode_stats,
+    )
+    return TrialFunction(study, storage_obj, info, runtime, objective)
+
+
+class TrialFunction:
+    """Scores one trial's mask; remembers the trial it is in (to fail it on an interrupt)."""
+
+    def __init__(self, study: Any, storage_obj: Any, info: Any, runtime: Any, objective: Any) -> None:
+        self.storage = storage_obj
+        self.info = info
+        self.runtime = runtime
+        self.objective = objective
+        self.interrupts = Interrupts(study)
+        self.worker = worker_record()
+        self.trial_id: int | None = None
+
+    def __call__(self, trial: "optuna.Trial") -> float:
+        """The objective value of the trial's mask; its attributes recorded on the trial."""
         from layersearch.strategies import suggest_mask
 
-        current: dict[str, Any] = {}
-        worker = _worker_record()
+        self.trial_id = trial._trial_id
+        self.storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, self.worker)
+        mask = suggest_mask(trial, self.info.num_layers).with_model(self.info)
+        with self.interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
+            score = self.objective.evaluate(self.runtime, mask)
+        for key, value in score.attrs.items():
+            trial.set_user_attr(key, json_value(value))
+        return float(score.value)
 
-        interrupts = _Interrupts(study)
 
-        def evaluate(trial: "optuna.Trial") -> float:
-            current["trial_id"] = trial._trial_id
-            storage_obj.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker)
-            mask = suggest_mask(trial, info.num_layers).with_model(info)
-            with interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
-                score = objective.evaluate(runtime, mask)
-            for key, value in score.attrs.items():
-                trial.set_user_attr(key, _json_value(value))
-            return float(score.value)
+def optimize(
+    study: Any, evaluate: TrialFunction, plan: Any, *, trials: int | None, timeout: float | None,
+    quiet: bool = False, stream: Any = None,
+) -> tuple[int, str | None]:
+    """Run trials with a progress bar until the budget ends or the strategy stops:
+    ``(trials finished, stop reason)``. An interrupt fails the running trial, then re-raises."""
+    from optuna.trial import TrialState
 
-        stop: dict[str, str | None] = {"reason": None}
-        done = {"trials": 0}
+    from layersearch.progress import TrialProgress
 
-        with TrialProgress(total=trials, quiet=quiet, stream=stream) as progress:
+    stop: dict[str, Any] = {"reason": None, "trials": 0}
+    with TrialProgress(total=trials, quiet=quiet, stream=stream) as progress:
 
-            def after_trial(study_now: Any, trial: Any) -> None:
-                current.pop("trial_id", None)
-                done["trials"] += 1
-                progress.update(best=_best_value(study_now), last=trial.value, state=trial.state.name)
-                why = plan.stop_reason(study_now)
-                if why is not None:
-                    stop["reason"] = why
-                    study_now.stop()
+        def after_trial(study_now: Any, trial: Any) -> None:
+            evaluate.trial_id = None
+            stop["trials"] += 1
+            progress.update(best=best_value_of(study_now), last=trial.value, state=trial.state.name)
+            why = plan.stop_reason(study_now)
+            if why is not None:
+                stop["reason"] = why
+                study_now.stop()
 
-            try:
-                with interrupts.installed(), _quiet_warnings(), _no_interrupt_tracebacks():
-                    study.optimize(evaluate, n_trials=trials, timeout=timeout, callbacks=[after_trial], catch=())
-                    interrupts.raise_pending()  # one that arrived outside a trial's computation
-            except KeyboardInterrupt:
-                progress.close()
-                trial_id = current.get("trial_id")
-                _fail_if_running(storage_obj, trial_id)
-                if trial_id is not None and storage_obj.get_trial(trial_id).state == TrialState.FAIL:
-                    number = storage_obj.get_trial(trial_id).number
-                    print(f"layersearch: trial {number} of {name} marked FAIL", file=sys.stderr)
-                raise
-        ran = done["trials"]
-        reason = stop["reason"]
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    best = _best_trial(study)
+        try:
+            with evaluate.interrupts.installed(), quiet_warnings(), no_interrupt_tracebacks():
+                study.optimize(evaluate, n_trials=trials, timeout=timeout, callbacks=[after_trial], catch=())
+                evaluate.interrupts.raise_pending()  # one that arrived outside a trial's computation
+        except KeyboardInterrupt:
+            progress.close()
+            trial_id = evaluate.trial_id
+            storage = evaluate.storage
+            fail_if_running(storage, trial_id)
+            if trial_id is not None and storage.get_trial(trial_id).state == TrialState.FAIL:
+                number = storage.get_trial(trial_id).number
+                print(f"layersearch: trial {number} of {study.study_name} marked FAIL", file=sys.stderr)
+            raise
+    return stop["trials"], stop["reason"]
+
+
+def summarize(study: Any, settings: Any, location: Any, *, ran: int, stale: int, reason: str | None, seconds: float) -> RunSummary:
+    """The :class:`RunSummary` of a run that ended."""
+    from optuna.trial import TrialState
+
+    best = best_trial(study)
     return RunSummary(
-        name=name,
+        name=study.study_name,
         url=location.url,
         ran=ran,
-        completed=len(complete),
+        completed=len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
         total=len(study.get_trials(deepcopy=False)),
         stale_failed=stale,
         best_value=None if best is None else float(best.value),
         best_trial=None if best is None else best.number,
         best_mask=None if best is None else best.user_attrs.get("mask"),
         stop_reason=reason,
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         direction=settings.direction,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from layersearch.checks import check_fraction, check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.objectives import (
@@ -19,7 +20,6 @@ from layersearch.objectives import (
     check_objective,
     objective_direction,
 )
-from layersearch.study.strategy import check_strategy
 
 
 SETTINGS_ATTR = "settings"
@@ -54,27 +54,20 @@ class StudySettings:
         """Checked copy with the strategy's default skip ratio filled in; raises LayersearchError."""
         from layersearch.data import DOMAINS
 
-        check_strategy(self.strategy)
+        from layersearch.strategies import get_strategy, make_sampler
+
+        strategy = get_strategy(self.strategy)
         check_objective(self.objective)
         if self.domain not in DOMAINS:
             raise LayersearchError(f"unknown domain {self.domain!r}; known domains: {', '.join(DOMAINS)}")
         for name, minimum in (("samples", 1), ("max_new_tokens", 1), ("gamma", 1), ("max_draft", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise LayersearchError(f"{name.replace('_', '-')} must be an integer >= {minimum}, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise LayersearchError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if not 0.0 <= float(self.draft_threshold) <= 1.0:
-            raise LayersearchError(f"draft threshold must be in [0, 1], got {self.draft_threshold!r}")
+            check_int(getattr(self, name), name.replace("_", "-"), minimum=minimum)
+        check_int(self.seed, "seed", minimum=0)
+        check_fraction(self.draft_threshold, "draft threshold")
         ratio = self.skip_ratio
-        from layersearch.strategies import STRATEGIES, default_skip_ratio, make_sampler
-
-        if self.strategy in STRATEGIES:
-            if ratio is None:
-                ratio = default_skip_ratio(self.strategy)
-            make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
-        elif ratio is not None:
-            raise LayersearchError(f"strategy {self.strategy!r} chooses its own skip counts and takes no skip ratio")
+        if ratio is None:
+            ratio = strategy.default_ratio
+        make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
         return replace(self, skip_ratio=None if ratio is None else float(ratio))
 
     @property

@@ -127,7 +127,7 @@ def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: 
     elif not location.exists():
         raise LayersearchError(f"storage {location.url} does not exist (no file {location.path})")
     try:
-        with _quiet_warnings():
+        with quiet_warnings():
             if location.kind == "journal":
                 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -143,7 +143,7 @@ def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: 
         driver = _DRIVERS.get(location.url.split(":", 1)[0].split("+", 1)[0], "the database driver")
         raise LayersearchError(f"cannot open storage {location.url}: install {driver} (pip) to use this database") from None
     except Exception as exc:  # a server unreachable, a file that is no database...
-        raise LayersearchError(f"cannot open storage {location.url}: {_one_line(exc)}") from None
+        raise LayersearchError(f"cannot open storage {location.url}: {one_line(exc)}") from None
 
 
 _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL", "mariadb": "PyMySQL"}
@@ -151,10 +151,10 @@ _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL", "mariadb": "PyM
 
 def load_study(name: str, *, storage: str | None = None) -> Any:
     """The Optuna study ``name`` (for plots); clear errors for a missing storage or study."""
-    return _load(name, storage)[0]
+    return open_study(name, storage)[0]
 
 
-def _load(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None):
+def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None):
     """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise."""
     import optuna
 
@@ -179,7 +179,7 @@ def _settings_of(study: Any, location: StorageLocation) -> StudySettings:
 
 
 @contextmanager
-def _quiet_warnings() -> Iterator[None]:
+def quiet_warnings() -> Iterator[None]:
     """Hide Optuna's ExperimentalWarning (heartbeat, journal) from users."""
     import optuna
 
@@ -188,7 +188,8 @@ def _quiet_warnings() -> Iterator[None]:
         yield
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line for an error message."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     text = f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
     return text if len(text) <= 200 else text[:197] + "..."

@@ -6,13 +6,14 @@ import math
 from typing import Any
 
 
-def _finished(study: Any) -> list[Any]:
+def finished_trials(study: Any) -> list[Any]:
+    """The study's COMPLETE, FAIL and PRUNED trials."""
     from optuna.trial import TrialState
 
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
 
 
-def _best_trial(study: Any) -> Any:
+def best_trial(study: Any) -> Any:
     """The best COMPLETE trial, or None (Optuna raises when there is none)."""
     try:
         return study.best_trial
@@ -20,12 +21,13 @@ def _best_trial(study: Any) -> Any:
         return None
 
 
-def _best_value(study: Any) -> float | None:
-    best = _best_trial(study)
+def best_value_of(study: Any) -> float | None:
+    """The best COMPLETE trial's value, or None."""
+    best = best_trial(study)
     return None if best is None else float(best.value)
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """Plain JSON scalars for user attrs (NaN/inf become None)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

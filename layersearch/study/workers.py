@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any, Mapping
 
-from layersearch.study.storage import _quiet_warnings
+from layersearch.study.storage import quiet_warnings
 
 
 WORKER_ATTR = "layersearch:worker"
@@ -33,7 +33,7 @@ def fail_stale_trials(study: Any) -> int:
         return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
     before = {t._trial_id for t in running()}
-    with _quiet_warnings():
+    with quiet_warnings():
         optuna.storages.fail_stale_trials(study)
     failed = len(before - {t._trial_id for t in running()})
     for trial in running():
@@ -47,7 +47,7 @@ def fail_stale_trials(study: Any) -> int:
     return failed
 
 
-def _worker_record() -> dict[str, Any]:
+def worker_record() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
 
 

@@ -128,7 +128,7 @@ def test_unknown_domain_lists_the_known_ones():
 
 @pytest.mark.parametrize("n", [0, -2, 2.5, True])
 def test_bad_count_is_refused(n):
-    with pytest.raises(LayersearchError, match="positive integer"):
+    with pytest.raises(LayersearchError, match="must be an integer >= 1"):
         load_prompts("code", n)
 
 
@@ -199,5 +199,5 @@ def test_long_prompt_has_about_the_asked_length(chars):
 def test_long_prompt_refuses_impossible_lengths():
     with pytest.raises(LayersearchError, match="at most"):
         long_prompt(10_000_000)
-    with pytest.raises(LayersearchError, match="positive integer"):
+    with pytest.raises(LayersearchError, match="must be an integer >= 1"):
         long_prompt(0)

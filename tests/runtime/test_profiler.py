@@ -11,7 +11,7 @@ import transformers
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.profile import LatencyProfile
-from layersearch.runtime.profiler import _sublayer_seconds, fit_line, measure_profile
+from layersearch.runtime.profiler import _sublayer_seconds, fit_line, measure_profile, quick_profile
 
 CONTEXTS = (8, 32, 64)
 MAX_VERIFY = 4
@@ -137,3 +137,16 @@ def test_sliding_window_models_are_profiled_with_their_windows(family, windows):
 
 def test_full_attention_profiles_record_no_windows(measured):
     assert measured[0].attention_windows == ()
+
+
+def test_quick_profile_keeps_the_contexts_that_fit(model, info):
+    old = model.config.max_position_embeddings
+    model.config.max_position_embeddings = 70
+    try:
+        # 64 + 4 verified tokens fit in 70 positions, 128 does not; the duplicate 8 counts once.
+        profile = quick_profile(model, info, contexts=(128, 8, 64, 8), max_verify=4, repeats=1)
+        assert profile.contexts == (8, 64)
+        # Nothing fits: the longest context that does is measured instead.
+        assert quick_profile(model, info, contexts=(128,), max_verify=4, repeats=1).contexts == (66,)
+    finally:
+        model.config.max_position_embeddings = old

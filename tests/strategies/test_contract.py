@@ -8,6 +8,7 @@ starting masks are valid, and bad names or ratios raise LayersearchError.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import optuna
@@ -16,7 +17,9 @@ import pytest
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import (
+    REGISTRY,
     STRATEGIES,
+    StrategyInputs,
     default_skip_ratio,
     fixed_ratio,
     initial_masks,
@@ -32,7 +35,7 @@ from layersearch.strategies import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# (strategy, skip_ratio): every strategy with its default, plus the ratios that change behaviour.
+# (strategy, skip_ratio): every registered strategy with its default, plus the ratios that change behaviour.
 VARIANTS = [(name, None) for name in STRATEGIES] + [("swift", 0.3), ("random", 0.25), ("uniform", 0.3)]
 VARIANT_IDS = [f"{name}-{ratio}" for name, ratio in VARIANTS]
 # Strategies whose resumed study continues the uninterrupted sequence. Optuna's TPE restarts
@@ -51,11 +54,33 @@ def weighted_objective(num_layers: int):
     return objective
 
 
+@functools.lru_cache(maxsize=None)
+def model_inputs(num_layers: int) -> StrategyInputs:
+    """The model, prompts and latency profile a study gives strategies that need them (a tiny Llama)."""
+    from layersearch.models.loading import LoadedModel, describe_model
+    from layersearch.models.tiny import build_tiny_model, char_tokenizer
+    from layersearch.profile import LatencyProfile
+
+    model = build_tiny_model("llama", num_layers=num_layers, seed=0)
+    info = describe_model(model, "tiny")
+    profile = LatencyProfile(
+        model=info, device="cpu", dtype="float32", torch_version="test",
+        attention_slope=1e-7, attention_intercept=2e-4, mlp_seconds=2e-4, base_seconds=3e-4,
+        verify_ratios=(1.0, 1.1, 1.2, 1.3),
+    )
+    texts = ("The quick brown fox jumps over the lazy dog. " * 2, "SELECT name FROM users WHERE id = 3;")
+    return StrategyInputs(
+        num_layers=num_layers, loaded=LoadedModel(model, char_tokenizer(), info), texts=texts, profile=profile,
+        max_new_tokens=8,
+    )
+
+
 def run(name, skip_ratio, num_layers, n_trials, *, seed=0, storage=None, study_name=None):
     """A new study of ``name`` with its starting masks enqueued, after ``n_trials`` trials."""
     sampler = make_sampler(name, num_layers=num_layers, skip_ratio=skip_ratio, seed=seed)
     study = optuna.create_study(direction="maximize", sampler=sampler, storage=storage, study_name=study_name)
-    for mask in initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio):
+    inputs = model_inputs(num_layers) if REGISTRY[name].needs_model else None
+    for mask in initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio, inputs=inputs):
         study.enqueue_trial(params_from_mask(mask))
     study.optimize(weighted_objective(num_layers), n_trials=n_trials)
     return study
@@ -94,7 +119,8 @@ def test_proposals_are_valid_masks(name, skip_ratio, num_layers):
 @pytest.mark.parametrize("num_layers", [6, 8])
 @pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
 def test_initial_masks_are_valid(name, skip_ratio, num_layers):
-    masks = initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio)
+    inputs = model_inputs(num_layers) if REGISTRY[name].needs_model else None
+    masks = initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio, inputs=inputs)
     assert isinstance(masks, tuple)
     assert len(set(masks)) == len(masks)
     for mask in masks:
@@ -172,7 +198,7 @@ def test_documented_defaults():
     assert default_skip_ratio("swift") == 0.45
     assert default_skip_ratio("uniform") == 0.45
     assert [default_skip_ratio(n) for n in ("selfsd-bo", "random", "tpe")] == [None, None, None]
-    assert [fixed_ratio(n) for n in STRATEGIES] == [False, True, False, False, True]
+    assert [fixed_ratio(n) for n in STRATEGIES] == [False, True, False, False, True, False]
     assert fixed_ratio("random", 0.25)
 
 
@@ -203,7 +229,7 @@ def test_bad_skip_ratio_raises(name, ratio):
         make_sampler(name, num_layers=6, skip_ratio=ratio)
 
 
-@pytest.mark.parametrize("name", ["selfsd-bo", "tpe"])
+@pytest.mark.parametrize("name", ["selfsd-bo", "tpe", "knapsack"])
 def test_free_count_strategies_refuse_a_ratio(name):
     with pytest.raises(LayersearchError, match="no skip ratio"):
         make_sampler(name, num_layers=6, skip_ratio=0.4)
@@ -216,3 +242,9 @@ def test_bad_layer_count_raises(name, num_layers):
         make_sampler(name, num_layers=num_layers)
     with pytest.raises(LayersearchError):
         initial_masks(name, num_layers=num_layers)
+
+
+@pytest.mark.parametrize("name", [name for name, strategy in REGISTRY.items() if strategy.needs_model])
+def test_model_strategies_refuse_to_start_without_a_model(name):
+    with pytest.raises(LayersearchError, match="needs the model"):
+        initial_masks(name, num_layers=6)

@@ -13,21 +13,7 @@ from typing import Callable
 
 import pytest
 
-from layersearch.models.tiny import build_tiny_model
-
-CHARS = ["\n", "\t"] + [chr(code) for code in range(32, 127)]
-
-
-def char_tokenizer():
-    """A tokenizer with one id per printable ASCII character (0-2: unk, bos, eos)."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-
+from layersearch.models.tiny import build_tiny_model, char_tokenizer
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:

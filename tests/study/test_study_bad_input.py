@@ -92,7 +92,7 @@ def test_existing_study_problems(workdir, cli, create_args, listing):
         (("study", "export", "--name", "e", "--trial", "last", "--out", "m.json"), ("--trial must be",)),
         (("study", "compare", "--names", "e", "--out-prefix", "cmp"), ("no completed trial",)),
         (("plot", "history", "--name", "e"), ("no completed trial",)),
-        (("study", "run", "--name", "e", "--trials", "0"), ("--trials must be >= 1",)),
+        (("study", "run", "--name", "e", "--trials", "0"), ("--trials must be an integer >= 1",)),
         (("study", "run", "--name", "e", "--timeout", "-1"), ("--timeout must be > 0",)),
     ]
     for argv, needles in cases:

@@ -138,7 +138,7 @@ def test_signals_outside_the_objective_are_deferred():
     """A signal during storage work only stops the study; it is raised at the next safe point."""
     import pytest
 
-    from layersearch.study.interrupts import Terminated, _Interrupts
+    from layersearch.study.interrupts import Terminated, Interrupts
 
     class FakeStudy:
         stopped = 0
@@ -147,7 +147,7 @@ def test_signals_outside_the_objective_are_deferred():
             self.stopped += 1
 
     study = FakeStudy()
-    interrupts = _Interrupts(study)
+    interrupts = Interrupts(study)
     interrupts.handler(signal.SIGTERM, None)  # not armed: noted, study stopped
     assert study.stopped == 1 and isinstance(interrupts.pending, Terminated)
     with pytest.raises(Terminated):

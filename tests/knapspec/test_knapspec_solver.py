@@ -1,4 +1,4 @@
-"""Tests for layersearch.knapsack: brute force, reference vs numba, edge cases, bad input."""
+"""Tests for layersearch.knapspec.solver: brute force, reference vs numba, edge cases, bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layersearch.errors import LayersearchError
-from layersearch.knapsack import (
+from layersearch.knapspec.solver import (
     _solve_core,
     benchmark_solver,
     format_benchmark,

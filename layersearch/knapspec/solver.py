@@ -12,7 +12,7 @@ Public API:
 * :func:`solve_all_budgets_reference` -- a pure-Python solver with the same contract,
   kept as the oracle for tests.
 * :func:`benchmark_solver` / :func:`format_benchmark` -- timing of the two
-  (``python -m layersearch.knapsack`` prints it).
+  (``python -m layersearch.knapspec.solver`` prints it).
 
 Choices (both solvers follow them exactly, so their outputs are bit-identical):
 

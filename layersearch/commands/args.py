@@ -1,0 +1,52 @@
+"""Arguments several commands share, and their defaults, defined once.
+
+Every command module under :mod:`layersearch.commands` has ``add_parser(sub, parser_class)``
+(its arguments) and ``run(args)`` (its work); :mod:`layersearch.cli` iterates
+:data:`layersearch.cli.COMMANDS`. This module must stay light (no torch, no Optuna): the
+parsers are built for ``--help`` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_MODEL = "smollm2-135m"
+STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)"
+
+# Draft defaults of the CLI; equal to DraftPolicy's (tests/commands/test_args.py checks),
+# repeated here because the runtime imports torch and --help must not.
+MAX_DRAFT = 8
+DRAFT_THRESHOLD = 0.8
+
+
+def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None) -> None:
+    """``--model``, ``--device``, ``--dtype`` and ``--threads`` (``threads``: its default)."""
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, HF id or local directory (default {DEFAULT_MODEL})")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
+    threads_arg(parser, default=threads)
+
+
+def threads_arg(parser: argparse.ArgumentParser, *, default: int | None = None) -> None:
+    """``--threads``: CPU threads for torch."""
+    shown = "torch's choice" if default is None else f"{default}: steadier on a shared machine"
+    parser.add_argument("--threads", type=int, default=default, help=f"CPU threads for torch (default {shown})")
+
+
+def draft_args(
+    parser: argparse.ArgumentParser, *, max_draft: int = MAX_DRAFT, threshold: float = DRAFT_THRESHOLD,
+    adaptive: bool = True, threshold_note: str = "; 0 disables",
+) -> None:
+    """``--max-draft``, ``--draft-threshold`` and (``adaptive``) ``--adaptive-threshold``."""
+    parser.add_argument("--max-draft", type=int, default=max_draft, help=f"maximum draft length (default {max_draft})")
+    parser.add_argument(
+        "--draft-threshold", type=float, default=threshold,
+        help=f"stop drafting below this top-1 probability (default {threshold:g}{threshold_note})",
+    )
+    if adaptive:
+        parser.add_argument("--adaptive-threshold", action="store_true", help="Self-SD's adaptive draft threshold")
+
+
+def storage_arg(parser: argparse.ArgumentParser, help: str = STORAGE_HELP) -> None:
+    """``--storage``: an Optuna storage URL."""
+    parser.add_argument("--storage", help=help)

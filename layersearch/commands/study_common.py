@@ -1,0 +1,82 @@
+"""What ``study`` and ``study head-to-head`` share: search arguments, settings, output lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from layersearch.commands.args import draft_args
+from layersearch.objectives import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SAMPLES
+
+OBJECTIVE_HELP = "time-per-token, matchness, expected-speedup or tpt"
+
+
+def search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (strategies with a fixed count)") -> None:
+    """The search settings of ``study create`` and ``study head-to-head``."""
+    parser.add_argument("--skip-ratio", type=float, default=None, help=ratio_help)
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"representative prompts (default {DEFAULT_SAMPLES})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help=f"tokens generated per prompt (default {DEFAULT_MAX_NEW_TOKENS})")
+    parser.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help=f"matchness window (default {DEFAULT_GAMMA})")
+    draft_args(parser, adaptive=False, threshold_note="")
+    parser.add_argument("--decode-stats", action="store_true", help="matchness trials also run the decoder to record M, alpha, tokens/s")
+
+
+def settings_from_args(args: Any, *, strategy: str | None = None, objective: str | None = None, skip_ratio: Any = "args"):
+    """StudySettings from create-style arguments."""
+    from layersearch.models.loading import default_dtype
+    from layersearch.study import StudySettings
+
+    return StudySettings(
+        model=args.model,
+        domain=args.domain,
+        strategy=strategy or args.strategy,
+        objective=objective or args.objective,
+        skip_ratio=args.skip_ratio if skip_ratio == "args" else skip_ratio,
+        samples=args.samples,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        gamma=args.gamma,
+        max_draft=args.max_draft,
+        draft_threshold=args.draft_threshold,
+        decode_stats=args.decode_stats,
+        device=args.device,
+        dtype=args.dtype or default_dtype(args.device),
+    )
+
+
+def log(message: str) -> None:
+    """Progress notes go to stderr so stdout stays the command's result."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def format_run_summary(summary: Any) -> str:
+    """One line: trials run, completed, best value and mask, stop reason, stale trials failed."""
+    parts = [f"study {summary.name}: ran {summary.ran} trial(s) in {summary.seconds:.1f} s",
+             f"{summary.completed} complete of {summary.total}"]
+    if summary.best_value is not None:
+        parts.append(f"best {summary.best_value:.6g} ({summary.direction}) at trial {summary.best_trial} [{summary.best_mask}]")
+    if summary.stale_failed:
+        parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
+    if summary.stop_reason:
+        parts.append(f"stopped: {summary.stop_reason}")
+    return "; ".join(parts)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain aligned text table."""
+    cells = [[fmt(row.get(col)) for col in columns] for row in rows]
+    widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def fmt(value: Any) -> str:
+    """A table cell: ``-`` for None, 4 significant digits for floats."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -1,0 +1,164 @@
+"""Measuring a model for the objectives: the :class:`Runtime` interface and its real
+implementation, :class:`ModelRuntime`, on a loaded model and a fixed list of prompts.
+
+Two measurements: ``decode(mask)`` runs the speculative decoder over the prompts and returns
+their pooled :class:`~layersearch.runtime.stats.DecodeStats`; ``matchness(mask, gamma)`` is
+SWIFT's parallel draft check (:class:`~layersearch.objectives.scoring.MatchMeasurement`).
+Tests can pass a fake runtime.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+from layersearch.checks import check_int
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo, SkipMask
+from layersearch.objectives.scoring import MatchMeasurement
+
+if TYPE_CHECKING:
+    from layersearch.runtime.stats import DecodeStats
+
+DEFAULT_MAX_NEW_TOKENS = 32
+
+
+class Runtime(Protocol):
+    """The measurements an objective may ask for; :class:`ModelRuntime` is the real one."""
+
+    @property
+    def info(self) -> ModelInfo:
+        """The model the masks are for."""
+
+    @property
+    def context_length(self) -> int:
+        """Typical context (prompt + half the new tokens) for latency-model predictions."""
+
+    def decode(self, mask: SkipMask) -> "DecodeStats":
+        """Speculative decoding with ``mask`` over the prompts, pooled (:func:`~layersearch.runtime.stats.combine`)."""
+
+    def matchness(self, mask: SkipMask, gamma: int) -> MatchMeasurement:
+        """SWIFT matchness of ``mask`` over ``gamma`` target tokens per prompt."""
+
+
+class ModelRuntime:
+    """:class:`Runtime` over a loaded model and a fixed list of tokenized prompts.
+
+    ``decode`` runs :class:`~layersearch.runtime.decoder.SpeculativeDecoder` (greedy) with the
+    given draft policy; ``baseline`` runs transformers' plain ``generate`` on the same prompts.
+    ``matchness`` keeps, per prompt, the target's prompt KV cache and its greedy continuation
+    (neither depends on the mask), so each later call costs one masked forward per prompt.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        info: ModelInfo,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        max_draft: int = 8,
+        draft_threshold: float = 0.8,
+        warm_up: bool = True,
+    ) -> None:
+        from layersearch.runtime.drafting import DraftPolicy
+
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise LayersearchError("the runtime needs at least one non-empty prompt")
+        check_int(max_new_tokens, "max new tokens")
+        self.model = model
+        self._info = info
+        self.prompts = [list(map(int, p)) for p in prompts]
+        self.max_new_tokens = max_new_tokens
+        self.policy = DraftPolicy(max_draft, draft_threshold)
+        self._needs_warm_up = warm_up
+        self._targets: dict[tuple[int, int], tuple[Any, int, list[int]]] = {}
+
+    @classmethod
+    def from_texts(cls, loaded: Any, texts: Sequence[str], **kwargs: Any) -> "ModelRuntime":
+        """A runtime for a LoadedModel (model, tokenizer, info) and prompt texts."""
+        prompts = [loaded.tokenizer(text, return_tensors="pt").input_ids[0].tolist() for text in texts]
+        return cls(loaded.model, loaded.info, prompts, **kwargs)
+
+    @property
+    def info(self) -> ModelInfo:
+        """The model the masks are for."""
+        return self._info
+
+    @property
+    def context_length(self) -> int:
+        """Mean prompt length plus half the new tokens."""
+        return int(statistics.fmean(len(p) for p in self.prompts) + self.max_new_tokens / 2)
+
+    # ----- measurements ------------------------------------------------------------------------
+    def decode(self, mask: SkipMask) -> "DecodeStats":
+        """Greedy speculative decoding of every prompt with ``mask``; counts and seconds pooled."""
+        from layersearch.runtime.decoder import SpeculativeDecoder
+        from layersearch.runtime.stats import combine
+
+        self._warm_up()
+        decoder = SpeculativeDecoder(self.model, mask, policy=self.policy)
+        return combine([decoder.generate(p, self.max_new_tokens).stats for p in self.prompts])
+
+    def baseline(self) -> "DecodeStats":
+        """Plain ``model.generate`` (greedy) over the same prompts."""
+        from layersearch.runtime.baseline import hf_generate
+        from layersearch.runtime.stats import combine
+
+        self._warm_up()
+        return combine([hf_generate(self.model, p, self.max_new_tokens).stats for p in self.prompts])
+
+    def matchness(self, mask: SkipMask, gamma: int) -> MatchMeasurement:
+        """SWIFT matchness: one teacher-forced masked forward per prompt over gamma target tokens."""
+        import torch
+
+        from layersearch.models.skipping import skipping
+        from layersearch.runtime.cache import truncate_cache
+        from layersearch.runtime.forward import forward_tokens
+
+        matched = compared = 0
+        with torch.inference_mode():
+            for index in range(len(self.prompts)):
+                cache, length, target = self._target(index, gamma)
+                if len(target) < 2:
+                    continue  # the target ended at once (end of sequence): nothing to predict
+                inputs = target[:-1]  # t_1..t_gamma: the draft predicts t_2..t_{gamma+1}
+                try:
+                    with skipping(self.model, mask):
+                        logits = forward_tokens(self.model, inputs, length, cache)  # [gamma', vocab]
+                finally:
+                    truncate_cache(cache, length)  # drop the draft's entries: the prompt cache stays exact
+                predicted = logits.argmax(-1).tolist()
+                matched += sum(int(p == t) for p, t in zip(predicted, target[1:]))
+                compared += len(inputs)
+        return MatchMeasurement(matched, compared)
+
+    # ----- helpers -----------------------------------------------------------------------------
+    def _target(self, index: int, gamma: int) -> tuple[Any, int, list[int]]:
+        """Prompt cache, prompt length and the target's greedy tokens t_1..t_{gamma+1} (cached)."""
+        key = (index, gamma)
+        if key not in self._targets:
+            from layersearch.runtime.cache import new_cache, truncate_cache
+            from layersearch.runtime.decoder import eos_ids
+            from layersearch.runtime.forward import forward_tokens
+
+            prompt = self.prompts[index]
+            cache = new_cache(self.model)
+            logits = forward_tokens(self.model, prompt, 0, cache, keep=1)[-1]  # prefill: [vocab]
+            tokens = [int(logits.argmax())]
+            stop = eos_ids(self.model)
+            while len(tokens) < gamma + 1 and tokens[-1] not in stop:
+                logits = forward_tokens(self.model, [tokens[-1]], len(prompt) + len(tokens) - 1, cache)[-1]
+                tokens.append(int(logits.argmax()))
+            truncate_cache(cache, len(prompt))  # back to the prompt: the draft reuses it
+            self._targets[key] = (cache, len(prompt), tokens)
+        return self._targets[key]
+
+    def _warm_up(self) -> None:
+        """One short untimed generation, so the first measured mask does not pay start-up costs."""
+        if self._needs_warm_up:
+            from layersearch.runtime.decoder import SpeculativeDecoder
+
+            self._needs_warm_up = False
+            mask = SkipMask.none(self._info.num_layers)
+            SpeculativeDecoder(self.model, mask, policy=self.policy).generate(self.prompts[0], 2)

@@ -1,0 +1,51 @@
+"""Strategy ``knapsack``: KnapSpec's knapsack candidates, measured one by one, no search.
+
+KnapSpec's knapsack DP (:func:`layersearch.knapspec.knapsack_masks`) proposes its best
+candidate masks (by predicted tokens-per-time on the study's prompts and latency profile, at
+the prompts' mean length plus half the generated tokens). The study enqueues them at creation,
+measures each with its objective and stops when the queue is empty; random masks only fill
+unexpected gaps. The candidates need the model, so this strategy has ``needs_model``; the
+KnapSpec package is imported only when they are made.
+"""
+
+from __future__ import annotations
+
+from optuna.study import Study
+from optuna.trial import TrialState
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.strategies.base import Strategy, StrategyInputs
+from layersearch.strategies.fixed_ratio_random import RandomMaskSampler
+
+
+def candidate_masks(inputs: StrategyInputs) -> tuple[SkipMask, ...]:
+    """KnapSpec's candidate masks for the study's model, prompts and profile, best first."""
+    if inputs.loaded is None or inputs.profile is None or not inputs.texts:
+        raise LayersearchError("strategy 'knapsack' needs the model, prompts and latency profile of a study")
+    from layersearch.knapspec import knapsack_masks
+
+    tokenizer = inputs.loaded.tokenizer
+    ids = [tokenizer(text, return_tensors="pt").input_ids[0] for text in inputs.texts]
+    context = int(sum(len(i) for i in ids) / len(ids) + inputs.max_new_tokens / 2)
+    return tuple(row[0] for row in knapsack_masks(inputs.loaded.model, inputs.profile, ids, context=context))
+
+
+def queue_stop_reason(study: Study, rule: object = None) -> str | None:
+    """Stop once no enqueued candidate is left to measure."""
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return None
+    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)):
+        return "every enqueued candidate mask was measured"
+    return "the strategy proposed no candidate mask"
+
+
+STRATEGY = Strategy(
+    name="knapsack",
+    summary="KnapSpec knapsack candidates, each measured once; skip count free",
+    sampler=lambda *, num_layers, skip_ratio, seed: RandomMaskSampler(num_layers=num_layers, seed=seed),
+    initial_masks=candidate_masks,
+    stop_reason=queue_stop_reason,
+    needs_model=True,
+    objective="tpt",
+)

@@ -1,0 +1,48 @@
+"""The CLI's shared arguments: one registration pattern, defaults equal to the runtime's."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from layersearch.cli import COMMANDS, build_parser
+from layersearch.commands.args import DRAFT_THRESHOLD, MAX_DRAFT
+from layersearch.runtime.drafting import DraftPolicy
+
+
+def test_draft_defaults_are_the_runtime_defaults():
+    policy = DraftPolicy()
+    assert (MAX_DRAFT, DRAFT_THRESHOLD) == (policy.max_draft_tokens, policy.confidence_threshold)
+    args = build_parser().parse_args(["generate", "--prompt", "x"])
+    assert (args.max_draft, args.draft_threshold) == (policy.max_draft_tokens, policy.confidence_threshold)
+
+
+def test_every_command_module_registers_and_runs():
+    for name in COMMANDS:
+        module = importlib.import_module(f"layersearch.commands.{name}")
+        assert callable(module.add_parser) and callable(module.run)
+
+
+def test_study_defaults_are_the_objectives_defaults():
+    from layersearch.objectives import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SAMPLES
+
+    args = build_parser().parse_args(["study", "create", "--name", "s", "--domain", "math", "--strategy", "tpe", "--objective", "tpt"])
+    assert (args.samples, args.max_new_tokens, args.gamma) == (DEFAULT_SAMPLES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_GAMMA)
+    assert (args.max_draft, args.draft_threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
+
+
+def test_demo_runs_bench_with_its_own_parser():
+    from layersearch.commands.demo import bench_args
+
+    quick = bench_args("--repeats", "1")
+    assert quick.repeats == 1 and quick.domains == "summarization,math,code" and quick.max_draft == MAX_DRAFT
+
+
+def test_study_help_names_every_registered_strategy(capsys):
+    from layersearch.strategies import STRATEGIES
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["study", "create", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in STRATEGIES)
