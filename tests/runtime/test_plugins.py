@@ -147,7 +147,8 @@ def test_prompt_lookup_drafts_what_followed_the_latest_match(tiny_llama):
 
 
 def test_hybrid_uses_lookup_when_it_matches_and_layer_skip_otherwise(tiny_llama):
-    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=HybridDrafter(), lookahead=StaticLookahead(3)).generate(
+    drafter = HybridDrafter(adaptive=False)
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=StaticLookahead(3)).generate(
         repetitive_prompt(2), NEW
     )
     counts = result.stats.drafter_counts()
@@ -161,6 +162,35 @@ def test_steps_record_the_lookahead_in_force(tiny_llama):
     caps = [int(s.lookahead.split(":")[1]) for s in result.stats.steps]
     assert all(s.lookahead.startswith("heuristic:") for s in result.stats.steps) and caps[0] == 3
     assert all(s.drafted <= cap for s, cap in zip(result.stats.steps, caps))
+
+
+def test_adaptive_hybrid_keeps_to_the_arm_that_pays():
+    from layersearch.runtime.drafters.hybrid import PLAIN, ArmRates
+
+    rates = ArmRates(("prompt-lookup", "layer-skip", PLAIN), warmup=2, explore_every=10)
+    speed = {"prompt-lookup": 30.0, "layer-skip": 8.0, PLAIN: 12.0}  # tokens per second of each arm
+    chosen = []
+    for _ in range(60):
+        arm = rates.choose(("layer-skip", PLAIN))  # no n-gram matched: lookup is not available
+        chosen.append(arm)
+        rates.record(arm, 3, 3 / speed[arm])
+    assert chosen[:4] == ["layer-skip", "layer-skip", PLAIN, PLAIN]  # warm-up: each arm twice
+    later = chosen[10:]
+    assert later.count(PLAIN) >= len(later) - 6 and "layer-skip" in later  # plain wins, layer skip still explored
+    assert rates.choose(("prompt-lookup", "layer-skip", PLAIN)) == "prompt-lookup"  # untried arm first
+    rates.record("prompt-lookup", 3, 0.1)
+    rates.record("prompt-lookup", 3, 0.1)
+    assert rates.choose(("prompt-lookup", "layer-skip", PLAIN)) == "prompt-lookup"
+
+
+def test_adaptive_hybrid_credits_steps_to_arms_and_stays_lossless(tiny_llama):
+    drafter = HybridDrafter()
+    prompt = repetitive_prompt(2)
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    counts = drafter.rates.counts
+    assert sum(counts.values()) == len(result.stats.steps)
+    assert counts["layer-skip"] >= 2 and counts["plain"] >= 2  # every arm was tried
 
 
 def test_heuristic_schedule_is_hfs():
