@@ -30,9 +30,10 @@ from types import MappingProxyType
 
 from layersearch.data import gsm, humaneval, news, sql, stories, translation
 from layersearch.data._common import Prompt, cache_dir, check_count
+from layersearch.data.splits import SPLITS, check_split, split_of
 from layersearch.errors import LayersearchError
 
-__all__ = ["DOMAINS", "SHOTS", "Prompt", "load_prompts", "long_prompt", "cache_dir"]
+__all__ = ["DOMAINS", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "split_of"]
 
 DOMAINS: tuple[str, ...] = ("summarization", "math", "code", "translation", "storytelling", "sql")
 
@@ -49,9 +50,10 @@ _SOURCES = {
 SHOTS = MappingProxyType({domain: _SOURCES[domain].SHOTS for domain in DOMAINS})
 
 
-def load_prompts(domain: str, n: int = 8, *, seed: int = 0) -> tuple[Prompt, ...]:
+def load_prompts(domain: str, n: int = 8, *, seed: int = 0, split: str | None = None) -> tuple[Prompt, ...]:
     """n prompts of one domain, deterministic for seed; few-shot examples drawn disjoint
-    from the query items.
+    from the query items. ``split`` ("train", "validation", "test") takes the queries from
+    that split and the examples from train (:mod:`layersearch.data.splits`); None: all items.
 
     Raises LayersearchError for an unknown domain, a missing source package, or an ``n``
     larger than the source allows (the message names the maximum).
@@ -59,7 +61,7 @@ def load_prompts(domain: str, n: int = 8, *, seed: int = 0) -> tuple[Prompt, ...
     if domain not in _SOURCES:
         raise LayersearchError(f"unknown domain {domain!r}: choose one of {', '.join(DOMAINS)}")
     check_count(n)
-    return _SOURCES[domain].prompts(n, seed)
+    return _SOURCES[domain].prompts(n, seed, check_split(split))
 
 
 def long_prompt(approx_chars: int, *, seed: int = 0) -> str:

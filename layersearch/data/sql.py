@@ -216,7 +216,7 @@ def read_sdist(path: str, stamp: tuple[float, int]) -> tuple[dict[int, str], tup
     return queries, tuple(sorted(schema))
 
 
-def prompts(n: int, seed: int) -> tuple[Prompt, ...]:
+def prompts(n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
     """``n`` 3-shot text-to-SQL prompts; each ends after a question for the model to write SQL."""
     sdist = find_sdist()
     info = sdist.stat()
@@ -225,6 +225,7 @@ def prompts(n: int, seed: int) -> tuple[Prompt, ...]:
     chosen = pick(
         len(items), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(items)} TPC-H queries",
         shot_ok=lambda i: len(items[i][2]) <= SHOT_CHARS,
+        item_id=lambda i: f"{DOMAIN}/{items[i][0]}", split=split,
     )
     head = "\n".join(["-- Tables of the TPC-H database:", *(f"-- {line}" for line in schema)])
     out = []

@@ -79,10 +79,13 @@ def read_passages(path: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def prompts(n: int, seed: int) -> tuple[Prompt, ...]:
+def prompts(n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
     """``n`` 1-shot storytelling prompts; each ends with ``Continuation:`` for the model to fill."""
     passages = read_passages(str(story_path()))
-    chosen = pick(len(passages), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(passages)} passages")
+    chosen = pick(
+        len(passages), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(passages)} passages",
+        item_id=lambda i: f"{DOMAIN}/{i}", split=split,
+    )
     out = []
     for query, examples in chosen:
         blocks = [INSTRUCTION]

@@ -65,11 +65,14 @@ def read_pairs(files: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple((found[english], english) for english in sorted(found))
 
 
-def prompts(n: int, seed: int) -> tuple[Prompt, ...]:
+def prompts(n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
     """``n`` 5-shot translation prompts; each ends with ``English:`` for the model to fill."""
     files = catalogue_files(package_dir("django", "django", DOMAIN))
     pairs = read_pairs(tuple(str(f) for f in files))
-    chosen = pick(len(pairs), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(pairs)} sentence pairs")
+    chosen = pick(
+        len(pairs), n, SHOTS, rng_for(DOMAIN, seed), f"{DOMAIN} has {len(pairs)} sentence pairs",
+        item_id=lambda i: f"{DOMAIN}/{i}", split=split,
+    )
     out = []
     for query, examples in chosen:
         blocks = [INSTRUCTION]
