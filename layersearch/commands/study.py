@@ -68,6 +68,7 @@ def settings_from_args(args: Any, *, strategy: str | None = None, objective: str
         skip_ratio=args.skip_ratio if skip_ratio == "args" else skip_ratio,
         samples=args.samples,
         seed=args.seed,
+        prompt_seed=args.prompt_seed,
         max_new_tokens=args.max_new_tokens,
         gamma=args.gamma,
         max_draft=args.max_draft,
@@ -177,7 +178,8 @@ def _compare(args: Any) -> int:
     from layersearch.study import COMPARE_COLUMNS, compare_studies
 
     result = compare_studies(args.names, storage=args.storage, out_prefix=args.out_prefix,
-                             measure=not args.no_measure, repeats=args.repeats, log=log)
+                             measure=not args.no_measure, repeats=args.repeats, log=log,
+                             split=args.split)
     print(format_table(result.rows, COMPARE_COLUMNS))
     print(f"wrote {result.csv_path} and {result.json_path}")
     return 0
@@ -206,5 +208,6 @@ def _describe(settings: Any) -> str:
 
 
 def _describe_dict(settings: dict[str, Any]) -> str:
-    keys = ("model", "domain", "strategy", "objective", "skip_ratio", "samples", "seed", "max_new_tokens")
+    keys = ("model", "domain", "strategy", "objective", "skip_ratio", "samples", "seed", "prompt_seed", "prompt_split",
+            "max_new_tokens")
     return ", ".join(f"{key} {settings.get(key)}" for key in keys if settings.get(key) is not None)

@@ -61,6 +61,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     cmp_.add_argument("--out-prefix", default="compare", help="writes PREFIX.csv and PREFIX.json (default compare)")
     cmp_.add_argument("--no-measure", action="store_true", help="report the trials' own M/alpha/tokens/s, measure nothing")
     cmp_.add_argument("--repeats", type=int, default=1, help="measurement rounds (default 1)")
+    cmp_.add_argument("--split", default="test", help="prompt split measured on: train, validation or test (default test)")
     _threads_arg(cmp_)
 
     h = actions.add_parser(
@@ -97,7 +98,8 @@ def _threads_arg(parser: argparse.ArgumentParser) -> None:
 def _search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (strategies with a fixed count)") -> None:
     parser.add_argument("--skip-ratio", type=float, default=None, help=ratio_help)
     parser.add_argument("--samples", type=int, default=8, help="representative prompts (default 8)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    parser.add_argument("--prompt-seed", type=int, default=0, help="which prompts of the train split are searched on (default 0)")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per prompt (default 32)")
     parser.add_argument("--gamma", type=int, default=32, help="matchness window (default 32)")
     parser.add_argument("--max-draft", type=int, default=8, help="maximum draft length (default 8)")

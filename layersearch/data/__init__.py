@@ -33,7 +33,7 @@ from layersearch.data._common import Prompt, cache_dir, check_count
 from layersearch.data.splits import SPLITS, check_split, split_of
 from layersearch.errors import LayersearchError
 
-__all__ = ["DOMAINS", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "split_of"]
+__all__ = ["DOMAINS", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "check_split", "split_of"]
 
 DOMAINS: tuple[str, ...] = ("summarization", "math", "code", "translation", "storytelling", "sql")
 

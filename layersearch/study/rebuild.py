@@ -38,10 +38,13 @@ def _initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], p
     return initial_masks(settings.strategy, num_layers=loaded.info.num_layers, skip_ratio=settings.skip_ratio)
 
 
-def _prompt_texts(settings: StudySettings) -> list[str]:
+def _prompt_texts(settings: StudySettings, split: str | None | bool = False) -> list[str]:
+    """The study's prompts: its search split by default, another split when given (None: all)."""
     from layersearch.data import load_prompts
 
-    return [prompt.text for prompt in load_prompts(settings.domain, settings.samples, seed=settings.seed)]
+    chosen = settings.prompt_split if split is False else split
+    prompts = load_prompts(settings.domain, settings.samples, seed=settings.prompt_seed, split=chosen)
+    return [prompt.text for prompt in prompts]
 
 
 def _load_model(settings: StudySettings) -> Any:
