@@ -67,7 +67,7 @@ def _add_generate(sub) -> None:
 
 
 def _add_mask(sub) -> None:
-    p = sub.add_parser("mask", help="create or show mask files")
+    p = sub.add_parser("mask", help="create, show, import or export mask files")
     msub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     c = msub.add_parser("create", help="write a mask file for a model")
     c.add_argument("--attention", default="", help="comma-separated 0-based layer indices")
@@ -76,6 +76,20 @@ def _add_mask(sub) -> None:
     c.add_argument("--out", required=True)
     s = msub.add_parser("show", help="draw which sub-layers a mask skips")
     s.add_argument("file")
+    formats = ("selfsd", "swift", "knnssd", "knapspec")  # layersearch.mask_formats.FORMATS (not imported: --help stays light)
+    i = msub.add_parser("import", help="convert a mask of a paper's file (Self-SD, SWIFT, KNN-SSD, KnapSpec) into a mask file")
+    i.add_argument("file", help="the paper's mask file")
+    i.add_argument("--format", required=True, choices=formats)
+    i.add_argument("--key", help="which mask of the file (omit to list them)")
+    i.add_argument("--out", required=True, help="mask JSON file to write")
+    i.add_argument("--model", help="bind the mask to this model (its depth is checked)")
+    i.add_argument("--num-layers", type=int, help="depth, for a model not at hand (no fingerprint)")
+    i.add_argument("--model-name", help="model name recorded with --num-layers (default: the one the key names)")
+    e = msub.add_parser("export", help="write a mask file in a paper's format")
+    e.add_argument("file", help="layersearch mask JSON file")
+    e.add_argument("--format", required=True, choices=formats)
+    e.add_argument("--key", help="key to store the mask under (needed except for knapspec)")
+    e.add_argument("--out", required=True)
     p.set_defaults(command="mask")
 
 

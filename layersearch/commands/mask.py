@@ -1,4 +1,4 @@
-"""``layersearch mask create|show``: write a mask file for a model, or draw one."""
+"""``layersearch mask create|show|import|export``: write, draw or convert mask files."""
 
 from __future__ import annotations
 
@@ -8,8 +8,32 @@ from layersearch.mask import SkipMask, parse_index_list
 
 
 def run(args: Any) -> int:
-    """Dispatch ``mask create`` / ``mask show``."""
-    return _create(args) if args.action == "create" else _show(args)
+    """Dispatch ``mask create`` / ``show`` / ``import`` / ``export``."""
+    return {"create": _create, "show": _show, "import": _import, "export": _export}[args.action](args)
+
+
+def _import(args: Any) -> int:
+    from layersearch.mask_formats import import_mask
+
+    info = None
+    if args.model:
+        from layersearch.models.loading import load_model
+
+        info = load_model(args.model).info
+    mask = import_mask(args.file, args.format, args.key, num_layers=args.num_layers, model=info, model_name=args.model_name)
+    path = mask.save(args.out)
+    for_model = info.name if info else f"{mask.provenance.get('model_name') or 'an unnamed model'}, no fingerprint"
+    print(f"wrote {path}: {mask.short_string()} ({mask.num_layers} layers, {for_model})")
+    return 0
+
+
+def _export(args: Any) -> int:
+    from layersearch.mask_formats import export_mask
+
+    mask = SkipMask.load(args.file)
+    path = export_mask(mask, args.format, args.out, args.key)
+    print(f"wrote {path}: {args.format} format{f', key {args.key}' if args.key else ''}")
+    return 0
 
 
 def _create(args: Any) -> int:
