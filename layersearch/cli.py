@@ -117,6 +117,13 @@ def _add_bench(sub) -> None:
     p.add_argument("--peers", default="prompt-lookup,early-exit", help="transformers' peers to run (default prompt-lookup,early-exit)")
     p.add_argument("--drafters", default="prompt-lookup,hybrid",
                    help="our other drafters to run beside the layer-skip masks (default prompt-lookup,hybrid; '' for none)")
+    p.add_argument("--split", choices=("train", "validation", "test"),
+                   help="prompt split (default test; with --spec-bench: every question)")
+    sb = p.add_argument_group("Spec-Bench mode (vanilla and ours on Spec-Bench's questions)")
+    sb.add_argument("--spec-bench", metavar="FILE", help="Spec-Bench's question.jsonl: run in Spec-Bench mode")
+    sb.add_argument("--categories", help="comma-separated categories or groups (mt_bench, translation, ...; default all)")
+    sb.add_argument("--limit", type=int, help="at most N questions per category")
+    sb.add_argument("--answers", metavar="DIR", help="folder for the answer files, one per method")
     _draft_args(p)
     p.set_defaults(command="bench")
 

@@ -21,7 +21,12 @@ def run(args: Any) -> int:
     domains = [d for d in args.domains.split(",") if d]
     drafters = _drafters(args)
     loaded = load(args)
-    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0)] for d in domains}
+    if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
+        from layersearch.commands import spec_bench
+
+        return spec_bench.run(args, loaded)
+    split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
+    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split)] for d in domains}
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + _masks(args, loaded.info)
     profile = _profile(args, loaded)
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
