@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_generate, _add_mask, _add_profile, _add_bench, _add_demo):
         add(sub)
     # Larger command families define their own parsers (light modules: no torch at import).
-    for name in ("study_args", "plot_args", "knapspec_bench"):
+    for name in ("study_args", "plot_args", "knapspec_bench", "transfer"):
         importlib.import_module(f"layersearch.commands.{name}").add_parser(sub, _Parser)
     return parser
 
