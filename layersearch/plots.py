@@ -7,6 +7,7 @@
   curve against wall-clock seconds since the first trial started.
 * :func:`plot_compare` draws the best-so-far curves of several studies on one axes, to
   compare search strategies by how fast they find good masks.
+* :func:`plot_transfer` draws a transfer matrix (mask's domain x evaluated domain) as a heatmap.
 
 Studies are plain Optuna studies following the layersearch conventions (trial user_attrs
 ``mask``, ``M``, ``alpha``...; study user_attr ``settings``); only what is present is used.
@@ -113,6 +114,40 @@ def plot_compare(
     ax.set_title("best objective so far vs search wall-clock", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return _save_atomic(fig, out)
+
+
+def plot_transfer(
+    speedup: Sequence[Sequence[float | None]],
+    accepted: Sequence[Sequence[float | None]],
+    mask_labels: Sequence[str],
+    domain_labels: Sequence[str],
+    out: str | Path,
+) -> Path:
+    """Heatmap of a transfer matrix (SWIFT Fig. 2b, KNN-SSD Fig. 1): rows are the domains the
+    masks were searched on, columns the domains evaluated on; colour is the speedup (centred
+    on 1.0), each cell also prints M."""
+    import numpy as np
+
+    if not mask_labels or not domain_labels:
+        raise LayersearchError("an empty transfer matrix cannot be drawn")
+    values = np.array([[np.nan if v is None else v for v in row] for row in speedup], dtype=float)
+    fig = _figure_class()(figsize=(1.6 + 1.3 * len(domain_labels), 1.2 + 0.8 * len(mask_labels)))
+    ax = fig.add_subplot()
+    spread = max(0.05, float(np.nanmax(np.abs(values - 1.0))) if np.isfinite(values).any() else 0.05)
+    image = ax.imshow(values, cmap="RdYlGn", vmin=1.0 - spread, vmax=1.0 + spread, aspect="auto")
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            m = accepted[i][j]
+            text = "-" if np.isnan(value) else f"{value:.2f}x"
+            ax.text(j, i, text + ("" if m is None else f"\nM {m:.2f}"), ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(domain_labels)), labels=list(domain_labels), rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(mask_labels)), labels=list(mask_labels), fontsize=8)
+    ax.set_xlabel("evaluated on (test prompts)")
+    ax.set_ylabel("mask searched on")
+    ax.set_title("speedup over plain generate", fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
     return _save_atomic(fig, out)
 

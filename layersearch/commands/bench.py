@@ -28,6 +28,13 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--peers", default="prompt-lookup,early-exit", help="transformers' peers to run (default prompt-lookup,early-exit)")
     p.add_argument("--drafters", default="prompt-lookup,hybrid",
                    help="our other drafters to run beside the layer-skip masks (default prompt-lookup,hybrid; '' for none)")
+    p.add_argument("--split", choices=("train", "validation", "test"),
+                   help="prompt split (default test; with --spec-bench: every question)")
+    sb = p.add_argument_group("Spec-Bench mode (vanilla and ours on Spec-Bench's questions)")
+    sb.add_argument("--spec-bench", metavar="FILE", help="Spec-Bench's question.jsonl: run in Spec-Bench mode")
+    sb.add_argument("--categories", help="comma-separated categories or groups (mt_bench, translation, ...; default all)")
+    sb.add_argument("--limit", type=int, help="at most N questions per category")
+    sb.add_argument("--answers", metavar="DIR", help="folder for the answer files, one per method")
     draft_args(p)
     p.set_defaults(command="bench")
 
@@ -43,7 +50,12 @@ def run(args: Any) -> int:
     domains = [d for d in args.domains.split(",") if d]
     drafters = _drafters(args)
     loaded = load(args)
-    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0)] for d in domains}
+    if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
+        from layersearch.commands import spec_bench
+
+        return spec_bench.run(args, loaded)
+    split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
+    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split)] for d in domains}
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + _masks(args, loaded.info)
     profile = _profile(args, loaded)
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)

@@ -63,6 +63,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     cmp_.add_argument("--out-prefix", default="compare", help="writes PREFIX.csv and PREFIX.json (default compare)")
     cmp_.add_argument("--no-measure", action="store_true", help="report the trials' own M/alpha/tokens/s, measure nothing")
     cmp_.add_argument("--repeats", type=int, default=1, help="measurement rounds (default 1)")
+    cmp_.add_argument("--split", default="test", help="prompt split measured on: train, validation or test (default test)")
     threads_arg(cmp_)
 
     headtohead.add_parser(actions, parser_class)
@@ -190,7 +191,8 @@ def _compare(args: Any) -> int:
     from layersearch.study import COMPARE_COLUMNS, compare_studies
 
     result = compare_studies(args.names, storage=args.storage, out_prefix=args.out_prefix,
-                             measure=not args.no_measure, repeats=args.repeats, log=log)
+                             measure=not args.no_measure, repeats=args.repeats, log=log,
+                             split=args.split)
     print(format_table(result.rows, COMPARE_COLUMNS))
     print(f"wrote {result.csv_path} and {result.json_path}")
     return 0
@@ -202,5 +204,6 @@ def _describe(settings: Any) -> str:
 
 
 def _describe_dict(settings: dict[str, Any]) -> str:
-    keys = ("model", "domain", "strategy", "objective", "skip_ratio", "samples", "seed", "max_new_tokens")
+    keys = ("model", "domain", "strategy", "objective", "skip_ratio", "samples", "seed", "prompt_seed", "prompt_split",
+            "max_new_tokens")
     return ", ".join(f"{key} {settings.get(key)}" for key in keys if settings.get(key) is not None)

@@ -16,7 +16,8 @@ def search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (
     """The search settings of ``study create`` and ``study head-to-head``."""
     parser.add_argument("--skip-ratio", type=float, default=None, help=ratio_help)
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"representative prompts (default {DEFAULT_SAMPLES})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    parser.add_argument("--prompt-seed", type=int, default=0, help="which prompts of the train split are searched on (default 0)")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help=f"tokens generated per prompt (default {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help=f"matchness window (default {DEFAULT_GAMMA})")
     draft_args(parser, adaptive=False, threshold_note="")
@@ -36,6 +37,7 @@ def settings_from_args(args: Any, *, strategy: str | None = None, objective: str
         skip_ratio=args.skip_ratio if skip_ratio == "args" else skip_ratio,
         samples=args.samples,
         seed=args.seed,
+        prompt_seed=args.prompt_seed,
         max_new_tokens=args.max_new_tokens,
         gamma=args.gamma,
         max_draft=args.max_draft,

@@ -26,14 +26,16 @@ folder with the command that :func:`layersearch.data.sql.fetch_command` returns.
 
 from __future__ import annotations
 
+import os
 from types import MappingProxyType
 
 from layersearch.data import gsm, humaneval, news, sql, stories, translation
+from layersearch.data import spec_bench as spec_bench_source
 from layersearch.data._common import Prompt, cache_dir, check_count
 from layersearch.data.splits import SPLITS, check_split, split_of
 from layersearch.errors import LayersearchError
 
-__all__ = ["DOMAINS", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "split_of"]
+__all__ = ["DOMAINS", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "check_split", "split_of"]
 
 DOMAINS: tuple[str, ...] = ("summarization", "math", "code", "translation", "storytelling", "sql")
 
@@ -50,14 +52,24 @@ _SOURCES = {
 SHOTS = MappingProxyType({domain: _SOURCES[domain].SHOTS for domain in DOMAINS})
 
 
-def load_prompts(domain: str, n: int = 8, *, seed: int = 0, split: str | None = None) -> tuple[Prompt, ...]:
+def load_prompts(
+    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, spec_bench: str | os.PathLike | None = None
+) -> tuple[Prompt, ...]:
     """n prompts of one domain, deterministic for seed; few-shot examples drawn disjoint
     from the query items. ``split`` ("train", "validation", "test") takes the queries from
     that split and the examples from train (:mod:`layersearch.data.splits`); None: all items.
+    ``spec-bench:<group>`` domains read Spec-Bench's question file: ``spec_bench``, else
+    ``$LAYERSEARCH_SPEC_BENCH`` (:mod:`layersearch.data.spec_bench`).
 
     Raises LayersearchError for an unknown domain, a missing source package, or an ``n``
     larger than the source allows (the message names the maximum).
     """
+    if domain.startswith(spec_bench_source.PREFIX):
+        check_count(n)
+        path = spec_bench or os.environ.get("LAYERSEARCH_SPEC_BENCH")
+        if not path:
+            raise LayersearchError(f"{domain} needs Spec-Bench's question.jsonl: pass --spec-bench FILE")
+        return spec_bench_source.prompts(path, domain[len(spec_bench_source.PREFIX):], n, seed, check_split(split))
     if domain not in _SOURCES:
         raise LayersearchError(f"unknown domain {domain!r}: choose one of {', '.join(DOMAINS)}")
     check_count(n)

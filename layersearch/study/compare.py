@@ -46,11 +46,13 @@ def compare_studies(
     repeats: int = 1,
     loaded: Mapping[tuple[str, str, str], Any] | None = None,
     log: Callable[[str], None] | None = None,
+    split: str | None = "test",
 ) -> CompareResult:
     """Compare studies' best masks; with ``measure``, time each against plain generate in this run.
 
     The speculative decoder with each study's best mask and transformers' plain ``generate``
-    run on the study's own domain prompts (samples, seed, max new tokens of its settings),
+    run on the study's domain prompts of ``split`` (default ``test``: held out from the
+    search's ``train`` prompts; samples, prompt seed, max new tokens of its settings),
     back to back in this process, ``repeats`` times (plain runs before and after the masks).
     M, alpha and tokens/s then come from this measurement; without it, from the best trial's
     attributes. Writes ``<out_prefix>.csv`` and ``.json`` atomically (None: nothing written).
@@ -68,7 +70,7 @@ def compare_studies(
         entries.append((name, study, settings, best))
     rows = [_compare_row(name, study, settings, best) for name, study, settings, best in entries]
     if measure:
-        _measure_rows(rows, entries, repeats, dict(loaded or {}), say)
+        _measure_rows(rows, entries, repeats, dict(loaded or {}), say, split)
     csv_path = json_path = None
     if out_prefix is not None:
         csv_path, json_path = write_table(rows, out_prefix, COMPARE_COLUMNS)
@@ -98,7 +100,9 @@ def _compare_row(name: str, study: Any, settings: StudySettings, best: Any) -> d
     }
 
 
-def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, models: dict, say: Callable[[str], None]) -> None:
+def _measure_rows(
+    rows: list[dict[str, Any]], entries: list[Any], repeats: int, models: dict, say: Callable[[str], None], split: str | None
+) -> None:
     from layersearch.objectives import ModelRuntime
     from layersearch.runtime.stats import combine
     from layersearch.strategies import mask_from_params
@@ -106,7 +110,7 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
     groups: dict[tuple, list[int]] = {}
     for index, (_, _, settings, _) in enumerate(entries):
         key = (settings.model, settings.device, settings.dtype, settings.domain, settings.samples,
-               settings.seed, settings.max_new_tokens, settings.max_draft, settings.draft_threshold)
+               settings.prompt_seed, settings.max_new_tokens, settings.max_draft, settings.draft_threshold)
         groups.setdefault(key, []).append(index)
     for key, indices in groups.items():
         settings = entries[indices[0]][2]
@@ -116,7 +120,7 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
             models[model_key] = load_study_model(settings)
         loaded = models[model_key]
         runtime = ModelRuntime.from_texts(
-            loaded, prompt_texts(settings), max_new_tokens=settings.max_new_tokens,
+            loaded, prompt_texts(settings, split), max_new_tokens=settings.max_new_tokens,
             max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
         )
         masks = {}
@@ -126,7 +130,7 @@ def _measure_rows(rows: list[dict[str, Any]], entries: list[Any], repeats: int, 
             if info.fingerprint != loaded.info.fingerprint:
                 raise LayersearchError(f"model {settings.model!r} is not the one study {entries[index][0]!r} was made for")
             masks[index] = mask_from_params(best.params, info.num_layers).with_model(info)
-        say(f"measuring plain generate and {len(indices)} mask(s) on {settings.domain} ({settings.samples} prompts) ...")
+        say(f"measuring plain generate and {len(indices)} mask(s) on {settings.domain} ({settings.samples} {split or 'any'} prompts) ...")
         base_runs, mask_runs = [], {index: [] for index in indices}
         for _ in range(repeats):
             base_runs.append(runtime.baseline())

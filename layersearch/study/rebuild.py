@@ -48,11 +48,13 @@ def initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], pr
     )
 
 
-def prompt_texts(settings: StudySettings) -> list[str]:
-    """The study's prompts (its domain, sample count and seed)."""
+def prompt_texts(settings: StudySettings, split: str | None | bool = False) -> list[str]:
+    """The study's prompts: its search split by default, another split when given (None: all)."""
     from layersearch.data import load_prompts
 
-    return [prompt.text for prompt in load_prompts(settings.domain, settings.samples, seed=settings.seed)]
+    chosen = settings.prompt_split if split is False else split
+    prompts = load_prompts(settings.domain, settings.samples, seed=settings.prompt_seed, split=chosen)
+    return [prompt.text for prompt in prompts]
 
 
 def load_study_model(settings: StudySettings) -> Any:

@@ -3,6 +3,11 @@
 The settings are the study's user attribute ``"settings"`` (:data:`SETTINGS_ATTR`): model,
 domain, strategy, objective, skip ratio, samples, seed, decoding options, the model's
 :class:`~layersearch.mask.ModelInfo` and the latency profile.
+
+``seed`` seeds the sampler; ``prompt_seed`` chooses the prompts, drawn from the domain's
+``prompt_split`` (``train`` for searches). Settings stored before version 2 had one seed for
+both and searched on all items: they load with ``prompt_seed = seed`` and no split, so an
+old study resumes on the prompts it started with.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from layersearch.objectives import (
 
 
 SETTINGS_ATTR = "settings"
-SETTINGS_VERSION = 1
+SETTINGS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class StudySettings:
     skip_ratio: float | None = None
     samples: int = DEFAULT_SAMPLES
     seed: int = 0
+    prompt_seed: int = 0
+    prompt_split: str | None = "train"
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     gamma: int = DEFAULT_GAMMA
     max_draft: int = 8
@@ -62,7 +69,11 @@ class StudySettings:
             raise LayersearchError(f"unknown domain {self.domain!r}; known domains: {', '.join(DOMAINS)}")
         for name, minimum in (("samples", 1), ("max_new_tokens", 1), ("gamma", 1), ("max_draft", 1)):
             check_int(getattr(self, name), name.replace("_", "-"), minimum=minimum)
-        check_int(self.seed, "seed", minimum=0)
+        for name in ("seed", "prompt_seed"):
+            check_int(getattr(self, name), name.replace("_", "-"), minimum=0)
+        from layersearch.data import check_split
+
+        check_split(self.prompt_split)
         check_fraction(self.draft_threshold, "draft threshold")
         ratio = self.skip_ratio
         if ratio is None:
@@ -115,4 +126,8 @@ class StudySettings:
         missing = [key for key in ("model", "domain", "strategy", "objective") if key not in data]
         if missing:
             raise LayersearchError(f"study settings lack {', '.join(missing)}")
-        return cls(**{key: value for key, value in data.items() if key in known})
+        values = {key: value for key, value in data.items() if key in known}
+        if data.get("version", 1) < 2:  # one seed for sampler and prompts, all items searched
+            values.setdefault("prompt_seed", values.get("seed", 0))
+            values.setdefault("prompt_split", None)
+        return cls(**values)

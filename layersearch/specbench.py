@@ -1,0 +1,245 @@
+"""Spec-Bench answer files and its per-group report, so its own scripts read our answers.
+
+Spec-Bench's ``evaluation/speed.py`` and ``equal.py`` read one JSON row per question::
+
+    {"question_id": 81, "category": "writing", "answer_id": "...", "model_id": "...",
+     "choices": [{"index": 0, "turns": [text per turn], "decoding_steps": [...],
+                  "new_tokens": [...], "wall_time": [seconds per turn],
+                  "accept_lengths": [tokens emitted per target forward, every step]}],
+     "tstamp": ...}
+
+(rows sorted by question id). :func:`answer_row` writes that row; :func:`group_table`
+computes its report the way ``speed.py`` does, per group (mt_bench, translation,
+summarization, qa, math_reasoning, rag, overall):
+
+* a method's tokens/s per question = sum(new_tokens) / sum(wall_time);
+* the baseline's tokens/s per question = sum over turns of (len(tokenizer(text).input_ids) - 1)
+  / sum(wall_time) -- the answer text re-tokenized, minus one token per turn (a BOS token
+  for Llama tokenizers; SmolLM2's adds none, so this counts one token too few per turn, as
+  Spec-Bench itself would on this model);
+* speedup = mean(method tokens/s) / mean(baseline tokens/s), means over questions;
+* mean accepted tokens = the mean of every question's ``accept_lengths`` pooled.
+
+:func:`answer_question` runs one method on one question: each turn is a user message in the
+model's chat template (a plain ``USER:/ASSISTANT:`` layout when it has none), and the second
+turn follows the model's own first answer, as Spec-Bench's FastChat conversation does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from layersearch.data.spec_bench import GROUPS, MT_BENCH, Question
+from layersearch.errors import LayersearchError
+from layersearch.jsonfile import write_text_atomic
+
+#: Report groups in Spec-Bench's order, "overall" last.
+REPORT_GROUPS: tuple[str, ...] = (*GROUPS, "overall")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One answered turn: the answer text and what Spec-Bench records about it."""
+
+    text: str
+    new_tokens: int
+    wall_time: float
+    decoding_steps: int
+    accept_lengths: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """Spec-Bench's report of one group for one method against the baseline."""
+
+    group: str
+    questions: int
+    mean_accepted: float | None
+    tokens_per_second: float | None
+    baseline_tokens_per_second: float | None
+    speedup: float | None
+
+
+# ----- answer rows ----------------------------------------------------------------------------
+def answer_row(
+    question: Question, turns: Sequence[Turn], model_id: str, *, answer_id: str | None = None, tstamp: float | None = None
+) -> dict[str, Any]:
+    """The answer-file row of one question, in Spec-Bench's format (one choice, index 0)."""
+    choice = {
+        "index": 0,
+        "turns": [t.text for t in turns],
+        "decoding_steps": [t.decoding_steps for t in turns],
+        "new_tokens": [t.new_tokens for t in turns],
+        "wall_time": [t.wall_time for t in turns],
+        "accept_lengths": [n for t in turns for n in t.accept_lengths],
+    }
+    return {
+        "question_id": question.question_id,
+        "category": question.category,
+        "answer_id": answer_id or uuid.uuid4().hex[:22],
+        "model_id": model_id,
+        "choices": [choice],
+        "tstamp": time.time() if tstamp is None else tstamp,
+    }
+
+
+def write_answers(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write an answer file atomically: one JSON row per line, sorted by question id."""
+    ordered = sorted(rows, key=lambda row: row["question_id"])
+    return write_text_atomic(path, "".join(json.dumps(row) + "\n" for row in ordered))
+
+
+def read_answers(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a Spec-Bench answer file (ours or another tool's); LayersearchError names a bad line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise LayersearchError(f"cannot read answer file {path}: {exc.strerror}") from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            choice = row["choices"][0]
+            ok = isinstance(row["question_id"], int) and isinstance(row["category"], str) and all(
+                isinstance(choice[key], list) for key in ("turns", "new_tokens", "wall_time", "accept_lengths")
+            )
+        except json.JSONDecodeError as exc:
+            raise LayersearchError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        except (KeyError, IndexError, TypeError):
+            ok = False
+        if not ok:
+            raise LayersearchError(f"{path}:{number}: not a Spec-Bench answer row (question_id, category, choices[0] with "
+                                   "turns, new_tokens, wall_time, accept_lengths)")
+        rows.append(row)
+    return rows
+
+
+# ----- the report -------------------------------------------------------------------------------
+def in_group(category: str, group: str) -> bool:
+    """Whether a category counts towards a report group (speed.py's selection)."""
+    if group == "overall":
+        return True
+    if group == "mt_bench":
+        return category in MT_BENCH
+    return category == group
+
+
+def baseline_token_counter(tokenizer: Any) -> Callable[[str], int]:
+    """Spec-Bench's count of a baseline answer's tokens: re-tokenized, minus one."""
+    return lambda text: len(tokenizer(text).input_ids) - 1
+
+
+def group_table(
+    method_rows: Sequence[Mapping[str, Any]],
+    baseline_rows: Sequence[Mapping[str, Any]],
+    count_tokens: Callable[[str], int],
+    groups: Sequence[str] = REPORT_GROUPS,
+) -> list[GroupResult]:
+    """Spec-Bench's per-group report of a method's answers against the baseline's answers.
+
+    Groups without questions in the method's file are left out.
+    """
+    results = []
+    for group in groups:
+        rows = [r for r in method_rows if in_group(r["category"], group)]
+        if not rows:
+            continue
+        base = [r for r in baseline_rows if in_group(r["category"], group)]
+        speeds = [sum(r["choices"][0]["new_tokens"]) / sum(r["choices"][0]["wall_time"]) for r in rows]
+        accepted = [n for r in rows for n in r["choices"][0]["accept_lengths"]]
+        base_speeds = [
+            sum(count_tokens(text) for text in r["choices"][0]["turns"]) / sum(r["choices"][0]["wall_time"]) for r in base
+        ]
+        tps = _mean(speeds)
+        base_tps = _mean(base_speeds)
+        results.append(GroupResult(
+            group, len(rows), _mean(accepted), tps, base_tps,
+            tps / base_tps if tps is not None and base_tps else None,
+        ))
+    return results
+
+
+def same_answers(method_rows: Sequence[Mapping[str, Any]], baseline_rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Spec-Bench's equality check: every question's turns the same text, row by row."""
+    if len(method_rows) != len(baseline_rows):
+        return False
+    return all(
+        a["question_id"] == b["question_id"] and str(a["choices"][0]["turns"]) == str(b["choices"][0]["turns"])
+        for a, b in zip(method_rows, baseline_rows)
+    )
+
+
+def format_table(method: str, results: Sequence[GroupResult], equal: bool | None = None) -> str:
+    """Plain-text report of one method: a line per group."""
+    lines = [f"== {method}" + ("" if equal is None else f" (answers equal to vanilla: {'yes' if equal else 'NO'})"),
+             f"{'group':<16}{'questions':>10}{'mean acc.':>11}{'tok/s':>9}{'base tok/s':>12}{'speedup':>9}"]
+    for r in results:
+        lines.append(f"{r.group:<16}{r.questions:>10}{_num(r.mean_accepted, 11)}{_num(r.tokens_per_second, 9, 1)}"
+                     f"{_num(r.baseline_tokens_per_second, 12, 1)}{_num(r.speedup, 9)}")
+    return "\n".join(lines)
+
+
+# ----- answering --------------------------------------------------------------------------------
+def answer_question(
+    question: Question,
+    generate: Callable[[Any, int], Any],
+    tokenizer: Any,
+    max_new_tokens: int,
+    *,
+    stop_ids: Iterable[int] = (),
+    vanilla: bool = False,
+    device: Any = "cpu",
+) -> tuple[Turn, ...]:
+    """Answer every turn of ``question`` with ``generate(ids, max_new_tokens)`` -> GenerationResult.
+
+    The second turn's prompt holds the model's own first answer. ``vanilla`` records one
+    accepted token per generated token (plain decoding, as Spec-Bench's baseline does);
+    otherwise the decoder's per-step ``accept_lengths``.
+    """
+    stop = frozenset(stop_ids)
+    messages: list[dict[str, str]] = []
+    turns = []
+    for user in question.turns:
+        messages.append({"role": "user", "content": user})
+        ids = prompt_ids(tokenizer, messages).to(device)
+        result = generate(ids, max_new_tokens)
+        text = answer_text(tokenizer, result.token_ids, stop)
+        stats = result.stats
+        accept = (1,) * stats.new_tokens if vanilla else tuple(stats.accept_lengths)
+        steps = stats.new_tokens if vanilla else stats.target_forwards + 1  # + the prefill's forward
+        turns.append(Turn(text, stats.new_tokens, stats.total_seconds, steps, accept))
+        messages.append({"role": "assistant", "content": text})
+    return tuple(turns)
+
+
+def prompt_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> Any:
+    """Token ids ``[1, n]`` of a conversation ending with the assistant's turn to speak."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+    # No template: a plain two-role layout (FastChat's default style).
+    text = "".join(f"{'USER' if m['role'] == 'user' else 'ASSISTANT'}: {m['content']}\n" for m in messages)
+    return tokenizer(text + "ASSISTANT:", return_tensors="pt").input_ids
+
+
+def answer_text(tokenizer: Any, token_ids: Sequence[int], stop_ids: frozenset[int]) -> str:
+    """The answer as Spec-Bench stores it: up to the first stop token, special tokens dropped, stripped."""
+    ids = list(token_ids)
+    cut = next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))
+    return tokenizer.decode(ids[:cut], skip_special_tokens=True).strip()
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _num(value: float | None, width: int, decimals: int = 2) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"

@@ -1,0 +1,126 @@
+"""The transfer matrix: each domain's mask evaluated on every domain's held-out prompts.
+
+SWIFT (Fig. 2b) and KNN-SSD (Fig. 1) show that a mask searched on one task loses speed on
+another. :func:`transfer_matrix` measures that on this machine: for every evaluation
+domain it loads that domain's ``test`` prompts (never the ``train`` prompts a search used),
+runs plain ``generate`` and the speculative decoder with each mask back to back, and
+reports per (mask, domain) the speedup over plain decoding and M (tokens per target forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+
+
+@dataclass(frozen=True)
+class TransferCell:
+    """One mask on one domain's prompts."""
+
+    mask_domain: str
+    eval_domain: str
+    speedup: float | None
+    M: float
+    alpha: float | None
+    tokens_per_second: float
+    baseline_tokens_per_second: float
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """Every cell, with the row (mask) and column (evaluation domain) order."""
+
+    mask_domains: tuple[str, ...]
+    eval_domains: tuple[str, ...]
+    cells: tuple[TransferCell, ...]
+
+    def cell(self, mask_domain: str, eval_domain: str) -> TransferCell:
+        """The cell of one mask on one domain."""
+        return next(c for c in self.cells if (c.mask_domain, c.eval_domain) == (mask_domain, eval_domain))
+
+    def grid(self, field: str) -> list[list[float | None]]:
+        """``field`` of every cell as rows (masks) x columns (domains)."""
+        return [[getattr(self.cell(m, d), field) for d in self.eval_domains] for m in self.mask_domains]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"mask_domains": list(self.mask_domains), "eval_domains": list(self.eval_domains),
+                "cells": [vars(c) for c in self.cells]}
+
+
+def transfer_matrix(
+    loaded: Any,
+    masks: Mapping[str, SkipMask],
+    domains: Sequence[str],
+    *,
+    samples: int = 4,
+    prompt_seed: int = 0,
+    split: str | None = "test",
+    max_new_tokens: int = 32,
+    max_draft: int = 8,
+    draft_threshold: float = 0.8,
+    repeats: int = 1,
+    spec_bench: str | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> TransferResult:
+    """Speedup and M of each mask (keyed by the domain it was searched on) on each domain.
+
+    Plain decoding runs before and after the masks in every repeat, so drift on a shared
+    machine hits both sides alike; counts and seconds are pooled over repeats.
+    """
+    from layersearch.data import load_prompts
+    from layersearch.objectives import ModelRuntime
+
+    if not masks:
+        raise LayersearchError("no masks to evaluate: give --mask DOMAIN=FILE")
+    if not domains:
+        raise LayersearchError("no domains to evaluate on")
+    if repeats < 1:
+        raise LayersearchError(f"repeats must be >= 1, got {repeats}")
+    for mask in masks.values():
+        mask.check_model(loaded.info)
+    # Every domain's prompts first: a missing package or file fails before any timing.
+    texts = {d: [p.text for p in load_prompts(d, samples, seed=prompt_seed, split=split, spec_bench=spec_bench)]
+             for d in domains}
+    cells = []
+    for domain in domains:
+        runtime = ModelRuntime.from_texts(loaded, texts[domain], max_new_tokens=max_new_tokens,
+                                          max_draft=max_draft, draft_threshold=draft_threshold)
+        progress(f"{domain}: plain generate and {len(masks)} mask(s) on {samples} {split or 'any'} prompts x {repeats}")
+        base, runs = [], {name: [] for name in masks}
+        for _ in range(repeats):
+            base.append(runtime.baseline())
+            for name, mask in masks.items():
+                runs[name].append(runtime.decode(mask))
+            base.append(runtime.baseline())
+        base_tps = sum(r.new_tokens for r in base) / sum(r.seconds for r in base)
+        for name, measured in runs.items():
+            tokens, seconds = sum(r.new_tokens for r in measured), sum(r.seconds for r in measured)
+            forwards = sum(r.target_forwards for r in measured)
+            drafted = sum(r.drafted for r in measured)
+            tps = tokens / seconds if seconds > 0 else 0.0
+            cells.append(TransferCell(
+                mask_domain=name, eval_domain=domain,
+                speedup=tps / base_tps if base_tps > 0 else None,
+                M=sum(r.decode_tokens for r in measured) / forwards if forwards else 1.0,
+                alpha=sum(r.accepted for r in measured) / drafted if drafted else None,
+                tokens_per_second=tps, baseline_tokens_per_second=base_tps,
+            ))
+    return TransferResult(tuple(masks), tuple(domains), tuple(cells))
+
+
+def format_matrix(result: TransferResult) -> str:
+    """Two text matrices (speedup, then M): rows are masks, columns evaluation domains."""
+    width = max(12, *(len(d) + 2 for d in result.eval_domains))
+    label = max(16, *(len(m) + 2 for m in result.mask_domains))
+    lines = []
+    for title, field in (("speedup over plain generate", "speedup"), ("M (tokens per target forward)", "M")):
+        lines.append(f"{title}: mask searched on (rows) x evaluated on (columns), test prompts")
+        lines.append(f"{'':<{label}}" + "".join(f"{d:>{width}}" for d in result.eval_domains))
+        for mask, row in zip(result.mask_domains, result.grid(field)):
+            lines.append(f"{mask:<{label}}" + "".join(f"{'-':>{width}}" if v is None else f"{v:>{width}.2f}" for v in row))
+        lines.append("")
+    return "\n".join(lines).rstrip()
