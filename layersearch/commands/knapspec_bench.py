@@ -63,6 +63,9 @@ def run(args: Any) -> int:
     from layersearch.knapsack import benchmark_solver, format_benchmark
     from layersearch.mask import parse_index_list
 
+    from layersearch.outputs import announce, check_output
+
+    out = check_output(args.out)
     contexts = parse_index_list(args.contexts, "contexts")
     if not contexts or min(contexts) < 8:
         raise LayersearchError("--contexts must be token counts >= 8")
@@ -92,11 +95,12 @@ def run(args: Any) -> int:
         say(f"context {ids.shape[1]}: plain, knapsack, knapsack-draft, bound-draft, fixed-short")
         row, fixed = _one_context(args, loaded, profile, ids, fixed, say)
         report["contexts"].append(row)
-        _write(args.out, report)
+        if not out.stream:  # a partial report survives a crash; a stream gets the whole one once
+            _write(out, report)
     report["summary"] = _summary(report)
-    _write(args.out, report)
+    _write(out, report)
     print(_table(report))
-    print(f"wrote {args.out}")
+    announce(out, f"wrote {out}")
     return 0
 
 

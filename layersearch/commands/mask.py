@@ -14,17 +14,20 @@ def run(args: Any) -> int:
 
 def _create(args: Any) -> int:
     from layersearch.models.loading import load_model
+    from layersearch.outputs import announce, check_output
 
+    out = check_output(args.out)
+    attention, mlp = parse_index_list(args.attention, "attention"), parse_index_list(args.mlp, "mlp")
     info = load_model(args.model).info  # seconds once the model is cached; validates the name
     mask = SkipMask(
         info.num_layers,
-        parse_index_list(args.attention, "attention"),
-        parse_index_list(args.mlp, "mlp"),
+        attention,
+        mlp,
         info,
         {"strategy": "manual"},
     )
-    path = mask.save(args.out)
-    print(f"wrote {path}: {mask.short_string()} (skip ratio {mask.skip_ratio:.2f})")
+    mask.save(out)
+    announce(out, f"wrote {out}: {mask.short_string()} (skip ratio {mask.skip_ratio:.2f})")
     return 0
 
 
