@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from layersearch.errors import LayersearchError
@@ -29,20 +27,18 @@ def load(args: Any):
 
 def read_prompts(path: str) -> list[str]:
     """Prompts from a JSONL file with one ``{"prompt": ...}`` object per line."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise LayersearchError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    from layersearch.inputs import parse_json, read_text
+
+    lines = read_text(path, "prompts").splitlines()
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LayersearchError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        item = parse_json(line, f"{path}:{number}")
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
             raise LayersearchError(f'{path}:{number}: expected an object with a "prompt" string')
+        if not item["prompt"].strip():
+            raise LayersearchError(f"{path}:{number}: empty prompt")
         prompts.append(item["prompt"])
     if not prompts:
         raise LayersearchError(f"{path}: no prompts")

@@ -41,8 +41,9 @@ def render(mask: SkipMask) -> str:
     """A text drawing: one column per layer, rows for attention and MLP (x = skipped)."""
     width = len(str(mask.num_layers - 1))
     header = " ".join(str(i).rjust(width) for i in range(mask.num_layers))
-    attn = " ".join(("x" if i in mask.attention else ".").rjust(width) for i in range(mask.num_layers))
-    mlp = " ".join(("x" if i in mask.mlp else ".").rjust(width) for i in range(mask.num_layers))
+    skipped_attention, skipped_mlp = set(mask.attention), set(mask.mlp)
+    attn = " ".join(("x" if i in skipped_attention else ".").rjust(width) for i in range(mask.num_layers))
+    mlp = " ".join(("x" if i in skipped_mlp else ".").rjust(width) for i in range(mask.num_layers))
     model = mask.model.name if mask.model else "unknown model"
     lines = [
         f"{model}: {mask.num_layers} layers, {mask.num_skipped} of {2 * mask.num_layers} sub-layers skipped "

@@ -61,7 +61,7 @@ def compare_studies(
     targets = table_targets(out_prefix) if out_prefix is not None else None  # checked before any work
     entries = []
     for name in names:  # every study is checked before anything is measured or written
-        study, settings, location, _ = _load(name, storage)
+        study, settings, location, _ = _load(name, storage, read_only=True)
         best = _best_trial(study)
         if best is None:
             raise LayersearchError(f"study {name!r} has no completed trial to compare")

@@ -17,7 +17,7 @@ def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial
     from layersearch.outputs import check_output
 
     out = check_output(out)
-    study, settings, location, _ = _load(name, storage)
+    study, settings, location, _ = _load(name, storage, read_only=True)
     chosen = _pick_trial(study, name, trial)
     info = settings.info()
     from layersearch.strategies import mask_from_params

@@ -115,26 +115,34 @@ def storage_location(url: str | None, name: str | None = None) -> StorageLocatio
     )
 
 
-def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: int | None = None) -> Any:
+def open_storage(
+    location: StorageLocation, *, create: bool = False, heartbeat: int | None = None, read_only: bool = False
+) -> Any:
     """An Optuna storage for ``location``; with ``create=False`` a missing file is an error.
 
-    ``heartbeat`` (seconds) turns on Optuna's heartbeat for RDB storages.
+    ``heartbeat`` (seconds) turns on Optuna's heartbeat for RDB storages. ``read_only``:
+    the command only reads, so nothing may be created, migrated or repaired (see
+    :mod:`layersearch.study.storage_safety`).
     """
     import optuna
+
+    from layersearch.study.storage_safety import check_optuna_storage, open_journal
 
     if create:
         location.check_creatable(make_dirs=True)
     elif not location.exists():
         raise LayersearchError(f"storage {location.url} does not exist (no file {location.path})")
+    check_optuna_storage(location, write=not read_only)
     try:
         with _quiet_warnings():
             if location.kind == "journal":
-                from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-                return JournalStorage(JournalFileBackend(str(location.path)))
+                return open_journal(location.path, read_only=read_only, log=_warn)
             kwargs: dict[str, Any] = {}
+            if location.kind == "sqlite":
+                # Wait for another process's write lock rather than fail after SQLite's 5 s default.
+                kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT}}
             if heartbeat is not None:
-                kwargs = dict(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
+                kwargs.update(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
             return optuna.storages.RDBStorage(location.url, **kwargs)
     except LayersearchError:
         raise
@@ -146,23 +154,41 @@ def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: 
         raise LayersearchError(f"cannot open storage {location.url}: {_one_line(exc)}") from None
 
 
+#: Seconds a command waits for another process's lock on an SQLite storage.
+SQLITE_LOCK_TIMEOUT = 60
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
 _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL", "mariadb": "PyMySQL"}
 
 
 def load_study(name: str, *, storage: str | None = None) -> Any:
     """The Optuna study ``name`` (for plots); clear errors for a missing storage or study."""
-    return _load(name, storage)[0]
+    return _load(name, storage, read_only=True)[0]
 
 
-def _load(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None):
-    """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise."""
+def _load(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None, read_only: bool = False):
+    """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise.
+
+    ``read_only``: the caller only reads (nothing is created, migrated or repaired);
+    otherwise the storage must be writable.
+    """
     import optuna
+
+    from layersearch.study.storage_safety import check_run_writable
 
     check_name(name)
     location = storage_location(storage_url, name)
     if not location.exists():
         raise LayersearchError(f"no study named {name!r}: {location.path} does not exist")
-    storage = open_storage(location, heartbeat=heartbeat)
+    if not read_only:
+        check_run_writable(location)
+    storage = open_storage(location, heartbeat=heartbeat, read_only=read_only)
     try:
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except KeyError:
@@ -174,8 +200,11 @@ def _load(name: str, storage_url: str | None, *, heartbeat: int | None = None, s
 def _settings_of(study: Any, location: StorageLocation) -> StudySettings:
     data = study.user_attrs.get(SETTINGS_ATTR)
     if data is None:
-        raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings")
-    return StudySettings.from_dict(data)
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings (another tool's study?)")
+    try:
+        return StudySettings.from_dict(data)
+    except LayersearchError as exc:
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch ({exc})") from None
 
 
 @contextmanager
