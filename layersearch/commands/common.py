@@ -18,7 +18,7 @@ def load(args: Any):
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
-    if getattr(args, "threads", None):
+    if getattr(args, "threads", None) is not None:
         # On a shared machine one thread per process is steadier than contending for all cores.
         torch.set_num_threads(positive_int(args.threads, "--threads"))
     dtype = args.dtype or default_dtype(args.device)
@@ -62,3 +62,18 @@ def positive_int(value: int, what: str) -> int:
     if value < 1:
         raise LayersearchError(f"{what} must be >= 1, got {value}")
     return value
+
+
+def context_limit(loaded: Any) -> int | None:
+    """The model's context length (``max_position_embeddings``), None when it states none."""
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def check_context(loaded: Any, tokens: int, what: str) -> None:
+    """Raise when ``tokens`` positions do not fit the model's context length."""
+    limit = context_limit(loaded)
+    if limit is not None and tokens > limit:
+        raise LayersearchError(
+            f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
+        )

@@ -77,6 +77,11 @@ def run(args: Any) -> int:
     solver = benchmark_solver(60, 600)
     say(format_benchmark(solver))
     loaded = load(args)
+    from layersearch.commands.common import check_context
+
+    # Every context checked before the first is measured: no partial report for a model too short.
+    check_context(loaded, max(contexts) + args.max_new_tokens + args.max_draft + 1,
+                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
     profile = _profile(args, loaded, contexts, say)
     report: dict[str, Any] = {
         "argv": sys.argv[1:],

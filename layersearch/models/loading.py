@@ -193,7 +193,13 @@ def embedded_model_dir() -> Path:
     expected = _conversion_marker(gguf_dir / _EMBEDDED_GGUF)
     if _is_current(target, expected):
         return target
-    _convert_gguf(gguf_dir, _EMBEDDED_GGUF, target, expected)
+    try:
+        _convert_gguf(gguf_dir, _EMBEDDED_GGUF, target, expected)
+    except OSError as exc:  # LAYERSEARCH_CACHE a file, read-only, on a full disk...
+        raise LayersearchError(
+            f"cannot write the model cache {target.parent}: {exc.strerror or exc} "
+            "(set LAYERSEARCH_CACHE to a writable folder)"
+        ) from None
     return target
 
 

@@ -140,6 +140,15 @@ def run_study(
                     number = storage_obj.get_trial(trial_id).number
                     print(f"layersearch: trial {number} of {name} marked FAIL", file=sys.stderr)
                 raise
+            except LayersearchError:
+                progress.close()
+                _fail_if_running(storage_obj, current.get("trial_id"))
+                raise
+            except Exception as exc:
+                progress.close()
+                if not _is_storage_fault(exc):
+                    raise
+                raise LayersearchError(_storage_fault_message(storage_obj, location.url, current.get("trial_id"), exc)) from None
         ran = done["trials"]
         reason = stop["reason"]
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -158,3 +167,39 @@ def run_study(
         seconds=time.perf_counter() - started,
         direction=settings.direction,
     )
+
+
+def _is_storage_fault(exc: BaseException) -> bool:
+    """True for the storage failing under a run (read-only, locked, gone, disk full)."""
+    if isinstance(exc, OSError):
+        return True
+    try:
+        import sqlalchemy.exc
+    except ImportError:
+        return False
+    return isinstance(exc, sqlalchemy.exc.SQLAlchemyError)
+
+
+def _storage_fault_message(storage: Any, url: str, trial_id: int | None, exc: BaseException) -> str:
+    """One line: what failed, and what became of the running trial (failed now, or left for the next run)."""
+    from layersearch.study.storage import _one_line
+
+    reason = _storage_reason(exc)
+    fate = ""
+    if trial_id is not None:
+        try:
+            _fail_if_running(storage, trial_id)
+            fate = f"; trial {storage.get_trial(trial_id).number} marked FAIL"
+        except Exception:  # the storage still refuses: the next run fails the stale trial
+            fate = "; the running trial could not be marked FAIL (the next run fails it as stale)"
+    return f"storage {url} failed during the run: {reason or _one_line(exc)}{fate}; completed trials are kept"
+
+
+def _storage_reason(exc: BaseException) -> str | None:
+    """The driver's own short reason (``database is locked``), without SQL text or library links."""
+    orig = getattr(exc, "orig", None)
+    if orig is not None and str(orig).strip():
+        return " ".join(str(orig).split())
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return None

@@ -62,8 +62,9 @@ class StudySettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise LayersearchError(f"{name.replace('_', '-')} must be an integer >= {minimum}, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise LayersearchError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            # numpy's seeding (Optuna's samplers) takes 32 bits
+            raise LayersearchError(f"seed must be an integer in 0..2**32-1, got {self.seed!r}")
         if not 0.0 <= float(self.draft_threshold) <= 1.0:
             raise LayersearchError(f"draft threshold must be in [0, 1], got {self.draft_threshold!r}")
         ratio = self.skip_ratio

@@ -29,6 +29,8 @@ DEFAULT_HEARTBEAT = 10
 HEARTBEAT_GRACE_FACTOR = 3
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+#: Longest study name: it becomes a file name (``studies/<name>.db``, at most 255 bytes).
+MAX_NAME_LENGTH = 128
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def default_storage_url(name: str) -> str:
 
 def check_name(name: str) -> str:
     """A study name: letters, digits and ``._+-``, starting with a letter or digit."""
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        raise LayersearchError(f"study name is {len(name)} characters long (at most {MAX_NAME_LENGTH})")
     if not isinstance(name, str) or not _NAME.match(name):
         raise LayersearchError(
             f"invalid study name {name!r}: use letters, digits and ._+- (starting with a letter or digit)"
