@@ -146,9 +146,10 @@ def run_study(
                 raise
             except Exception as exc:
                 progress.close()
-                if not _is_storage_fault(exc):
+                fault = _storage_fault(exc)
+                if fault is None:
                     raise
-                raise LayersearchError(_storage_fault_message(storage_obj, location.url, current.get("trial_id"), exc)) from None
+                raise LayersearchError(_storage_fault_message(storage_obj, location.url, current.get("trial_id"), fault)) from None
         ran = done["trials"]
         reason = stop["reason"]
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -169,15 +170,20 @@ def run_study(
     )
 
 
-def _is_storage_fault(exc: BaseException) -> bool:
-    """True for the storage failing under a run (read-only, locked, gone, disk full)."""
-    if isinstance(exc, OSError):
-        return True
+def _storage_fault(exc: BaseException) -> BaseException | None:
+    """The storage failing under a run (read-only, locked, gone, disk full) in ``exc`` or what
+    it was raised from: Optuna's own clean-up may fail on the same storage and hide the cause."""
     try:
-        import sqlalchemy.exc
+        from sqlalchemy.exc import SQLAlchemyError
     except ImportError:
-        return False
-    return isinstance(exc, sqlalchemy.exc.SQLAlchemyError)
+        SQLAlchemyError = OSError  # noqa: N806 (no SQLAlchemy: only file faults)
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (OSError, SQLAlchemyError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 def _storage_fault_message(storage: Any, url: str, trial_id: int | None, exc: BaseException) -> str:
