@@ -20,10 +20,13 @@ DEFAULT_STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line instead of usage + error."""
+    """argparse that reports a usage error in one line instead of usage + error, starting
+    ``layersearch: error:`` like every other error, and naming the command."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        command = self.prog.partition(" ")[2]
+        where = f"{command}: " if command else ""
+        self.exit(2, f"layersearch: error: {where}{' '.join(message.split())}\n")
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:

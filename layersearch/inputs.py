@@ -29,9 +29,13 @@ _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
 
-def read_text(path: str | Path, what: str, *, max_bytes: int = MAX_INPUT_BYTES) -> str:
-    """The text of ``path``, a ``what`` file ("mask", "prompts"); raises LayersearchError."""
+def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> str:
+    """The text of ``path``, a ``what`` file ("mask", "prompts"); raises LayersearchError.
+
+    ``max_bytes`` defaults to :data:`MAX_INPUT_BYTES`.
+    """
     path = Path(path)
+    max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):

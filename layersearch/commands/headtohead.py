@@ -49,7 +49,7 @@ def run(args: Any) -> int:
     ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
     from layersearch.study.compare import table_targets
 
-    targets = table_targets(args.out_prefix or prefix)  # checked before hours of searching
+    targets = table_targets(prefix if args.out_prefix is None else args.out_prefix)  # checked before hours of searching
 
     plans = []
     for strategy in strategies:

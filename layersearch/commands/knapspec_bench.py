@@ -74,8 +74,6 @@ def run(args: Any) -> int:
         positive_int(value, what)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
 
-    solver = benchmark_solver(60, 600)
-    say(format_benchmark(solver))
     loaded = load(args)
     from layersearch.commands.common import check_context
 
@@ -83,6 +81,8 @@ def run(args: Any) -> int:
     check_context(loaded, max(contexts) + args.max_new_tokens + args.max_draft + 1,
                   f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
     profile = _profile(args, loaded, contexts, say)
+    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
+    say(format_benchmark(solver))
     report: dict[str, Any] = {
         "argv": sys.argv[1:],
         "model": loaded.info.to_dict(),

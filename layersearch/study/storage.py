@@ -184,12 +184,15 @@ def _load(name: str, storage_url: str | None, *, heartbeat: int | None = None, s
     """
     import optuna
 
-    from layersearch.study.storage_safety import check_run_writable
+    from layersearch.study.storage_safety import check_optuna_storage, check_run_writable
 
     check_name(name)
     location = storage_location(storage_url, name)
     if not location.exists():
         raise LayersearchError(f"no study named {name!r}: {location.path} does not exist")
+    # The study must already be there: even a writer may not set up a storage in a file that
+    # is not one (an empty file, another application's database).
+    check_optuna_storage(location, write=False)
     if not read_only:
         check_run_writable(location)
     storage = open_storage(location, heartbeat=heartbeat, read_only=read_only)
