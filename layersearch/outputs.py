@@ -17,6 +17,7 @@ several files all or nothing:
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -71,9 +72,11 @@ def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suff
         raise LayersearchError(f"{what} {given} must end in {' or '.join(suffixes)} (the only format written)")
     try:
         st = os.stat(real)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return OutputTarget(given, _check_new_file(real, given, what), False)
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return OutputTarget(given, _check_new_file(real, given, what), False)
         raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise LayersearchError(f"{what} {given} is a directory: give a file name inside it")
@@ -95,6 +98,8 @@ def _check_new_file(real: Path, given: str, what: str) -> Path:
     limit = _name_max(real.parent)
     if len(real.name.encode("utf-8", "surrogateescape")) > limit:
         raise LayersearchError(f"{what}: file name too long ({len(real.name)} characters, at most {limit})")
+    if len(os.fsencode(real)) > 4095:
+        raise LayersearchError(f"{what}: path too long ({len(str(real))} characters)")
     ancestor = real.parent
     while not ancestor.exists():
         if ancestor.is_symlink():  # a dangling link in the middle of the path
