@@ -21,6 +21,37 @@ def read_json_file(path: str | Path, what: str) -> Any:
     return parse_json(read_text(path, what), str(path))
 
 
+def file_kind(data: Any) -> str | None:
+    """What kind of layersearch file ``data`` looks like ("a mask file", "a latency profile"...), None if unknown.
+
+    Used to say "this is a mask file, not a latency profile" instead of listing missing keys.
+    """
+    if isinstance(data, list):
+        return "a table (study compare output)" if data and isinstance(data[0], dict) and "name" in data[0] else None
+    if not isinstance(data, dict):
+        return None
+    if {"num_layers", "attention", "mlp"} <= data.keys():
+        return "a mask file"
+    if data.get("kind") == "latency-profile" or "verify_ratios" in data:
+        return "a latency profile"
+    if "domains" in data and "profile" in data:
+        return "a bench report"
+    if "contexts" in data and "solver" in data:
+        return "a knapspec-bench report"
+    if "prompt" in data:
+        return "a prompts line"
+    return None
+
+
+def check_kind(data: Any, expected: str) -> None:
+    """Raise "this is X, not Y" when ``data`` is clearly another kind of layersearch file."""
+    from layersearch.errors import LayersearchError
+
+    kind = file_kind(data)
+    if kind is not None and kind != expected:
+        raise LayersearchError(f"this is {kind}, not {expected}")
+
+
 def json_text(data: Any) -> str:
     """The text layersearch writes for ``data``: indented JSON and a final newline."""
     return json.dumps(data, indent=2) + "\n"

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import read_json_file, write_json_atomic
+from layersearch.jsonfile import check_kind, read_json_file, write_json_atomic
 
 SCHEMA_VERSION = 1
 #: Most decoder layers a mask may describe: far beyond any real model, small enough that a
@@ -195,6 +195,7 @@ class SkipMask:
     @classmethod
     def from_dict(cls, data: Any) -> "SkipMask":
         """Parse and validate a mask file's JSON object; raises LayersearchError naming the problem."""
+        check_kind(data, "a mask file")
         if not isinstance(data, dict):
             raise LayersearchError("mask file must hold a JSON object")
         version = data.get("schema_version")

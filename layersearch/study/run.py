@@ -40,6 +40,7 @@ class RunSummary:
     stop_reason: str | None
     seconds: float
     direction: str
+    advice: str | None = None  # said when the search sees no signal (every trial scored the same)
 
 
 def run_study(
@@ -167,6 +168,7 @@ def run_study(
         stop_reason=reason,
         seconds=time.perf_counter() - started,
         direction=settings.direction,
+        advice=flat_search_advice(complete, settings),
     )
 
 
@@ -209,3 +211,23 @@ def _storage_reason(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return None
+
+
+#: Completed trials that must all score the same before a run says the search sees no signal.
+FLAT_MIN_TRIALS = 5
+
+
+def flat_search_advice(complete: Any, settings: Any) -> str | None:
+    """Advice when every completed trial scored the same value (typically the floor: matchness
+    0): the masks skip too much for this model and the search cannot tell them apart."""
+    values = {round(float(t.value), 12) for t in complete if t.value is not None}
+    if len(complete) < FLAT_MIN_TRIALS or len(values) != 1:
+        return None
+    value = values.pop()
+    ratio = settings.skip_ratio
+    if ratio is not None:
+        change = f"lower --skip-ratio (now {ratio:g}; try {max(0.05, round(ratio / 2, 2)):g})"
+    else:
+        change = "give a small --skip-ratio (e.g. 0.15)"
+    return (f"all {len(complete)} completed trials scored {value:g}: the search sees no signal; "
+            f"the masks skip too much for {settings.model}: {change} in a new study")

@@ -22,6 +22,11 @@ from layersearch.objectives import (
 from layersearch.study.strategy import check_strategy
 
 
+#: Skip ratios a study uses when none is given, where they differ from the strategy's own:
+#: ``random`` alone flips a coin per sub-layer (half the model skipped), which scores matchness
+#: 0 on every trial on the default model; a fifth of the sub-layers keeps the draft useful there.
+STUDY_SKIP_RATIO_DEFAULTS: dict[str, float] = {"random": 0.2}
+
 SETTINGS_ATTR = "settings"
 SETTINGS_VERSION = 1
 
@@ -72,7 +77,7 @@ class StudySettings:
 
         if self.strategy in STRATEGIES:
             if ratio is None:
-                ratio = default_skip_ratio(self.strategy)
+                ratio = STUDY_SKIP_RATIO_DEFAULTS.get(self.strategy, default_skip_ratio(self.strategy))
             make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
         elif ratio is not None:
             raise LayersearchError(f"strategy {self.strategy!r} chooses its own skip counts and takes no skip ratio")

@@ -225,6 +225,8 @@ def _quiet_warnings() -> Iterator[None]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    from layersearch.study.storage_safety import driver_text
+
+    text = driver_text(exc) or type(exc).__name__
     text = f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
     return text if len(text) <= 200 else text[:197] + "..."

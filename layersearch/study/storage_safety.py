@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -31,6 +32,15 @@ from layersearch.errors import LayersearchError
 OPTUNA_TABLES = ("studies", "version_info")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _RECORD_START = b'{"op_code":'
+
+
+def driver_text(exc: BaseException) -> str:
+    """The database's own words for ``exc``, on one line: SQLAlchemy's SQL text, parameters and
+    "Background on this error" links left out (they help a developer, not a user)."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig) if orig is not None and str(orig).strip() else str(exc)
+    text = re.sub(r"\[SQL: .*?\](?=\s|$)|\[parameters: .*?\](?=\s|$)|\(Background on this error at: [^)]*\)", "", text, flags=re.S)
+    return " ".join(text.split())
 
 
 # ----- is it an Optuna storage? --------------------------------------------------------------
