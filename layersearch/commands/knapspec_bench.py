@@ -23,6 +23,7 @@ Prints a table and writes everything to ``--out`` (JSON).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -66,6 +67,8 @@ def run(args: Any) -> int:
     from layersearch.outputs import announce, check_output
 
     out = check_output(args.out)
+    if args.profile and not os.path.exists(args.profile):  # measured, then saved there: check it now
+        check_output(args.profile, "--profile")
     contexts = parse_index_list(args.contexts, "contexts")
     if not contexts or min(contexts) < 8:
         raise LayersearchError("--contexts must be token counts >= 8")
