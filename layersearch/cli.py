@@ -169,7 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the promise is one line, never a traceback, even for our own bugs
         if os.environ.get(TRACEBACK_ENV):
             raise
-        return _fail(f"internal error: {type(exc).__name__}: {exc} ({TRACEBACK_ENV}=1 shows the traceback)", 1)
+        lines = str(exc).strip().splitlines()
+        first = lines[0] if lines else type(exc).__name__
+        return _fail(f"{first[:300]} ({type(exc).__name__}; {TRACEBACK_ENV}=1 shows the traceback)", 1)
 
 
 def _fail(message: str, status: int) -> int:
