@@ -22,10 +22,13 @@ COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "kn
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line instead of usage + error."""
+    """argparse that reports a usage error in one line instead of usage + error, starting
+    ``layersearch: error:`` like every other error, and naming the command."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        command = self.prog.partition(" ")[2]
+        where = f"{command}: " if command else ""
+        self.exit(2, f"layersearch: error: {where}{' '.join(message.split())}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,32 +40,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Set to 1 to see the traceback of a fault the CLI would otherwise report in one line.
+TRACEBACK_ENV = "LAYERSEARCH_DEBUG"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the CLI; returns the exit status.
+
+    2: bad input (a LayersearchError, or a usage error); 1: a fault layersearch could not
+    turn into a precise message (out of memory, an I/O error, a bug), still told in one line;
+    130: interrupted.
+    """
+    args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
     try:
         module = importlib.import_module(f"layersearch.commands.{args.command}")
         return int(module.run(args) or 0)
     except LayersearchError as exc:
-        print(f"layersearch: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), 2)
     except KeyboardInterrupt:
+        _end_line()
         print("layersearch: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _silence_stdout()
         return 0
-    except Exception as exc:  # a failure we did not foresee: still one line, the traceback on request
-        if os.environ.get("LAYERSEARCH_DEBUG"):
+    except MemoryError:
+        return _fail("out of memory", 1)
+    except RecursionError:
+        return _fail("input nested too deeply (recursion limit reached)", 1)
+    except OSError as exc:
+        if os.environ.get(TRACEBACK_ENV):
             raise
-        print(f"layersearch: error: {_one_line(exc)} ({type(exc).__name__}; LAYERSEARCH_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 1
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        return _fail(f"{exc.strerror or exc}{where}", 1)
+    except Exception as exc:  # the promise is one line, never a traceback, even for our own bugs
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        lines = str(exc).strip().splitlines()
+        first = lines[0] if lines else type(exc).__name__
+        return _fail(f"{first[:300]} ({type(exc).__name__}; {TRACEBACK_ENV}=1 shows the traceback)", 1)
 
 
-def _one_line(exc: BaseException) -> str:
-    """The first line of an exception's message, capped so the error line stays readable."""
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+def _fail(message: str, status: int) -> int:
+    """Print ``message`` as one ``layersearch: error:`` line on stderr and return ``status``."""
+    _end_line()
+    text = " ".join(message.split()) or "unknown error"
+    if len(text) > 1000:
+        text = text[:997] + "..."
+    print(f"layersearch: error: {text}", file=sys.stderr, flush=True)
+    return status
+
+
+def _end_line() -> None:
+    """Finish a progress line still open on stderr, so the error starts a line of its own."""
+    from layersearch.progress import close_open_bars
+
+    close_open_bars()
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

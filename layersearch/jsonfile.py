@@ -1,60 +1,78 @@
 """Reading and writing layersearch's small JSON files (masks, profiles, reports, tables).
 
-Reading turns a missing, unreadable or malformed file into a LayersearchError naming the
-file; writing goes through a temporary file and a rename, so a crash never leaves a partial
-file.
+Reading goes through :mod:`layersearch.inputs` (bounded size and nesting, UTF-8 checked) and
+turns a missing, unreadable or malformed file into a LayersearchError naming the file;
+writing goes through :mod:`layersearch.outputs` (temporary file and rename, symlinks written
+through, ``-`` streamed to stdout, the user's usual permissions).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from layersearch.errors import LayersearchError
+from layersearch.inputs import parse_json, read_text
+from layersearch.outputs import OutputTarget, write_output
 
 
 def read_json_file(path: str | Path, what: str) -> Any:
     """The parsed JSON of ``path``, a ``what`` file ("mask", "profile"); raises LayersearchError."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LayersearchError(f"{what} file not found: {path}") from None
-    except OSError as exc:
-        raise LayersearchError(f"cannot read {what} file {path}: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LayersearchError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_json(read_text(path, what), str(path))
 
 
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` via a temporary file and rename."""
-    return write_text_atomic(path, json.dumps(data, indent=2) + "\n", newline=None)
+def file_kind(data: Any) -> str | None:
+    """What kind of layersearch file ``data`` looks like ("a mask file", "a latency profile"...), None if unknown.
 
-
-def write_text_atomic(path: str | Path, text: str, *, newline: str | None = "") -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename.
-
-    ``newline`` is passed to :func:`open`: ``""`` writes the text as it is, None translates
-    ``\\n`` to the platform's line separator.
+    Used to say "this is a mask file, not a latency profile" instead of listing missing keys.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if isinstance(data, list):
+        return "a table (study compare output)" if data and isinstance(data[0], dict) and "name" in data[0] else None
+    if not isinstance(data, dict):
+        return None
+    if {"num_layers", "attention", "mlp"} <= data.keys():
+        return "a mask file"
+    if data.get("kind") == "latency-profile" or "verify_ratios" in data:
+        return "a latency profile"
+    if "domains" in data and "profile" in data:
+        return "a bench report"
+    if "contexts" in data and "solver" in data:
+        return "a knapspec-bench report"
+    if "prompt" in data:
+        return "a prompts line"
+    return None
 
 
-__all__ = ["read_json_file", "write_json_atomic", "write_text_atomic"]
+def check_kind(data: Any, expected: str) -> None:
+    """Raise "this is X, not Y" when ``data`` is clearly another kind of layersearch file."""
+    from layersearch.errors import LayersearchError
+
+    kind = file_kind(data)
+    if kind is not None and kind != expected:
+        raise LayersearchError(f"this is {kind}, not {expected}")
+
+
+def json_text(data: Any) -> str:
+    """The text layersearch writes for ``data``: indented JSON and a final newline."""
+    return json.dumps(data, indent=2) + "\n"
+
+
+def write_json_atomic(path: "str | Path | OutputTarget", data: Any) -> Path:
+    """Write ``data`` as JSON to ``path`` whole (see :mod:`layersearch.outputs`); returns the path given."""
+    return write_text_atomic(path, json_text(data))
+
+
+def write_text_atomic(path: "str | Path | OutputTarget", text: str, *, newline: str | None = "") -> Path:
+    """Write ``text`` to ``path`` whole (see :mod:`layersearch.outputs`); returns the path given.
+
+    ``newline=None`` translates ``\\n`` to the platform's line separator (as :func:`open` does).
+    """
+    import os
+
+    if newline is None and os.linesep != "\n":
+        text = text.replace("\n", os.linesep)
+    target = write_output(path, text)
+    return Path(target.given)
+
+
+__all__ = ["json_text", "read_json_file", "write_json_atomic", "write_text_atomic"]

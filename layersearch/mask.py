@@ -26,9 +26,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from layersearch.checks import check_fraction, check_int
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import read_json_file, write_json_atomic
+from layersearch.jsonfile import check_kind, read_json_file, write_json_atomic
 
 SCHEMA_VERSION = 1
+#: Most decoder layers a mask may describe: far beyond any real model, small enough that a
+#: hostile file cannot make drawing or checking a mask take unbounded time or memory.
+MAX_LAYERS = 4096
 PROVENANCE_KEYS = ("strategy", "objective", "score", "study", "trial", "created")
 
 
@@ -77,6 +80,8 @@ class SkipMask:
 
     def __post_init__(self) -> None:
         _require_int(self.num_layers, "num_layers", minimum=1)
+        if self.num_layers > MAX_LAYERS:
+            raise LayersearchError(f"num_layers {self.num_layers} is beyond any model (at most {MAX_LAYERS})")
         object.__setattr__(self, "attention", _checked_indices(self.attention, self.num_layers, "attention"))
         object.__setattr__(self, "mlp", _checked_indices(self.mlp, self.num_layers, "mlp"))
         if self.model is not None and self.model.num_layers != self.num_layers:
@@ -190,6 +195,7 @@ class SkipMask:
     @classmethod
     def from_dict(cls, data: Any) -> "SkipMask":
         """Parse and validate a mask file's JSON object; raises LayersearchError naming the problem."""
+        check_kind(data, "a mask file")
         if not isinstance(data, dict):
             raise LayersearchError("mask file must hold a JSON object")
         version = data.get("schema_version")
@@ -247,12 +253,16 @@ def _require_int(value: Any, what: str, minimum: int = 0) -> None:
 
 def _checked_indices(indices: Iterable[Any], num_layers: int, what: str) -> tuple[int, ...]:
     values = tuple(indices)
+    if len(values) > num_layers:  # more indices than layers: some repeat, found below without scanning all
+        values = values[: num_layers + 1]
     for index in values:
         if isinstance(index, bool) or not isinstance(index, int):
             raise LayersearchError(f"{what}: layer index {index!r} is not an integer")
         if not 0 <= index < num_layers:
             raise LayersearchError(f"{what}: layer index {index} out of range 0..{num_layers - 1}")
-    if len(set(values)) != len(values):
-        dup = sorted({i for i in values if values.count(i) > 1})
-        raise LayersearchError(f"{what}: duplicate layer index {dup[0]}")
+    seen: set[int] = set()
+    for index in values:  # linear: a long list must not cost quadratic time
+        if index in seen:
+            raise LayersearchError(f"{what}: duplicate layer index {index}")
+        seen.add(index)
     return tuple(sorted(values))

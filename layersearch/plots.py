@@ -22,9 +22,7 @@ partial file.
 from __future__ import annotations
 
 import math
-import os
 import re
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -34,6 +32,8 @@ from layersearch.mask import SkipMask
 if TYPE_CHECKING:  # imported lazily at run time
     import optuna
     from matplotlib.figure import Figure
+
+    from layersearch.outputs import OutputTarget
 
 # KNN-SSD Figures 9/10: grey retained, red skipped attention, blue skipped MLP.
 KEPT_COLOUR = "#bdbdbd"
@@ -335,17 +335,19 @@ def _figure_class() -> type["Figure"]:
     return Figure
 
 
-def _save_atomic(fig: "Figure", out: str | Path) -> Path:
-    """Save ``fig`` as PNG to a temporary file beside ``out``, then rename it into place."""
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A unique name that savefig creates itself, so the PNG gets the umask's usual mode
-    # (mkstemp would leave it readable by the owner only).
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    try:
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+def _save_atomic(fig: "Figure", out: "str | Path | OutputTarget") -> Path:
+    """Render ``fig`` as PNG and write it whole to ``out`` (see :mod:`layersearch.outputs`)."""
+    import io
+
+    from layersearch.outputs import write_output
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    return Path(write_output(check_png_output(out), buffer.getvalue()).given)
+
+
+def check_png_output(out: "str | Path | OutputTarget") -> "OutputTarget":
+    """``out`` checked as a PNG output (suffix .png, writable) before any drawing."""
+    from layersearch.outputs import check_output
+
+    return check_output(out, "--out", suffixes=(".png",))

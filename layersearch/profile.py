@@ -243,6 +243,9 @@ class LatencyProfile:
     @classmethod
     def from_dict(cls, data: Any) -> "LatencyProfile":
         """Parse and validate a profile file's JSON object; raises LayersearchError naming the problem."""
+        from layersearch.jsonfile import check_kind
+
+        check_kind(data, "a latency profile")
         if not isinstance(data, dict):
             raise LayersearchError("profile file must hold a JSON object")
         if data.get("kind", KIND) != KIND:

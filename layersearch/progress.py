@@ -11,6 +11,15 @@ import sys
 from typing import IO, Any
 
 
+_OPEN: "set[TrialProgress]" = set()
+
+
+def close_open_bars() -> None:
+    """Finish every bar still drawn (before an error line, which must start a line of its own)."""
+    for bar in list(_OPEN):
+        bar.close()
+
+
 class TrialProgress:
     """Per-trial progress of one run; use as a context manager and call :meth:`update` per trial."""
 
@@ -29,6 +38,7 @@ class TrialProgress:
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.total, desc=self.desc, unit="trial", file=self.stream, dynamic_ncols=True)
+            _OPEN.add(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -54,6 +64,7 @@ class TrialProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        _OPEN.discard(self)
 
 
 def _is_terminal(stream: IO[str]) -> bool:

@@ -73,6 +73,7 @@ def transfer_matrix(
     """
     from layersearch.data import load_prompts
     from layersearch.objectives import ModelRuntime
+    from layersearch.runtime.stats import combine
 
     if not masks:
         raise LayersearchError("no masks to evaluate: give --mask DOMAIN=FILE")
@@ -96,17 +97,14 @@ def transfer_matrix(
             for name, mask in masks.items():
                 runs[name].append(runtime.decode(mask))
             base.append(runtime.baseline())
-        base_tps = sum(r.new_tokens for r in base) / sum(r.seconds for r in base)
+        base_tps = combine(base).tokens_per_second
         for name, measured in runs.items():
-            tokens, seconds = sum(r.new_tokens for r in measured), sum(r.seconds for r in measured)
-            forwards = sum(r.target_forwards for r in measured)
-            drafted = sum(r.drafted for r in measured)
-            tps = tokens / seconds if seconds > 0 else 0.0
+            pooled = combine(measured)  # M and alpha as DecodeStats defines them
+            tps = pooled.tokens_per_second
             cells.append(TransferCell(
                 mask_domain=name, eval_domain=domain,
                 speedup=tps / base_tps if base_tps > 0 else None,
-                M=sum(r.decode_tokens for r in measured) / forwards if forwards else 1.0,
-                alpha=sum(r.accepted for r in measured) / drafted if drafted else None,
+                M=pooled.mean_accepted_length, alpha=pooled.acceptance_rate,
                 tokens_per_second=tps, baseline_tokens_per_second=base_tps,
             ))
     return TransferResult(tuple(masks), tuple(domains), tuple(cells))

@@ -78,7 +78,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     target = tmp_path / "m.json"
     target.write_text("old")
     monkeypatch.setattr("os.replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
-    with pytest.raises(OSError):
+    with pytest.raises(LayersearchError, match="disk full; nothing was written"):
         SkipMask(4, (1,), ()).save(target)
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
 

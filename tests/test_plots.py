@@ -67,7 +67,7 @@ def has_colour(pixels: np.ndarray, hex_colour: str, tolerance: int = 12) -> bool
 
 
 def no_temp_files(folder: Path) -> bool:
-    return not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    return not folder.exists() or not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
 # ----- plot_mask ----------------------------------------------------------------------------
@@ -176,7 +176,8 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
     def broken_savefig(self, fname, *args, **kwargs):
-        Path(fname).write_bytes(PNG_SIGNATURE)  # a partial write before the failure
+        # a partial write before the failure (to a file, or to the buffer the PNG is rendered in)
+        fname.write(PNG_SIGNATURE) if hasattr(fname, "write") else Path(fname).write_bytes(PNG_SIGNATURE)
         raise OSError("disk full")
 
     monkeypatch.setattr(Figure, "savefig", broken_savefig)

@@ -45,7 +45,11 @@ def run(args: Any) -> int:
     from layersearch.data import load_prompts
     from layersearch.runtime.drafting import DraftPolicy
 
+    from layersearch.outputs import announce, check_output
+
+    out = check_output(args.out)
     positive_int(args.repeats, "--repeats")
+    positive_int(args.prompts_per_domain, "--prompts-per-domain")
     positive_int(args.max_new_tokens, "--max-new-tokens")
     domains = [d for d in args.domains.split(",") if d]
     drafters = _drafters(args)
@@ -70,8 +74,8 @@ def run(args: Any) -> int:
         rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop) for c in cfgs]
         report["domains"][domain] = {"context": context, "rows": rows}
         print(format_table(domain, rows), flush=True)
-    path = write_json_atomic(args.out, report)
-    print(f"wrote {path}")
+    write_json_atomic(out, report)
+    announce(out, f"wrote {out}")
     return 0
 
 

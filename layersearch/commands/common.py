@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from layersearch.checks import check_int
@@ -21,7 +19,7 @@ def load(args: Any):
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
-    if getattr(args, "threads", None):
+    if getattr(args, "threads", None) is not None:
         # On a shared machine one thread per process is steadier than contending for all cores.
         torch.set_num_threads(positive_int(args.threads, "--threads"))
     dtype = args.dtype or default_dtype(args.device)
@@ -30,20 +28,18 @@ def load(args: Any):
 
 def read_prompts(path: str) -> list[str]:
     """Prompts from a JSONL file with one ``{"prompt": ...}`` object per line."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise LayersearchError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    from layersearch.inputs import parse_json, read_text
+
+    lines = read_text(path, "prompts").splitlines()
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LayersearchError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        item = parse_json(line, f"{path}:{number}")
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
             raise LayersearchError(f'{path}:{number}: expected an object with a "prompt" string')
+        if not item["prompt"].strip():
+            raise LayersearchError(f"{path}:{number}: empty prompt")
         prompts.append(item["prompt"])
     if not prompts:
         raise LayersearchError(f"{path}: no prompts")
@@ -65,3 +61,18 @@ def format_stats(stats: dict[str, Any]) -> str:
 def positive_int(value: int, what: str) -> int:
     """Check a count argument (>= 1)."""
     return check_int(value, what)
+
+
+def context_limit(loaded: Any) -> int | None:
+    """The model's context length (``max_position_embeddings``), None when it states none."""
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def check_context(loaded: Any, tokens: int, what: str) -> None:
+    """Raise when ``tokens`` positions do not fit the model's context length."""
+    limit = context_limit(loaded)
+    if limit is not None and tokens > limit:
+        raise LayersearchError(
+            f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
+        )

@@ -9,7 +9,7 @@ from typing import Any
 
 from layersearch.checks import check_int
 from layersearch.commands.args import draft_args, model_args
-from layersearch.commands.common import format_stats, load, positive_int, read_prompts
+from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 
@@ -56,14 +56,18 @@ def run(args: Any) -> int:
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio or --dynamic")
+    _check_args(args)
     # A bad mask file fails before the (slower) model load.
     mask_file = SkipMask.load(args.mask) if args.mask else None
     loaded = load(args)
     mask = None if args.baseline or args.dynamic else _mask(args, mask_file, loaded.info)
     decoder = None if args.baseline else _decoder(args, loaded, mask, sampling)
     profile = _profile(args, loaded.info) if mask is not None else None
-    for index, text in enumerate(prompts):
-        ids = loaded.tokenizer(text, return_tensors="pt").input_ids
+    encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
+    for index, ids in enumerate(encoded):  # every prompt checked before any output
+        where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
+        check_context(loaded, ids.shape[1] + args.max_new_tokens, f"{where} ({ids.shape[1]} tokens) + --max-new-tokens")
+    for index, ids in enumerate(encoded):
         if decoder is None:
             result = hf_generate(loaded.model, ids, args.max_new_tokens, sampling=sampling)
         else:
@@ -78,6 +82,21 @@ def run(args: Any) -> int:
             )
         _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result.token_ids, stats)
     return 0
+
+
+def _check_args(args: Any) -> None:
+    """The checks that need no model, done before it loads."""
+    from layersearch.runtime.drafting import DraftPolicy
+
+    if args.threads is not None:
+        positive_int(args.threads, "--threads")
+    if args.skip_ratio is not None and not 0.0 <= args.skip_ratio <= 1.0:
+        raise LayersearchError(f"--skip-ratio must be between 0 and 1, got {args.skip_ratio}")
+    if args.reselect_every < 1:
+        raise LayersearchError(f"--reselect-every must be >= 1, got {args.reselect_every}")
+    DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    if args.adaptive_threshold and getattr(args, "lookahead", None) not in (None, "adaptive"):
+        raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
 
 
 def _profile(args: Any, info):

@@ -66,6 +66,9 @@ def run(args: Any) -> int:
     check_objective(args.random_objective)
     prefix = args.prefix or f"h2h-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
     ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
+    from layersearch.study.compare import table_targets
+
+    targets = table_targets(prefix if args.out_prefix is None else args.out_prefix)  # checked before hours of searching
 
     plans = []
     for strategy in registered:
@@ -93,8 +96,7 @@ def run(args: Any) -> int:
         log(format_run_summary(summary))
         names.append(name)
 
-    out_prefix = args.out_prefix or prefix
-    result = compare_studies(names, storage=args.storage, out_prefix=out_prefix, repeats=args.repeats,
+    result = compare_studies(names, storage=args.storage, out_prefix=targets, repeats=args.repeats,
                              loaded={key: loaded}, log=log)
     print(format_table(result.rows, COMPARE_COLUMNS))
     print(ordering(result.rows))

@@ -23,6 +23,7 @@ Prints a table and writes everything to ``--out`` (JSON).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -60,6 +61,11 @@ def run(args: Any) -> int:
     from layersearch.knapspec.solver import benchmark_solver, format_benchmark
     from layersearch.mask import parse_index_list
 
+    from layersearch.outputs import announce, check_output
+
+    out = check_output(args.out)
+    if args.profile and not os.path.exists(args.profile):  # measured, then saved there: check it now
+        check_output(args.profile, "--profile")
     contexts = parse_index_list(args.contexts, "contexts")
     if not contexts or min(contexts) < 8:
         raise LayersearchError("--contexts must be token counts >= 8")
@@ -68,10 +74,15 @@ def run(args: Any) -> int:
         positive_int(value, what)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
 
-    solver = benchmark_solver(60, 600)
-    say(format_benchmark(solver))
     loaded = load(args)
+    from layersearch.commands.common import check_context
+
+    # Every context checked before the first is measured: no partial report for a model too short.
+    check_context(loaded, max(contexts) + args.max_new_tokens + args.max_draft + 1,
+                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
     profile = _profile(args, loaded, contexts, say)
+    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
+    say(format_benchmark(solver))
     report: dict[str, Any] = {
         "argv": sys.argv[1:],
         "model": loaded.info.to_dict(),
@@ -89,11 +100,12 @@ def run(args: Any) -> int:
         say(f"context {ids.shape[1]}: plain, knapsack, knapsack-draft, bound-draft, fixed-short")
         row, fixed = _one_context(args, loaded, profile, ids, fixed, say)
         report["contexts"].append(row)
-        _write(args.out, report)
+        if not out.stream:  # a partial report survives a crash; a stream gets the whole one once
+            _write(out, report)
     report["summary"] = _summary(report)
-    _write(args.out, report)
+    _write(out, report)
     print(_table(report))
-    print(f"wrote {args.out}")
+    announce(out, f"wrote {out}")
     return 0
 
 

@@ -68,17 +68,20 @@ def _export(args: Any) -> int:
 
 def _create(args: Any) -> int:
     from layersearch.models.loading import load_model
+    from layersearch.outputs import announce, check_output
 
+    out = check_output(args.out)
+    attention, mlp = parse_index_list(args.attention, "attention"), parse_index_list(args.mlp, "mlp")
     info = load_model(args.model).info  # seconds once the model is cached; validates the name
     mask = SkipMask(
         info.num_layers,
-        parse_index_list(args.attention, "attention"),
-        parse_index_list(args.mlp, "mlp"),
+        attention,
+        mlp,
         info,
         {"strategy": "manual"},
     )
-    path = mask.save(args.out)
-    print(f"wrote {path}: {mask.short_string()} (skip ratio {mask.skip_ratio:.2f})")
+    mask.save(out)
+    announce(out, f"wrote {out}: {mask.short_string()} (skip ratio {mask.skip_ratio:.2f})")
     return 0
 
 
@@ -92,8 +95,9 @@ def render(mask: SkipMask) -> str:
     """A text drawing: one column per layer, rows for attention and MLP (x = skipped)."""
     width = len(str(mask.num_layers - 1))
     header = " ".join(str(i).rjust(width) for i in range(mask.num_layers))
-    attn = " ".join(("x" if i in mask.attention else ".").rjust(width) for i in range(mask.num_layers))
-    mlp = " ".join(("x" if i in mask.mlp else ".").rjust(width) for i in range(mask.num_layers))
+    skipped_attention, skipped_mlp = set(mask.attention), set(mask.mlp)
+    attn = " ".join(("x" if i in skipped_attention else ".").rjust(width) for i in range(mask.num_layers))
+    mlp = " ".join(("x" if i in skipped_mlp else ".").rjust(width) for i in range(mask.num_layers))
     model = mask.model.name if mask.model else "unknown model"
     lines = [
         f"{model}: {mask.num_layers} layers, {mask.num_skipped} of {2 * mask.num_layers} sub-layers skipped "

@@ -8,6 +8,7 @@ from typing import Any
 
 from layersearch.commands.args import model_args
 from layersearch.commands.common import load
+from layersearch.errors import LayersearchError
 from layersearch.mask import parse_index_list
 
 
@@ -25,14 +26,21 @@ def run(args: Any) -> int:
     """Measure and write the profile JSON, printing progress on stderr."""
     from layersearch.runtime.profiler import measure_profile
 
+    from layersearch.commands.common import positive_int
+    from layersearch.outputs import announce, check_output
+
+    out = check_output(args.out)
     contexts = parse_index_list(args.contexts, "contexts")
+    if not contexts or min(contexts) < 1:
+        raise LayersearchError("--contexts must be token counts >= 1")
+    positive_int(args.repeats, "--repeats")
     loaded = load(args)
     profile = measure_profile(
         loaded.model, loaded.info, contexts=contexts, repeats=args.repeats,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
-    path = profile.save(args.out)
-    print(f"wrote {path}: {describe(profile)}")
+    profile.save(out)
+    announce(out, f"wrote {out}: {describe(profile)}")
     return 0
 
 

@@ -181,9 +181,12 @@ def _show(args: Any) -> int:
 def _export(args: Any) -> int:
     from layersearch.study import export_mask
 
-    path, mask = export_mask(args.name, args.out, storage=args.storage, trial=args.trial)
+    from layersearch.outputs import announce, check_output
+
+    out = check_output(args.out)
+    path, mask = export_mask(args.name, out, storage=args.storage, trial=args.trial)
     prov = mask.provenance
-    print(f"wrote {path}: trial {prov['trial']} of {args.name}, {prov['objective']} = {prov['score']:.6g}, mask {mask.short_string()}")
+    announce(out, f"wrote {path}: trial {prov['trial']} of {args.name}, {prov['objective']} = {prov['score']:.6g}, mask {mask.short_string()}")
     return 0
 
 

@@ -63,7 +63,10 @@ def format_run_summary(summary: Any) -> str:
         parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
     if summary.stop_reason:
         parts.append(f"stopped: {summary.stop_reason}")
-    return "; ".join(parts)
+    text = "; ".join(parts)
+    if getattr(summary, "advice", None):
+        text += f"\nlayersearch: note: {summary.advice}"
+    return text
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

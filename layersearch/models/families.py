@@ -84,7 +84,7 @@ def layout_for(config) -> LayerLayout:
     if layout is None:
         hint = " (load its text-only causal LM, model_type gemma3_text)" if model_type == "gemma3" else ""
         raise LayersearchError(
-            f"model family {model_type!r} is not supported for layer skipping{hint}; "
-            f"supported: {', '.join(sorted(SUPPORTED_FAMILIES))}"
+            f"model family {model_type!r} is not supported for layer skipping{hint}: it needs a decoder-only "
+            f"causal language model of a supported family ({', '.join(sorted(SUPPORTED_FAMILIES))})"
         )
     return layout

@@ -104,11 +104,20 @@ def load_model(name: str = EMBEDDED_MODEL, *, device: str = "cpu", dtype: str = 
     elif os.path.exists(os.path.expanduser(name)):
         model, tokenizer = _load_directory(Path(os.path.expanduser(name)), name, torch_dtype)
     else:
+        _suggest_embedded(name)
         model, tokenizer = _load_from_hub(name, torch_dtype)
     model.to(device)
     model.eval().requires_grad_(False)
     set_greedy_generation(model, tokenizer)
     return LoadedModel(model, tokenizer, describe_model(model, name))
+
+
+def _suggest_embedded(name: str) -> None:
+    """A near miss of the embedded name (a case or one-letter typo) is told as such, not sent to the hub."""
+    import difflib
+
+    if name.lower() == EMBEDDED_MODEL or difflib.get_close_matches(name.lower(), [EMBEDDED_MODEL], n=1, cutoff=0.8):
+        raise LayersearchError(f"unknown model {name!r}: did you mean the embedded model {EMBEDDED_MODEL!r}?")
 
 
 def describe_model(model: PreTrainedModel, name: str) -> ModelInfo:
@@ -193,7 +202,13 @@ def embedded_model_dir() -> Path:
     expected = _conversion_marker(gguf_dir / _EMBEDDED_GGUF)
     if _is_current(target, expected):
         return target
-    _convert_gguf(gguf_dir, _EMBEDDED_GGUF, target, expected)
+    try:
+        _convert_gguf(gguf_dir, _EMBEDDED_GGUF, target, expected)
+    except OSError as exc:  # LAYERSEARCH_CACHE a file, read-only, on a full disk...
+        raise LayersearchError(
+            f"cannot write the model cache {target.parent}: {exc.strerror or exc} "
+            "(set LAYERSEARCH_CACHE to a writable folder)"
+        ) from None
     return target
 
 

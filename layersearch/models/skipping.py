@@ -31,7 +31,10 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     base = getattr(model, "model", model)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers):
-        raise LayersearchError(f"{type(model).__name__}: no decoder layers found (expected model.model.layers)")
+        raise LayersearchError(
+            f"{type(model).__name__} is not a decoder-only causal language model (no decoder layers at "
+            "model.model.layers): layersearch needs one such as Llama, Qwen2, Mistral or Gemma"
+        )
     first = layers[0]
     if not (hasattr(first, "self_attn") and hasattr(first, "mlp")):
         raise LayersearchError(

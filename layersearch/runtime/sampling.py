@@ -23,10 +23,12 @@ class SamplingConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise LayersearchError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):
+            raise LayersearchError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:  # torch's generator takes 64 bits
+            raise LayersearchError(f"seed must be in 0..2**64-1, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

@@ -13,7 +13,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import write_json_atomic, write_text_atomic
 from layersearch.study.inspect import search_seconds
 from layersearch.study.rebuild import load_study_model, prompt_texts
 from layersearch.study.settings import StudySettings
@@ -41,7 +40,7 @@ def compare_studies(
     names: Sequence[str],
     *,
     storage: str | None = None,
-    out_prefix: str | Path | None = "compare",
+    out_prefix: Any = "compare",
     measure: bool = True,
     repeats: int = 1,
     loaded: Mapping[tuple[str, str, str], Any] | None = None,
@@ -61,9 +60,10 @@ def compare_studies(
     if not names:
         raise LayersearchError("no study names to compare")
     check_int(repeats, "--repeats")
+    targets = table_targets(out_prefix) if out_prefix is not None else None  # checked before any work
     entries = []
     for name in names:  # every study is checked before anything is measured or written
-        study, settings, location, _ = open_study(name, storage)
+        study, settings, location, _ = open_study(name, storage, read_only=True)
         best = best_trial(study)
         if best is None:
             raise LayersearchError(f"study {name!r} has no completed trial to compare")
@@ -73,7 +73,7 @@ def compare_studies(
         _measure_rows(rows, entries, repeats, dict(loaded or {}), say, split)
     csv_path = json_path = None
     if out_prefix is not None:
-        csv_path, json_path = write_table(rows, out_prefix, COMPARE_COLUMNS)
+        csv_path, json_path = write_table(rows, targets, COMPARE_COLUMNS)
     return CompareResult(rows, csv_path, json_path)
 
 
@@ -150,17 +150,31 @@ def _measure_rows(
             )
 
 
-def write_table(rows: Sequence[Mapping[str, Any]], out_prefix: str | Path, columns: Sequence[str]) -> tuple[Path, Path]:
-    """Write ``rows`` as ``<prefix>.csv`` and ``<prefix>.json``, each atomically."""
-    prefix = Path(out_prefix)
-    if prefix.suffix in (".csv", ".json"):
-        prefix = prefix.with_suffix("")
-    csv_path, json_path = Path(f"{prefix}.csv"), Path(f"{prefix}.json")
+def table_targets(out_prefix: "str | Path | tuple[Any, Any]") -> tuple[Any, Any]:
+    """The checked outputs ``<prefix>.csv`` and ``<prefix>.json`` (a ``.csv``/``.json`` suffix is dropped)."""
+    from layersearch.outputs import check_output
+
+    if isinstance(out_prefix, tuple):
+        return out_prefix
+    prefix = str(out_prefix)
+    if not prefix.strip() or prefix == "-":
+        raise LayersearchError(f"--out-prefix must name files (PREFIX.csv and PREFIX.json), got {prefix!r}")
+    path = Path(prefix)
+    if path.suffix in (".csv", ".json"):
+        path = path.with_suffix("")
+    return check_output(f"{path}.csv", "--out-prefix"), check_output(f"{path}.json", "--out-prefix")
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], out_prefix: Any, columns: Sequence[str]) -> tuple[Path, Path]:
+    """Write ``rows`` as ``<prefix>.csv`` and ``<prefix>.json``: both or neither (see :mod:`layersearch.outputs`)."""
+    from layersearch.jsonfile import json_text
+    from layersearch.outputs import write_outputs
+
+    csv_target, json_target = table_targets(out_prefix)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({key: "" if row.get(key) is None else row.get(key) for key in columns})
-    write_text_atomic(csv_path, buffer.getvalue())
-    write_json_atomic(json_path, [dict(row) for row in rows])
-    return csv_path, json_path
+    write_outputs([(csv_target, buffer.getvalue()), (json_target, json_text([dict(row) for row in rows]))], "--out-prefix")
+    return Path(csv_target.given), Path(json_target.given)

@@ -98,12 +98,17 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
         return None
     data = study.user_attrs.get(SETTINGS_ATTR)
     if data is None:
-        if not study.get_trials(deepcopy=False):
-            # A creation interrupted before its settings were written: start it over.
-            optuna.delete_study(study_name=name, storage=storage)
-            return None
-        raise LayersearchError(f"study {name!r} already exists in {location.url} and was not made by layersearch")
-    found = StudySettings.from_dict(data)
+        # Never deleted, even with no trials: it may be another tool's study (an interrupted
+        # create of ours cannot be told apart from one), and it is not ours to remove.
+        raise LayersearchError(
+            f"study {name!r} already exists in {location.url} without layersearch settings (another tool's study, "
+            f"or a create interrupted in its first moments); layersearch leaves it as it is: choose another name, "
+            f"or remove it yourself (optuna delete-study --study-name {name} --storage {location.url})"
+        )
+    try:
+        found = StudySettings.from_dict(data)
+    except LayersearchError as exc:
+        raise LayersearchError(f"study {name!r} already exists in {location.url} and its settings are not layersearch's ({exc})") from None
     diff = found.differences(settings)
     if diff:
         raise LayersearchError(

@@ -14,7 +14,10 @@ from layersearch.study.trials import best_trial
 
 def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial: str | int = "best") -> tuple[Path, SkipMask]:
     """Write the mask of ``trial`` ("best" or a trial number) as a mask file with provenance."""
-    study, settings, location, _ = open_study(name, storage)
+    from layersearch.outputs import check_output
+
+    out = check_output(out)
+    study, settings, location, _ = open_study(name, storage, read_only=True)
     chosen = _pick_trial(study, name, trial)
     info = settings.info()
     from layersearch.strategies import mask_from_params
@@ -30,8 +33,7 @@ def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial
         domain=settings.domain,
         storage=location.url,
     )
-    path = mask.save(out)
-    return path, mask
+    return mask.save(out), mask
 
 
 def _pick_trial(study: Any, name: str, which: str | int) -> Any:

@@ -22,7 +22,7 @@ def list_studies(storage: str | None = None) -> tuple[list[dict[str, Any]], list
     problems: list[str] = []
     for location in locations:
         try:
-            storage_obj = open_storage(location)
+            storage_obj = open_storage(location, read_only=True)
             names = optuna.get_all_study_names(storage_obj)
         except LayersearchError as exc:
             if storage is not None:
@@ -43,7 +43,9 @@ def list_studies(storage: str | None = None) -> tuple[list[dict[str, Any]], list
 def _list_row(study: Any, location: StorageLocation) -> dict[str, Any]:
     from optuna.trial import TrialState
 
-    data = study.user_attrs.get(SETTINGS_ATTR) or {}
+    data = study.user_attrs.get(SETTINGS_ATTR)
+    if not isinstance(data, dict):  # another tool's study in the same storage: listed, not read
+        data = {"strategy": "(not layersearch)"}
     best = best_trial(study)
     return {
         "name": study.study_name,
@@ -53,14 +55,14 @@ def _list_row(study: Any, location: StorageLocation) -> dict[str, Any]:
         "model": data.get("model"),
         "complete": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
         "trials": len(study.get_trials(deepcopy=False)),
-        "best_value": None if best is None else best.value,
+        "best_value": None if best is None or not isinstance(best.value, (int, float)) else best.value,
         "storage": location.url,
     }
 
 
 def show_study(name: str, *, storage: str | None = None) -> dict[str, Any]:
     """Settings, trial counts, search time and the best trial (mask, value, M, alpha) of a study."""
-    study, settings, location, _ = open_study(name, storage)
+    study, settings, location, _ = open_study(name, storage, read_only=True)
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for trial in trials:

@@ -40,6 +40,7 @@ class RunSummary:
     stop_reason: str | None
     seconds: float
     direction: str
+    advice: str | None = None  # said when the search sees no signal (every trial scored the same)
 
 
 def run_study(
@@ -71,7 +72,8 @@ def run_study(
     ran = 0
     if reason is None:
         evaluate = trial_function(study, settings, storage_obj, loaded)
-        ran, reason = optimize(study, evaluate, plan, trials=trials, timeout=timeout, quiet=quiet, stream=stream)
+        ran, reason = optimize(study, evaluate, plan, trials=trials, timeout=timeout, quiet=quiet, stream=stream,
+                               url=location.url)
     return summarize(study, settings, location, ran=ran, stale=stale, reason=reason, seconds=time.perf_counter() - started)
 
 
@@ -136,10 +138,12 @@ class TrialFunction:
 
 def optimize(
     study: Any, evaluate: TrialFunction, plan: Any, *, trials: int | None, timeout: float | None,
-    quiet: bool = False, stream: Any = None,
+    quiet: bool = False, stream: Any = None, url: str = "",
 ) -> tuple[int, str | None]:
     """Run trials with a progress bar until the budget ends or the strategy stops:
-    ``(trials finished, stop reason)``. An interrupt fails the running trial, then re-raises."""
+    ``(trials finished, stop reason)``. An interrupt fails the running trial, then re-raises;
+    a storage failing under the run (read-only, locked, gone, disk full) ends it in one
+    :class:`LayersearchError` line, the running trial failed where the storage still allows."""
     from optuna.trial import TrialState
 
     from layersearch.progress import TrialProgress
@@ -169,6 +173,16 @@ def optimize(
                 number = storage.get_trial(trial_id).number
                 print(f"layersearch: trial {number} of {study.study_name} marked FAIL", file=sys.stderr)
             raise
+        except LayersearchError:
+            progress.close()
+            fail_if_running(evaluate.storage, evaluate.trial_id)
+            raise
+        except Exception as exc:
+            progress.close()
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            raise LayersearchError(storage_fault_message(evaluate.storage, url, evaluate.trial_id, fault)) from None
     return stop["trials"], stop["reason"]
 
 
@@ -190,4 +204,66 @@ def summarize(study: Any, settings: Any, location: Any, *, ran: int, stale: int,
         stop_reason=reason,
         seconds=seconds,
         direction=settings.direction,
+        advice=flat_search_advice(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), settings),
     )
+
+
+def storage_fault(exc: BaseException) -> BaseException | None:
+    """The storage failing under a run (read-only, locked, gone, disk full) in ``exc`` or what
+    it was raised from: Optuna's own clean-up may fail on the same storage and hide the cause."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:
+        SQLAlchemyError = OSError  # noqa: N806 (no SQLAlchemy: only file faults)
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (OSError, SQLAlchemyError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def storage_fault_message(storage: Any, url: str, trial_id: int | None, exc: BaseException) -> str:
+    """One line: what failed, and what became of the running trial (failed now, or left for the next run)."""
+    from layersearch.study.storage import one_line
+
+    reason = storage_reason(exc)
+    fate = ""
+    if trial_id is not None:
+        try:
+            fail_if_running(storage, trial_id)
+            fate = f"; trial {storage.get_trial(trial_id).number} marked FAIL"
+        except Exception:  # the storage still refuses: the next run fails the stale trial
+            fate = "; the running trial could not be marked FAIL (the next run fails it as stale)"
+    return f"storage {url} failed during the run: {reason or one_line(exc)}{fate}; completed trials are kept"
+
+
+def storage_reason(exc: BaseException) -> str | None:
+    """The driver's own short reason (``database is locked``), without SQL text or library links."""
+    orig = getattr(exc, "orig", None)
+    if orig is not None and str(orig).strip():
+        return " ".join(str(orig).split())
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return None
+
+
+#: Completed trials that must all score the same before a run says the search sees no signal.
+FLAT_MIN_TRIALS = 5
+
+
+def flat_search_advice(complete: Any, settings: Any) -> str | None:
+    """Advice when every completed trial scored the same value (typically the floor: matchness
+    0): the masks skip too much for this model and the search cannot tell them apart."""
+    values = {round(float(t.value), 12) for t in complete if t.value is not None}
+    if len(complete) < FLAT_MIN_TRIALS or len(values) != 1:
+        return None
+    value = values.pop()
+    ratio = settings.skip_ratio
+    if ratio is not None:
+        change = f"lower --skip-ratio (now {ratio:g}; try {max(0.05, round(ratio / 2, 2)):g})"
+    else:
+        change = "give a small --skip-ratio (e.g. 0.15)"
+    return (f"all {len(complete)} completed trials scored {value:g}: the search sees no signal; "
+            f"the masks skip too much for {settings.model}: {change} in a new study")

@@ -27,6 +27,11 @@ from layersearch.objectives import (
 )
 
 
+#: Skip ratios a study uses when none is given, where they differ from the strategy's own:
+#: ``random`` alone flips a coin per sub-layer (half the model skipped), which scores matchness
+#: 0 on every trial on the default model; a fifth of the sub-layers keeps the draft useful there.
+STUDY_SKIP_RATIO_DEFAULTS: dict[str, float] = {"random": 0.2}
+
 SETTINGS_ATTR = "settings"
 SETTINGS_VERSION = 2
 
@@ -70,14 +75,15 @@ class StudySettings:
         for name, minimum in (("samples", 1), ("max_new_tokens", 1), ("gamma", 1), ("max_draft", 1)):
             check_int(getattr(self, name), name.replace("_", "-"), minimum=minimum)
         for name in ("seed", "prompt_seed"):
-            check_int(getattr(self, name), name.replace("_", "-"), minimum=0)
+            # numpy's seeding (Optuna's samplers) takes 32 bits
+            check_int(getattr(self, name), name.replace("_", "-"), minimum=0, maximum=2**32 - 1)
         from layersearch.data import check_split
 
         check_split(self.prompt_split)
         check_fraction(self.draft_threshold, "draft threshold")
         ratio = self.skip_ratio
         if ratio is None:
-            ratio = strategy.default_ratio
+            ratio = STUDY_SKIP_RATIO_DEFAULTS.get(self.strategy, strategy.default_ratio)
         make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
         return replace(self, skip_ratio=None if ratio is None else float(ratio))
 

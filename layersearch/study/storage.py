@@ -29,6 +29,8 @@ DEFAULT_HEARTBEAT = 10
 HEARTBEAT_GRACE_FACTOR = 3
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+#: Longest study name: it becomes a file name (``studies/<name>.db``, at most 255 bytes).
+MAX_NAME_LENGTH = 128
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def default_storage_url(name: str) -> str:
 
 def check_name(name: str) -> str:
     """A study name: letters, digits and ``._+-``, starting with a letter or digit."""
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        raise LayersearchError(f"study name is {len(name)} characters long (at most {MAX_NAME_LENGTH})")
     if not isinstance(name, str) or not _NAME.match(name):
         raise LayersearchError(
             f"invalid study name {name!r}: use letters, digits and ._+- (starting with a letter or digit)"
@@ -115,26 +119,34 @@ def storage_location(url: str | None, name: str | None = None) -> StorageLocatio
     )
 
 
-def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: int | None = None) -> Any:
+def open_storage(
+    location: StorageLocation, *, create: bool = False, heartbeat: int | None = None, read_only: bool = False
+) -> Any:
     """An Optuna storage for ``location``; with ``create=False`` a missing file is an error.
 
-    ``heartbeat`` (seconds) turns on Optuna's heartbeat for RDB storages.
+    ``heartbeat`` (seconds) turns on Optuna's heartbeat for RDB storages. ``read_only``:
+    the command only reads, so nothing may be created, migrated or repaired (see
+    :mod:`layersearch.study.storage_safety`).
     """
     import optuna
+
+    from layersearch.study.storage_safety import check_optuna_storage, open_journal
 
     if create:
         location.check_creatable(make_dirs=True)
     elif not location.exists():
         raise LayersearchError(f"storage {location.url} does not exist (no file {location.path})")
+    check_optuna_storage(location, write=not read_only)
     try:
         with quiet_warnings():
             if location.kind == "journal":
-                from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-                return JournalStorage(JournalFileBackend(str(location.path)))
+                return open_journal(location.path, read_only=read_only, log=_warn)
             kwargs: dict[str, Any] = {}
+            if location.kind == "sqlite":
+                # Wait for another process's write lock rather than fail after SQLite's 5 s default.
+                kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT}}
             if heartbeat is not None:
-                kwargs = dict(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
+                kwargs.update(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
             return optuna.storages.RDBStorage(location.url, **kwargs)
     except LayersearchError:
         raise
@@ -149,20 +161,41 @@ def open_storage(location: StorageLocation, *, create: bool = False, heartbeat: 
 _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL", "mariadb": "PyMySQL"}
 
 
+#: Seconds a command waits for another process's lock on an SQLite storage.
+SQLITE_LOCK_TIMEOUT = 60
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
 def load_study(name: str, *, storage: str | None = None) -> Any:
     """The Optuna study ``name`` (for plots); clear errors for a missing storage or study."""
-    return open_study(name, storage)[0]
+    return open_study(name, storage, read_only=True)[0]
 
 
-def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None):
-    """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise."""
+def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None, read_only: bool = False):
+    """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise.
+
+    ``read_only``: the caller only reads (nothing is created, migrated or repaired);
+    otherwise the storage must be writable.
+    """
     import optuna
+
+    from layersearch.study.storage_safety import check_optuna_storage, check_run_writable
 
     check_name(name)
     location = storage_location(storage_url, name)
     if not location.exists():
         raise LayersearchError(f"no study named {name!r}: {location.path} does not exist")
-    storage = open_storage(location, heartbeat=heartbeat)
+    # The study must already be there: even a writer may not set up a storage in a file that
+    # is not one (an empty file, another application's database).
+    check_optuna_storage(location, write=False)
+    if not read_only:
+        check_run_writable(location)
+    storage = open_storage(location, heartbeat=heartbeat, read_only=read_only)
     try:
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except KeyError:
@@ -174,8 +207,11 @@ def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = No
 def _settings_of(study: Any, location: StorageLocation) -> StudySettings:
     data = study.user_attrs.get(SETTINGS_ATTR)
     if data is None:
-        raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings")
-    return StudySettings.from_dict(data)
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings (another tool's study?)")
+    try:
+        return StudySettings.from_dict(data)
+    except LayersearchError as exc:
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch ({exc})") from None
 
 
 @contextmanager
@@ -190,6 +226,8 @@ def quiet_warnings() -> Iterator[None]:
 
 def one_line(exc: BaseException) -> str:
     """An exception as one short line for an error message."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    from layersearch.study.storage_safety import driver_text
+
+    text = driver_text(exc) or type(exc).__name__
     text = f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
     return text if len(text) <= 200 else text[:197] + "..."

@@ -14,10 +14,11 @@ def finished_trials(study: Any) -> list[Any]:
 
 
 def best_trial(study: Any) -> Any:
-    """The best COMPLETE trial, or None (Optuna raises when there is none)."""
+    """The best COMPLETE trial, or None (Optuna raises when there is none, and for a
+    multi-objective study, which has no single best: another tool's, never ours)."""
     try:
         return study.best_trial
-    except ValueError:
+    except (ValueError, RuntimeError):
         return None
 
 

@@ -1,0 +1,98 @@
+"""Reading user input files with bounded work and memory, and one-line errors.
+
+Every file a user passes (masks, profiles, prompt lists) is read through :func:`read_text`:
+a size limit (:data:`MAX_INPUT_BYTES`) before anything is read, UTF-8 (a BOM is allowed)
+checked with the offending byte named, folders and devices refused. :func:`parse_json` adds
+limits on nesting depth and on the length of integers, so a small hostile file cannot make
+the parser, or code walking its result, run for long or recurse deeply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from layersearch.errors import LayersearchError
+
+#: Largest input file read (bytes): masks and profiles are a few KB, prompt lists a few MB.
+MAX_INPUT_BYTES = 32 * 1024 * 1024
+#: Deepest JSON nesting accepted (our files nest 3 levels).
+MAX_JSON_DEPTH = 32
+#: Longest integer literal accepted, in digits.
+MAX_INT_DIGITS = 30
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> str:
+    """The text of ``path``, a ``what`` file ("mask", "prompts"); raises LayersearchError.
+
+    ``max_bytes`` defaults to :data:`MAX_INPUT_BYTES`.
+    """
+    path = Path(path)
+    max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise LayersearchError(f"{what} file {path} is a directory")
+        if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
+            raise LayersearchError(f"{what} file {path} is too large ({st.st_size} bytes; at most {max_bytes})")
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)  # bounded even for a pipe or device
+    except FileNotFoundError:
+        raise LayersearchError(f"{what} file not found: {path}") from None
+    except OSError as exc:
+        raise LayersearchError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise LayersearchError(f"{what} file {path} is too large (more than {max_bytes} bytes)")
+    return decode_utf8(data, f"{what} file {path}")
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text (a leading BOM dropped); raises LayersearchError naming the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise LayersearchError(
+            f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Parsed JSON with bounded nesting and integer length; raises LayersearchError naming ``where``."""
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise LayersearchError(f"{where}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH})")
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except json.JSONDecodeError as exc:
+        raise LayersearchError(f"{where}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:
+        raise LayersearchError(f"{where}: {exc}") from None
+
+
+def json_depth(text: str) -> int:
+    """Deepest bracket nesting of ``text`` outside strings (linear time, no recursion)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(literal.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+__all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "decode_utf8", "json_depth", "parse_json", "read_text"]

@@ -1,0 +1,61 @@
+"""Issue 16 items 6 and 9: any input file costs bounded work and memory, and bad bytes get one line."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+
+import pytest
+
+from layersearch.errors import LayersearchError
+from layersearch.inputs import json_depth, parse_json, read_text
+from layersearch.mask import SkipMask
+
+
+def test_a_long_index_list_is_checked_in_linear_time(tmp_path):
+    # 40 KB took seconds with the quadratic duplicate check; 4 MB would have taken days.
+    path = tmp_path / "dups.json"
+    path.write_text(json.dumps({"schema_version": 1, "num_layers": 4096, "attention": list(range(4096)) * 100, "mlp": []}))
+    started = time.perf_counter()
+    with pytest.raises(LayersearchError, match="duplicate layer index 0"):
+        SkipMask.load(path)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_a_mask_claiming_a_billion_layers_is_refused_without_allocating(tmp_path):
+    path = tmp_path / "huge.json"
+    path.write_text('{"schema_version":1,"num_layers":1000000000,"attention":[],"mlp":[]}')
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(LayersearchError, match="beyond any model"):
+        SkipMask.load(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KB
+
+
+def test_json_limits_depth_and_integer_length_but_not_brackets_in_strings():
+    assert json_depth('{"a": "[[[[[[[[", "b": [1, [2]]}') == 3
+    assert parse_json('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', "x") == {"a": "[" * 40}
+    with pytest.raises(LayersearchError, match="nested 100000 levels"):
+        parse_json("[" * 100_000 + "]" * 100_000, "x")
+    with pytest.raises(LayersearchError, match="integer with 5000 digits"):
+        parse_json("9" * 5000, "x")
+
+
+@pytest.mark.parametrize("data, needle", [
+    (b'{"prompt": "caf\xe9"}\n', r"not UTF-8 text \(byte 0xe9 on line 1\)"),
+    (bytes(range(256)), "not UTF-8 text"),
+])
+def test_non_utf8_input_names_the_byte(tmp_path, data, needle):
+    path = tmp_path / "in.json"
+    path.write_bytes(data)
+    with pytest.raises(LayersearchError, match=needle):
+        read_text(path, "prompts")
+
+
+def test_a_bom_is_accepted_and_size_is_bounded(tmp_path):
+    path = tmp_path / "in.json"
+    path.write_bytes(b"\xef\xbb\xbf{}")
+    assert read_text(path, "mask") == "{}"
+    path.write_bytes(b" " * 2000)
+    with pytest.raises(LayersearchError, match="too large"):
+        read_text(path, "mask", max_bytes=1000)

@@ -1,0 +1,106 @@
+"""Issue 16 items 4 and 5: outputs follow the user's intent and are written whole, or not at all."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from layersearch.cli import main
+from layersearch.errors import LayersearchError
+from layersearch.jsonfile import write_json_atomic
+from layersearch.mask import SkipMask
+from layersearch.outputs import check_output, write_output, write_outputs
+
+
+def test_a_symlink_is_written_through(tmp_path):
+    real = tmp_path / "data" / "mask.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "latest.json"
+    link.symlink_to(real)
+    SkipMask(4, (1,), ()).save(link)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert SkipMask.load(real).attention == (1,)
+
+
+def test_dash_streams_to_stdout(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    SkipMask(4, (), (2,)).save("-")
+    out = capsys.readouterr().out
+    assert '"mlp": [\n    2\n  ]' in out and list(tmp_path.iterdir()) == []
+
+
+def test_a_device_is_written_in_place_not_replaced():
+    before = os.stat("/dev/null")
+    write_json_atomic("/dev/null", {"x": 1})
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+def test_new_files_get_the_umask_mode_and_replaced_ones_keep_theirs(tmp_path):
+    old = os.umask(0o027)
+    try:
+        fresh = tmp_path / "fresh.json"
+        write_output(fresh, "{}")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o640
+        kept = tmp_path / "kept.json"
+        kept.write_text("x")
+        kept.chmod(0o604)
+        write_output(kept, "{}")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o604
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: (p / "d").mkdir() or p / "d", "is a directory"),
+    (lambda p: "", "is empty"),
+    (lambda p: (p / "f").write_text("x") and p / "f" / "out.json", "is not a directory"),
+    (lambda p: p / ("x" * 300), "file name too long"),
+])
+def test_bad_outputs_are_refused_before_work(tmp_path, make, needle):
+    with pytest.raises(LayersearchError, match=needle):
+        check_output(make(tmp_path))
+
+
+def test_a_result_set_is_all_or_nothing(tmp_path, monkeypatch):
+    csv, js = tmp_path / "t.csv", tmp_path / "t.json"
+    csv.write_text("old csv")
+    real_replace = os.replace
+    calls = {"n": 0}
+
+    def second_rename_fails(src, dst):
+        calls["n"] += 1
+        if str(dst) == str(js):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_rename_fails)
+    with pytest.raises(LayersearchError, match="nothing was written"):
+        write_outputs([(csv, "new csv"), (js, "[]")])
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert csv.read_text() == "old csv" and not js.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]  # no temporary or backup left
+
+
+def test_compare_writes_both_tables_or_neither(tmp_path):
+    from layersearch.study.compare import write_table
+
+    (tmp_path / "t.json").mkdir()  # the JSON cannot be written: the CSV must not appear either
+    with pytest.raises(LayersearchError, match="is a directory"):
+        write_table([{"name": "a"}], tmp_path / "t", ["name"])
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_profile_checks_out_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    import layersearch.commands.profile as profile_command
+
+    monkeypatch.setattr(profile_command, "load", lambda args: pytest.fail("the model was loaded before --out was checked"))
+    (tmp_path / "out").mkdir()
+    started = time.perf_counter()
+    status = main(["profile", "--out", str(tmp_path / "out")])
+    assert status == 2 and "is a directory" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5
