@@ -63,9 +63,10 @@ def _add_generate(sub) -> None:
     p.add_argument("--verification", choices=["chain", "tree"], default="chain",
                    help="verify the draft chain, or SWIFT's token tree of top-k candidates per position (greedy; "
                    "sampling verifies the chain) (default chain)")
-    p.add_argument("--lookahead", choices=["static", "confidence", "adaptive", "heuristic"], default=None,
+    p.add_argument("--lookahead", default=None, metavar="{static,confidence,adaptive,heuristic,disco:FILE}",
                    help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
-                   "threshold, or HF's heuristic schedule (default: confidence, adaptive with --adaptive-threshold)")
+                   "threshold, HF's heuristic schedule, or a DISCO classifier file (its mask unless --mask is given) "
+                   "(default: confidence, adaptive with --adaptive-threshold)")
     p.set_defaults(command="generate")
 
 
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_generate, _add_mask, _add_profile, _add_bench, _add_demo):
         add(sub)
     # Larger command families define their own parsers (light modules: no torch at import).
-    for name in ("study_args", "plot_args", "knapspec_bench"):
+    for name in ("study_args", "plot_args", "knapspec_bench", "disco"):
         importlib.import_module(f"layersearch.commands.{name}").add_parser(sub, _Parser)
     return parser
 
