@@ -249,3 +249,23 @@ def test_a_file_for_another_model_is_refused(tmp_path):
     path = make_file().save(tmp_path / "d.json")
     with pytest.raises(LayersearchError, match="trained for model"):
         DiscoFile.load(path, model=ModelInfo("other", 4, 64, "fff"))
+
+
+def test_hf_confidence_rule_refits_its_threshold_from_what_was_accepted():
+    from layersearch.runtime.lookahead import DraftPosition
+    from layersearch.runtime.outcome import StepOutcome
+
+    def position(index, top):
+        logits = torch.log(torch.tensor([top, 1 - top]))
+        return DraftPosition(index, logits, SamplingConfig())
+
+    rule = RocConfidenceLookahead(8)
+    # Confident tokens get accepted, unconfident ones rejected: the threshold moves between them.
+    for step in range(4):
+        for index, top in enumerate((0.95, 0.9, 0.6)):
+            assert rule.keep_drafting(position(index, top)) is (top >= rule.threshold)
+        drafted = sum(t >= rule.threshold for t in (0.95, 0.9, 0.6))
+        outcome = StepOutcome(step, 10, drafted, min(drafted, 2), min(drafted, 2) + 1, "layer-skip", None)
+        rule = rule.update(outcome)
+    assert rule.threshold == pytest.approx(0.9)
+    assert not rule.keep_drafting(position(0, 0.6)) and rule.keep_drafting(position(0, 0.95))
