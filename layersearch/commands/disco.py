@@ -132,18 +132,19 @@ def _bench(args, mask_file, rows) -> int:
     for domain in domains:
         prompts = _prompts(loaded, domain, args.test_prompts, args.seed, "test")
         ids = [torch.tensor([p]) for p in prompts]
-        steps: list = []
+        steps: dict[str, list] = {}
         configs = rule_configs(loaded.model, mask, args.max_draft, trained, domain, steps)
         _say(f"{domain}: {len(ids)} test prompts x {len(configs)} rules x {args.repeats} repeats")
         measured = run_domain(configs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
         statics = [c.name for c in configs if c.name.startswith("static ") and not measured[c.name].error]
         best = min(statics, key=lambda n: statistics.median(measured[n].totals))
-        rows_ = table_rows(configs, measured, best)
+        costs = record_costs(steps, args.max_draft)
+        rows_ = table_rows(configs, measured, best, steps, costs)
         test_rows = collect(loaded.model, mask, prompts, args.max_new_tokens, None, eos_ids(loaded.model))
         plain_ms = next(r["ms_per_token"] for r in rows_ if r["config"] == PLAIN)
-        rows_.append(oracle_row(test_rows, record_costs(steps, args.max_draft), measured, plain_ms))
+        rows_.append(oracle_row(test_rows, costs, measured, plain_ms))
         tuned = trained[domain].tuned
-        report["domains"][domain] = {"rows": rows_, "validation": trained[domain].file.training,
+        report["domains"][domain] = {"rows": rows_, "validation": dict(trained[domain].file.training), "costs": costs.to_dict(),
                                      "test_acceptance": float(test_rows.label.mean())}
         print(format_table(domain, rows_, tuned), flush=True)
     path = write_json_atomic(args.out, report)

@@ -68,10 +68,10 @@ def train_domain(
 
 
 def rule_configs(
-    model, mask: SkipMask, max_draft: int, trained: dict[str, Trained], domain: str, steps: list
+    model, mask: SkipMask, max_draft: int, trained: dict[str, Trained], domain: str, steps: dict[str, list]
 ) -> list[Config]:
     """Plain generate and our loop under every draft-length rule (one decoder each); every
-    generation's per-step records are appended to ``steps``."""
+    generation's per-step records are appended to ``steps[rule name]``."""
     own = trained[domain]
 
     def ours(label: str, lookahead) -> Config:
@@ -79,7 +79,7 @@ def rule_configs(
 
         def generate(ids, n):
             result = decoder.generate(ids, n)
-            steps.append(result.stats.steps)
+            steps.setdefault(label, []).append(result.stats.steps)
             return result
 
         return Config(label, generate, mask, model)
@@ -98,11 +98,11 @@ def rule_configs(
     return result
 
 
-def record_costs(steps: list, max_draft: int) -> Costs:
+def record_costs(steps: dict[str, list], max_draft: int) -> Costs:
     """Seconds per draft forward and per verification width, from the test run's per-step records."""
     draft_seconds = draft_forwards = 0.0
     by_width: dict[int, list[float]] = {}
-    for generation in steps:
+    for generation in (g for runs in steps.values() for g in runs):
         for outcome in generation:
             draft_seconds += outcome.draft_seconds
             draft_forwards += outcome.draft_forwards
@@ -115,8 +115,17 @@ def record_costs(steps: list, max_draft: int) -> Costs:
     return Costs(draft_seconds / draft_forwards if draft_forwards else 0.0, verify)
 
 
-def table_rows(configs: list[Config], measured, best_static: str) -> list[dict[str, Any]]:
-    """Summary rows with wasted draft tokens (drafted - accepted, and stopping forwards)."""
+def modelled_ms(generations: list, costs: Costs) -> float:
+    """ms per token of these generations' own steps priced with the common ``costs`` (prefill
+    left out): counts from the run, seconds without the shared machine's noise."""
+    seconds = sum(s.draft_forwards * costs.draft + costs.verify_seconds(s.drafted) for g in generations for s in g)
+    tokens = sum(s.emitted for g in generations for s in g)
+    return 1000 * seconds / tokens if tokens else float("nan")
+
+
+def table_rows(configs: list[Config], measured, best_static: str, steps: dict[str, list], costs: Costs) -> list[dict[str, Any]]:
+    """Summary rows with wasted draft tokens (drafted - accepted, and stopping forwards) and the
+    modelled latency of each rule's own steps (plain decoding: one 1-token forward per token)."""
     rows = []
     for config in configs:
         m = measured[config.name]
@@ -126,6 +135,9 @@ def table_rows(configs: list[Config], measured, best_static: str) -> list[dict[s
             row["wasted_draft_tokens"] = (pooled.drafted - pooled.accepted) / len(m.stats)
             row["stop_forwards"] = (pooled.draft_forwards - pooled.drafted) / len(m.stats)
             row["ms_per_token"] = 1000 * statistics.median(s.total_seconds / s.new_tokens for s in m.stats)
+            row["modelled_ms_per_token"] = (
+                modelled_ms(steps[config.name], costs) if config.name in steps else 1000 * costs.verify_seconds(0)
+            )
         row["best_static"] = config.name == best_static
         rows.append(row)
     return rows
@@ -139,8 +151,10 @@ def oracle_row(test_rows: Rows, costs: Costs, measured, plain_ms: float) -> dict
     )
     seconds = result.seconds + prefill  # prefill: all prompts of one repeat
     ms = 1000 * seconds / result.tokens
+    decode_tokens = result.tokens - len(test_rows.prompts())  # the prefill's tokens cost no step
     return {
         "config": "oracle (replayed)", "ms_per_token": ms, "speedup": plain_ms / ms if ms else None,
+        "modelled_ms_per_token": 1000 * (result.seconds / decode_tokens) if decode_tokens else None,
         "M": (result.tokens - len(test_rows.prompts())) / result.steps if result.steps else None,
         "alpha": 1.0, "wasted_draft_tokens": 0.0, "identical_to_plain": True,
     }
@@ -151,8 +165,9 @@ def format_table(domain: str, rows: list[dict[str, Any]], tuned: Tuned) -> str:
     lines = [
         f"== {domain}: validation F1 classifier {tuned.classifier_f1:.3f} vs best static (SL {tuned.static_length}) "
         f"{tuned.static.f1:.3f}; tau {tuned.tau:g}, SL_max {tuned.sl_max}",
-        f"{'config':<34} {'ms/tok':>7} {'speedup':>8} {'M':>5} {'alpha':>6} {'wasted':>7} {'same':>5}",
+        f"{'config':<34} {'ms/tok':>7} {'speedup':>8} {'model':>6} {'m.spd':>6} {'M':>5} {'alpha':>6} {'wasted':>7} {'same':>5}",
     ]
+    plain_model = next((r.get("modelled_ms_per_token") for r in rows if r["config"] == PLAIN), None)
     for r in rows:
         if r.get("error"):
             lines.append(f"{r['config']:<34} error: {r['error']}")
@@ -161,6 +176,16 @@ def format_table(domain: str, rows: list[dict[str, Any]], tuned: Tuned) -> str:
         alpha = "-" if r.get("alpha") is None else f"{r['alpha']:.2f}"
         lines.append(
             f"{name:<34} {r.get('ms_per_token', float('nan')):>7.1f} {r.get('speedup') or float('nan'):>7.2f}x "
+            f"{r.get('modelled_ms_per_token') or float('nan'):>6.1f} {_ratio(plain_model, r.get('modelled_ms_per_token')):>5.2f}x "
             f"{r.get('M') or 0:>5.2f} {alpha:>6} {r.get('wasted_draft_tokens', 0):>7.1f} {str(r.get('identical_to_plain')):>5}"
         )
+    lines.append(
+        "ms/tok, speedup: measured wall time (prefill included), plain generate / this; model, m.spd: the rule's own "
+        "steps priced with the run's median seconds per draft forward and per verification width (no prefill), "
+        "and plain's one-token forwards / this; wasted: drafted - accepted tokens"
+    )
     return "\n".join(lines)
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a and b else float("nan")

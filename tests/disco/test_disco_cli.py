@@ -79,3 +79,23 @@ def test_malformed_disco_file_is_one_line(tmp_path, capsys):
     bad.write_text('{"kind": "disco-classifier", "schema_version": 1}')
     code, _, err = run_cli(capsys, "generate", "--prompt", "x", "--lookahead", f"disco:{bad}")
     assert code == 2 and err.count("\n") == 1 and "missing" in err
+
+
+def test_bench_runs_every_rule_with_transfer_and_the_oracle(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli(
+        capsys, "disco", "bench", "--model", folder, "--skip-ratio", "0.25", "--domains", "code,sql",
+        "--train-prompts", 2, "--val-prompts", 1, "--test-prompts", 1, "--max-new-tokens", 10, "--max-draft", 2,
+        "--out", out,
+    )
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    for domain, other in (("code", "sql"), ("sql", "code")):
+        rows = {r["config"]: r for r in report["domains"][domain]["rows"]}
+        assert {"plain generate", "static 1", "static 2", "hf heuristic", "hf confidence (roc)",
+                f"DISCO trained on {other}", "oracle (replayed)"} <= set(rows)
+        assert all(r["identical_to_plain"] for r in rows.values())
+        assert sum(r.get("best_static", False) for r in rows.values()) == 1
+        assert rows["oracle (replayed)"]["alpha"] == 1.0 and rows["oracle (replayed)"]["modelled_ms_per_token"] > 0
+        assert f"== {domain}" in stdout
