@@ -60,6 +60,22 @@ COMMANDS: dict[str, Command] = {
                            (("--key", "nope"), ("--num-layers", "2"), ("--format", "nope")), kinds={"paper": "prompts"}),
     "mask export": Command(("mask", "export", "{mask}", "--format", "selfsd", "--key", "m", "--out", "{out}"),
                            (("--format", "nope"),)),
+    # DISCO's commands: bad arguments only (their --out is a fixed name here: nothing may be written).
+    "disco collect": Command(
+        ("disco", "collect", "--model", MODEL, "--domain", "translation", "--prompts", "1", "--max-new-tokens", "2",
+         "--out", "rows.npz"),
+        (("--prompts", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--threads", "0")),
+    ),
+    "disco train": Command(
+        ("disco", "train", "--model", MODEL, "--domain", "translation", "--train-prompts", "1", "--val-prompts", "1",
+         "--max-new-tokens", "2", "--out", "disco.json"),
+        (("--train-prompts", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--rows", "missing.npz")),
+    ),
+    "disco bench": Command(
+        ("disco", "bench", "--model", MODEL, "--domains", "translation", "--train-prompts", "1", "--val-prompts", "1",
+         "--test-prompts", "1", "--max-new-tokens", "2", "--out", "disco_bench.json"),
+        (("--test-prompts", "0"), ("--domains", ","), ("--max-draft", "0"), ("--repeats", "0")),
+    ),
     "transfer": Command(
         ("transfer", "--model", MODEL, "--mask", "translation={mask}", "--domains", "translation", "--samples", "1",
          "--max-new-tokens", "2", "--out-prefix", "{prefix}"),

@@ -40,9 +40,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--verification", choices=["chain", "tree"], default="chain",
                    help="verify the draft chain, or SWIFT's token tree of top-k candidates per position (greedy; "
                    "sampling verifies the chain) (default chain)")
-    p.add_argument("--lookahead", choices=["static", "confidence", "adaptive", "heuristic"], default=None,
+    p.add_argument("--lookahead", default=None, metavar="{static,confidence,adaptive,heuristic,disco:FILE}",
                    help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
-                   "threshold, or HF's heuristic schedule (default: confidence, adaptive with --adaptive-threshold)")
+                   "threshold, HF's heuristic schedule, or a DISCO classifier file (its mask unless --mask is given) "
+                   "(default: confidence, adaptive with --adaptive-threshold)")
     p.set_defaults(command="generate")
 
 
@@ -57,9 +58,14 @@ def run(args: Any) -> int:
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio or --dynamic")
     _check_args(args)
-    # A bad mask file fails before the (slower) model load.
+    # A bad mask or DISCO file fails before the (slower) model load.
     mask_file = SkipMask.load(args.mask) if args.mask else None
+    disco = _disco_file(args)
     loaded = load(args)
+    if disco is not None:
+        _check_disco(args, disco, loaded.info)
+        if mask_file is None and args.skip_ratio is None:
+            mask_file = disco.mask  # the mask the classifier was trained for
     mask = None if args.baseline or args.dynamic else _mask(args, mask_file, loaded.info)
     decoder = None if args.baseline else _decoder(args, loaded, mask, sampling)
     profile = _profile(args, loaded.info) if mask is not None else None
@@ -126,12 +132,41 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
     if args.adaptive_threshold and getattr(args, "lookahead", None) not in (None, "adaptive"):
         raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
-    lookahead = policy.lookahead(getattr(args, "lookahead", None))
+    name = getattr(args, "lookahead", None)
+    if name is not None and name.startswith("disco:"):
+        lookahead = _disco_file(args).lookahead()
+    else:
+        lookahead = policy.lookahead(name)
     plugins = _verification(getattr(args, "verification", None) or "chain")
     plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
     if args.dynamic:
         return dynamic_decoder(args, loaded, policy=policy, sampling=sampling, lookahead=lookahead, **plugins)
     return SpeculativeDecoder(loaded.model, mask, sampling=sampling, lookahead=lookahead, **plugins)
+
+
+def _disco_file(args: Any):
+    """The DISCO file of ``--lookahead disco:FILE`` (validated), else None (an unknown rule name
+    fails here, before the model load)."""
+    from layersearch.runtime.lookahead import LOOKAHEAD_NAMES
+
+    name = getattr(args, "lookahead", None)
+    if name is None or name in LOOKAHEAD_NAMES:
+        return None
+    if not name.startswith("disco:"):
+        raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)}, disco:FILE)")
+    from layersearch.disco.file import DiscoFile
+
+    path = name[len("disco:"):]
+    if not path:
+        raise LayersearchError("--lookahead disco: needs a file, e.g. --lookahead disco:disco.json")
+    return DiscoFile.load(path)
+
+
+def _check_disco(args: Any, disco, info) -> None:
+    try:
+        disco.check_model(info)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{args.lookahead[len('disco:'):]}: {exc}") from None
 
 
 def _verification(kind: str) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class ModelRuntime:
         self.max_new_tokens = max_new_tokens
         self.policy = DraftPolicy(max_draft, draft_threshold)
         self._needs_warm_up = warm_up
-        self._targets: dict[tuple[int, int], tuple[Any, int, list[int]]] = {}
+        self._targets: dict[tuple[int, int], Any] = {}
 
     @classmethod
     def from_texts(cls, loaded: Any, texts: Sequence[str], **kwargs: Any) -> "ModelRuntime":
@@ -110,48 +110,27 @@ class ModelRuntime:
 
     def matchness(self, mask: SkipMask, gamma: int) -> MatchMeasurement:
         """SWIFT matchness: one teacher-forced masked forward per prompt over gamma target tokens."""
-        import torch
-
-        from layersearch.models.skipping import skipping
-        from layersearch.runtime.cache import truncate_cache
-        from layersearch.runtime.forward import forward_tokens
+        from layersearch.runtime.teacher import draft_logits
 
         matched = compared = 0
-        with torch.inference_mode():
-            for index in range(len(self.prompts)):
-                cache, length, target = self._target(index, gamma)
-                if len(target) < 2:
-                    continue  # the target ended at once (end of sequence): nothing to predict
-                inputs = target[:-1]  # t_1..t_gamma: the draft predicts t_2..t_{gamma+1}
-                try:
-                    with skipping(self.model, mask):
-                        logits = forward_tokens(self.model, inputs, length, cache)  # [gamma', vocab]
-                finally:
-                    truncate_cache(cache, length)  # drop the draft's entries: the prompt cache stays exact
-                predicted = logits.argmax(-1).tolist()
-                matched += sum(int(p == t) for p, t in zip(predicted, target[1:]))
-                compared += len(inputs)
+        for index in range(len(self.prompts)):
+            run = self._target(index, gamma)
+            if len(run.tokens) < 2:
+                continue  # the target ended at once (end of sequence): nothing to predict
+            predicted = draft_logits(self.model, mask, run).argmax(-1).tolist()  # predicts t_2..t_{gamma+1}
+            matched += sum(int(p == t) for p, t in zip(predicted, run.tokens[1:]))
+            compared += len(predicted)
         return MatchMeasurement(matched, compared)
 
     # ----- helpers -----------------------------------------------------------------------------
-    def _target(self, index: int, gamma: int) -> tuple[Any, int, list[int]]:
-        """Prompt cache, prompt length and the target's greedy tokens t_1..t_{gamma+1} (cached)."""
+    def _target(self, index: int, gamma: int) -> Any:
+        """The target's greedy tokens t_1..t_{gamma+1} with the prompt cache (a TargetRun, cached)."""
         key = (index, gamma)
         if key not in self._targets:
-            from layersearch.runtime.cache import new_cache, truncate_cache
             from layersearch.runtime.decoder import eos_ids
-            from layersearch.runtime.forward import forward_tokens
+            from layersearch.runtime.teacher import target_continuation
 
-            prompt = self.prompts[index]
-            cache = new_cache(self.model)
-            logits = forward_tokens(self.model, prompt, 0, cache, keep=1)[-1]  # prefill: [vocab]
-            tokens = [int(logits.argmax())]
-            stop = eos_ids(self.model)
-            while len(tokens) < gamma + 1 and tokens[-1] not in stop:
-                logits = forward_tokens(self.model, [tokens[-1]], len(prompt) + len(tokens) - 1, cache)[-1]
-                tokens.append(int(logits.argmax()))
-            truncate_cache(cache, len(prompt))  # back to the prompt: the draft reuses it
-            self._targets[key] = (cache, len(prompt), tokens)
+            self._targets[key] = target_continuation(self.model, self.prompts[index], gamma + 1, eos_ids(self.model))
         return self._targets[key]
 
     def _warm_up(self) -> None:

@@ -1,0 +1,191 @@
+"""``layersearch disco train`` / ``bench``: train and tune DISCO on a domain, then compare every
+draft-length rule on the domain's test prompts in one run (disco.txt Table 1).
+
+Per domain: rows from the train split train the classifier; the validation split tunes tau /
+SL_max, the static length and the perplexity threshold (replay with device-measured costs,
+:mod:`layersearch.disco.tune`); the test split runs, interleaved with plain ``generate``: static
+lengths 1..N (best marked), Self-SD's confidence and adaptive thresholds, HF's heuristic schedule,
+HF's ROC-fitted confidence rule, the perplexity rule, DISCO, DISCO trained on each other domain
+(transfer), and the oracle (drafting exactly the tokens that get accepted), whose latency is
+replayed from the test run's own records: seconds per draft forward and per verification width.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from layersearch.bench import PLAIN, Config, run_domain, summarize
+from layersearch.disco.baselines import PerplexityLookahead, RocConfidenceLookahead
+from layersearch.disco.classifier import train
+from layersearch.disco.collect import Rows, collect
+from layersearch.disco.file import DiscoFile
+from layersearch.disco.tune import Costs, Tuned, measure_costs, replay, tune
+from layersearch.mask import ModelInfo, SkipMask
+from layersearch.runtime.baseline import hf_generate
+from layersearch.runtime.decoder import SpeculativeDecoder, eos_ids
+from layersearch.runtime.lookahead import AdaptiveLookahead, ConfidenceLookahead, HeuristicLookahead, StaticLookahead
+from layersearch.runtime.stats import combine
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A domain's DISCO file and what validation chose."""
+
+    file: DiscoFile
+    tuned: Tuned
+
+
+def train_domain(
+    model: torch.nn.Module, info: ModelInfo, mask: SkipMask, train_prompts: Sequence[Sequence[int]],
+    val_prompts: Sequence[Sequence[int]], *, new_tokens: int, max_draft: int, loss: str, say: Say,
+    domain: str, train_rows: Rows | None = None,
+) -> Trained:
+    """Collect (unless ``train_rows``), train, measure costs, tune; the file is not written here."""
+    stop = eos_ids(model)
+    if train_rows is None:
+        say(f"{domain}: collecting training rows")
+        train_rows = collect(model, mask, train_prompts, new_tokens, say, stop)
+    say(f"{domain}: collecting validation rows")
+    val_rows = collect(model, mask, val_prompts, new_tokens, say, stop)
+    classifier, report = train(train_rows, val_rows, loss=loss)
+    say(f"{domain}: trained ({report.epochs} epochs, validation loss {report.validation_loss:.3f}); measuring costs")
+    costs = measure_costs(model, mask, val_prompts[0], max_draft)
+    tuned = tune(classifier, val_rows, costs, max_draft)
+    training = {
+        "domain": domain, "loss": loss, "train_rows": len(train_rows), "validation_rows": len(val_rows),
+        "train_acceptance": float(train_rows.label.mean()) if len(train_rows) else None,
+        "epochs": report.epochs, "validation_loss": report.validation_loss, "costs": costs.to_dict(),
+        "new_tokens": new_tokens, **tuned.to_dict(),
+    }
+    file = DiscoFile(info, mask.with_model(info), classifier, tuned.tau, tuned.sl_max, training)
+    return Trained(file, tuned)
+
+
+def rule_configs(
+    model, mask: SkipMask, max_draft: int, trained: dict[str, Trained], domain: str, steps: dict[str, list]
+) -> list[Config]:
+    """Plain generate and our loop under every draft-length rule (one decoder each); every
+    generation's per-step records are appended to ``steps[rule name]``."""
+    own = trained[domain]
+
+    def ours(label: str, lookahead) -> Config:
+        decoder = SpeculativeDecoder(model, mask, lookahead=lookahead)
+
+        def generate(ids, n):
+            result = decoder.generate(ids, n)
+            steps.setdefault(label, []).append(result.stats.steps)
+            return result
+
+        return Config(label, generate, mask, model)
+
+    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
+    result += [ours(f"static {k}", StaticLookahead(k)) for k in range(1, max_draft + 1)]
+    result += [
+        ours("self-sd confidence 0.8", ConfidenceLookahead(max_draft, 0.8)),
+        ours("self-sd adaptive", AdaptiveLookahead.starting_at(max_draft, 0.8)),
+        ours("hf heuristic", HeuristicLookahead(max_draft, ceiling=32)),
+        ours("hf confidence (roc)", RocConfidenceLookahead(max_draft)),
+        ours(f"ppl <= {own.tuned.ppl_threshold:g}", PerplexityLookahead(max_draft, own.tuned.ppl_threshold)),
+        ours(f"DISCO (tau {own.file.tau:g}, SL_max {own.file.sl_max})", own.file.lookahead()),
+    ]
+    result += [ours(f"DISCO trained on {other}", t.file.lookahead()) for other, t in trained.items() if other != domain]
+    return result
+
+
+def record_costs(steps: dict[str, list], max_draft: int) -> Costs:
+    """Seconds per draft forward and per verification width, from the test run's per-step records."""
+    draft_seconds = draft_forwards = 0.0
+    by_width: dict[int, list[float]] = {}
+    for generation in (g for runs in steps.values() for g in runs):
+        for outcome in generation:
+            draft_seconds += outcome.draft_seconds
+            draft_forwards += outcome.draft_forwards
+            by_width.setdefault(outcome.drafted, []).append(outcome.verify_seconds)
+    from layersearch.runtime.profiler import fit_line
+
+    widths = sorted(by_width)
+    slope, intercept = fit_line(widths, [statistics.median(by_width[w]) for w in widths]) if len(widths) > 1 else (0.0, 0.0)
+    verify = tuple(statistics.median(by_width[k]) if k in by_width else intercept + slope * k for k in range(max_draft + 1))
+    return Costs(draft_seconds / draft_forwards if draft_forwards else 0.0, verify)
+
+
+def modelled_ms(generations: list, costs: Costs) -> float:
+    """ms per token of these generations' own steps priced with the common ``costs`` (prefill
+    left out): counts from the run, seconds without the shared machine's noise."""
+    seconds = sum(s.draft_forwards * costs.draft + costs.verify_seconds(s.drafted) for g in generations for s in g)
+    tokens = sum(s.emitted for g in generations for s in g)
+    return 1000 * seconds / tokens if tokens else float("nan")
+
+
+def table_rows(configs: list[Config], measured, best_static: str, steps: dict[str, list], costs: Costs) -> list[dict[str, Any]]:
+    """Summary rows with wasted draft tokens (drafted - accepted, and stopping forwards) and the
+    modelled latency of each rule's own steps (plain decoding: one 1-token forward per token)."""
+    rows = []
+    for config in configs:
+        m = measured[config.name]
+        row = summarize(config.name, m, None, 0, None)
+        if not m.error and m.stats:
+            pooled = combine(m.stats)
+            row["wasted_draft_tokens"] = (pooled.drafted - pooled.accepted) / len(m.stats)
+            row["stop_forwards"] = (pooled.draft_forwards - pooled.drafted) / len(m.stats)
+            row["ms_per_token"] = 1000 * statistics.median(s.total_seconds / s.new_tokens for s in m.stats)
+            row["modelled_ms_per_token"] = (
+                modelled_ms(steps[config.name], costs) if config.name in steps else 1000 * costs.verify_seconds(0)
+            )
+        row["best_static"] = config.name == best_static
+        rows.append(row)
+    return rows
+
+
+def oracle_row(test_rows: Rows, costs: Costs, measured, plain_ms: float) -> dict[str, Any]:
+    """The oracle's replayed latency on the test outputs (prefill seconds from the run's records)."""
+    result = replay(test_rows.prompts(), None, 10**6, costs)
+    prefill = statistics.median(
+        s.prefill_seconds for name, m in measured.items() if name != PLAIN and not m.error for s in m.stats
+    )
+    seconds = result.seconds + prefill  # prefill: all prompts of one repeat
+    ms = 1000 * seconds / result.tokens
+    decode_tokens = result.tokens - len(test_rows.prompts())  # the prefill's tokens cost no step
+    return {
+        "config": "oracle (replayed)", "ms_per_token": ms, "speedup": plain_ms / ms if ms else None,
+        "modelled_ms_per_token": 1000 * (result.seconds / decode_tokens) if decode_tokens else None,
+        "M": (result.tokens - len(test_rows.prompts())) / result.steps if result.steps else None,
+        "alpha": 1.0, "wasted_draft_tokens": 0.0, "identical_to_plain": True,
+    }
+
+
+def format_table(domain: str, rows: list[dict[str, Any]], tuned: Tuned) -> str:
+    """One domain's table, best static marked with '*'."""
+    lines = [
+        f"== {domain}: validation F1 classifier {tuned.classifier_f1:.3f} vs best static (SL {tuned.static_length}) "
+        f"{tuned.static.f1:.3f}; tau {tuned.tau:g}, SL_max {tuned.sl_max}",
+        f"{'config':<34} {'ms/tok':>7} {'speedup':>8} {'model':>6} {'m.spd':>6} {'M':>5} {'alpha':>6} {'wasted':>7} {'same':>5}",
+    ]
+    plain_model = next((r.get("modelled_ms_per_token") for r in rows if r["config"] == PLAIN), None)
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"{r['config']:<34} error: {r['error']}")
+            continue
+        name = ("* " if r.get("best_static") else "") + r["config"]
+        alpha = "-" if r.get("alpha") is None else f"{r['alpha']:.2f}"
+        lines.append(
+            f"{name:<34} {r.get('ms_per_token', float('nan')):>7.1f} {r.get('speedup') or float('nan'):>7.2f}x "
+            f"{r.get('modelled_ms_per_token') or float('nan'):>6.1f} {_ratio(plain_model, r.get('modelled_ms_per_token')):>5.2f}x "
+            f"{r.get('M') or 0:>5.2f} {alpha:>6} {r.get('wasted_draft_tokens', 0):>7.1f} {str(r.get('identical_to_plain')):>5}"
+        )
+    lines.append(
+        "ms/tok, speedup: measured wall time (prefill included), plain generate / this; model, m.spd: the rule's own "
+        "steps priced with the run's median seconds per draft forward and per verification width (no prefill), "
+        "and plain's one-token forwards / this; wasted: drafted - accepted tokens"
+    )
+    return "\n".join(lines)
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a and b else float("nan")

@@ -1,0 +1,116 @@
+"""DISCO's training data: one row per generated position of a domain's prompts.
+
+The target generates greedily; the draft (the target with a skip mask) predicts every next
+token given the target's own prefix, in one teacher-forced forward per prompt
+(:mod:`layersearch.runtime.teacher`). Row j of a prompt: features of the draft's distribution
+for token t_j (:mod:`layersearch.disco.features`), label = the draft's argmax equals t_j, and
+the total variation distance between draft and target distributions there (the paper's loss
+weighting; 1 - TV is the chance that speculative sampling accepts a sampled draft token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.disco.features import NUM_FEATURES, features
+from layersearch.runtime.teacher import draft_logits, target_continuation
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Teacher-forced rows of several prompts (numpy arrays, one entry per position)."""
+
+    x: np.ndarray  # [N, NUM_FEATURES] float32
+    label: np.ndarray  # [N] bool: draft argmax == target token
+    tv: np.ndarray  # [N] float32: total variation distance between draft and target
+    prompt: np.ndarray  # [N] int: which prompt the row comes from
+    position: np.ndarray  # [N] int: index of the predicted token in the generation (>= 1)
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    def prompts(self) -> list["Rows"]:
+        """The rows of each prompt, in generation order."""
+        return [self.take(self.prompt == p) for p in np.unique(self.prompt)]
+
+    def take(self, keep: np.ndarray) -> "Rows":
+        """The rows selected by a boolean or index array."""
+        return Rows(self.x[keep], self.label[keep], self.tv[keep], self.prompt[keep], self.position[keep])
+
+    def save(self, path: str | Path) -> Path:
+        """Write an ``.npz`` file (through a temporary file: never a partial one)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp.npz")
+        np.savez(tmp, x=self.x, label=self.label, tv=self.tv, prompt=self.prompt, position=self.position)
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Rows":
+        """Read rows written by :meth:`save`; one LayersearchError line if it is not such a file."""
+        try:
+            with np.load(path) as data:
+                rows = cls(*(data[k] for k in ("x", "label", "tv", "prompt", "position")))
+        except FileNotFoundError:
+            raise LayersearchError(f"rows file not found: {path}") from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise LayersearchError(f"{path}: not a DISCO rows file ({exc})") from None
+        if rows.x.ndim != 2 or rows.x.shape[1] != NUM_FEATURES or len({len(rows.x), len(rows.label), len(rows.tv)}) != 1:
+            raise LayersearchError(f"{path}: not a DISCO rows file (feature shape {rows.x.shape})")
+        return rows
+
+    @staticmethod
+    def concat(parts: Sequence["Rows"]) -> "Rows":
+        """All rows of ``parts``, prompt ids made distinct."""
+        offset, shifted = 0, []
+        for part in parts:
+            shifted.append(part.prompt + offset)
+            offset += int(part.prompt.max()) + 1 if len(part) else 0
+        return Rows(
+            np.concatenate([p.x for p in parts]), np.concatenate([p.label for p in parts]),
+            np.concatenate([p.tv for p in parts]), np.concatenate(shifted),
+            np.concatenate([p.position for p in parts]),
+        )
+
+
+def prompt_rows(model: torch.nn.Module, mask: SkipMask, prompt: Sequence[int], new_tokens: int, stop=frozenset()) -> Rows:
+    """Rows of one prompt: the target's ``new_tokens`` greedy tokens, draft predictions of t_1.."""
+    run = target_continuation(model, prompt, new_tokens, stop, keep_logits=True)
+    draft = draft_logits(model, mask, run).float()  # [n, vocab]: row j-1 predicts t_j
+    n = draft.shape[0]
+    if n == 0:
+        return _empty()
+    target = torch.tensor(run.tokens[1:])  # [n]
+    draft_probs = torch.softmax(draft, -1)  # [n, vocab]
+    target_probs = torch.softmax(run.logits[1:], -1)  # [n, vocab]
+    tv = 0.5 * (draft_probs - target_probs).abs().sum(-1)  # [n]
+    positions = torch.arange(1, n + 1)
+    return Rows(
+        features(draft_probs, positions).numpy(), (draft.argmax(-1) == target).numpy(), tv.numpy().astype(np.float32),
+        np.zeros(n, dtype=np.int64), positions.numpy(),
+    )
+
+
+def collect(
+    model: torch.nn.Module, mask: SkipMask, prompts: Sequence[Sequence[int]], new_tokens: int,
+    progress: Callable[[str], None] | None = None, stop=frozenset(),
+) -> Rows:
+    """Rows of every prompt (prompt ids 0..len-1), saying progress per prompt."""
+    parts = []
+    for index, prompt in enumerate(prompts):
+        parts.append(prompt_rows(model, mask, prompt, new_tokens, stop))
+        if progress:
+            progress(f"collected {index + 1}/{len(prompts)} prompts ({sum(map(len, parts))} rows)")
+    return Rows.concat(parts) if parts else _empty()
+
+
+def _empty() -> Rows:
+    return Rows(np.zeros((0, NUM_FEATURES), np.float32), np.zeros(0, bool), np.zeros(0, np.float32),
+                np.zeros(0, np.int64), np.zeros(0, np.int64))

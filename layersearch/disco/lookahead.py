@@ -1,0 +1,53 @@
+"""DISCO as a lookahead rule: keep drafting while C_i >= tau (and fewer than SL_max drafted).
+
+C_i is the classifier's score of the draft's distribution at the next position, read before a
+token is drawn from it, so the rule never changes what is sampled or accepted: the output stays
+the target's own. The rule counts generated tokens through :meth:`update` (each step's
+``emitted``), which gives the position feature; a new generation starts from the rule the
+decoder was built with (position 1 after the prefill's token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from layersearch.disco.classifier import Classifier
+from layersearch.disco.features import features
+from layersearch.errors import LayersearchError
+from layersearch.runtime.lookahead import DraftPosition, Lookahead
+from layersearch.runtime.outcome import StepOutcome
+
+
+@dataclass(frozen=True)
+class DiscoLookahead:
+    """Draft while the classifier's acceptance score stays at or above ``tau``."""
+
+    classifier: Classifier
+    tau: float
+    max_tokens: int = 8
+    generated: int = 1  # tokens emitted so far in this generation (the prefill's included)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise LayersearchError(f"SL_max must be an integer >= 1, got {self.max_tokens!r}")
+        if not 0 <= self.tau <= 1:
+            raise LayersearchError(f"tau must be in [0, 1], got {self.tau}")
+
+    def score(self, position: DraftPosition) -> float:
+        """C_i for this draft position."""
+        at = torch.tensor([self.generated + position.index])  # the predicted token's place in the generation
+        return float(self.classifier.scores(features(position.probs.view(1, -1), at))[0])
+
+    def keep_drafting(self, position: DraftPosition) -> bool:
+        """C_i >= tau."""
+        return self.score(position) >= self.tau
+
+    def update(self, outcome: StepOutcome) -> Lookahead:
+        """The same rule, ``outcome.emitted`` tokens further into the generation."""
+        return replace(self, generated=self.generated + outcome.emitted)
+
+    def with_max_tokens(self, max_tokens: int) -> Lookahead:
+        """Another SL_max."""
+        return replace(self, max_tokens=max_tokens)
