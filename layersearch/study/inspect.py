@@ -22,6 +22,8 @@ def list_studies(storage: str | None = None) -> tuple[list[dict[str, Any]], list
     problems: list[str] = []
     for location in locations:
         try:
+            if location.kind == "rdb" and not location.exists():  # no Optuna tables: none created
+                continue
             storage_obj = open_storage(location, read_only=True)
             names = optuna.get_all_study_names(storage_obj)
         except LayersearchError as exc:

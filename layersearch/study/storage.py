@@ -3,8 +3,12 @@
 Default ``sqlite:///studies/<name>.db``; any SQLAlchemy URL Optuna accepts (PostgreSQL,
 MySQL...); a journal file as ``journal:///relative/path.log``, ``journal:////absolute/path.log``
 (the sqlite URL convention) or a plain path ending in ``.log``; a plain path ending in ``.db``
-is sqlite. Reading commands never create a storage file. RDB storages opened for a run get
-Optuna's heartbeat.
+is sqlite. Reading commands never create a storage file, nor Optuna's tables in a database.
+RDB storages opened for a run get Optuna's heartbeat.
+
+Database URLs (``postgresql://user:password@host/db``) are shown with the password hidden;
+connection failures (server unreachable, wrong credentials, missing database) and a missing
+driver become one :class:`LayersearchError` line.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import re
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,15 +39,27 @@ MAX_NAME_LENGTH = 128
 
 @dataclass(frozen=True)
 class StorageLocation:
-    """Where a study lives: ``kind`` is "sqlite", "journal" or "rdb"; ``path`` for file kinds."""
+    """Where a study lives: ``kind`` is "sqlite", "journal" or "rdb"; ``path`` for file kinds.
+
+    ``url`` is for people (messages, mask provenance): its password is hidden.
+    ``connect_url`` (the URL as given) is the one that connects.
+    """
 
     url: str
     kind: str
     path: Path | None = None
     default: bool = False
+    connect_url: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.connect_url:
+            object.__setattr__(self, "connect_url", self.url)
 
     def exists(self) -> bool:
-        """False only when the storage surely holds nothing (its file is absent)."""
+        """False only when the storage surely holds nothing: its file is absent, or the
+        database (connected to) has no Optuna tables."""
+        if self.kind == "rdb":
+            return _database_has_studies(self)
         return self.path is None or self.path.exists()
 
     def check_creatable(self, *, make_dirs: bool = False) -> None:
@@ -108,7 +124,7 @@ def storage_location(url: str | None, name: str | None = None) -> StorageLocatio
             raise LayersearchError(f"sqlite storage must name a file, like sqlite:///studies/x.db, got {url!r}")
         return StorageLocation(url, "sqlite", Path(rest[3:]))
     if "://" in url:
-        return StorageLocation(url, "rdb")
+        return StorageLocation(_hide_password(url), "rdb", connect_url=url)
     if url.endswith(".log"):
         return StorageLocation(url, "journal", Path(url))
     if url.endswith((".db", ".sqlite", ".sqlite3")):
@@ -135,30 +151,114 @@ def open_storage(
     if create:
         location.check_creatable(make_dirs=True)
     elif not location.exists():
+        if location.kind == "rdb":
+            raise LayersearchError(f"storage {location.url} holds no Optuna studies")
         raise LayersearchError(f"storage {location.url} does not exist (no file {location.path})")
     check_optuna_storage(location, write=not read_only)
+    with _storage_errors(location), quiet_warnings():
+        if location.kind == "journal":
+            return open_journal(location.path, read_only=read_only, log=_warn)
+        kwargs: dict[str, Any] = {}
+        engine_kwargs = _engine_kwargs(location.connect_url)
+        if location.kind == "sqlite":
+            # Wait for another process's write lock rather than fail after SQLite's 5 s default.
+            engine_kwargs = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT}}
+        if heartbeat is not None:
+            kwargs.update(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
+        return optuna.storages.RDBStorage(location.connect_url, engine_kwargs=engine_kwargs, **kwargs)
+
+
+#: pip package of each SQLAlchemy driver (``make_url(url).get_dialect().driver``).
+_DRIVER_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "psycopg2": "psycopg2-binary",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "pymysql": "PyMySQL",
+    "mysqldb": "mysqlclient",
+    "mysqlconnector": "mysql-connector-python",
+    "mariadbconnector": "mariadb",
+}
+
+#: Seconds a PostgreSQL connection attempt may take (libpq waits for the OS's TCP timeout,
+#: minutes, when a host does not answer); a ``connect_timeout`` in the URL wins.
+CONNECT_TIMEOUT = 10
+
+
+def _database_has_studies(location: StorageLocation) -> bool:
+    """Whether the database holds Optuna's tables (so reading creates none in a foreign one)."""
+    import sqlalchemy
+
+    with _storage_errors(location):
+        engine = sqlalchemy.create_engine(location.connect_url, **_engine_kwargs(location.connect_url))
+        try:
+            return sqlalchemy.inspect(engine).has_table("studies")
+        finally:
+            engine.dispose()
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy engine arguments: a connect timeout for PostgreSQL drivers."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        if parsed.get_driver_name() in ("psycopg", "psycopg2"):
+            return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT}}
+    return {}
+
+
+@contextmanager
+def _storage_errors(location: StorageLocation) -> Iterator[None]:
+    """Turn what opening a storage may raise into one LayersearchError line."""
     try:
-        with quiet_warnings():
-            if location.kind == "journal":
-                return open_journal(location.path, read_only=read_only, log=_warn)
-            kwargs: dict[str, Any] = {}
-            if location.kind == "sqlite":
-                # Wait for another process's write lock rather than fail after SQLite's 5 s default.
-                kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT}}
-            if heartbeat is not None:
-                kwargs.update(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
-            return optuna.storages.RDBStorage(location.url, **kwargs)
+        yield
     except LayersearchError:
         raise
-    except ImportError:
-        # SQLAlchemy needs a driver per database; name the usual one instead of its generic text.
-        driver = _DRIVERS.get(location.url.split(":", 1)[0].split("+", 1)[0], "the database driver")
-        raise LayersearchError(f"cannot open storage {location.url}: install {driver} (pip) to use this database") from None
-    except Exception as exc:  # a server unreachable, a file that is no database...
-        raise LayersearchError(f"cannot open storage {location.url}: {one_line(exc)}") from None
+    except ImportError as exc:
+        # SQLAlchemy needs a driver per database; name the package that makes this URL work.
+        raise LayersearchError(f"cannot open storage {location.url}: {_missing_driver(location, exc)}") from None
+    except Exception as exc:  # a server unreachable, wrong credentials, a file that is no database...
+        raise LayersearchError(f"cannot open storage {location.url}: {_connection_problem(exc)}") from None
 
 
-_DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL", "mariadb": "PyMySQL"}
+def _missing_driver(location: StorageLocation, exc: ImportError) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        driver = make_url(location.connect_url).get_dialect().driver
+    except Exception:
+        driver = None
+    package = _DRIVER_PACKAGES.get(driver or "")
+    if package is None:
+        return f"its database driver is not installed ({one_line(exc)})"
+    hint = ' (or pip install "layersearch[postgres]")' if driver == "psycopg" else ""
+    return f'the database driver {driver} is not installed: pip install "{package}"{hint}'
+
+
+def _connection_problem(exc: BaseException) -> str:
+    """The driver's own words for a connection failure, without SQLAlchemy's wrapping."""
+    orig = getattr(exc, "orig", None)  # sqlalchemy.exc.DBAPIError wraps the driver's error
+    if orig is None:
+        return one_line(exc)
+    lines = [" ".join(line.split()) for line in str(orig).splitlines()]
+    text = "; ".join(line for line in lines if line)
+    # libpq repeats the address we already show: 'connection to server at "h" (ip), port p failed:'
+    text = re.sub(r'^(connection failed: )?connection to server at "[^"]*"( \([^)]*\))?, port \d+ failed: ', "", text)
+    text = re.sub(r"^(FATAL|ERROR): +", "", text)
+    text = text or type(orig).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _hide_password(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (unchanged when it does not parse)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return url
+    return parsed.render_as_string(hide_password=True) if parsed.password else url
 
 
 #: Seconds a command waits for another process's lock on an SQLite storage.
@@ -189,6 +289,8 @@ def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = No
     check_name(name)
     location = storage_location(storage_url, name)
     if not location.exists():
+        if location.kind == "rdb":
+            raise LayersearchError(f"no study named {name!r} in {location.url} (it holds no Optuna studies)")
         raise LayersearchError(f"no study named {name!r}: {location.path} does not exist")
     # The study must already be there: even a writer may not set up a storage in a file that
     # is not one (an empty file, another application's database).

@@ -100,7 +100,7 @@ def _check_rdb_tables(location: Any) -> None:
     try:
         import sqlalchemy
 
-        engine = sqlalchemy.create_engine(location.url)
+        engine = sqlalchemy.create_engine(getattr(location, "connect_url", "") or location.url)
         try:
             names = set(sqlalchemy.inspect(engine).get_table_names())
         finally:
