@@ -1,0 +1,297 @@
+"""GPU checks that CPU cannot show, on random-weight models of real 1B and 8B shapes.
+
+Prints (and with ``--out`` writes as JSON) five sections:
+
+1. greedy equality: speculative greedy output vs transformers' ``generate``, token by token, in
+   bf16 and fp32. In bf16 a k-token verification and a one-token forward round differently, so
+   where outputs diverge the script checks that the full model's two candidate logits at the
+   divergence are a numerical tie (within a few bf16 ulps), i.e. not a bug of the loop;
+2. sampling: chi-square of sampled speculative decoding against the exact law of the target
+   (a 1B-shape body with a 6-token vocabulary, so the law is enumerable);
+3. our loop with nothing skipped vs HF ``generate`` (median of interleaved repeats);
+4. a latency profile, and realized vs predicted speedup of uniform masks (the prediction is
+   the profile applied to the run's own steps, as ``layersearch bench`` reports it);
+5. KnapSpec: the cost of one re-selection while decoding, against a decoding step.
+
+Run on a CUDA machine:  ``python benchmarks/gpu_report.py --out gpu.json``
+(``--shapes tiny --device cpu`` runs the same code in seconds, for a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from layersearch.knapspec.controller import knapspec_decoder
+from layersearch.mask import SkipMask
+from layersearch.models.loading import describe_model
+from layersearch.models.skipping import skipping
+from layersearch.runtime.baseline import hf_generate
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.profiler import measure_profile
+from layersearch.runtime.sampling import SamplingConfig
+from layersearch.runtime.stats import combine
+
+# Llama-3.2-1B and Llama-3.1-8B shapes (vocabulary as published); "tiny" is for smoke tests.
+SHAPES = {
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False),
+}
+
+
+def build(shape: str, device: str, dtype: torch.dtype, *, vocab: int | None = None, head_scale: float = 1.0, seed: int = 0):
+    """A randomly initialised Llama of ``shape`` on ``device``; ``head_scale`` sharpens its logits."""
+    options = dict(SHAPES[shape], rope_theta=500000.0, max_position_embeddings=8192)
+    if vocab is not None:
+        options.update(vocab_size=vocab, tie_word_embeddings=False)
+    config = LlamaConfig(**options)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(head_scale)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def prompts(vocab: int, count: int, length: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (1, length), generator=gen) for _ in range(count)]
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# ----- 1. greedy equality ---------------------------------------------------------------------
+def divergence(model, prompt: torch.Tensor, ours: tuple[int, ...], theirs: tuple[int, ...]) -> dict | None:
+    """None when equal; else where they part and whether the full model calls it a tie there."""
+    index = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+    if index is None:
+        return None
+    ids = torch.cat([prompt[0], torch.tensor(theirs[:index])]).to(model.device).view(1, -1)
+    with torch.inference_mode():
+        logits = model(ids).logits[0, -1].float()  # [vocab]
+    gap = abs(float(logits[ours[index]] - logits[theirs[index]]))
+    top = float(logits.abs().max())
+    # One unit in the last place of the largest logit: bf16 keeps 8 significant bits, fp32 24.
+    ulp = top * (2.0**-7 if model.dtype == torch.bfloat16 else 2.0**-23)
+    return {"index": index, "logit_gap": gap, "tie": gap <= 4 * ulp, "ulp": ulp}
+
+
+def greedy_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int, count: int) -> dict:
+    model = build(shape, device, dtype, head_scale=4.0)
+    layers = model.config.num_hidden_layers
+    masks = {
+        "uniform-0.25": SkipMask.uniform(layers, 0.25),
+        "uniform-0.5": SkipMask.uniform(layers, 0.5),
+        "attention-half": SkipMask(layers, tuple(range(0, layers, 2)), ()),
+    }
+    rows = []
+    for (name, mask), k in itertools.product(masks.items(), (4, 8)):
+        equal, ties, bugs = 0, 0, []
+        for ids in prompts(model.config.vocab_size, count, 32, seed=k):
+            theirs = hf_generate(model, ids, new_tokens).token_ids
+            ours = SpeculativeDecoder(model, mask, policy=DraftPolicy(k, 0.0)).generate(ids, new_tokens).token_ids
+            where = divergence(model, ids, ours, theirs)
+            if where is None:
+                equal += 1
+            elif where["tie"]:
+                ties += 1
+            else:
+                bugs.append(where)
+        rows.append({"mask": name, "k": k, "sequences": count, "identical": equal, "tie_divergences": ties,
+                     "non_tie_divergences": bugs})
+        print(f"  {shape} {str(dtype)[6:]} {name} k={k}: {equal}/{count} identical, {ties} at numerical ties, "
+              f"{len(bugs)} other", flush=True)
+    del model
+    return {"shape": shape, "dtype": str(dtype)[6:], "new_tokens": new_tokens, "rows": rows}
+
+
+# ----- 2. sampling ------------------------------------------------------------------------------
+def three_token_law(model, prompt: list[int], mask: SkipMask | None = None) -> np.ndarray:
+    """Exact P(t1, t2, t3) over a 6-token vocabulary (the target's, or the draft's under ``mask``)."""
+    def probs(batch):  # [b, n] -> [b, 6]
+        with torch.inference_mode():
+            return torch.softmax(model(torch.tensor(batch, device=model.device)).logits[:, -1].float(), -1).cpu()
+
+    def law():
+        out = np.zeros((6, 6, 6))
+        p1 = probs([prompt])[0]
+        p2 = probs([prompt + [a] for a in range(6)])  # [6, 6]
+        for a in range(6):
+            p3 = probs([prompt + [a, b] for b in range(6)])  # [6, 6]
+            out[a] = (p1[a] * p2[a][:, None] * p3).numpy()
+        return out.reshape(-1)
+
+    if mask is None:
+        return law()
+    with skipping(model, mask):
+        return law()
+
+
+def pooled_pvalue(observed: np.ndarray, probs: np.ndarray) -> float:
+    expected = probs / probs.sum() * observed.sum()
+    small = expected < 5
+    obs, exp = np.append(observed[~small], observed[small].sum()), np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+def sampling_section(shape: str, device: str, dtype: torch.dtype, runs: int) -> dict:
+    model = build(shape, device, dtype, vocab=6, head_scale=60.0 if shape != "tiny" else 12.0, seed=5)
+    mask = SkipMask.uniform(model.config.num_hidden_layers, 0.5)
+    prompt = [1, 4, 2]
+    target, draft = three_token_law(model, prompt), three_token_law(model, prompt, mask)
+    observed, drafted, accepted = np.zeros(216), 0, 0
+    start = time.perf_counter()
+    for seed in range(runs):
+        config = SamplingConfig(temperature=1.0, seed=seed)
+        result = SpeculativeDecoder(model, mask, policy=DraftPolicy(2, 0.0), sampling=config).generate(prompt, 3)
+        a, b, c = result.token_ids
+        observed[a * 36 + b * 6 + c] += 1
+        drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
+    out = {"shape": shape, "dtype": str(dtype)[6:], "runs": runs, "drafted": drafted, "accepted": accepted,
+           "p_target": pooled_pvalue(observed, target), "p_draft_law": pooled_pvalue(observed, draft),
+           "tv_target_draft": 0.5 * float(np.abs(target - draft).sum()), "seconds": time.perf_counter() - start}
+    print(f"  sampling {shape}: p(target law) = {out['p_target']:.3f}, p(draft law) = {out['p_draft_law']:.2g}, "
+          f"TV(target, draft) = {out['tv_target_draft']:.2f}, accepted {accepted}/{drafted}", flush=True)
+    return out
+
+
+# ----- 3. loop vs generate ----------------------------------------------------------------------
+def timed(device: str, fn):
+    sync(device)
+    start = time.perf_counter()
+    result = fn()
+    sync(device)
+    return time.perf_counter() - start, result
+
+
+def loop_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int, repeats: int) -> dict:
+    model = build(shape, device, dtype)
+    ids = prompts(model.config.vocab_size, 1, 128)[0]
+    loop = SpeculativeDecoder(model)  # no mask: every step is a plain one-token step
+    hf_generate(model, ids, 16), loop.generate(ids, 16)  # warm-up (kernels, allocator)
+    hf, ours = [], []
+    for _ in range(repeats):
+        hf.append(timed(device, lambda: hf_generate(model, ids, new_tokens))[0])
+        ours.append(timed(device, lambda: loop.generate(ids, new_tokens))[0])
+    ratio = statistics.median(a / b for a, b in zip(hf, ours))
+    out = {"shape": shape, "new_tokens": new_tokens, "repeats": repeats, "hf_tokens_per_s": new_tokens / statistics.median(hf),
+           "loop_tokens_per_s": new_tokens / statistics.median(ours), "loop_over_hf": ratio}
+    print(f"  {shape}: HF generate {out['hf_tokens_per_s']:.1f} tok/s, our loop {out['loop_tokens_per_s']:.1f} tok/s, "
+          f"loop / HF speed = {ratio:.3f}", flush=True)
+    return out
+
+
+# ----- 4 + 5. profile, realized vs predicted, KnapSpec ----------------------------------------
+def profile_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int, repeats: int, contexts) -> dict:
+    model = build(shape, device, dtype, head_scale=4.0)
+    info = describe_model(model, f"random-{shape}")
+    start = time.perf_counter()
+    profile = measure_profile(model, info, contexts=contexts, max_verify=16, repeats=5)
+    profile_seconds = time.perf_counter() - start
+    layers = model.config.num_hidden_layers
+    ids_list = prompts(model.config.vocab_size, 2, 256, seed=3)
+    decoders = {"loop": SpeculativeDecoder(model)}
+    for ratio in (0.25, 0.5):
+        decoders[f"uniform-{ratio}"] = SpeculativeDecoder(model, SkipMask.uniform(layers, ratio),
+                                                          policy=DraftPolicy(8, 0.0))
+    knap = knapspec_decoder(model, profile, policy=DraftPolicy(8, 0.0))
+    decoders["knapspec"] = knap
+    for d in decoders.values():
+        d.generate(ids_list[0], 8)  # warm-up
+    totals = {name: [] for name in decoders}
+    stats = {name: [] for name in decoders}
+    picks = []  # KnapSpec's re-selections (combine() pools counts, not records)
+    for _ in range(repeats):
+        for name, decoder in decoders.items():
+            seconds, results = timed(device, lambda: [decoder.generate(ids, new_tokens) for ids in ids_list])
+            totals[name].append(seconds)
+            stats[name].append(combine([r.stats for r in results]))
+            if name == "knapspec":
+                picks.extend(s for r in results for s in r.stats.selections)
+    rows = []
+    for name in decoders:
+        if name == "loop":
+            continue
+        pooled = combine(stats[name])
+        realized = statistics.median(a / b for a, b in zip(totals["loop"], totals[name]))
+        predicted = profile.predicted_speedup_of_steps(pooled.steps)
+        row = {"config": name, "M": pooled.mean_accepted_length, "alpha": pooled.acceptance_rate,
+               "realized_vs_loop": realized, "predicted": predicted,
+               "realized_over_predicted": realized / predicted if predicted else None}
+        if name == "knapspec":
+            step_s = statistics.median(st.total_seconds / max(1, len(st.steps)) for st in stats[name])
+            reselect = statistics.median(s["seconds"] for s in picks)
+            row.update(reselections=len(picks), reselection_ms=1e3 * reselect, step_ms=1e3 * step_s,
+                       reselection_share=sum(s["seconds"] for s in picks) / sum(totals[name]),
+                       chosen=[(s.get("skipped"), s.get("gamma"), s.get("tpt")) for s in picks[:6]])
+        rows.append(row)
+        pred = f"{predicted:.2f}" if predicted else "-"
+        extra = (f", re-selection {row['reselection_ms']:.1f} ms vs step {row['step_ms']:.1f} ms "
+                 f"({100 * row['reselection_share']:.1f}% of time)" if name == "knapspec" else "")
+        print(f"  {shape} {name}: M={row['M']:.2f} realized {realized:.2f}x predicted {pred}x{extra}", flush=True)
+    return {"shape": shape, "profile": profile.to_dict(), "profile_seconds": profile_seconds,
+            "verify_ratio_8": profile.verify_ratio(8), "verify_ratio_16": profile.verify_ratio(16), "rows": rows}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="1b,8b")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sections", default="greedy,sampling,loop,profile")
+    parser.add_argument("--sampling-runs", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in the fp32 rows
+    torch.backends.cudnn.allow_tf32 = False
+    shapes = args.shapes.split(",")
+    sections = args.sections.split(",")
+    small = shapes == ["tiny"]
+    report: dict = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+                    "torch": torch.__version__}
+    print(f"device: {report['device']}, torch {torch.__version__}", flush=True)
+    if "greedy" in sections:
+        print("1. greedy equality", flush=True)
+        report["greedy"] = [greedy_section(s, args.device, torch.bfloat16, 64, 4 if small else 6) for s in shapes]
+        report["greedy"].append(greedy_section(shapes[0], args.device, torch.float32, 64, 4 if small else 6))
+    if "sampling" in sections:
+        print("2. sampling", flush=True)
+        report["sampling"] = sampling_section(shapes[0], args.device, torch.bfloat16, 300 if small else args.sampling_runs)
+    if "loop" in sections:
+        print("3. loop vs HF generate", flush=True)
+        report["loop"] = [loop_section(s, args.device, torch.bfloat16, 32 if small else 256, args.repeats) for s in shapes]
+    if "profile" in sections:
+        print("4-5. profile, realized vs predicted, KnapSpec re-selection", flush=True)
+        contexts = (64, 128, 256) if small else (256, 512, 1024, 2048)
+        report["profile"] = [profile_section(s, args.device, torch.bfloat16, 32 if small else 128, args.repeats, contexts)
+                             for s in shapes]
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
