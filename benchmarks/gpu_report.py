@@ -31,6 +31,7 @@ import torch
 from scipy.stats import chisquare
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+from layersearch.bench import _step_prediction
 from layersearch.knapspec.controller import knapspec_decoder
 from layersearch.mask import SkipMask
 from layersearch.models.loading import describe_model
@@ -59,12 +60,23 @@ def build(shape: str, device: str, dtype: torch.dtype, *, vocab: int | None = No
     if vocab is not None:
         options.update(vocab_size=vocab, tie_word_embeddings=False)
     config = LlamaConfig(**options)
-    torch.manual_seed(seed)
-    with torch.device(device):
+    # Built on the meta device and initialised in place on the target device: transformers'
+    # own initialisation of 8B parameters would take minutes.
+    with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.eval()
+    model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02, generator=gen)
         model.lm_head.weight.mul_(head_scale)
+    # to_empty() leaves buffers uninitialised: rebuild the rotary frequencies.
+    with torch.device(device):
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
+    model.eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
@@ -96,7 +108,7 @@ def divergence(model, prompt: torch.Tensor, ours: tuple[int, ...], theirs: tuple
     return {"index": index, "logit_gap": gap, "tie": gap <= 4 * ulp, "ulp": ulp}
 
 
-def greedy_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int, count: int) -> dict:
+def greedy_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int, count: int, ks=(4, 8)) -> dict:
     model = build(shape, device, dtype, head_scale=4.0)
     layers = model.config.num_hidden_layers
     masks = {
@@ -105,8 +117,8 @@ def greedy_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int,
         "attention-half": SkipMask(layers, tuple(range(0, layers, 2)), ()),
     }
     rows = []
-    for (name, mask), k in itertools.product(masks.items(), (4, 8)):
-        equal, ties, bugs = 0, 0, []
+    for (name, mask), k in itertools.product(masks.items(), ks):
+        equal, ties, bugs, gaps = 0, 0, [], []
         for ids in prompts(model.config.vocab_size, count, 32, seed=k):
             theirs = hf_generate(model, ids, new_tokens).token_ids
             ours = SpeculativeDecoder(model, mask, policy=DraftPolicy(k, 0.0)).generate(ids, new_tokens).token_ids
@@ -115,12 +127,14 @@ def greedy_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int,
                 equal += 1
             elif where["tie"]:
                 ties += 1
+                gaps.append(where["logit_gap"] / where["ulp"])
             else:
                 bugs.append(where)
+                gaps.append(where["logit_gap"] / where["ulp"])
         rows.append({"mask": name, "k": k, "sequences": count, "identical": equal, "tie_divergences": ties,
-                     "non_tie_divergences": bugs})
+                     "non_tie_divergences": bugs, "gaps_in_ulps": gaps})
         print(f"  {shape} {str(dtype)[6:]} {name} k={k}: {equal}/{count} identical, {ties} at numerical ties, "
-              f"{len(bugs)} other", flush=True)
+              f"{len(bugs)} other; gaps in ulps {[round(g, 1) for g in gaps]}", flush=True)
     del model
     return {"shape": shape, "dtype": str(dtype)[6:], "new_tokens": new_tokens, "rows": rows}
 
@@ -157,7 +171,7 @@ def pooled_pvalue(observed: np.ndarray, probs: np.ndarray) -> float:
 
 
 def sampling_section(shape: str, device: str, dtype: torch.dtype, runs: int) -> dict:
-    model = build(shape, device, dtype, vocab=6, head_scale=60.0 if shape != "tiny" else 12.0, seed=5)
+    model = build(shape, device, dtype, vocab=6, head_scale=3.0 if shape != "tiny" else 12.0, seed=5)
     mask = SkipMask.uniform(model.config.num_hidden_layers, 0.5)
     prompt = [1, 4, 2]
     target, draft = three_token_law(model, prompt), three_token_law(model, prompt, mask)
@@ -218,6 +232,7 @@ def profile_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int
                                                           policy=DraftPolicy(8, 0.0))
     knap = knapspec_decoder(model, profile, policy=DraftPolicy(8, 0.0))
     decoders["knapspec"] = knap
+    decoders["loop-again"] = SpeculativeDecoder(model)  # the same plain loop last: shows order effects
     for d in decoders.values():
         d.generate(ids_list[0], 8)  # warm-up
     totals = {name: [] for name in decoders}
@@ -239,7 +254,8 @@ def profile_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int
         predicted = profile.predicted_speedup_of_steps(pooled.steps)
         row = {"config": name, "M": pooled.mean_accepted_length, "alpha": pooled.acceptance_rate,
                "realized_vs_loop": realized, "predicted": predicted,
-               "realized_over_predicted": realized / predicted if predicted else None}
+               "realized_over_predicted": realized / predicted if predicted else None,
+               "terms": _step_prediction(profile, pooled.steps) if pooled.steps else None}
         if name == "knapspec":
             step_s = statistics.median(st.total_seconds / max(1, len(st.steps)) for st in stats[name])
             reselect = statistics.median(s["seconds"] for s in picks)
@@ -250,7 +266,7 @@ def profile_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int
         pred = f"{predicted:.2f}" if predicted else "-"
         extra = (f", re-selection {row['reselection_ms']:.1f} ms vs step {row['step_ms']:.1f} ms "
                  f"({100 * row['reselection_share']:.1f}% of time)" if name == "knapspec" else "")
-        print(f"  {shape} {name}: M={row['M']:.2f} realized {realized:.2f}x predicted {pred}x{extra}", flush=True)
+        print(f"  {shape} {name}: M={row['M']:.2f} realized {realized:.2f}x predicted {pred}x{extra}; terms {row['terms']}", flush=True)
     return {"shape": shape, "profile": profile.to_dict(), "profile_seconds": profile_seconds,
             "verify_ratio_8": profile.verify_ratio(8), "verify_ratio_16": profile.verify_ratio(16), "rows": rows}
 
@@ -262,6 +278,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", default="greedy,sampling,loop,profile")
     parser.add_argument("--sampling-runs", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--greedy-dtypes", default="bfloat16,float32")
+    parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in the fp32 rows
@@ -272,25 +290,38 @@ def main(argv=None) -> int:
     report: dict = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
                     "torch": torch.__version__}
     print(f"device: {report['device']}, torch {torch.__version__}", flush=True)
+    start = time.perf_counter()
     if "greedy" in sections:
         print("1. greedy equality", flush=True)
-        report["greedy"] = [greedy_section(s, args.device, torch.bfloat16, 64, 4 if small else 6) for s in shapes]
-        report["greedy"].append(greedy_section(shapes[0], args.device, torch.float32, 64, 4 if small else 6))
+        report["greedy"] = []
+        for dtype in args.greedy_dtypes.split(","):
+            report["greedy"].append(greedy_section(shapes[0], args.device, getattr(torch, dtype), 48, 4, ks=(8,)))
+    write(report, args.out)
     if "sampling" in sections:
-        print("2. sampling", flush=True)
+        print("2. sampling", f"(at {time.perf_counter() - start:.0f} s)", flush=True)
         report["sampling"] = sampling_section(shapes[0], args.device, torch.bfloat16, 300 if small else args.sampling_runs)
+    write(report, args.out)
     if "loop" in sections:
-        print("3. loop vs HF generate", flush=True)
-        report["loop"] = [loop_section(s, args.device, torch.bfloat16, 32 if small else 256, args.repeats) for s in shapes]
+        print("3. loop vs HF generate", f"(at {time.perf_counter() - start:.0f} s)", flush=True)
+        report["loop"] = [loop_section(s, args.device, torch.bfloat16, 32 if small else args.new_tokens, args.repeats) for s in shapes]
+    write(report, args.out)
     if "profile" in sections:
-        print("4-5. profile, realized vs predicted, KnapSpec re-selection", flush=True)
+        print("4-5. profile, realized vs predicted, KnapSpec re-selection", f"(at {time.perf_counter() - start:.0f} s)", flush=True)
         contexts = (64, 128, 256) if small else (256, 512, 1024, 2048)
-        report["profile"] = [profile_section(s, args.device, torch.bfloat16, 32 if small else 128, args.repeats, contexts)
-                             for s in shapes]
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1, default=str)
+        report["profile"] = []
+        for shape in shapes:
+            report["profile"].append(profile_section(shape, args.device, torch.bfloat16, 32 if small else args.new_tokens,
+                                                     args.repeats, contexts))
+            write(report, args.out)
+    write(report, args.out)
     return 0
+
+
+def write(report: dict, path: str | None) -> None:
+    """Write what is measured so far (a run stopped at a time limit keeps its finished sections)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1, default=str)
 
 
 if __name__ == "__main__":
