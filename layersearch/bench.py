@@ -46,6 +46,7 @@ class Measurement:
     speedups: list[float] = field(default_factory=list)  # plain total / this total, same repeat
     stats: list[Any] = field(default_factory=list)
     identical: bool = True
+    outputs: list[tuple[int, ...]] = field(default_factory=list, repr=False)  # the latest repeat's tokens
     peak_ratio: float | None = None
     error: str | None = None
 
@@ -91,12 +92,17 @@ def _drafter_configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, draf
 def run_domain(
     configs_: list[Config], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
 ) -> dict[str, Measurement]:
-    """Measure every configuration on ``prompts``, interleaved per repeat."""
+    """Measure every configuration on ``prompts``, interleaved per repeat.
+
+    The order rotates from one repeat to the next (repeat r starts with configuration r): on a
+    shared machine, and on a GPU warming up, whatever runs first in a round is measured slower,
+    and a fixed order would put that bias into every ratio. Speedups are taken within a round."""
     results = {c.name: Measurement() for c in configs_}
     reference: list[tuple[int, ...]] = []
     for repeat in range(repeats):
-        plain_total = None
-        for config in configs_:
+        shift = repeat % len(configs_)
+        totals: dict[str, float] = {}
+        for config in configs_[shift:] + configs_[:shift]:
             measurement = results[config.name]
             if measurement.error:
                 continue
@@ -106,15 +112,17 @@ def run_domain(
             except Exception as exc:  # a peer transformers cannot run on this model is reported, not fatal
                 measurement.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                 continue
-            total = sum(o.stats.total_seconds for o in outputs)
+            totals[config.name] = sum(o.stats.total_seconds for o in outputs)
+            tokens = [o.token_ids for o in outputs]
             if config.name == PLAIN:
-                plain_total = total
-                reference = reference or [o.token_ids for o in outputs]
-            measurement.totals.append(total)
-            measurement.speedups.append(plain_total / total if plain_total else float("nan"))
+                reference = reference or tokens
+            measurement.outputs = tokens
+            measurement.totals.append(totals[config.name])
             measurement.stats.append(combine([o.stats for o in outputs]))
-            measurement.identical &= [o.token_ids for o in outputs] == reference
             measurement.peak_ratio = _memory_ratio(memory.peak_bytes, config, prompts, new_tokens)
+        for name, total in totals.items():
+            results[name].speedups.append(totals[PLAIN] / total if PLAIN in totals else float("nan"))
+            results[name].identical &= results[name].outputs == reference
         progress(f"repeat {repeat + 1}/{repeats} done")
     return results
 

@@ -46,3 +46,24 @@ def test_bench_rows_for_our_other_drafters_are_identical_to_plain(tiny_llama):
     rows = {c.name: summarize(c.name, measured[c.name], profile, 10, c.mask) for c in cfgs}
     for name in names[1:]:
         assert rows[name]["identical_to_plain"] is True, name
+
+
+def test_order_rotates_so_no_configuration_is_always_first(tiny_llama):
+    from layersearch.bench import Config
+    from layersearch.runtime.baseline import hf_generate
+
+    calls: list[str] = []
+
+    def recording(name):
+        def generate(ids, n):
+            calls.append(name)
+            return hf_generate(tiny_llama, ids, n)
+
+        return generate
+
+    cfgs = [Config(name, recording(name)) for name in (PLAIN, "b", "c")]
+    measured = run_domain(cfgs, [torch.tensor([[5, 9, 11]])], 3, 3, lambda message: None)
+    assert [calls[i] for i in (0, 3, 6)] == [PLAIN, "b", "c"]  # each one opens a round
+    assert all(len(measured[c.name].speedups) == 3 for c in cfgs)
+    assert measured[PLAIN].speedups == [1.0, 1.0, 1.0]  # ratios are taken within each round
+    assert all(measured[c.name].identical for c in cfgs)
