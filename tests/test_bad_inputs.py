@@ -83,6 +83,13 @@ COMMANDS: dict[str, Command] = {
     ),
     "profile": Command(("profile", "--model", MODEL, "--contexts", "8", "--repeats", "1", "--out", "{out}"),
                        (("--threads", "0"), ("--repeats", "0"), ("--contexts", "0"), ("--contexts", "100000"))),
+    "profile --validate": Command(
+        ("profile", "--model", MODEL, "--validate", "{profile}", "--contexts", "8", "--repeats", "1", "--masks",
+         "uniform:0.5", "--out", "{out}"),
+        (("--masks", "uniform:2"), ("--masks", "uniform:x"), ("--masks", "nope.json"), ("--repeats", "0"),
+         ("--contexts", "0")),
+        kinds={"profile": "existing_profile"},
+    ),
     "bench": Command(
         ("bench", "--model", MODEL, "--domains", "translation", "--prompts-per-domain", "1", "--max-new-tokens", "2",
          "--repeats", "1", "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--profile", "{profile}",

@@ -260,3 +260,65 @@ def quick_profile(
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9
     fitting = tuple(sorted({n for n in contexts if n + max_verify <= limit})) or (max(1, limit - max_verify),)
     return measure_profile(model, info, contexts=fitting, max_verify=max_verify, repeats=repeats, progress=progress)
+
+
+# ----- validation: the profile's per-forward predictions against fresh timings -------------------
+def validate_profile(
+    model: torch.nn.Module,
+    profile: LatencyProfile,
+    masks: Sequence[SkipMask],
+    *,
+    contexts: Sequence[int] | None = None,
+    verify_lengths: Sequence[int] = (1, 4, 8),
+    repeats: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Time what the decode loop runs and compare it with ``profile``'s predictions.
+
+    For each context ``n`` (default: the profile's own): a one-token forward under each mask
+    (a draft forward; the empty mask is the target's one-token forward) against
+    :meth:`LatencyProfile.draft_seconds`, and a full forward over ``k`` tokens against
+    ``target_seconds(n) * verify_ratio(k)``. Rows: ``{"kind", "what", "context", "measured",
+    "predicted", "ratio"}`` with seconds and ratio = measured / predicted. The caller checks
+    that ``profile`` belongs to ``model`` (:meth:`LatencyProfile.check_model`).
+    """
+    contexts = tuple(contexts or profile.contexts)
+    report = progress or (lambda message: None)
+    clock = Clock(model.device)
+    vocab = model.get_input_embeddings().num_embeddings
+    rows: list[dict] = []
+    with torch.inference_mode():
+        cache = _prefilled_cache(model, max(contexts))
+        for n in sorted(contexts, reverse=True):
+            if not can_truncate(cache, n):
+                cache = _prefilled_cache(model, n)
+            truncate_cache(cache, n)
+            token = [n % vocab]
+            for mask in masks:
+                seconds = _median_forward(model, cache, n, token, clock, repeats, mask)
+                rows.append(_row("draft forward", mask.short_string() if not mask.is_empty else "full (target)", n,
+                                 seconds, profile.draft_seconds(mask, n)))
+            tokens = [(n + i) % vocab for i in range(max(verify_lengths))]
+            for k in verify_lengths:
+                seconds = _median_forward(model, cache, n, tokens[:k], clock, repeats, None)
+                rows.append(_row("verify", f"{k} tokens", n, seconds, profile.target_seconds(n) * profile.verify_ratio(k)))
+            report(f"validated context {n}")
+    return rows
+
+
+def _median_forward(model, cache, n: int, tokens: list[int], clock: Clock, repeats: int, mask: SkipMask | None) -> float:
+    samples = []
+    for round_ in range(repeats + 1):  # round 0 is the warm-up
+        if mask is None:
+            seconds = _timed_forward(model, cache, n, tokens, clock)
+        else:
+            with skipping(model, mask):
+                seconds = _timed_forward(model, cache, n, tokens, clock)
+        if round_:
+            samples.append(seconds)
+    return statistics.median(samples)
+
+
+def _row(kind: str, what: str, context: int, measured: float, predicted: float) -> dict:
+    return {"kind": kind, "what": what, "context": context, "measured": measured, "predicted": predicted,
+            "ratio": measured / predicted if predicted > 0 else None}

@@ -150,3 +150,21 @@ def test_quick_profile_keeps_the_contexts_that_fit(model, info):
         assert quick_profile(model, info, contexts=(128,), max_verify=4, repeats=1).contexts == (66,)
     finally:
         model.config.max_position_embeddings = old
+
+
+def test_validation_compares_fresh_timings_with_the_profile(model, info):
+    from layersearch.mask import SkipMask
+    from layersearch.runtime.profiler import validate_profile
+
+    profile = measure_profile(model, info, contexts=CONTEXTS, max_verify=8, repeats=2)
+    masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5)]
+    before = [p.clone() for p in model.parameters()]
+    rows = validate_profile(model, profile, masks, contexts=(8, 32), verify_lengths=(1, 8), repeats=2)
+    assert len(rows) == 2 * (2 + 2)  # per context: one row per mask, one per verify length
+    by = {(r["kind"], r["what"], r["context"]): r for r in rows}
+    half = by[("draft forward", masks[1].short_string(), 32)]
+    assert half["predicted"] == profile.draft_seconds(masks[1], 32)
+    assert by[("draft forward", "full (target)", 8)]["predicted"] == pytest.approx(profile.target_seconds(8))
+    assert by[("verify", "8 tokens", 32)]["predicted"] == profile.target_seconds(32) * profile.verify_ratio(8)
+    assert all(r["measured"] > 0 and r["ratio"] == r["measured"] / r["predicted"] for r in rows)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # masks left nothing behind
