@@ -79,13 +79,9 @@ def run(args: Any) -> int:
         else:
             result = decoder.generate(ids, args.max_new_tokens)
         stats = result.stats.to_dict()
-        if profile is not None and result.stats.acceptance_rate:
-            # What the device's latency profile predicts for the M and alpha this run achieved.
-            context = ids.shape[1] + len(result.token_ids) // 2
-            stats["predicted_speedup"] = profile.expected_speedup(
-                stats["mean_accepted_length"], stats["acceptance_rate"], mask, context,
-                drafts=result.stats.draft_forwards / max(1, result.stats.target_forwards) or None,
-            )
+        if profile is not None and result.stats.steps:
+            # What the device's latency profile predicts for this run's own steps (as bench checks it).
+            stats["predicted_speedup"] = profile.predicted_speedup_of_steps(result.stats.steps)
         _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result.token_ids, stats)
     return 0
 

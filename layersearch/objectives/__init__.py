@@ -20,8 +20,8 @@ time-per-token      minimize   wall seconds per generated token of the speculati
                                (Self-SD, swift.txt Eq. 1), pooled over the K prompts
 matchness           maximize   share of gamma target tokens the masked draft predicts in one
                                teacher-forced forward (SWIFT, swift.txt Eq. 3-4)
-expected-speedup    maximize   LatencyProfile.expected_speedup from measured M, alpha and the
-                               profile's cost coefficient
+expected-speedup    maximize   the profile's cost of the run's own steps against plain decoding
+                               (LatencyProfile.predicted_speedup_of_steps, what bench checks)
 tpt                 maximize   KnapSpec tokens per second: LatencyProfile.best_tpt over gamma,
                                alpha from a measured run
 ==================  =========  ===================================================================

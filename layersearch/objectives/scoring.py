@@ -59,10 +59,18 @@ def drafts_per_cycle(run: "DecodeStats") -> float | None:
 
 
 def expected_speedup(run: "DecodeStats", mask: SkipMask, profile: Any, context: int) -> float:
-    """The profile's predicted speedup for the measured M and alpha (1 for the empty mask, which
-    decodes plainly)."""
+    """The profile's predicted speedup for this run (1 for the empty mask, which decodes plainly).
+
+    With the loop's per-step records (``run.steps``) it is the prediction ``layersearch bench``
+    checks against measurement: each step's own draft forwards, verified length and context
+    costed by the profile (:meth:`LatencyProfile.predicted_speedup_of_steps`). Without them,
+    SWIFT's Eq. 6 from M and alpha at ``context``."""
     if mask.is_empty:
         return 1.0
+    if getattr(run, "steps", None):
+        predicted = profile.predicted_speedup_of_steps(run.steps)
+        if predicted is not None:
+            return predicted
     # Nothing drafted: every cycle paid a draft forward that stopped on low confidence.
     alpha = 0.0 if run.acceptance_rate is None else run.acceptance_rate
     # Observed draft forwards per cycle, where the decoder counts them, beat the estimate

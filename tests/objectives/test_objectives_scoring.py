@@ -113,3 +113,18 @@ def test_rules_read_m_and_alpha_from_decode_stats():
     assert seconds_per_token(run) == 0.05 and drafts_per_cycle(run) == 2.0
     silent = pooled(new_tokens=0, seconds=1.0, target_forwards=0, drafted=0, accepted=0, prompts=1)
     assert seconds_per_token(silent) == float("inf") and drafts_per_cycle(silent) is None
+
+
+def test_expected_speedup_costs_the_runs_own_steps_when_recorded(info, profile):
+    from dataclasses import replace
+
+    from layersearch.runtime.outcome import StepOutcome
+
+    mask = SkipMask(4, (0, 1), (3,))
+    steps = (StepOutcome(0, 100, 4, 3, 4, "layer-skip", mask, draft_forwards=4),
+             StepOutcome(1, 104, 2, 0, 1, "layer-skip", mask, draft_forwards=3))
+    run = replace(pooled(new_tokens=5, seconds=1.0, target_forwards=2, drafted=6, accepted=3, prompts=1), steps=steps)
+    score = make_objective("expected-speedup", profile=profile).evaluate(FakeRuntime(info, run), mask)
+    # The same prediction bench compares with measurement, not Eq. 6 from M and alpha.
+    assert score.value == pytest.approx(profile.predicted_speedup_of_steps(steps))
+    assert score.value != pytest.approx(profile.expected_speedup(2.5, 0.5, mask, 100, drafts=3.5))
