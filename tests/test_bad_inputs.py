@@ -124,7 +124,7 @@ COMMANDS: dict[str, Command] = {
     "knapspec-bench": Command(
         ("knapspec-bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "{profile}",
          "--out", "{out}"),
-        (("--contexts", "100000"), ("--contexts", "4"), ("--interval", "0"), ("--threads", "0")),
+        (("--contexts", "100000"), ("--contexts", "4"), ("--interval", "0"), ("--threads", "0"), ("--check-candidates", "-1")),
         kinds={"profile": "existing_profile"},  # a missing --profile is measured and saved there
     ),
 }

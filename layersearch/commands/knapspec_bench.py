@@ -50,6 +50,9 @@ def add_parser(sub: Any, parser_class: type) -> None:
     p.add_argument("--draft-threshold", type=float, default=0.7, help="early stop of drafting (default 0.7, KnapSpec's)")
     p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
     p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
+    p.add_argument("--check-candidates", type=int, default=0, metavar="N",
+                   help="also run the N contenders of largest predicted TPT at the first selection as fixed masks "
+                        "and report whether the predicted best measures fastest (default 0: off)")
     p.set_defaults(command="knapspec_bench")
 
 
@@ -69,6 +72,8 @@ def run(args: Any) -> int:
     contexts = parse_index_list(args.contexts, "contexts")
     if not contexts or min(contexts) < 8:
         raise LayersearchError("--contexts must be token counts >= 8")
+    if args.check_candidates < 0:
+        raise LayersearchError(f"--check-candidates must be >= 0, got {args.check_candidates}")
     for value, what in ((args.max_new_tokens, "--max-new-tokens"), (args.interval, "--interval"),
                         (args.window, "--window"), (args.max_draft, "--max-draft")):
         positive_int(value, what)
@@ -280,6 +285,8 @@ def _one_context(args, loaded, profile, ids, fixed, say):
         done(_run_entry("fixed-short", result, tpt=predicted.get("tpt"), alpha=predicted.get("alpha"),
                         mask=fixed["mask"], gamma=fixed["gamma"]))
     analysis = analysed.analysis
+    if args.check_candidates:
+        analysis["candidate_check"] = _check_candidates(model, ids, analysis.get("contenders", []), policy, args, say)
     other = analysis.get("other_method", {})
     other_seconds = sum(other.get("reselection", {}).values()) if other else None
     step = runs[1]["step_seconds"]
@@ -298,6 +305,35 @@ def _one_context(args, loaded, profile, ids, fixed, say):
                                     if other_seconds and runs[2]["step_seconds"] > 0 else None),
     }
     return {"context": n, "runs": runs, "analysis": analysis, "reselection_cost": cost}, fixed
+
+
+def _check_candidates(model, ids, contenders, policy, args, say) -> dict[str, Any]:
+    """Run the top ``--check-candidates`` contenders (by predicted TPT) as fixed masks with their
+    gamma: does the one the profile ranks first measure fastest?"""
+    from dataclasses import replace
+
+    from layersearch.runtime.decoder import SpeculativeDecoder
+
+    from layersearch.models.skipping import decoder_layers
+
+    num_layers = len(decoder_layers(model))
+    ranked = sorted(contenders, key=lambda row: -row["tpt"])[: args.check_candidates]
+    rows = []
+    for row in ranked:
+        mask = _mask_from_string(row["mask"], num_layers)
+        gamma = int(row["gamma"])
+        decoder = (SpeculativeDecoder(model, mask, policy=replace(policy, max_draft_tokens=gamma)) if gamma >= 1
+                   else SpeculativeDecoder(model))  # gamma 0: plain decoding
+        entry = _run_entry("candidate", decoder.generate(ids, args.max_new_tokens))
+        rows.append({"mask": row["mask"], "gamma": gamma, "predicted_tpt": row["tpt"],
+                     "measured_tokens_per_second": entry["decode_tokens_per_second"],
+                     "alpha_predicted": row.get("alpha"), "alpha_measured": entry["acceptance_rate"]})
+        say(f"  candidate {row['mask']} gamma {gamma}: predicted {row['tpt']:.2f} tok/s, "
+            f"measured {entry['decode_tokens_per_second']:.2f} tok/s")
+    measured = [r["measured_tokens_per_second"] for r in rows]
+    best = max(range(len(rows)), key=measured.__getitem__) if rows else None
+    return {"rows": rows, "predicted_best_is_fastest": best == 0 if rows else None,
+            "predicted_best_over_fastest": measured[0] / measured[best] if rows else None}
 
 
 def _mask_from_string(text: str, num_layers: int):
@@ -369,6 +405,14 @@ def _table(report) -> str:
             f" ({_pct((dec['tpt'] / bnd['tpt'] - 1) if dec.get('tpt') and bnd.get('tpt') else None)}); "
             f"fixed-short mask here {_fmt(fix.get('tpt'))} (alpha {_fmt(fix.get('alpha'))})"
         )
+        check = a.get("candidate_check")
+        if check and check["rows"]:
+            lines.append(
+                f"{'':>5} candidates (predicted TPT order -> measured tok/s): "
+                + ", ".join(f"{r['predicted_tpt']:.1f}->{r['measured_tokens_per_second']:.1f}" for r in check["rows"])
+                + f"; predicted best is the fastest: {'yes' if check['predicted_best_is_fastest'] else 'no'}"
+                f" ({check['predicted_best_over_fastest']:.2f} of the fastest)"
+            )
         c = ctx["reselection_cost"]
         k, kd = c["knapsack"], c["knapsack_draft"]
         lines.append(

@@ -33,11 +33,19 @@ def test_bench_runs_on_a_tiny_model(tmp_path, capsys, tiny_with_embedded_tokeniz
     knapspec_bench.add_parser(parser.add_subparsers(dest="command"), argparse.ArgumentParser)
     out = tmp_path / "bench.json"
     args = parser.parse_args(["knapspec-bench", "--model", str(folder), "--contexts", "24,48", "--max-new-tokens", "6",
-                              "--profile", str(path), "--out", str(out), "--interval", "2", "--max-draft", "4"])
+                              "--profile", str(path), "--out", str(out), "--interval", "2", "--max-draft", "4",
+                              "--check-candidates", "3"])
     assert knapspec_bench.run(args) == 0
     report = json.loads(out.read_text())
     assert [c["context"] for c in report["contexts"]] == [24, 48]
     runs = {r["run"] for r in report["contexts"][0]["runs"]}
     assert {"plain", "knapsack", "knapsack-draft", "bound-draft"} <= runs
     assert report["solver"]["speedup"] > 1 and len(report["summary"]) == 2
-    assert "knapsack solver" in capsys.readouterr().out
+    check = report["contexts"][0]["analysis"]["candidate_check"]
+    contenders = sorted(report["contexts"][0]["analysis"]["contenders"], key=lambda r: -r["tpt"])
+    assert [r["mask"] for r in check["rows"]] == [r["mask"] for r in contenders[:3]]  # the top 3 by prediction
+    assert all(r["measured_tokens_per_second"] > 0 for r in check["rows"])
+    fastest = max(r["measured_tokens_per_second"] for r in check["rows"])
+    assert check["predicted_best_over_fastest"] == check["rows"][0]["measured_tokens_per_second"] / fastest
+    output = capsys.readouterr().out
+    assert "knapsack solver" in output and "predicted best is the fastest" in output
