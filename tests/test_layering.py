@@ -15,6 +15,7 @@ FORBIDDEN = {
     "runtime": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.strategies", "layersearch.knapspec",
                 "layersearch.objectives", "layersearch.cli"),
     "knapspec": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
+    "knn": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
     "strategies": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.runtime", "layersearch.cli"),
 }
