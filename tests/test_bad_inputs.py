@@ -81,6 +81,23 @@ COMMANDS: dict[str, Command] = {
          "--max-new-tokens", "2", "--out-prefix", "{prefix}"),
         NUMBERS + (("--samples", "0"), ("--domains", "nope"), ("--split", "dev"), ("--repeats", "0")),
     ),
+    # KNN-SSD: a mask file is no router, so every --router case fails; the mask slots try the bad files.
+    "knn build": Command(
+        ("knn", "build", "--model", MODEL, "--domain", "translation=mask.json", "--samples", "1", "--fallback", "{mask}",
+         "--out", "{out}"),
+        (("--samples", "0"), ("--clusters", "2"), ("--anchors", "0"), ("--threshold-margin", "-1"), ("--domain", "nope=mask.json"),
+         ("--domain", "translation"), ("--domain", "translation=study:"), ("--domain", "translation=study:absent@studies.db"),
+         ("--pca", "out.jpg")),
+    ),
+    "knn bench": Command(
+        ("knn", "bench", "--model", MODEL, "--router", "{mask}", "--instances", "2", "--out", "{out}"),
+        (("--instances", "0"), ("--mix-ratios", "0,x"), ("--mix-ratios", "1.5"), ("--mix-ratios", ","), ("--test-prompts", "0"),
+         ("--max-draft", "0"), ("--plot", "out.jpg")),
+    ),
+    "generate --router": Command(
+        ("generate", "--model", MODEL, "--router", "{mask}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--baseline",), ("--mask", "mask.json")),
+    ),
     "profile": Command(("profile", "--model", MODEL, "--contexts", "8", "--repeats", "1", "--out", "{out}"),
                        (("--threads", "0"), ("--repeats", "0"), ("--contexts", "0"), ("--contexts", "100000"))),
     "profile --validate": Command(

@@ -22,6 +22,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     which.add_argument("--mask", help="mask JSON file")
     which.add_argument("--skip-ratio", type=float, help="use an evenly spread mask skipping this share of sub-layers")
     which.add_argument("--dynamic", choices=["knapsack"], help="re-select the draft sub-network while decoding")
+    which.add_argument("--router", help="KNN-SSD router file (`layersearch knn build`): each prompt's mask by nearest neighbour")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompts", help='JSONL file, one {"prompt": ...} per line')
@@ -55,19 +56,22 @@ def run(args: Any) -> int:
     positive_int(args.max_new_tokens, "--max-new-tokens")
     prompts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
-    if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic):
-        raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio or --dynamic")
+    if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or getattr(args, "router", None)):
+        raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
     _check_args(args)
     # A bad mask or DISCO file fails before the (slower) model load.
     mask_file = SkipMask.load(args.mask) if args.mask else None
     disco = _disco_file(args)
+    router = _router(args)
     loaded = load(args)
+    if router is not None:
+        _check_router(args, router, loaded.info)
     if disco is not None:
         _check_disco(args, disco, loaded.info)
         if mask_file is None and args.skip_ratio is None:
             mask_file = disco.mask  # the mask the classifier was trained for
-    mask = None if args.baseline or args.dynamic else _mask(args, mask_file, loaded.info)
-    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling)
+    mask = None if args.baseline or args.dynamic or router is not None else _mask(args, mask_file, loaded.info)
+    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router)
     profile = _profile(args, loaded.info) if mask is not None else None
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output
@@ -120,7 +124,7 @@ def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
     return SkipMask.uniform(info.num_layers, ratio, model=info)
 
 
-def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
+def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None):
     from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafters import drafter_named
     from layersearch.runtime.drafting import DraftPolicy
@@ -137,6 +141,11 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling):
     plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
     if args.dynamic:
         return dynamic_decoder(args, loaded, policy=policy, sampling=sampling, lookahead=lookahead, **plugins)
+    if router is not None:
+        from layersearch.knn.controller import KnnController
+
+        controller = KnnController(router)
+        return SpeculativeDecoder(loaded.model, sampling=sampling, lookahead=lookahead, controller=controller, **plugins)
     return SpeculativeDecoder(loaded.model, mask, sampling=sampling, lookahead=lookahead, **plugins)
 
 
@@ -156,6 +165,24 @@ def _disco_file(args: Any):
     if not path:
         raise LayersearchError("--lookahead disco: needs a file, e.g. --lookahead disco:disco.json")
     return DiscoFile.load(path)
+
+
+# ----- KNN-SSD (--router) --------------------------------------------------------------
+def _router(args: Any):
+    """The router of ``--router`` (validated), else None."""
+    path = getattr(args, "router", None)
+    if not path:
+        return None
+    from layersearch.knn.router import Router
+
+    return Router.load(path)
+
+
+def _check_router(args: Any, router, info) -> None:
+    try:
+        router.check_model(info)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{args.router}: {exc}") from None
 
 
 def _check_disco(args: Any, disco, info) -> None:

@@ -17,6 +17,12 @@ def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial
     from layersearch.outputs import check_output
 
     out = check_output(out)
+    mask = study_mask(name, storage=storage, trial=trial)
+    return mask.save(out), mask
+
+
+def study_mask(name: str, *, storage: str | None = None, trial: str | int = "best") -> SkipMask:
+    """The mask of ``trial`` ("best" or a trial number) of a study, bound to its model, with provenance."""
     study, settings, location, _ = open_study(name, storage, read_only=True)
     chosen = _pick_trial(study, name, trial)
     info = settings.info()
@@ -33,7 +39,7 @@ def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial
         domain=settings.domain,
         storage=location.url,
     )
-    return mask.save(out), mask
+    return mask
 
 
 def _pick_trial(study: Any, name: str, which: str | int) -> Any:
