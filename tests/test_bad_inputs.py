@@ -92,7 +92,8 @@ COMMANDS: dict[str, Command] = {
     "knn bench": Command(
         ("knn", "bench", "--model", MODEL, "--router", "{mask}", "--instances", "2", "--out", "{out}"),
         (("--instances", "0"), ("--mix-ratios", "0,x"), ("--mix-ratios", "1.5"), ("--mix-ratios", ","), ("--test-prompts", "0"),
-         ("--max-draft", "0"), ("--plot", "out.jpg")),
+         ("--max-draft", "0"), ("--plot", "out.jpg"), ("--routing-prompts", "0", "--pca", "p.png"),
+         ("--pca", "p.png")),
     ),
     "generate --router": Command(
         ("generate", "--model", MODEL, "--router", "{mask}", "--prompt", "w1 w2", "--max-new-tokens", "2"),

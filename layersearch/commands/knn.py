@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -45,6 +46,9 @@ def add_parser(sub: Any, parser_class: Any) -> None:
     bench.add_argument("--seed", type=int, default=0, help="stream and prompt seed (default 0)")
     bench.add_argument("--out", default="knn_bench.json", help="JSON report (default knn_bench.json)")
     bench.add_argument("--plot", metavar="PNG", help="speedup vs mix ratio picture")
+    bench.add_argument("--routing-prompts", type=int, default=0,
+                       help="also route this many test prompts per domain by their prefill alone (accuracy only, no decoding)")
+    bench.add_argument("--pca", metavar="PNG", help="2-D PCA of those held-out representations with the router's anchors")
     draft_args(bench, adaptive=False)
     p.set_defaults(command="knn")
 
@@ -155,7 +159,7 @@ def _bench(args: Any) -> int:
     from layersearch.commands.common import check_context, load, positive_int
     from layersearch.data import load_prompts
     from layersearch.jsonfile import write_json_atomic
-    from layersearch.knn.bench import format_table, knn_bench
+    from layersearch.knn.bench import format_table, held_out_routing, knn_bench
     from layersearch.knn.router import Router
     from layersearch.mask import SkipMask
     from layersearch.outputs import check_output
@@ -165,10 +169,15 @@ def _bench(args: Any) -> int:
     for value, name in ((args.instances, "--instances"), (args.test_prompts, "--test-prompts"),
                         (args.max_new_tokens, "--max-new-tokens")):
         positive_int(value, name)
+    if args.routing_prompts:
+        positive_int(args.routing_prompts, "--routing-prompts")
+    if args.pca and not args.routing_prompts:
+        raise LayersearchError("--pca draws the --routing-prompts representations: give --routing-prompts N")
     DraftPolicy(args.max_draft, args.draft_threshold)
     ratios = _ratios(args.mix_ratios, check_fraction)
     out = check_output(args.out, suffixes=(".json",))
     plot = check_png_output(args.plot) if args.plot else None
+    pca = check_png_output(args.pca) if args.pca else None
     router = Router.load(args.router)
     domains = [d for d in (args.domains or ",".join(router.domain_names)).split(",") if d]
     if not domains:
@@ -179,6 +188,8 @@ def _bench(args: Any) -> int:
         raise LayersearchError("mix ratios above 0 need at least two --domains")
     mixed = SkipMask.load(args.mixed_mask) if args.mixed_mask else None
     texts = {d: [p.text for p in load_prompts(d, args.test_prompts, seed=args.seed, split="test")] for d in domains}
+    routing_texts = {d: [p.text for p in load_prompts(d, args.routing_prompts, seed=args.seed + 1, split="test")]
+                     for d in domains} if args.routing_prompts else {}
     loaded = load(args)
     try:
         router.check_model(loaded.info)
@@ -191,16 +202,34 @@ def _bench(args: Any) -> int:
         prompts[domain] = [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items]
         for i, ids in enumerate(prompts[domain]):
             check_context(loaded, ids.shape[1] + args.max_new_tokens, f"{domain} test prompt {i + 1} + --max-new-tokens")
+    routing = None
+    if routing_texts:
+        held_out = {d: [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items] for d, items in routing_texts.items()}
+        for domain, items in held_out.items():
+            for i, ids in enumerate(items):
+                check_context(loaded, ids.shape[1], f"{domain} routing prompt {i + 1}")
+        routing = held_out_routing(loaded, router, held_out, progress=_say)
     result = knn_bench(loaded, router, prompts, ratios, args.instances, mixed_mask=mixed, max_new_tokens=args.max_new_tokens,
                        max_draft=args.max_draft, draft_threshold=args.draft_threshold, seed=args.seed,
                        progress=lambda m: _say(m))
     print(format_table(result))
     report = {"model": loaded.info.to_dict(), "router": str(args.router), **result.to_dict()}
+    if routing is not None:
+        report["held_out_routing"] = routing.to_dict()
+        print(f"held-out routing ({args.routing_prompts} test prompts per domain, prefill only): overall "
+              f"{routing.overall:.3f}; " + ", ".join(f"{d} {a:.2f}" for d, a in routing.accuracy.items()))
+        print("confusion (true -> routed): " + json.dumps(routing.to_dict()["confusion"]))
     print(f"wrote {write_json_atomic(out, report)}")
     if plot is not None:
         from layersearch.knn.figures import plot_mix_ratio
 
         print(f"wrote {plot_mix_ratio(result, plot)}")
+    if pca is not None:
+        from layersearch.knn.figures import plot_representations
+
+        names = [router.domain_names[i] for i in router.anchor_domains]
+        title = "held-out test prompts (PCA), router anchors ringed"
+        print(f"wrote {plot_representations(routing.representations, router.anchors, names, pca, title=title)}")
     return 0
 
 

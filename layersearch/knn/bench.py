@@ -169,3 +169,46 @@ def format_table(result: KnnBenchResult) -> str:
     routing = ", ".join(f"{d} {a:.2f}" for d, a in result.routing.items())
     lines.append(f"routing accuracy on held-out prompts: {routing}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RoutingReport:
+    """Held-out routing: accuracy per domain, the confusion counts (true -> routed, "OOD" for the
+    fallback) and the representations ``{domain: [n, d]}`` (for the PCA picture)."""
+
+    accuracy: Mapping[str, float]
+    confusion: Mapping[str, Mapping[str, int]]
+    representations: Mapping[str, Any]
+
+    @property
+    def overall(self) -> float:
+        """Share of all held-out prompts routed to their own domain."""
+        total = sum(sum(row.values()) for row in self.confusion.values())
+        return sum(row.get(d, 0) for d, row in self.confusion.items()) / total
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (no representations)."""
+        return {"overall": self.overall, "per_domain": dict(self.accuracy),
+                "confusion": {d: dict(row) for d, row in self.confusion.items()}}
+
+
+def held_out_routing(loaded: Any, router: Any, prompts: Mapping[str, Sequence[Any]],
+                     progress: Callable[[str], None] = lambda message: None) -> RoutingReport:
+    """Route every held-out prompt (token ids ``[1, n]``) by its prefill alone: no decoding."""
+    import numpy as np
+
+    from layersearch.knn.represent import prompt_representation
+
+    confusion: dict[str, dict[str, int]] = {}
+    representations = {}
+    for domain, items in prompts.items():
+        reps = [prompt_representation(loaded.model, ids) for ids in items]
+        representations[domain] = np.stack(reps)
+        row: dict[str, int] = {}
+        for rep in reps:
+            routed = router.route(rep).domain or "OOD"
+            row[routed] = row.get(routed, 0) + 1
+        confusion[domain] = row
+        progress(f"routing {domain}: {row.get(domain, 0)}/{len(items)} held-out prompts to their own domain")
+    accuracy = {d: row.get(d, 0) / max(1, sum(row.values())) for d, row in confusion.items()}
+    return RoutingReport(accuracy, confusion, representations)
