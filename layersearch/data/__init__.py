@@ -29,13 +29,13 @@ from __future__ import annotations
 import os
 from types import MappingProxyType
 
-from layersearch.data import gsm, humaneval, news, sql, stories, translation
+from layersearch.data import gsm, humaneval, mixed, news, sql, stories, translation
 from layersearch.data import spec_bench as spec_bench_source
 from layersearch.data._common import Prompt, cache_dir, check_count
 from layersearch.data.splits import SPLITS, check_split, split_of
 from layersearch.errors import LayersearchError
 
-__all__ = ["DOMAINS", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "check_split", "split_of"]
+__all__ = ["DOMAINS", "check_domain", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "check_split", "split_of"]
 
 DOMAINS: tuple[str, ...] = ("summarization", "math", "code", "translation", "storytelling", "sql")
 
@@ -70,10 +70,22 @@ def load_prompts(
         if not path:
             raise LayersearchError(f"{domain} needs Spec-Bench's question.jsonl: pass --spec-bench FILE")
         return spec_bench_source.prompts(path, domain[len(spec_bench_source.PREFIX):], n, seed, check_split(split))
+    if domain.startswith(mixed.PREFIX):  # ``mix:a,b,c``: the parts' prompts in turn (KNN-SSD's SSD_M)
+        check_count(n)
+        names = mixed.parts(domain, DOMAINS)
+        return mixed.prompts(names, n, lambda name, count: load_prompts(name, count, seed=seed, split=split))
     if domain not in _SOURCES:
         raise LayersearchError(f"unknown domain {domain!r}: choose one of {', '.join(DOMAINS)}")
     check_count(n)
     return _SOURCES[domain].prompts(n, seed, check_split(split))
+
+
+def check_domain(domain: str) -> None:
+    """Raise LayersearchError unless ``domain`` is a known domain or a valid ``mix:a,b,...``."""
+    if domain.startswith(mixed.PREFIX):
+        mixed.parts(domain, DOMAINS)
+    elif domain not in _SOURCES:
+        raise LayersearchError(f"unknown domain {domain!r}; known domains: {', '.join(DOMAINS)} (or mix:a,b,...)")
 
 
 def long_prompt(approx_chars: int, *, seed: int = 0) -> str:

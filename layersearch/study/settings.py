@@ -71,7 +71,9 @@ class StudySettings:
         strategy = get_strategy(self.strategy)
         check_objective(self.objective)
         if self.domain not in DOMAINS:
-            raise LayersearchError(f"unknown domain {self.domain!r}; known domains: {', '.join(DOMAINS)}")
+            from layersearch.data import check_domain
+
+            check_domain(self.domain)  # ``mix:a,b,...`` (KNN-SSD's SSD_M) or an error naming the domains
         for name, minimum in (("samples", 1), ("max_new_tokens", 1), ("gamma", 1), ("max_draft", 1)):
             check_int(getattr(self, name), name.replace("_", "-"), minimum=minimum)
         for name in ("seed", "prompt_seed"):
