@@ -92,7 +92,7 @@ COMMANDS: dict[str, Command] = {
     "knn bench": Command(
         ("knn", "bench", "--model", MODEL, "--router", "{mask}", "--instances", "2", "--out", "{out}"),
         (("--instances", "0"), ("--mix-ratios", "0,x"), ("--mix-ratios", "1.5"), ("--mix-ratios", ","), ("--test-prompts", "0"),
-         ("--max-draft", "0"), ("--plot", "out.jpg"), ("--routing-prompts", "0", "--pca", "p.png"),
+         ("--max-draft", "0"), ("--plot", "out.jpg"), ("--routing-prompts", "0", "--pca", "p.png"), ("--ood-domains", "math"),
          ("--pca", "p.png")),
     ),
     "generate --router": Command(

@@ -48,6 +48,8 @@ def add_parser(sub: Any, parser_class: Any) -> None:
     bench.add_argument("--plot", metavar="PNG", help="speedup vs mix ratio picture")
     bench.add_argument("--routing-prompts", type=int, default=0,
                        help="also route this many test prompts per domain by their prefill alone (accuracy only, no decoding)")
+    bench.add_argument("--ood-domains", default="",
+                       help="comma-separated domains the router lacks: their --routing-prompts should fall back (OOD)")
     bench.add_argument("--pca", metavar="PNG", help="2-D PCA of those held-out representations with the router's anchors")
     draft_args(bench, adaptive=False)
     p.set_defaults(command="knn")
@@ -188,8 +190,11 @@ def _bench(args: Any) -> int:
         raise LayersearchError("mix ratios above 0 need at least two --domains")
     mixed = SkipMask.load(args.mixed_mask) if args.mixed_mask else None
     texts = {d: [p.text for p in load_prompts(d, args.test_prompts, seed=args.seed, split="test")] for d in domains}
+    ood = [d for d in args.ood_domains.split(",") if d]
+    if ood and not args.routing_prompts:
+        raise LayersearchError("--ood-domains are routed with --routing-prompts N: give it")
     routing_texts = {d: [p.text for p in load_prompts(d, args.routing_prompts, seed=args.seed + 1, split="test")]
-                     for d in domains} if args.routing_prompts else {}
+                     for d in domains + ood} if args.routing_prompts else {}
     loaded = load(args)
     try:
         router.check_model(loaded.info)

@@ -174,17 +174,23 @@ def format_table(result: KnnBenchResult) -> str:
 @dataclass(frozen=True)
 class RoutingReport:
     """Held-out routing: accuracy per domain, the confusion counts (true -> routed, "OOD" for the
-    fallback) and the representations ``{domain: [n, d]}`` (for the PCA picture)."""
+    fallback) and the representations ``{domain: [n, d]}`` (for the PCA picture). A domain the
+    router does not know is scored correct when it is routed to the fallback ("OOD")."""
 
     accuracy: Mapping[str, float]
     confusion: Mapping[str, Mapping[str, int]]
     representations: Mapping[str, Any]
+    known: tuple[str, ...] = ()
 
     @property
     def overall(self) -> float:
         """Share of all held-out prompts routed to their own domain."""
         total = sum(sum(row.values()) for row in self.confusion.values())
-        return sum(row.get(d, 0) for d, row in self.confusion.items()) / total
+        return sum(row.get(self.expected(d), 0) for d, row in self.confusion.items()) / total
+
+    def expected(self, domain: str) -> str:
+        """The right route of ``domain``'s prompts: itself, or "OOD" for a domain the router lacks."""
+        return domain if domain in self.known else "OOD"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (no representations)."""
@@ -209,6 +215,8 @@ def held_out_routing(loaded: Any, router: Any, prompts: Mapping[str, Sequence[An
             routed = router.route(rep).domain or "OOD"
             row[routed] = row.get(routed, 0) + 1
         confusion[domain] = row
-        progress(f"routing {domain}: {row.get(domain, 0)}/{len(items)} held-out prompts to their own domain")
-    accuracy = {d: row.get(d, 0) / max(1, sum(row.values())) for d, row in confusion.items()}
-    return RoutingReport(accuracy, confusion, representations)
+        right = domain if domain in router.domain_names else "OOD"
+        progress(f"routing {domain}: {row.get(right, 0)}/{len(items)} held-out prompts to {right}")
+    known = router.domain_names
+    accuracy = {d: row.get(d if d in known else "OOD", 0) / max(1, sum(row.values())) for d, row in confusion.items()}
+    return RoutingReport(accuracy, confusion, representations, known)

@@ -79,7 +79,7 @@ def test_bench_writes_the_table_and_the_plot(built, capsys, tmp_path):
     code, stdout, err = run_cli(
         capsys, "knn", "bench", "--model", folder, "--router", router_path, "--mix-ratios", "0,1", "--instances", 3,
         "--test-prompts", 1, "--max-new-tokens", 4, "--mixed-mask", work / "code.json", "--out", out, "--plot", plot,
-        "--routing-prompts", 2, "--pca", tmp_path / "held.png",
+        "--routing-prompts", 2, "--pca", tmp_path / "held.png", "--ood-domains", "math",
     )
     assert code == 0, err
     report = json.loads(out.read_text())
@@ -95,7 +95,8 @@ def test_bench_writes_the_table_and_the_plot(built, capsys, tmp_path):
     assert "routing accuracy on held-out prompts" in stdout
     assert plot.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "held.png").read_bytes()[:4] == b"\x89PNG"
     held = report["held_out_routing"]
-    assert {d: sum(row.values()) for d, row in held["confusion"].items()} == {d: 2 for d in DOMAINS}
+    assert {d: sum(row.values()) for d, row in held["confusion"].items()} == {d: 2 for d in (*DOMAINS, "math")}
+    assert held["per_domain"]["math"] == held["confusion"]["math"].get("OOD", 0) / 2  # right when it falls back
     assert 0 <= held["overall"] <= 1
 
 
