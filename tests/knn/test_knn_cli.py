@@ -110,3 +110,27 @@ def test_router_for_another_model_is_one_line(built, capsys, tmp_path):
     other.write_text(json.dumps(data))
     code, _, err = run_cli(capsys, "generate", "--model", folder, "--prompt", "x", "--router", other)
     assert code == 2 and err.count("\n") == 1 and "router was built for model" in err
+
+
+def test_domain_mask_from_a_study_on_mixed_prompts(built, tmp_path, capsys):
+    """``NAME=study:STUDY@STORAGE`` takes the study's best trial; a study may search ``mix:a,b`` prompts."""
+    work, folder, _, masks = built
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    code, _, err = run_cli(capsys, "study", "create", "--name", "mixed", "--model", folder, "--domain", "mix:code,translation",
+                           "--strategy", "random", "--objective", "matchness", "--samples", 2, "--max-new-tokens", 2,
+                           "--storage", storage, "--threads", 1)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "study", "run", "--name", "mixed", "--storage", storage, "--trials", 2, "--quiet")
+    assert code == 0, err
+    out = tmp_path / "router.json"
+    code, _, err = run_cli(capsys, "knn", "build", "--model", folder, "--samples", 2, "--anchors", 1, "--out", out,
+                           "--domain", f"code=study:mixed@{storage}", "--domain", f"translation={work / 'translation.json'}")
+    assert code == 0, err
+    from layersearch.study.export import study_mask
+
+    router = Router.load(out)
+    expected = study_mask("mixed", storage=storage)
+    assert router.mask_of("code") == expected and router.mask_of("translation") == masks["translation"]
+    provenance = router.mask_of("code").provenance
+    assert provenance["study"] == "mixed" and provenance["domain"] == "mix:code,translation"
+    assert provenance["source"] == f"study:mixed@{storage}"
