@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from layersearch.errors import LayersearchError
-from layersearch.knn import DomainSamples, Router, build_router, routing_accuracy
+from layersearch.knn import DomainMask, DomainSamples, Router, build_router, routing_accuracy
 from layersearch.knn.controller import KnnController
 from layersearch.knn.represent import mean_representation, prompt_representation
 from layersearch.mask import ModelInfo, SkipMask
@@ -191,3 +191,34 @@ def test_nan_anchor_refused(tmp_path, router):
     path.write_text(json.dumps(router.to_dict()).replace(str(router.to_dict()["anchors"][0][0]), "NaN", 1))
     with pytest.raises(LayersearchError):
         Router.load(path)
+
+
+def test_routed_sampling_follows_the_target_distribution(exact_three_token_law):
+    """With sampling, a routed mask drafts and the output still follows the target's exact law."""
+    from scipy.stats import chisquare
+
+    from layersearch.models.tiny import build_tiny_model
+    from layersearch.runtime.sampling import SamplingConfig
+
+    target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21)
+    target.generation_config.eos_token_id = None
+    prompt = [1, 2, 1, 2]
+    info = describe_model(target, "tiny-6")
+    mask = SkipMask(2, (1,), (1,), info)
+    anchor = prompt_representation(target, prompt)
+    router = Router(info, (DomainMask("only", mask),), anchor[None, :], np.array([0]), 0.5)
+    exact = exact_three_token_law(target, prompt)
+    runs, observed, drafted = 1500, np.zeros(216), 0
+    controller = KnnController(router)
+    for seed in range(runs):
+        decoder = SpeculativeDecoder(target, policy=DraftPolicy(2, 0.0), controller=controller,
+                                     sampling=SamplingConfig(temperature=1.0, seed=seed))
+        a, b, c = (result := decoder.generate(prompt, 3)).token_ids
+        observed[a * 36 + b * 6 + c] += 1
+        drafted += result.stats.drafted
+    assert {r.domain for r in controller.routes} == {"only"} and drafted >= runs  # every run drafted
+    keep = exact * runs >= 5
+    expected = np.append(exact[keep], exact[~keep].sum()) * runs
+    counts = np.append(observed[keep], observed[~keep].sum())
+    expected = expected * counts.sum() / expected.sum()
+    assert chisquare(counts, expected).pvalue > 1e-3
