@@ -17,6 +17,7 @@ FORBIDDEN = {
     "knapspec": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "knn": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
+    "swift": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "strategies": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.runtime", "layersearch.cli"),
 }
 

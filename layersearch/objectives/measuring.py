@@ -110,16 +110,16 @@ class ModelRuntime:
 
     def matchness(self, mask: SkipMask, gamma: int) -> MatchMeasurement:
         """SWIFT matchness: one teacher-forced masked forward per prompt over gamma target tokens."""
-        from layersearch.runtime.teacher import draft_logits
+        from layersearch.runtime.teacher import draft_logits, matched_tokens
 
         matched = compared = 0
         for index in range(len(self.prompts)):
             run = self._target(index, gamma)
             if len(run.tokens) < 2:
                 continue  # the target ended at once (end of sequence): nothing to predict
-            predicted = draft_logits(self.model, mask, run).argmax(-1).tolist()  # predicts t_2..t_{gamma+1}
-            matched += sum(int(p == t) for p, t in zip(predicted, run.tokens[1:]))
-            compared += len(predicted)
+            # Rows predict t_1..t_gamma from the target's own prefix.
+            matched += matched_tokens(draft_logits(self.model, mask, run), run.tokens[1:])
+            compared += len(run.tokens) - 1
         return MatchMeasurement(matched, compared)
 
     # ----- helpers -----------------------------------------------------------------------------

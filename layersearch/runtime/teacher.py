@@ -1,10 +1,10 @@
 """Teacher forcing: the target's greedy continuation of a prompt, then the masked draft's
 predictions for every position of it in one parallel forward that reuses the prompt cache.
 
-SWIFT's matchness objective and DISCO's training data both read these. Given the target's
-tokens t_0..t_n (t_0 from the prefill), the draft sees the target's own prefix at every
-position: its logits at row j-1 predict t_j, exactly what a greedy draft would see at that
-position after an accepted prefix.
+SWIFT's matchness objective (offline, and on the fly over a decode loop's cache) and DISCO's
+training data read these. Given the target's tokens t_0..t_n (t_0 from the prefill), the draft
+sees the target's own prefix at every position: its logits at row j-1 predict t_j, exactly
+what a greedy draft would see at that position after an accepted prefix.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from transformers import Cache
 
 from layersearch.mask import SkipMask
 from layersearch.models.skipping import skipping
-from layersearch.runtime.cache import new_cache, truncate_cache
+from layersearch.runtime.cache import cache_length, new_cache, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 
 
@@ -56,8 +57,52 @@ def draft_logits(model: torch.nn.Module, mask: SkipMask, run: TargetRun) -> torc
     inputs = list(run.tokens[:-1])
     if not inputs:
         return torch.empty(0, 0)
+    return draft_logits_in_cache(model, mask, run.cache, inputs, run.length)
+
+
+@torch.inference_mode()
+def draft_logits_in_cache(
+    model: torch.nn.Module, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int
+) -> torch.Tensor:
+    """The masked draft's logits ``[n, vocab]`` for ``inputs`` at positions ``start..start+n-1``,
+    attending to the cache's first ``start`` positions and causally to each other.
+
+    The cache may hold more than ``start`` positions (a decode loop's cache holds every
+    generated token): the draft's entries are then appended after them with explicit positions
+    and a 4-D attention mask that hides positions ``start..`` of the cache, the way a token tree
+    is verified (:mod:`layersearch.runtime.tree`). Either way one forward reuses the cached
+    prefix, and the cache is cut back to exactly what it held (full-attention models only when
+    ``start`` is short of the cache's length: a sliding window would need its own mask).
+    """
+    cached = cache_length(cache)
+    if not 0 <= start <= cached:
+        raise ValueError(f"start {start} is outside the cache's {cached} positions")
+    n = len(inputs)
+    options = {}
+    if start < cached:
+        dtype = next(model.parameters()).dtype
+        options = dict(
+            positions=torch.arange(start, start + n),  # [n]
+            attention_mask=hidden_suffix_mask(start, cached, n, dtype),  # [1, 1, n, cached + n]
+        )
     try:
         with skipping(model, mask):
-            return forward_tokens(model, inputs, run.length, run.cache)  # [n, vocab]
+            return forward_tokens(model, list(inputs), start, cache, **options)  # [n, vocab]
     finally:
-        truncate_cache(run.cache, run.length)  # the prompt cache stays exact for the next call
+        truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
+
+
+def hidden_suffix_mask(start: int, cached: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask ``[1, 1, n, cached + n]``: n new tokens see cache positions ``0..start-1``
+    and themselves causally; cache positions ``start..cached-1`` are hidden."""
+    allowed = torch.zeros(n, cached + n, dtype=torch.bool)
+    allowed[:, :start] = True
+    allowed[:, cached:] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask = torch.zeros(n, cached + n, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, n, cached + n)
+
+
+def matched_tokens(logits: torch.Tensor, targets: Sequence[int]) -> int:
+    """How many rows of ``logits`` [n, vocab] have ``targets[j]`` as their argmax (SWIFT's matchness count)."""
+    predicted = logits.argmax(-1).tolist()  # [n]
+    return sum(int(p == t) for p, t in zip(predicted, targets))

@@ -65,10 +65,10 @@ def propose_bits(
     d = x.shape[1]
     if count is not None and not 0 <= count <= d:
         raise ValueError(f"count must be in 0..{d}, got {count}")
-    train_x = torch.as_tensor(x, dtype=torch.float64)
-    train_y = torch.as_tensor(standardize(y), dtype=torch.float64).unsqueeze(-1)  # [n, 1]
-    best_f = float(train_y.max())
-    with _single_thread(), manual_seed(seed), warnings.catch_warnings():
+    with _autograd_on(), _single_thread(), manual_seed(seed), warnings.catch_warnings():
+        train_x = torch.as_tensor(x, dtype=torch.float64)
+        train_y = torch.as_tensor(standardize(y), dtype=torch.float64).unsqueeze(-1)  # [n, 1]
+        best_f = float(train_y.max())
         # BoTorch warns about routine numerical jitter and optimizer restarts; they are not
         # actionable for a user of the search.
         warnings.simplefilter("ignore")
@@ -199,6 +199,16 @@ def neighbours(rows: np.ndarray, count: int | None) -> np.ndarray:
             out.append(swaps)
     width = rows.shape[1]
     return np.concatenate(out) if out else np.empty((0, width), dtype=np.int8)
+
+
+@contextmanager
+def _autograd_on() -> Iterator[None]:
+    """Autograd on for the GP fit, also when the caller is a decode loop running under
+    ``torch.inference_mode`` (SWIFT's on-the-fly optimizer); tensors made inside are normal ones."""
+    import torch
+
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
 
 
 @contextmanager
