@@ -53,6 +53,13 @@ COMMANDS: dict[str, Command] = {
         ("generate", "--model", MODEL, "--skip-ratio", "0.5", "--prompt", "w1 w2", "--profile", "{profile}",
          "--max-new-tokens", "2"), (("--skip-ratio", "1.5"),),
     ),
+    # SWIFT on the fly (issue 12).
+    "generate --on-the-fly": Command(
+        ("generate", "--model", MODEL, "--on-the-fly", "swift", "--prompts", "{prompts}", "--max-new-tokens", "2"),
+        (("--swift-window", "0"), ("--swift-target", "2"), ("--swift-kappa", "-1"), ("--swift-patience", "0"),
+         ("--swift-bo-interval", "0"), ("--skip-ratio", "1.5"), ("--swift-min-skip-ratio", "0.9"),
+         ("--mask", "mask.json"), ("--dynamic", "knapsack"), ("--baseline",), ("--on-the-fly", "knn")),
+    ),
     "mask create": Command(("mask", "create", "--model", MODEL, "--attention", "1", "--out", "{out}"),
                            (("--attention", "1,x"), ("--attention", "99"), ("--mlp", "1,1"))),
     "mask show": Command(("mask", "show", "{mask}")),

@@ -50,3 +50,24 @@ def draft_args(
 def storage_arg(parser: argparse.ArgumentParser, help: str = STORAGE_HELP) -> None:
     """``--storage``: an Optuna storage URL."""
     parser.add_argument("--storage", help=help)
+
+
+# ----- SWIFT on the fly (generate --on-the-fly swift, swift-stream) ---------------------------
+# Defaults repeated from layersearch.swift.SwiftConfig (tests/swift/test_swift_cli.py checks).
+SWIFT_DEFAULTS = dict(window=32, bo_interval=25, kappa=2.5, target=0.95, patience=300, max_steps=1000, tolerance=0.7)
+
+
+def swift_args(parser: argparse.ArgumentParser) -> None:
+    """SWIFT's optimizer settings: ``--swift-window`` (gamma), ``--swift-bo-interval`` (beta),
+    ``--swift-kappa``, ``--swift-target``, ``--swift-patience``, ``--swift-max-steps``,
+    ``--swift-tolerance`` and ``--swift-min-skip-ratio``."""
+    d = SWIFT_DEFAULTS
+    g = parser.add_argument_group("SWIFT on the fly")
+    g.add_argument("--swift-window", type=int, default=d["window"], help=f"context window gamma: generated tokens that score a candidate (default {d['window']})")
+    g.add_argument("--swift-bo-interval", type=int, default=d["bo_interval"], help=f"beta: every beta-th optimization step is a GP-UCB step (default {d['bo_interval']})")
+    g.add_argument("--swift-kappa", type=float, default=d["kappa"], help=f"kappa of UCB (default {d['kappa']})")
+    g.add_argument("--swift-target", type=float, default=d["target"], help=f"stop optimizing at this matchness (default {d['target']}; the authors' script 0.93)")
+    g.add_argument("--swift-patience", type=int, default=d["patience"], help=f"stop after this many steps without improvement (default {d['patience']})")
+    g.add_argument("--swift-max-steps", type=int, default=d["max_steps"], help=f"stop after this many optimization steps (default {d['max_steps']})")
+    g.add_argument("--swift-tolerance", type=float, default=d["tolerance"], help=f"lower the skip ratio by 0.1 when an input's acceptance stays below this (default {d['tolerance']}; 0 never)")
+    g.add_argument("--swift-min-skip-ratio", type=float, default=None, help="lowest skip ratio the tolerance rule may reach (default one 0.1 step below the start)")

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from layersearch.checks import check_int
-from layersearch.commands.args import draft_args, model_args
+from layersearch.commands.args import draft_args, model_args, swift_args
+from layersearch.commands.onthefly import check_on_the_fly, input_summary, swift_config
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
@@ -45,6 +46,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
                    "threshold, HF's heuristic schedule, or a DISCO classifier file (its mask unless --mask is given) "
                    "(default: confidence, adaptive with --adaptive-threshold)")
+    # SWIFT on the fly (issue 12): --skip-ratio is then SWIFT's r (default 0.45).
+    p.add_argument("--on-the-fly", choices=["swift"], default=None,
+                   help="optimize the skipped layers while generating, over the stream of --prompts (SWIFT)")
+    swift_args(p)
     p.set_defaults(command="generate")
 
 
@@ -59,6 +64,7 @@ def run(args: Any) -> int:
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or getattr(args, "router", None)):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
     _check_args(args)
+    check_on_the_fly(args)
     # A bad mask or DISCO file fails before the (slower) model load.
     mask_file = SkipMask.load(args.mask) if args.mask else None
     disco = _disco_file(args)
@@ -70,7 +76,7 @@ def run(args: Any) -> int:
         _check_disco(args, disco, loaded.info)
         if mask_file is None and args.skip_ratio is None:
             mask_file = disco.mask  # the mask the classifier was trained for
-    mask = None if args.baseline or args.dynamic or router is not None else _mask(args, mask_file, loaded.info)
+    mask = None if args.baseline or args.dynamic or router is not None or args.on_the_fly else _mask(args, mask_file, loaded.info)
     decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router)
     profile = _profile(args, loaded.info) if mask is not None else None
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
@@ -83,6 +89,8 @@ def run(args: Any) -> int:
         else:
             result = decoder.generate(ids, args.max_new_tokens)
         stats = result.stats.to_dict()
+        if args.on_the_fly:
+            stats["swift"] = input_summary(decoder.controller, result.stats)
         if profile is not None and result.stats.steps:
             # What the device's latency profile predicts for this run's own steps (as bench checks it).
             stats["predicted_speedup"] = profile.predicted_speedup_of_steps(result.stats.steps)
@@ -139,6 +147,10 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None):
         lookahead = policy.lookahead(name)
     plugins = _verification(getattr(args, "verification", None) or "chain")
     plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
+    if args.on_the_fly:
+        from layersearch.swift.controller import swift_decoder
+
+        return swift_decoder(loaded.model, swift_config(args), sampling=sampling, lookahead=lookahead, **plugins)
     if args.dynamic:
         return dynamic_decoder(args, loaded, policy=policy, sampling=sampling, lookahead=lookahead, **plugins)
     if router is not None:
@@ -243,4 +255,9 @@ def _print(args: Any, index: int, text: str, token_ids, stats: dict[str, Any]) -
     else:
         predicted = stats.get("predicted_speedup")
         extra = f" predicted-speedup={predicted:.2f}" if predicted is not None else ""
+        if "swift" in stats:
+            swift = stats["swift"]
+            match = "-" if swift["matchness"] is None else f"{swift['matchness']:.2f}"
+            extra += (f" swift: phase={swift['phase']} matchness={match} opt-steps={swift['optimization_steps']} "
+                      f"opt-seconds={swift['optimization_seconds']:.2f} skip-ratio={swift['skip_ratio']:g}")
         print(f"--- prompt {index}\n{text}\n[{format_stats(stats)}{extra}]", flush=True)
