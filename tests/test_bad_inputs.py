@@ -128,6 +128,13 @@ COMMANDS: dict[str, Command] = {
         (("--seed", str(2**40)), ("--samples", "0"), ("--strategy", "nope"), ("--skip-ratio", "2")),
         kinds={"storage": "new_storage", "name": "new_name"},
     ),
+    "study create --preset": Command(
+        ("study", "create", "--name", "{name}", "--model", MODEL, "--domain", "translation", "--strategy", "selfsd-bo",
+         "--preset", "paper", "--samples", "1", "--max-new-tokens", "2", "--profile", "{profile}", "--storage", "{storage}"),
+        (("--kappa", "-1"), ("--n-startup-trials", "-1"), ("--kernel", "cubic"), ("--preset", "nope"), ("--bo-interval", "3"),
+         ("--strategy", "random")),
+        kinds={"storage": "new_storage", "name": "new_name"},
+    ),
     "study run": Command(("study", "run", "--name", "{name}", "--storage", "{storage}", "--trials", "1", "--quiet"),
                          (("--trials", "0"), ("--timeout", "-1"), ("--heartbeat", "0"), ("--threads", "0"))),
     "study list": Command(("study", "list", "--storage", "{storage}")),

@@ -15,6 +15,7 @@ from layersearch.checks import check_int
 from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
 from layersearch.commands.study_common import OBJECTIVE_HELP, fmt, format_run_summary, format_table, log, search_args, settings_from_args
+from layersearch.commands.study_common import strategy_option_args
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -27,9 +28,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     model_args(c)
     c.add_argument("--domain", required=True, help="prompt domain (summarization, math, code, translation, storytelling, sql)")
     c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe, uniform or knapsack")
-    c.add_argument("--objective", required=True, help=OBJECTIVE_HELP)
+    c.add_argument("--objective", help=f"{OBJECTIVE_HELP} (required unless --preset gives it)")
     c.add_argument("--storage", help=STORAGE_HELP)
     search_args(c)
+    strategy_option_args(c)
     c.add_argument("--profile", help="latency profile JSON (default: measure a quick one now)")
 
     r = actions.add_parser("run", help="run (or resume) a study's trials")
@@ -209,4 +211,6 @@ def _describe(settings: Any) -> str:
 def _describe_dict(settings: dict[str, Any]) -> str:
     keys = ("model", "domain", "strategy", "objective", "skip_ratio", "samples", "seed", "prompt_seed", "prompt_split",
             "max_new_tokens")
-    return ", ".join(f"{key} {settings.get(key)}" for key in keys if settings.get(key) is not None)
+    text = ", ".join(f"{key} {settings.get(key)}" for key in keys if settings.get(key) is not None)
+    options = settings.get("strategy_options") or {}
+    return text + "".join(f", {key} {value}" for key, value in options.items())

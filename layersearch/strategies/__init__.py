@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Any, Mapping
 
 import optuna
 from optuna.study import Study
@@ -67,6 +68,9 @@ __all__ = [
     "get_strategy",
     "initial_masks",
     "make_sampler",
+    "check_options",
+    "preset",
+    "stop_rule",
     "mask_from_params",
     "param_names",
     "params_from_mask",
@@ -102,12 +106,58 @@ def get_strategy(name: str) -> Strategy:
 
 
 def make_sampler(
-    name: str, *, num_layers: int, skip_ratio: float | None = None, seed: int | None = None
+    name: str, *, num_layers: int, skip_ratio: float | None = None, seed: int | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> optuna.samplers.BaseSampler:
-    """A fresh Optuna sampler for strategy ``name`` (one per study; same seed, same proposals)."""
+    """A fresh Optuna sampler for strategy ``name`` (one per study; same seed, same proposals);
+    ``options``: its sampler and stop-rule settings (:func:`check_options`)."""
     ratio = _resolve_ratio(name, skip_ratio)
     param_names(num_layers)  # validates num_layers for every strategy, TPE included
-    return REGISTRY[name].sampler(num_layers=num_layers, skip_ratio=ratio, seed=seed)
+    sampler_options = {k: v for k, v in check_options(name, options).items() if k in REGISTRY[name].options}
+    return REGISTRY[name].sampler(num_layers=num_layers, skip_ratio=ratio, seed=seed, **sampler_options)
+
+
+def check_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` as a dict if strategy ``name`` takes every one of them; a LayersearchError otherwise."""
+    strategy = get_strategy(name)
+    options = dict(options or {})
+    known = strategy.options + strategy.stop_options
+    unknown = [key for key in options if key not in known]
+    if unknown:
+        takes = f"it takes {', '.join(known)}" if known else "it takes none"
+        raise LayersearchError(f"strategy {name!r} has no option {', '.join(unknown)} ({takes})")
+    if strategy.stop_options:
+        stop_rule(options)  # checks the values
+    return options
+
+
+def stop_rule(options: Mapping[str, Any] | None, *, objective_is_matchness: bool = True) -> StopRule:
+    """SWIFT's stop rule with a study's ``target`` / ``patience`` / ``max_trials`` options.
+
+    The target is a matchness level: with another objective only patience and length apply."""
+    from layersearch.checks import check_fraction, check_int
+
+    options = dict(options or {})
+    target = options.get("target", StopRule.target)
+    if target is not None:
+        check_fraction(target, "target")
+    for key in ("patience", "max_trials"):
+        if options.get(key) is not None:
+            check_int(options[key], key.replace("_", " "))
+    return StopRule(
+        target=target if objective_is_matchness else None,
+        patience=options.get("patience", StopRule.patience),
+        max_trials=options.get("max_trials", StopRule.max_trials),
+    )
+
+
+def preset(name: str, preset_name: str) -> Mapping[str, Any]:
+    """The study settings and options of preset ``preset_name`` of strategy ``name`` (e.g. ``paper``)."""
+    strategy = get_strategy(name)
+    if preset_name not in strategy.presets:
+        have = ", ".join(strategy.presets) or "none"
+        raise LayersearchError(f"strategy {name!r} has no preset {preset_name!r} (presets: {have})")
+    return strategy.presets[preset_name]
 
 
 def initial_masks(

@@ -37,6 +37,9 @@ NOISE_ALPHA = 1e-2
 NUM_RESTARTS = 4
 RAW_SAMPLES = 128
 ACQUISITIONS = ("logei", "ucb")
+#: ``rbf``: BoTorch's default (one lengthscale per input); ``matern-2.5``: bayes_opt's GP
+#: (sklearn's isotropic Matern, nu = 2.5, on standardized values), what Self-SD's code used.
+KERNELS = ("rbf", "matern-2.5")
 _CHUNK = 1024  # pool rows scored per posterior (bounds the lazy covariance's memory)
 _TORCH_THREADS_LOCK = threading.Lock()
 
@@ -49,17 +52,21 @@ def propose_bits(
     seed: int,
     count: int | None = None,
     kappa: float = 2.5,
+    kernel: str = "rbf",
 ) -> np.ndarray:
     """The next 0/1 vector to evaluate given rows ``x`` [n, d] with values ``y`` [n] (maximized).
 
     ``acquisition`` is ``"logei"`` or ``"ucb"`` (mean + kappa * std); with ``count`` the result has
-    exactly ``count`` ones. Deterministic for a seed. Needs at least two observations.
+    exactly ``count`` ones; ``kernel`` one of :data:`KERNELS`. Deterministic for a seed. Needs at
+    least two observations.
     """
     import torch
     from botorch.utils.sampling import manual_seed
 
     if acquisition not in ACQUISITIONS:
         raise ValueError(f"acquisition must be one of {ACQUISITIONS}, got {acquisition!r}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     if len(x) < 2:
         raise ValueError("a GP proposal needs at least two observations")
     d = x.shape[1]
@@ -72,7 +79,7 @@ def propose_bits(
         # BoTorch warns about routine numerical jitter and optimizer restarts; they are not
         # actionable for a user of the search.
         warnings.simplefilter("ignore")
-        model = fit_gp(train_x, train_y)
+        model = fit_gp(train_x, train_y, kernel)
         acq = make_acquisition(model, acquisition, best_f=best_f, kappa=kappa)
         optima = continuous_optima(acq, d)  # [restarts, d]
         starts = np.stack([discretize(row, count) for row in optima.numpy()])
@@ -92,7 +99,7 @@ def standardize(y: np.ndarray) -> np.ndarray:
     return (y - y.mean()) / (std if std > 1e-12 else 1.0)
 
 
-def fit_gp(train_x: Any, train_y: Any) -> Any:
+def fit_gp(train_x: Any, train_y: Any, kernel: str = "rbf") -> Any:
     """A ``SingleTaskGP`` with fixed noise ``NOISE_ALPHA``, hyperparameters fitted by marginal likelihood."""
     import torch
     from botorch.exceptions import ModelFittingError
@@ -102,7 +109,12 @@ def fit_gp(train_x: Any, train_y: Any) -> Any:
 
     noise = torch.full_like(train_y, NOISE_ALPHA)
     # Values are already standardized here, so no outcome transform (it would rescale alpha).
-    model = SingleTaskGP(train_x, train_y, train_Yvar=noise, outcome_transform=None)
+    covar = None
+    if kernel == "matern-2.5":
+        from gpytorch.kernels import MaternKernel
+
+        covar = MaternKernel(nu=2.5)  # one lengthscale, unit amplitude: sklearn's Matern(nu=2.5)
+    model = SingleTaskGP(train_x, train_y, train_Yvar=noise, covar_module=covar, outcome_transform=None)
     try:
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     except ModelFittingError:

@@ -7,12 +7,13 @@ the sampler, the skip ratio it takes, the masks to enqueue at creation and the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 from optuna.samplers import BaseSampler
 from optuna.study import Study
 
+from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 
 
@@ -57,6 +58,8 @@ class Strategy:
     (TPE), so a resumed study seeds it past the draws already made. ``needs_model``: its
     starting masks need the loaded model, prompts and profile. ``objective``: the objective
     of the paper the strategy comes from (``study head-to-head`` scores it by that one).
+    ``options`` / ``stop_options``: the settings of its sampler and stop rule a study may
+    change; ``presets``: named sets of study settings and options (``paper``: the paper's code).
     """
 
     name: str
@@ -69,8 +72,18 @@ class Strategy:
     stream_seeded: bool = False
     needs_model: bool = False
     objective: str | None = None
+    options: tuple[str, ...] = ()  # keyword options its sampler takes (``study create`` flags)
+    stop_options: tuple[str, ...] = ()  # fields of its stop rule a study may set
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> settings and options
 
     @property
     def takes_ratio(self) -> bool:
         """Whether the strategy accepts a skip ratio."""
         return self.skip_count is not None
+
+
+def check_kappa(kappa: Any) -> float:
+    """UCB's exploration weight: a finite number >= 0."""
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not 0 <= kappa < float("inf"):
+        raise LayersearchError(f"kappa must be a number >= 0, got {kappa!r}")
+    return float(kappa)

@@ -14,6 +14,11 @@ seeded with known-good probe masks. Here:
   trials (:mod:`layersearch.strategies._gp`), rounded at 0.5 and refined to the best
   not-yet-measured neighbour. The skipped count is free: the objective (e.g. tokens/s) has to
   price the draft's cost.
+
+Options (``study create --acquisition/--kappa/--n-startup-trials/--kernel``) and
+``--preset paper`` (:data:`PAPER_OPTIONS`, :data:`PAPER_SETTINGS`) run the search as Self-SD's
+code does: ``maximize(init_points=0)`` starts from the probes with no random points, and
+bayes_opt's defaults are UCB (kappa 2.576) over a Matern-2.5 GP.
 """
 
 from __future__ import annotations
@@ -22,16 +27,26 @@ import numpy as np
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import _gp
 from layersearch.strategies._sampler import MaskSampler, history, mask_from_bits, trial_seed
-from layersearch.strategies.base import Strategy
+from layersearch.strategies.base import Strategy, check_kappa
 from layersearch.strategies.fixed_ratio_random import random_mask
 
 #: Skip ratios of the uniform probe masks.
 PROBE_RATIOS = (0.2, 0.35, 0.5)
 N_STARTUP_TRIALS = 10
+#: bayes_opt's default UCB kappa (Self-SD's ``maximize`` call kept bayes_opt's acquisition).
+UCB_KAPPA = 2.576
+#: Self-SD's code as published: probes, no random initial points (``init_points=0``), bayes_opt's
+#: default acquisition (UCB, kappa 2.576) and GP kernel (Matern 2.5). ``--preset paper``.
+PAPER_OPTIONS = {"acquisition": "ucb", "kappa": UCB_KAPPA, "n_startup_trials": 0, "kernel": "matern-2.5"}
+OPTIONS = ("acquisition", "kappa", "n_startup_trials", "kernel")
+#: The study settings of Self-SD's search: tokens/s of the decoder over 8 prompts, 32 new
+#: tokens each, drafts of at most 8 tokens stopped below top-1 probability 0.8.
+PAPER_SETTINGS = {"objective": "time-per-token", "samples": 8, "max_new_tokens": 32, "max_draft": 8, "draft_threshold": 0.8}
 
 
 def probe_masks(num_layers: int) -> tuple[SkipMask, ...]:
@@ -57,12 +72,14 @@ def propose(
     rng: np.random.Generator,
     n_startup_trials: int = N_STARTUP_TRIALS,
     acquisition: str = "logei",
+    kappa: float = UCB_KAPPA,
+    kernel: str = "rbf",
 ) -> tuple[SkipMask, str]:
     """The next mask given the flat masks ``x`` [n, 2L] and values ``y`` [n] to maximize, and its origin."""
     # A GP needs two distinct values at the very least, whatever n_startup_trials says.
     if len(x) < max(n_startup_trials, 2):
         return random_mask(num_layers, None, rng), "startup"
-    bits = _gp.propose_bits(x, y, acquisition=acquisition, seed=trial_seed(rng))
+    bits = _gp.propose_bits(x, y, acquisition=acquisition, seed=trial_seed(rng), kappa=kappa, kernel=kernel)
     return mask_from_bits(bits), "bo"
 
 
@@ -76,12 +93,20 @@ class SelfSDBOSampler(MaskSampler):
         seed: int | None = None,
         n_startup_trials: int = N_STARTUP_TRIALS,
         acquisition: str = "logei",
+        kappa: float = UCB_KAPPA,
+        kernel: str = "rbf",
     ) -> None:
         super().__init__(num_layers=num_layers, seed=seed)
         if acquisition not in _gp.ACQUISITIONS:
             raise LayersearchError(f"acquisition must be one of {', '.join(_gp.ACQUISITIONS)}, got {acquisition!r}")
+        if kernel not in _gp.KERNELS:
+            raise LayersearchError(f"kernel must be one of {', '.join(_gp.KERNELS)}, got {kernel!r}")
+        check_int(n_startup_trials, "n_startup_trials", minimum=0)
+        check_kappa(kappa)
         self._n_startup_trials = n_startup_trials
         self._acquisition = acquisition
+        self._kappa = kappa
+        self._kernel = kernel
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
         """Random while the history is short, then the GP's suggestion."""
@@ -93,13 +118,17 @@ class SelfSDBOSampler(MaskSampler):
             rng=rng,
             n_startup_trials=self._n_startup_trials,
             acquisition=self._acquisition,
+            kappa=self._kappa,
+            kernel=self._kernel,
         )
 
 
 STRATEGY = Strategy(
     name="selfsd-bo",
     summary="Self-SD: probes, random to 10 trials, then GP-BO (logEI); skip count free",
-    sampler=lambda *, num_layers, skip_ratio, seed: SelfSDBOSampler(num_layers=num_layers, seed=seed),
+    sampler=lambda *, num_layers, skip_ratio, seed, **options: SelfSDBOSampler(num_layers=num_layers, seed=seed, **options),
+    options=OPTIONS,
+    presets={"paper": {**PAPER_SETTINGS, **PAPER_OPTIONS}},
     initial_masks=lambda inputs: probe_masks(inputs.num_layers),
     objective="time-per-token",
 )

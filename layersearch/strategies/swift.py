@@ -34,7 +34,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.strategies import _gp
 from layersearch.strategies._sampler import MaskSampler, history, trial_seed
-from layersearch.strategies.base import Strategy
+from layersearch.strategies.base import Strategy, check_kappa
 from layersearch.strategies.fixed_ratio_random import random_bits
 
 SKIP_RATIO = 0.45
@@ -43,6 +43,12 @@ KAPPA = 2.5
 MATCHNESS_TARGET = 0.95
 PATIENCE = 300
 MAX_TRIALS = 1000
+#: SWIFT's settings (Appendix B.2) for ``study create --preset paper``: matchness over a
+#: 32-token window, r = 0.45, beta = 25, kappa = 2.5, stop at 0.95 / 300 / 1000.
+PAPER_PRESET = {
+    "objective": "matchness", "skip_ratio": SKIP_RATIO, "gamma": 32, "bo_interval": BO_INTERVAL, "kappa": KAPPA,
+    "target": MATCHNESS_TARGET, "patience": PATIENCE, "max_trials": MAX_TRIALS,
+}
 
 
 def skip_count(num_layers: int, skip_ratio: float) -> int:
@@ -158,6 +164,7 @@ class SwiftSampler(MaskSampler):
     ) -> None:
         super().__init__(num_layers=num_layers, seed=seed)
         check_int(bo_interval, "bo_interval")
+        check_kappa(kappa)
         self._count = skip_count(num_layers, skip_ratio)
         self._bo_interval = bo_interval
         self._kappa = kappa
@@ -201,7 +208,12 @@ def _stop_reason(study: Study, rule: StopRule | None = None) -> str | None:
 STRATEGY = Strategy(
     name="swift",
     summary="SWIFT: random subsets + a GP-UCB step every 25th trial; skips int((L-2)*2r), r=.45",
-    sampler=lambda *, num_layers, skip_ratio, seed: SwiftSampler(num_layers=num_layers, skip_ratio=skip_ratio, seed=seed),
+    sampler=lambda *, num_layers, skip_ratio, seed, **options: SwiftSampler(
+        num_layers=num_layers, skip_ratio=skip_ratio, seed=seed, **options
+    ),
+    options=("bo_interval", "kappa"),
+    stop_options=("target", "patience", "max_trials"),
+    presets={"paper": PAPER_PRESET},
     skip_count=skip_count,
     default_ratio=SKIP_RATIO,
     initial_masks=lambda inputs: (initial_mask(inputs.num_layers, inputs.skip_ratio),),

@@ -23,15 +23,16 @@ class StrategyPlan:
 
 def strategy_plan(settings: StudySettings, num_layers: int, *, n_finished: int) -> StrategyPlan:
     """The sampler and stop rule of the study's strategy, rebuilt from its settings."""
-    from layersearch.strategies import StopRule, get_strategy, make_sampler, stop_reason
+    from layersearch.strategies import get_strategy, make_sampler, stop_reason, stop_rule
 
     strategy = get_strategy(settings.strategy)
     # Mask samplers draw from (seed, trial number): the plain seed keeps resumption exact.
     # A stream-seeded sampler (TPE) starts a resumed run past the draws already made.
     seed = settings.seed + n_finished if strategy.stream_seeded else settings.seed
-    sampler = make_sampler(strategy.name, num_layers=num_layers, skip_ratio=settings.skip_ratio, seed=seed)
+    options = settings.strategy_options
+    sampler = make_sampler(strategy.name, num_layers=num_layers, skip_ratio=settings.skip_ratio, seed=seed, options=options)
     # SWIFT's target (0.95) is a matchness level; with another objective only patience/length apply.
-    rule = None if settings.objective == "matchness" else StopRule(target=None)
+    rule = stop_rule(options, objective_is_matchness=settings.objective == "matchness")
     return StrategyPlan(sampler, lambda study: stop_reason(strategy.name, study, rule=rule))
 
 

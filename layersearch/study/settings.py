@@ -56,6 +56,7 @@ class StudySettings:
     decode_stats: bool = False
     device: str = "cpu"
     dtype: str = "float32"
+    strategy_options: dict[str, Any] = field(default_factory=dict)  # sampler / stop-rule settings (e.g. kappa)
     model_info: dict[str, Any] | None = field(default=None, compare=False)
     profile: dict[str, Any] | None = field(default=None, compare=False)
 
@@ -66,7 +67,7 @@ class StudySettings:
         """Checked copy with the strategy's default skip ratio filled in; raises LayersearchError."""
         from layersearch.data import DOMAINS
 
-        from layersearch.strategies import get_strategy, make_sampler
+        from layersearch.strategies import check_options, get_strategy, make_sampler
 
         strategy = get_strategy(self.strategy)
         check_objective(self.objective)
@@ -86,8 +87,10 @@ class StudySettings:
         ratio = self.skip_ratio
         if ratio is None:
             ratio = STUDY_SKIP_RATIO_DEFAULTS.get(self.strategy, strategy.default_ratio)
-        make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0)  # rejects a ratio it cannot use
-        return replace(self, skip_ratio=None if ratio is None else float(ratio))
+        options = check_options(self.strategy, self.strategy_options)
+        # Rejects a ratio or an option value it cannot use.
+        make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0, options=options)
+        return replace(self, skip_ratio=None if ratio is None else float(ratio), strategy_options=options)
 
     @property
     def direction(self) -> str:
