@@ -152,6 +152,44 @@ def plot_transfer(
     return _save_atomic(fig, out)
 
 
+# ----- SWIFT's input stream (issue 12) -----------------------------------------------------
+def plot_swift_stream(
+    domains: Sequence[str],
+    speedups: dict[str, Sequence[float]],
+    matchness: dict[str, Sequence[float | None]],
+    out: str | Path,
+) -> Path:
+    """Per-input speedup over plain decoding of each method along a domain-switching stream
+    (SWIFT Fig. 7), with the on-the-fly methods' matchness below; domain changes are shaded."""
+    if not domains or not speedups:
+        raise LayersearchError("an empty stream cannot be drawn")
+    fig = _figure_class()(figsize=(9.0, 5.5))
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    x = list(range(len(domains)))
+    for method, values in speedups.items():
+        top.plot(x, values, marker="o", markersize=3, linewidth=1.4, label=method)
+    top.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    for method, values in matchness.items():
+        bottom.plot(x, [float("nan") if v is None else v for v in values], marker="s", markersize=3, linewidth=1.2, label=method)
+    for ax in (top, bottom):
+        start, block = 0, 0
+        for i in range(1, len(domains) + 1):
+            if i == len(domains) or domains[i] != domains[start]:  # a domain's run ends at i
+                if block % 2:  # every other domain block shaded
+                    ax.axvspan(start - 0.5, i - 0.5, color="grey", alpha=0.12, linewidth=0)
+                if ax is top:
+                    ax.text((start + i - 1) / 2, 1.0, domains[start], transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
+                start, block = i, block + 1
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    top.set_ylabel("speedup over plain")
+    bottom.set_ylabel("matchness (best mask)")
+    bottom.set_ylim(0, 1)
+    bottom.set_xlabel("input in the stream")
+    fig.tight_layout()
+    return _save_atomic(fig, out)
+
+
 def default_plot_path(kind: str, name: str) -> Path:
     """Where a plot goes by default: ``plots/<kind>-<name>.png`` (unsafe characters become ``_``)."""
     if not kind or not name:

@@ -60,6 +60,12 @@ COMMANDS: dict[str, Command] = {
          ("--swift-bo-interval", "0"), ("--skip-ratio", "1.5"), ("--swift-min-skip-ratio", "0.9"),
          ("--mask", "mask.json"), ("--dynamic", "knapsack"), ("--baseline",), ("--on-the-fly", "knn")),
     ),
+    "swift-stream": Command(
+        ("swift-stream", "--model", MODEL, "--domains", "translation", "--per-domain", "1", "--max-new-tokens", "2",
+         "--search-trials", "0", "--search-prompts", "1", "--methods", "plain,swift", "--out", "{out}", "--plot", "{png}"),
+        NUMBERS + (("--per-domain", "0"), ("--domains", "nope"), ("--domains", ","), ("--methods", "magic"),
+                   ("--search-trials", "-1"), ("--swift-window", "0"), ("--skip-ratio", "2"), ("--max-draft", "0")),
+    ),
     "mask create": Command(("mask", "create", "--model", MODEL, "--attention", "1", "--out", "{out}"),
                            (("--attention", "1,x"), ("--attention", "99"), ("--mlp", "1,1"))),
     "mask show": Command(("mask", "show", "{mask}")),

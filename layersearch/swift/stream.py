@@ -1,0 +1,195 @@
+"""SWIFT's dynamic-input-stream experiment (swift.txt §5, Fig. 7) and the chain/tree ablation.
+
+A stream of held-out prompts switches task domain every ``per_domain`` inputs. Every method
+decodes the whole stream greedily, one input after the other, on the same model:
+
+* ``plain``        transformers' ``generate`` (the reference for speedups);
+* ``fixed``        one mask searched before the stream on the first domain's *train* prompts
+                   (SWIFT's random + GP-UCB search, matchness objective, same count and window):
+                   Self-SD's situation in Fig. 7, a static mask meeting later domains;
+* ``swift``        :class:`~layersearch.swift.controller.SwiftController`, one object for the
+                   whole stream (the optimizer learns across inputs and domains);
+* ``fixed-tree`` / ``swift-tree``  the same with SWIFT's token-tree verification
+                   (:mod:`layersearch.runtime.tree`), for the ablation table.
+
+Per input: tokens, seconds, speedup over ``plain`` on that input, M, alpha, and for the SWIFT
+methods the best mask's matchness on the input's window, the phase and the optimization time.
+Speculative outputs are checked token for token against ``plain`` (greedy is lossless); a
+mismatch is an error, not a data point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.strategies import swift as swift_search
+
+METHODS = ("plain", "fixed", "swift", "fixed-tree", "swift-tree")
+
+
+@dataclass(frozen=True)
+class StreamInput:
+    """One prompt of the stream."""
+
+    index: int
+    domain: str
+    text: str
+
+
+@dataclass(frozen=True)
+class InputResult:
+    """One method on one input."""
+
+    method: str
+    index: int
+    domain: str
+    tokens: int
+    seconds: float
+    target_forwards: int
+    drafted: int
+    accepted: int
+    matchness: float | None = None  # SWIFT methods: the best mask's matchness on this input's window
+    phase: str | None = None
+    optimization_seconds: float = 0.0
+    mask: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StreamReport:
+    """Every method's per-input results, the fixed mask and its search."""
+
+    inputs: tuple[StreamInput, ...]
+    results: tuple[InputResult, ...]
+    fixed_mask: SkipMask
+    fixed_matchness: float
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def of(self, method: str) -> list[InputResult]:
+        """``method``'s results in stream order."""
+        return [r for r in self.results if r.method == method]
+
+    def speedups(self, method: str) -> list[float]:
+        """Per input: plain seconds / ``method`` seconds (same tokens, checked)."""
+        plain = {r.index: r.seconds for r in self.of("plain")}
+        return [plain[r.index] / r.seconds if r.seconds > 0 else float("nan") for r in self.of(method)]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """The ablation table: per method M, alpha, tokens/s and speedup over plain (pooled over the stream)."""
+        plain_seconds = sum(r.seconds for r in self.of("plain"))
+        rows = []
+        for method in dict.fromkeys(r.method for r in self.results):
+            rs = self.of(method)
+            tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
+            forwards, drafted, accepted = (sum(getattr(r, k) for r in rs) for k in ("target_forwards", "drafted", "accepted"))
+            rows.append({
+                "method": method,
+                "M": (tokens - len(rs)) / forwards if forwards else 1.0,  # each prefill's token excluded
+                "alpha": accepted / drafted if drafted else None,
+                "tokens_per_second": tokens / seconds if seconds else 0.0,
+                "speedup": plain_seconds / seconds if seconds else None,
+                "optimization_seconds": sum(r.optimization_seconds for r in rs),
+            })
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready report."""
+        return {
+            "settings": self.settings,
+            "fixed_mask": self.fixed_mask.to_dict(),
+            "fixed_mask_search_matchness": self.fixed_matchness,
+            "inputs": [s.__dict__ for s in self.inputs],
+            "summary": self.summary(),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+def build_stream(domains: Sequence[str], per_domain: int, *, seed: int = 0) -> tuple[StreamInput, ...]:
+    """``per_domain`` held-out (test split) prompts of each domain, domain by domain."""
+    from layersearch.data import load_prompts
+
+    if not domains:
+        raise LayersearchError("the stream needs at least one domain")
+    texts = []
+    for domain in domains:
+        texts += [(domain, p.text) for p in load_prompts(domain, per_domain, seed=seed, split="test")]
+    return tuple(StreamInput(i, d, t) for i, (d, t) in enumerate(texts))
+
+
+def search_fixed_mask(runtime: Any, num_layers: int, *, skip_ratio: float, gamma: int, trials: int, seed: int = 0,
+                      bo_interval: int = swift_search.BO_INTERVAL, kappa: float = swift_search.KAPPA) -> tuple[SkipMask, float]:
+    """SWIFT's offline search on a runtime's prompts (matchness over ``gamma`` tokens): the even
+    mask, then ``trials`` random / GP-UCB candidates of the same count; the best and its matchness."""
+    rng = np.random.default_rng(seed)
+    count = swift_search.skip_count(num_layers, skip_ratio)
+    best = swift_search.initial_mask(num_layers, skip_ratio)
+    best_score = runtime.matchness(best, gamma).matchness
+    xs, ys = [[int(b) for b in best.to_flat()]], [best_score]
+    for trial in range(trials):
+        candidate, _ = swift_search.propose(
+            np.asarray(xs, dtype=np.int8), np.asarray(ys), num_layers=num_layers, count=count, trial_number=trial,
+            rng=rng, bo_interval=bo_interval, kappa=kappa,
+        )
+        score = runtime.matchness(candidate, gamma).matchness
+        xs.append([int(b) for b in candidate.to_flat()])
+        ys.append(score)
+        if score > best_score:
+            best, best_score = candidate, score
+    return best, best_score
+
+
+def run_stream(
+    loaded: Any,
+    inputs: Sequence[StreamInput],
+    *,
+    methods: Sequence[str],
+    fixed_mask: SkipMask,
+    make_decoder: Callable[[str], Any],
+    max_new_tokens: int,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[InputResult]:
+    """Decode the stream with every method (``make_decoder(method)`` builds a speculative one);
+    raises if a speculative output differs from plain decoding."""
+    from layersearch.runtime.baseline import hf_generate
+    from layersearch.swift import optimization_seconds
+
+    encoded = [loaded.tokenizer(s.text, return_tensors="pt").input_ids for s in inputs]
+    hf_generate(loaded.model, encoded[0], 2)  # warm-up, untimed
+    plain_tokens: dict[int, tuple[int, ...]] = {}
+    results: list[InputResult] = []
+    for method in ("plain", *[m for m in methods if m != "plain"]):
+        decoder = None if method == "plain" else make_decoder(method)
+        for item, ids in zip(inputs, encoded):
+            if decoder is None:
+                out = hf_generate(loaded.model, ids, max_new_tokens)
+                plain_tokens[item.index] = out.token_ids
+            else:
+                out = decoder.generate(ids, max_new_tokens)
+                if out.token_ids != plain_tokens[item.index]:
+                    raise LayersearchError(f"{method} differs from plain decoding on input {item.index} (a bug: greedy is lossless)")
+            results.append(_result(method, item, out, getattr(decoder, "controller", None), optimization_seconds))
+            progress(f"{method} input {item.index + 1}/{len(inputs)} ({item.domain}): "
+                     f"{out.stats.new_tokens} tokens in {out.stats.total_seconds:.1f} s")
+    return results
+
+
+def _result(method: str, item: StreamInput, out: Any, controller: Any, optimization_seconds) -> InputResult:
+    stats = out.stats
+    extra: dict[str, Any] = {}
+    if method.startswith("swift"):
+        controller.finish()
+        summary = controller.inputs[-1]
+        extra = dict(matchness=summary.matchness, phase=summary.phase,
+                     optimization_seconds=optimization_seconds(stats.selections), mask=controller.best.short_string())
+    elif method.startswith("fixed"):
+        extra = dict(mask=stats.steps[0].mask.short_string() if stats.steps and stats.steps[0].mask else None)
+    return InputResult(method, item.index, item.domain, stats.new_tokens, stats.total_seconds, stats.target_forwards,
+                       stats.drafted, stats.accepted, **extra)
