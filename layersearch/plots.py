@@ -166,11 +166,13 @@ def plot_swift_stream(
     fig = _figure_class()(figsize=(9.0, 5.5))
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     x = list(range(len(domains)))
+    colors = {m: f"C{i}" for i, m in enumerate(dict.fromkeys([*speedups, *matchness]))}  # one colour per method
     for method, values in speedups.items():
-        top.plot(x, values, marker="o", markersize=3, linewidth=1.4, label=method)
+        top.plot(x, values, marker="o", markersize=3, linewidth=1.4, label=method, color=colors[method])
     top.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     for method, values in matchness.items():
-        bottom.plot(x, [float("nan") if v is None else v for v in values], marker="s", markersize=3, linewidth=1.2, label=method)
+        bottom.plot(x, [float("nan") if v is None else v for v in values], marker="s", markersize=3, linewidth=1.2,
+                    label=method, color=colors[method])
     for ax in (top, bottom):
         start, block = 0, 0
         for i in range(1, len(domains) + 1):

@@ -12,6 +12,9 @@ decodes the whole stream greedily, one input after the other, on the same model:
 * ``fixed-tree`` / ``swift-tree``  the same with SWIFT's token-tree verification
                    (:mod:`layersearch.runtime.tree`), for the ablation table.
 
+Each input is decoded by every method back to back (order rotated per input), so a change of
+the machine's load hits all methods alike; each method keeps one decoder for the whole stream.
+
 Per input: tokens, seconds, speedup over ``plain`` on that input, M, alpha, and for the SWIFT
 methods the best mask's matchness on the input's window, the phase and the optimization time.
 Speculative outputs are checked token for token against ``plain`` (greedy is lossless); a
@@ -78,9 +81,10 @@ class StreamReport:
         return [r for r in self.results if r.method == method]
 
     def speedups(self, method: str) -> list[float]:
-        """Per input: plain seconds / ``method`` seconds (same tokens, checked)."""
+        """Per input: plain seconds / ``method`` seconds (same tokens, checked); NaN for an input
+        that ended at its first token (nothing decoded: the ratio would time the prefill only)."""
         plain = {r.index: r.seconds for r in self.of("plain")}
-        return [plain[r.index] / r.seconds if r.seconds > 0 else float("nan") for r in self.of(method)]
+        return [plain[r.index] / r.seconds if r.seconds > 0 and r.tokens > 1 else float("nan") for r in self.of(method)]
 
     def summary(self) -> list[dict[str, Any]]:
         """The ablation table: per method M, alpha, tokens/s and speedup over plain (pooled over the stream)."""
@@ -163,21 +167,25 @@ def run_stream(
 
     encoded = [loaded.tokenizer(s.text, return_tensors="pt").input_ids for s in inputs]
     hf_generate(loaded.model, encoded[0], 2)  # warm-up, untimed
-    plain_tokens: dict[int, tuple[int, ...]] = {}
+    order = ["plain", *[m for m in methods if m != "plain"]]
+    # One decoder per method for the whole stream (SWIFT's optimizer learns across inputs).
+    decoders = {m: None if m == "plain" else make_decoder(m) for m in order}
     results: list[InputResult] = []
-    for method in ("plain", *[m for m in methods if m != "plain"]):
-        decoder = None if method == "plain" else make_decoder(method)
-        for item, ids in zip(inputs, encoded):
-            if decoder is None:
-                out = hf_generate(loaded.model, ids, max_new_tokens)
-                plain_tokens[item.index] = out.token_ids
-            else:
-                out = decoder.generate(ids, max_new_tokens)
-                if out.token_ids != plain_tokens[item.index]:
-                    raise LayersearchError(f"{method} differs from plain decoding on input {item.index} (a bug: greedy is lossless)")
-            results.append(_result(method, item, out, getattr(decoder, "controller", None), optimization_seconds))
-            progress(f"{method} input {item.index + 1}/{len(inputs)} ({item.domain}): "
-                     f"{out.stats.new_tokens} tokens in {out.stats.total_seconds:.1f} s")
+    for item, ids in zip(inputs, encoded):
+        # Every method on this input back to back, in an order rotated per input, so a change
+        # of machine load hits all of them alike (sequential passes measured load, not methods).
+        shift = item.index % len(order)
+        outputs = {}
+        for method in order[shift:] + order[:shift]:
+            decoder = decoders[method]
+            outputs[method] = hf_generate(loaded.model, ids, max_new_tokens) if decoder is None else decoder.generate(ids, max_new_tokens)
+        for method in order:
+            out = outputs[method]
+            if out.token_ids != outputs["plain"].token_ids:
+                raise LayersearchError(f"{method} differs from plain decoding on input {item.index} (a bug: greedy is lossless)")
+            results.append(_result(method, item, out, getattr(decoders[method], "controller", None), optimization_seconds))
+        progress(f"input {item.index + 1}/{len(inputs)} ({item.domain}, {outputs['plain'].stats.new_tokens} tokens): "
+                 + ", ".join(f"{m} {outputs[m].stats.total_seconds:.1f} s" for m in order))
     return results
 
 
