@@ -18,6 +18,7 @@ FORBIDDEN = {
     "knn": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
     "swift": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.cli"),
+    "steer": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "strategies": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.runtime", "layersearch.cli"),
 }
 

@@ -1,0 +1,13 @@
+"""SD²: steering a drafter with a vector from the verifier's hidden states (issue 15).
+
+``params`` (W_hml, W_s), ``hooks`` (the bias on the MLPs, inside a context manager),
+``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
+training) and ``evaluate`` (steered vs unsteered block efficiency).
+"""
+
+from layersearch.steer.drafter import SteeredDrafter
+from layersearch.steer.file import SteeringFile
+from layersearch.steer.hooks import steered
+from layersearch.steer.params import SteeringParams, default_layers
+
+__all__ = ["SteeredDrafter", "SteeringFile", "SteeringParams", "default_layers", "steered"]

@@ -1,0 +1,180 @@
+"""The steering file: W_hml and W_s as safetensors, with JSON metadata in its header.
+
+The header's ``layersearch`` entry is one JSON object (schema_version 1)::
+
+    {"schema_version": 1, "kind": "sd2-steering", "verifier": {name, num_layers, hidden_size, fingerprint},
+     "drafter": null | {...the independent drafter's ModelInfo...}, "layers": [3, 15, 28],
+     "mask": null | {...mask file object: the self-drafter's mask...}, "training": {...settings...}}
+
+``drafter: null`` means the self-drafter (the verifier with ``mask``). Loading validates the
+header, the tensors' names and shapes and, given the models, their fingerprints: any problem
+is one LayersearchError naming the file. Writing is atomic (never a partial file).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import ModelInfo, SkipMask
+from layersearch.outputs import write_output
+from layersearch.steer.params import SteeringParams
+
+SCHEMA_VERSION = 1
+KIND = "sd2-steering"
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SteeringFile:
+    """Trained steering for one verifier and one drafter (the self-drafter with ``mask``, or a model)."""
+
+    params: SteeringParams = field(compare=False)
+    verifier: ModelInfo
+    drafter: ModelInfo | None
+    mask: SkipMask | None
+    training: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if (self.drafter is None) == (self.mask is None):
+            raise LayersearchError("a steering file has a mask (self-drafter) or a drafter model, not both or neither")
+        for i in self.params.layers:
+            if not 0 <= i < self.verifier.num_layers:
+                raise LayersearchError(f"layer {i} is outside the verifier's {self.verifier.num_layers} layers")
+        if self.params.hml.in_features != len(self.params.layers) * self.verifier.hidden_size:
+            raise LayersearchError(
+                f"hml.weight takes {self.params.hml.in_features} inputs, expected "
+                f"{len(self.params.layers)} layers x hidden size {self.verifier.hidden_size}"
+            )
+        drafter_width = (self.drafter or self.verifier).hidden_size
+        if self.params.hml.out_features != drafter_width:
+            raise LayersearchError(f"hml.weight gives {self.params.hml.out_features} outputs, the drafter is {drafter_width} wide")
+        if self.mask is not None:
+            self.mask.check_model(self.verifier)
+        object.__setattr__(self, "training", MappingProxyType(dict(self.training)))
+
+    def check_models(self, verifier: ModelInfo, drafter: ModelInfo | None = None) -> None:
+        """Raise unless this steering was trained for ``verifier`` (and ``drafter``, None: the self-drafter)."""
+        _same(self.verifier, verifier, "verifier")
+        if (drafter is None) != (self.drafter is None):
+            trained = "the layer-skip self-drafter" if self.drafter is None else f"draft model {self.drafter.name!r}"
+            raise LayersearchError(f"steering was trained for {trained}")
+        if drafter is not None:
+            _same(self.drafter, drafter, "draft model")
+
+    def metadata(self) -> dict[str, Any]:
+        """The header's JSON object."""
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": KIND, "verifier": self.verifier.to_dict(),
+            "drafter": None if self.drafter is None else self.drafter.to_dict(), "layers": list(self.params.layers),
+            "mask": None if self.mask is None else self.mask.to_dict(), "training": dict(self.training),
+        }
+
+    def to_bytes(self) -> bytes:
+        """The safetensors file's bytes."""
+        from safetensors.torch import save
+
+        tensors = {name: t.detach().float().contiguous().cpu() for name, t in self.params.state_dict().items()}
+        return save(tensors, metadata={"layersearch": json.dumps(self.metadata())})
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically."""
+        write_output(path, self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SteeringFile":
+        """Parse and validate; raises LayersearchError naming the problem."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load
+
+        try:
+            tensors = load(data)
+            header = _header(data)
+        except (SafetensorError, ValueError, json.JSONDecodeError) as exc:
+            raise LayersearchError(f"not a safetensors file ({' '.join(str(exc).split())[:200]})") from None
+        meta = header.get("__metadata__") or {}
+        try:
+            info = json.loads(meta.get("layersearch", "null"))
+        except json.JSONDecodeError:
+            info = None
+        if not isinstance(info, dict) or info.get("kind") != KIND:
+            raise LayersearchError(f"not a steering file (no layersearch {KIND!r} metadata)")
+        if info.get("schema_version") != SCHEMA_VERSION:
+            raise LayersearchError(f"unsupported schema_version {info.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+        missing = [k for k in ("verifier", "drafter", "layers", "mask") if k not in info]
+        if missing:
+            raise LayersearchError(f"missing {', '.join(missing)}")
+        verifier = ModelInfo.from_dict(info["verifier"], "verifier")
+        drafter = None if info["drafter"] is None else ModelInfo.from_dict(info["drafter"], "drafter")
+        mask = None if info["mask"] is None else SkipMask.from_dict(info["mask"])
+        layers = info["layers"]
+        if not isinstance(layers, list) or not layers or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+            raise LayersearchError("layers must be a non-empty list of layer indices")
+        training = info.get("training") or {}
+        if not isinstance(training, dict):
+            raise LayersearchError("training must be an object")
+        params = _params(tensors, tuple(layers), verifier, drafter)
+        return cls(params, verifier, drafter, mask, training)
+
+    @classmethod
+    def load(cls, path: str | Path, verifier: ModelInfo | None = None, drafter: ModelInfo | None = None) -> "SteeringFile":
+        """Read and validate a steering file; with ``verifier``, check it was trained for it (and ``drafter``)."""
+        data = _read(path)
+        try:
+            loaded = cls.from_bytes(data)
+            if verifier is not None:
+                loaded.check_models(verifier, drafter)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{path}: {exc}") from None
+        return loaded
+
+
+def _same(trained: ModelInfo, given: ModelInfo, what: str) -> None:
+    if trained.fingerprint != given.fingerprint or trained.num_layers != given.num_layers:
+        raise LayersearchError(
+            f"steering was trained for {what} {trained.name!r} (fingerprint {trained.fingerprint}), "
+            f"not {given.name!r} (fingerprint {given.fingerprint})"
+        )
+
+
+def _read(path: str | Path) -> bytes:
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise LayersearchError(f"{path}: is a directory, not a steering file")
+        if p.stat().st_size > MAX_FILE_BYTES:
+            raise LayersearchError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not a steering file")
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise LayersearchError(f"{path}: no such steering file") from None
+    except OSError as exc:
+        raise LayersearchError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _header(data: bytes) -> dict[str, Any]:
+    # safetensors layout: 8-byte little-endian header length, then the JSON header.
+    size = int.from_bytes(data[:8], "little")
+    return json.loads(data[8 : 8 + size])
+
+
+def _params(tensors: dict[str, torch.Tensor], layers: tuple[int, ...], verifier: ModelInfo, drafter: ModelInfo | None) -> SteeringParams:
+    if set(tensors) != {"hml.weight", "s.weight"}:
+        raise LayersearchError(f"expected tensors hml.weight and s.weight, found {', '.join(sorted(tensors)) or 'none'}")
+    hml, s = tensors["hml.weight"], tensors["s.weight"]
+    if hml.dim() != 2 or s.dim() != 2 or s.shape[1] != hml.shape[0]:
+        raise LayersearchError(f"malformed matrices: hml.weight {tuple(hml.shape)}, s.weight {tuple(s.shape)}")
+    if not (torch.isfinite(hml).all() and torch.isfinite(s).all()):
+        raise LayersearchError("the matrices hold non-finite values")
+    params = SteeringParams(layers, verifier.hidden_size, hml.shape[0], s.shape[0])
+    if params.hml.weight.shape != hml.shape:
+        raise LayersearchError(
+            f"hml.weight is {tuple(hml.shape)}, expected {tuple(params.hml.weight.shape)} for {len(layers)} layers"
+        )
+    params.load_state_dict({"hml.weight": hml.float(), "s.weight": s.float()})
+    return params.requires_grad_(False)
