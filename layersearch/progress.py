@@ -24,12 +24,14 @@ class TrialProgress:
     """Per-trial progress of one run; use as a context manager and call :meth:`update` per trial."""
 
     def __init__(
-        self, *, total: int | None = None, quiet: bool = False, stream: IO[str] | None = None, desc: str = "trials"
+        self, *, total: int | None = None, quiet: bool = False, stream: IO[str] | None = None, desc: str = "trials",
+        unit: str = "trial",
     ) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.enabled = not quiet and _is_terminal(self.stream)
         self.total = total
         self.desc = desc
+        self.unit = unit
         self.count = 0
         self._bar: Any = None
 
@@ -37,7 +39,7 @@ class TrialProgress:
         if self.enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, desc=self.desc, unit="trial", file=self.stream, dynamic_ncols=True)
+            self._bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, file=self.stream, dynamic_ncols=True)
             _OPEN.add(self)
         return self
 

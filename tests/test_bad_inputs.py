@@ -159,6 +159,22 @@ COMMANDS: dict[str, Command] = {
     "plot mask": Command(("plot", "mask", "{mask}", "--out", "{png}")),
     "plot history": Command(("plot", "history", "--name", "{name}", "--storage", "{storage}", "--out", "{png}")),
     "plot compare": Command(("plot", "compare", "--names", "{name}", "--storage", "{storage}", "--out", "{png}")),
+    # SD² steering (issue 15).
+    "steer train": Command(
+        ("steer", "train", "--model", MODEL, "--mask", "{mask}", "--domain", "translation", "--prompts", "1",
+         "--new-tokens", "2", "--steps", "1", "--out", "{out}"),
+        (("--prompts", "0"), ("--domain", "nope"), ("--steps", "0"), ("--lr", "0"), ("--max-offset", "0"),
+         ("--threads", "0")),
+    ),
+    "steer eval": Command(
+        ("steer", "eval", "--model", MODEL, "--steering", "{steering}", "--domain", "translation", "--prompts", "1",
+         "--max-new-tokens", "2", "--seeds", "1"),
+        (("--prompts", "0"), ("--seeds", "0"), ("--domain", "nope"), ("--draft-length", "0"), ("--drafter", "nope")),
+    ),
+    "generate --steering": Command(
+        ("generate", "--model", MODEL, "--steering", "{steering}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--skip-ratio", "0.5"), ("--baseline",), ("--drafter", "prompt-lookup"), ("--dynamic", "knapsack")),
+    ),
     "knapspec-bench": Command(
         ("knapspec-bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "{profile}",
          "--out", "{out}"),
@@ -169,7 +185,8 @@ COMMANDS: dict[str, Command] = {
 
 #: Good values of each placeholder, relative to the working folder built by ``base``.
 GOOD = {"paper": "paper.json", "mask": "mask.json", "prompts": "prompts.jsonl", "profile": "profile.json", "out": "out.json",
-        "png": "out.png", "prefix": "table", "storage": "studies.db", "name": "ok"}
+        "png": "out.png", "prefix": "table", "storage": "studies.db", "name": "ok",
+        "steering": "steer.safetensors"}
 
 Maker = Callable[[Path], str]
 
@@ -234,7 +251,28 @@ BAD_READ_STORAGES: dict[str, Maker] = {
     "in memory": _value("sqlite:///:memory:"),
     "empty url": _value(" "),
 }
+
+def _steering_of_another_model(name: str) -> Maker:
+    def make(work: Path) -> str:
+        from layersearch.mask import ModelInfo, SkipMask
+        from layersearch.steer import SteeringFile, SteeringParams
+
+        other = ModelInfo("other", 4, 64, "0123456789abcdef")
+        SteeringFile(SteeringParams((0, 2, 2), 64, 64, 128), other, None, SkipMask(4, (1,), (2,))).save(work / name)
+        return name
+    return make
+
+
+BAD_STEERING: dict[str, Maker] = {
+    "missing": _value("nope.safetensors"),
+    "directory": _dir("adir.safetensors"),
+    "empty": _file("empty.safetensors", b""),
+    "binary": _file("bin.safetensors", bytes(range(256)) * 4),
+    "a mask": _value("mask.json"),
+    "another model's": _steering_of_another_model("other.safetensors"),
+}
 BAD_KINDS: dict[str, dict[str, Maker]] = {
+    "steering": BAD_STEERING,
     "mask": {**BAD_JSON_FILES, "a profile": _value("profile.json")},
     "prompts": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
     "profile": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
@@ -292,6 +330,11 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     from layersearch.mask import SkipMask
 
     SkipMask(4, (1,), (2,), info).save(work / "mask.json")
+    from layersearch.steer import SteeringFile, SteeringParams
+    from layersearch.steer.hooks import intermediate_size
+
+    params = SteeringParams((0, 2, 2), 64, 64, intermediate_size(model))
+    SteeringFile(params, info, None, SkipMask(4, (1,), (2,), info)).save(work / "steer.safetensors")
     (work / "paper.json").write_text('{"m": {"attention": [1], "mlp": [2]}}')  # Self-SD's file format
     (work / "prompts.jsonl").write_text('{"prompt": "w1 w2"}\n')
     LatencyProfile(model=info, device="cpu", dtype="float32", torch_version="test", attention_slope=1e-7,

@@ -10,6 +10,7 @@ from typing import Any
 from layersearch.checks import check_int
 from layersearch.commands.args import draft_args, model_args, swift_args
 from layersearch.commands.onthefly import check_on_the_fly, input_summary, swift_config
+from layersearch.commands.steer import steer_drafter, steering_for_generate
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
@@ -50,6 +51,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--on-the-fly", choices=["swift"], default=None,
                    help="optimize the skipped layers while generating, over the stream of --prompts (SWIFT)")
     swift_args(p)
+    # SD² (issue 15): steer the layer-skip drafter with a trained steering file.
+    p.add_argument("--steering", help="steering file from `layersearch steer train` (uses its mask)")
     p.set_defaults(command="generate")
 
 
@@ -72,12 +75,15 @@ def run(args: Any) -> int:
     loaded = load(args)
     if router is not None:
         _check_router(args, router, loaded.info)
+    steering, mask_file = steering_for_generate(args, loaded.info, mask_file)  # SD²: its mask unless --mask
+    if steering is not None and router is not None:
+        raise LayersearchError("--steering was trained for one mask; it takes no --router (which switches masks)")
     if disco is not None:
         _check_disco(args, disco, loaded.info)
         if mask_file is None and args.skip_ratio is None:
             mask_file = disco.mask  # the mask the classifier was trained for
     mask = None if args.baseline or args.dynamic or router is not None or args.on_the_fly else _mask(args, mask_file, loaded.info)
-    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router)
+    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router, steering)
     profile = _profile(args, loaded.info) if mask is not None else None
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output
@@ -132,7 +138,7 @@ def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
     return SkipMask.uniform(info.num_layers, ratio, model=info)
 
 
-def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None):
+def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, steering=None):
     from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafters import drafter_named
     from layersearch.runtime.drafting import DraftPolicy
@@ -147,6 +153,7 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None):
         lookahead = policy.lookahead(name)
     plugins = _verification(getattr(args, "verification", None) or "chain")
     plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
+    plugins["drafter"] = steer_drafter(plugins["drafter"], steering)
     if args.on_the_fly:
         from layersearch.swift.controller import swift_decoder
 

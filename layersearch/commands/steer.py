@@ -1,0 +1,235 @@
+"""``layersearch steer train | eval``: SD²'s steering for the layer-skip self-drafter or an
+independent draft model (see :mod:`layersearch.steer`), and ``generate --steering``'s helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layersearch.commands.args import model_args
+from layersearch.errors import LayersearchError
+
+
+def add_parser(sub, parser_class) -> None:
+    """Register ``steer`` and its actions on the main CLI's subparsers."""
+    p = sub.add_parser("steer", help="SD²: steer the drafter with a vector from the verifier's hidden states")
+    actions = p.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    train = actions.add_parser("train", help="train W_hml / W_s on verifier samples of a domain's train split")
+    model_args(train, threads=1)
+    which = train.add_mutually_exclusive_group()
+    which.add_argument("--mask", help="mask JSON file: steer the layer-skip self-drafter with this mask")
+    which.add_argument("--skip-ratio", type=float, help="self-drafter with an evenly spread mask (default 0.25)")
+    which.add_argument("--drafter", help="an independent draft model (embedded name, HF id or directory) sharing the tokenizer")
+    train.add_argument("--domain", required=True)
+    train.add_argument("--prompts", type=int, default=8, help="training prompts (default 8)")
+    train.add_argument("--new-tokens", type=int, default=32, help="tokens the verifier samples per prompt (default 32)")
+    train.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last N prompt tokens (default 192)")
+    train.add_argument("--steps", type=int, default=120, help="AdamW steps, one sample each (default 120)")
+    train.add_argument("--lr", type=float, default=2e-3)
+    train.add_argument("--max-offset", type=int, default=8, help="k: delta is uniform in [1, k] (default 8)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--out", required=True, help="steering file (.safetensors)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev = actions.add_parser("eval", help="steered vs unsteered block efficiency on the test split")
+    model_args(ev, threads=1)
+    ev.add_argument("--steering", required=True, help="steering file from `steer train`")
+    ev.add_argument("--drafter", help="the draft model the file was trained for (default: the name in the file)")
+    ev.add_argument("--domain", required=True)
+    ev.add_argument("--prompts", type=int, default=4, help="test prompts (default 4)")
+    ev.add_argument("--max-new-tokens", type=int, default=48)
+    ev.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last N prompt tokens (default 192)")
+    ev.add_argument("--draft-length", type=int, default=8, help="static draft length (default 8)")
+    ev.add_argument("--seeds", type=int, default=3, help="sampling seeds at T=1 (default 3)")
+    ev.add_argument("--seed", type=int, default=0, help="prompt selection seed")
+    ev.add_argument("--out", help="write the full report as JSON")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(command="steer")
+
+
+def run(args: Any) -> int:
+    """Dispatch on the action."""
+    from layersearch.commands.common import positive_int
+
+    for name in ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds"):
+        if getattr(args, name, None) is not None:
+            positive_int(getattr(args, name), "--" + name.replace("_", "-"))
+    from layersearch.data import DOMAINS
+
+    if args.domain not in DOMAINS:
+        raise LayersearchError(f"unknown domain {args.domain!r}: choose one of {', '.join(DOMAINS)}")
+    return _train(args) if args.action == "train" else _eval(args)
+
+
+# ----- train -------------------------------------------------------------------------------
+def _train(args: Any) -> int:
+    import torch
+
+    from layersearch.commands.common import load
+    from layersearch.mask import SkipMask
+    from layersearch.outputs import check_output
+    from layersearch.steer import SteeringFile, SteeringParams, default_layers
+    from layersearch.steer.hooks import intermediate_size
+    from layersearch.steer.train import TrainSettings, collect, train
+
+    settings = TrainSettings(
+        steps=args.steps, lr=args.lr, max_offset=args.max_offset, new_tokens=args.new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens, seed=args.seed,
+    )
+    if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
+        raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
+    check_output(args.out)
+    mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
+    loaded = load(args)
+    drafter = _load_drafter(args, args.drafter, loaded) if args.drafter else None
+    mask = None if drafter is not None else _self_mask(args, mask_file, loaded.info)
+    draft_model = drafter.model if drafter is not None else loaded.model
+    layers = default_layers(loaded.info.num_layers)
+    params = SteeringParams(layers, loaded.info.hidden_size, draft_model.config.hidden_size, intermediate_size(draft_model))
+    prompts = _prompts(loaded, args.domain, args.prompts, args.seed, "train", args.max_prompt_tokens)
+    generator = torch.Generator().manual_seed(args.seed)
+    with _bar(args, len(prompts), "sampling", "prompt") as bar:
+        examples = collect(loaded.model, prompts, layers, settings, generator, progress=lambda i: bar.update())
+    with _bar(args, settings.steps, "training", "step") as bar:
+        losses = train(params, loaded.model, examples, settings, mask=mask, drafter=None if drafter is None else drafter.model,
+                       progress=lambda step, loss: bar.update(last=loss))
+    window = max(1, len(losses) // 10)
+    first, last = sum(losses[:window]) / window, sum(losses[-window:]) / window
+    training = {
+        **settings.to_dict(), "domain": args.domain, "prompts": len(examples), "split": "train",
+        "kl_first": first, "kl_last": last,
+    }
+    SteeringFile(params, loaded.info, None if drafter is None else drafter.info, mask, training).save(args.out)
+    print(f"trained steering on {len(examples)} {args.domain} samples, {settings.steps} steps: "
+          f"KL {first:.4f} -> {last:.4f} (mean of first / last {window} steps); wrote {args.out}", flush=True)
+    return 0
+
+
+def _self_mask(args: Any, mask_file, info):
+    from layersearch.mask import SkipMask
+
+    if mask_file is not None:
+        try:
+            mask_file.check_model(info)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{args.mask}: {exc}") from None
+        mask = mask_file
+    else:
+        mask = SkipMask.uniform(info.num_layers, 0.25 if args.skip_ratio is None else args.skip_ratio, model=info)
+    if mask.is_empty:
+        raise LayersearchError("the mask skips nothing: the self-drafter would be the verifier itself")
+    return mask
+
+
+def _load_drafter(args: Any, name: str, loaded):
+    from layersearch.models.loading import default_dtype, load_model
+    from layersearch.runtime.drafters import ModelDrafter
+
+    drafter = load_model(name, device=args.device, dtype=args.dtype or default_dtype(args.device))
+    ModelDrafter(drafter.model).check_target(loaded.model)
+    return drafter
+
+
+def _prompts(loaded, domain: str, n: int, seed: int, split: str, max_tokens: int):
+    from layersearch.data import load_prompts
+
+    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split)]
+    return [loaded.tokenizer(t, return_tensors="pt").input_ids[0][-max_tokens:] for t in texts]
+
+
+def _bar(args: Any, total: int, desc: str, unit: str):
+    from layersearch.progress import TrialProgress
+
+    return TrialProgress(total=total, quiet=args.quiet, desc=desc, unit=unit)
+
+
+# ----- eval --------------------------------------------------------------------------------
+def _eval(args: Any) -> int:
+    from layersearch.commands.common import load
+    from layersearch.outputs import check_output
+    from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
+    from layersearch.steer import SteeredDrafter, SteeringFile
+    from layersearch.steer.evaluate import bias_cost_ms, compare, settings, summary
+
+    if args.out:
+        check_output(args.out)
+    steering = SteeringFile.load(args.steering)  # a bad file fails before the model loads
+    loaded = load(args)
+    drafter = None
+    if steering.drafter is not None:
+        drafter = _load_drafter(args, args.drafter or steering.drafter.name, loaded)
+    elif args.drafter:
+        raise LayersearchError(f"{args.steering}: trained for the layer-skip self-drafter; it takes no --drafter")
+    try:
+        steering.check_models(loaded.info, None if drafter is None else drafter.info)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{args.steering}: {exc}") from None
+
+    def inner():
+        return LayerSkipDrafter() if drafter is None else ModelDrafter(drafter.model)
+
+    arms = {"unsteered": inner, "steered": lambda: SteeredDrafter(inner(), steering.params)}
+    prompts = _prompts(loaded, args.domain, args.prompts, args.seed, "test", args.max_prompt_tokens)
+    with _bar(args, len(prompts) * len(settings(args.seeds)), "decoding", "prompt") as bar:
+        results = compare(loaded.model, prompts, arms, mask=steering.mask, max_new_tokens=args.max_new_tokens,
+                          draft_length=args.draft_length, seeds=args.seeds, progress=lambda i: bar.update())
+    report = {
+        "steering": args.steering, "domain": args.domain, "split": "test", "prompts": len(prompts),
+        "draft_length": args.draft_length, "max_new_tokens": args.max_new_tokens,
+        "drafter": "layer-skip" if drafter is None else drafter.info.name,
+        "summary": summary(results), "bias_ms_per_stage": bias_cost_ms(steering.params),
+        "runs": [r.to_dict() for r in results],
+    }
+    if args.out:
+        from layersearch.jsonfile import write_json_atomic
+
+        write_json_atomic(args.out, report)
+    _print_report(report)
+    return 0
+
+
+def _print_report(report: dict) -> None:
+    print(f"{report['domain']} test split, {report['prompts']} prompts, draft length {report['draft_length']}, "
+          f"drafter {report['drafter']}")
+    for setting, entry in report["summary"].items():
+        parts = []
+        for arm, row in entry["arms"].items():
+            seeds = ", ".join(f"{m:.2f}" for m in row["block_efficiency_per_seed"])
+            parts.append(f"{arm} M={row['block_efficiency']:.3f} [{seeds}] {row['tokens_per_second']:.1f} tok/s "
+                         f"draft {row['draft_ms_per_forward']:.1f} ms/forward")
+        gain = entry.get("block_efficiency_gain")
+        speed = entry.get("speedup")
+        tail = f"  steered/unsteered: M {gain:+.1%}, speed x{speed:.2f}" if gain is not None and speed else ""
+        print(f"{setting}: " + "; ".join(parts) + tail)
+    print(f"computing W_s g: {report['bias_ms_per_stage']:.3f} ms per drafting stage", flush=True)
+
+
+# ----- generate --steering -------------------------------------------------------------------
+def steering_for_generate(args: Any, info, mask_file):
+    """The ``--steering`` file of ``generate`` checked against the model and options, and the
+    mask to use (the file's unless ``--mask`` gives the same one); (None, mask_file) without it."""
+    path = getattr(args, "steering", None)
+    if not path:
+        return None, mask_file
+    from layersearch.steer import SteeringFile
+
+    if args.baseline or args.dynamic or getattr(args, "on_the_fly", None) or getattr(args, "drafter", "layer-skip") == "prompt-lookup":
+        raise LayersearchError(
+            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --dynamic, --on-the-fly or prompt-lookup"
+        )
+    steering = SteeringFile.load(path, info)
+    if args.skip_ratio is not None or (mask_file is not None and _sublayers(mask_file) != _sublayers(steering.mask)):
+        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask / --skip-ratio")
+    return steering, steering.mask
+
+
+def _sublayers(mask) -> tuple:
+    return tuple(sorted(mask.attention)), tuple(sorted(mask.mlp))
+
+
+def steer_drafter(drafter, steering):
+    """``drafter`` steered by ``steering`` (a SteeringFile), or unchanged without one."""
+    if steering is None:
+        return drafter
+    from layersearch.steer import SteeredDrafter
+
+    return SteeredDrafter(drafter, steering.params)
+

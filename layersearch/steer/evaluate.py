@@ -1,0 +1,116 @@
+"""Steered vs unsteered drafting on held-out prompts: block efficiency, speed, steering's cost.
+
+One setting is a temperature and a sampling seed (T = 0 once, T = 1 with several seeds). In
+each, every prompt runs with the unsteered and the steered drafter in turn (interleaved, so
+machine noise hits both alike), same mask, same static draft length. Block efficiency M is
+tokens per verification forward (accepted + 1 per step).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from layersearch.mask import SkipMask
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafters.base import Drafter
+from layersearch.runtime.lookahead import StaticLookahead
+from layersearch.runtime.sampling import SamplingConfig
+from layersearch.runtime.stats import DecodeStats, combine
+from layersearch.steer.params import SteeringParams
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """One drafter in one setting, pooled over the prompts."""
+
+    arm: str  # "unsteered" or "steered"
+    temperature: float
+    seed: int
+    block_efficiency: float  # tokens per verification forward (M)
+    tokens_per_second: float
+    draft_ms_per_forward: float
+    new_tokens: int
+    verifications: int
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON."""
+        return asdict(self)
+
+
+def settings(seeds: int) -> list[tuple[float, int]]:
+    """(temperature, seed): T = 0 once, T = 1 with ``seeds`` seeds."""
+    return [(0.0, 0)] + [(1.0, seed) for seed in range(seeds)]
+
+
+def compare(
+    verifier: torch.nn.Module, prompts: Sequence[torch.Tensor], drafters: dict[str, Callable[[], Drafter]], *,
+    mask: SkipMask | None, max_new_tokens: int, draft_length: int = 8, seeds: int = 3,
+    progress: Callable[[int], None] | None = None,
+) -> list[ArmResult]:
+    """Every arm of ``drafters`` (name -> factory) on every prompt in every setting."""
+    results = []
+    done = 0
+    for temperature, seed in settings(seeds):
+        pooled: dict[str, list[DecodeStats]] = {name: [] for name in drafters}
+        for prompt in prompts:
+            for name, make in drafters.items():
+                sampling = SamplingConfig(temperature=temperature, seed=seed)
+                decoder = SpeculativeDecoder(
+                    verifier, mask, drafter=make(), lookahead=StaticLookahead(draft_length), sampling=sampling
+                )
+                pooled[name].append(decoder.generate(prompt, max_new_tokens).stats)
+            done += 1
+            if progress is not None:
+                progress(done)
+        results += [_arm(name, temperature, seed, combine(stats)) for name, stats in pooled.items()]
+    return results
+
+
+def _arm(name: str, temperature: float, seed: int, stats: DecodeStats) -> ArmResult:
+    decode_seconds = stats.total_seconds - stats.prefill_seconds
+    return ArmResult(
+        name, temperature, seed,
+        block_efficiency=stats.new_tokens / max(1, stats.target_forwards),
+        tokens_per_second=stats.new_tokens / decode_seconds if decode_seconds > 0 else 0.0,
+        draft_ms_per_forward=1000 * stats.draft_seconds / max(1, stats.draft_forwards),
+        new_tokens=stats.new_tokens, verifications=stats.target_forwards,
+    )
+
+
+@torch.inference_mode()
+def bias_cost_ms(params: SteeringParams, repeats: int = 200) -> float:
+    """Milliseconds to compute W_s g from the states once (the per-stage cost besides the hooks)."""
+    states = torch.randn(len(params.layers), params.hml.in_features // len(params.layers))
+    params.bias(states)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        params.bias(states)
+    return 1000 * (time.perf_counter() - start) / repeats
+
+
+def summary(results: Sequence[ArmResult]) -> dict:
+    """Per temperature: mean M and tokens/s of each arm, and steered / unsteered ratios."""
+    out = {}
+    for temperature in sorted({r.temperature for r in results}):
+        rows = [r for r in results if r.temperature == temperature]
+        arms = {}
+        for arm in dict.fromkeys(r.arm for r in rows):
+            mine = [r for r in rows if r.arm == arm]
+            ms = [r.block_efficiency for r in mine]
+            arms[arm] = {
+                "block_efficiency": sum(ms) / len(ms),
+                "block_efficiency_per_seed": ms,
+                "tokens_per_second": sum(r.tokens_per_second for r in mine) / len(mine),
+                "draft_ms_per_forward": sum(r.draft_ms_per_forward for r in mine) / len(mine),
+            }
+        entry = {"arms": arms}
+        if {"steered", "unsteered"} <= arms.keys():
+            s, u = arms["steered"], arms["unsteered"]
+            entry["block_efficiency_gain"] = s["block_efficiency"] / u["block_efficiency"] - 1
+            entry["speedup"] = s["tokens_per_second"] / u["tokens_per_second"] if u["tokens_per_second"] else None
+        out[f"T={temperature:g}"] = entry
+    return out

@@ -1,0 +1,77 @@
+"""``layersearch steer train | eval`` and ``generate --steering`` on saved tiny models."""
+
+from __future__ import annotations
+
+import json
+
+from layersearch.cli import main
+from layersearch.models.tiny import build_tiny_model
+from layersearch.steer import SteeringFile
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_eval_and_generate_with_the_self_drafter(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    out = tmp_path / "steer.safetensors"
+    code, stdout, err = run_cli(
+        capsys, "steer", "train", "--model", folder, "--skip-ratio", "0.5", "--domain", "code", "--prompts", 2,
+        "--new-tokens", 6, "--max-prompt-tokens", 24, "--steps", 4, "--out", out,
+    )
+    assert code == 0, err
+    assert "4 steps" in stdout and str(out) in stdout
+    steering = SteeringFile.load(out)
+    assert steering.drafter is None and not steering.mask.is_empty
+    assert steering.training["domain"] == "code" and steering.training["steps"] == 4
+    assert steering.params.s.weight.abs().sum() > 0  # trained away from its zero start
+
+    report = tmp_path / "eval.json"
+    code, stdout, err = run_cli(
+        capsys, "steer", "eval", "--model", folder, "--steering", out, "--domain", "code", "--prompts", 1,
+        "--max-new-tokens", 6, "--max-prompt-tokens", 24, "--seeds", 2, "--out", report,
+    )
+    assert code == 0, err
+    data = json.loads(report.read_text())
+    assert set(data["summary"]) == {"T=0", "T=1"}
+    assert len(data["summary"]["T=1"]["arms"]["steered"]["block_efficiency_per_seed"]) == 2
+    assert len(data["runs"]) == 2 * 3 and all(r["new_tokens"] == 6 for r in data["runs"])
+    assert all(1 <= r["block_efficiency"] <= 9 for r in data["runs"])
+    assert "T=0:" in stdout and "W_s g" in stdout
+
+    common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--json")
+    code, stdout, err = run_cli(capsys, *common, "--steering", out, "--draft-threshold", 0)
+    assert code == 0, err
+    steered = json.loads(stdout)
+    code, stdout, err = run_cli(capsys, *common, "--baseline")
+    assert steered["token_ids"] == json.loads(stdout)["token_ids"]
+    assert steered["stats"]["drafted"] > 0
+
+
+def test_train_and_eval_an_independent_drafter(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    _, tokenizer, folder = tiny_with_embedded_tokenizer(0)
+    small = build_tiny_model("llama", num_layers=1, hidden_size=32, vocab_size=len(tokenizer), seed=9)
+    small_dir = tmp_path / "small"
+    small.save_pretrained(small_dir)
+    tokenizer.save_pretrained(small_dir)
+    out = tmp_path / "steer.safetensors"
+    code, stdout, err = run_cli(
+        capsys, "steer", "train", "--model", folder, "--drafter", small_dir, "--domain", "code", "--prompts", 1,
+        "--new-tokens", 4, "--max-prompt-tokens", 16, "--steps", 2, "--out", out,
+    )
+    assert code == 0, err
+    steering = SteeringFile.load(out)
+    assert steering.mask is None and steering.drafter.hidden_size == 32
+    assert tuple(steering.params.hml.weight.shape) == (32, 3 * 64)
+    code, stdout, err = run_cli(
+        capsys, "steer", "eval", "--model", folder, "--steering", out, "--drafter", small_dir, "--domain", "code",
+        "--prompts", 1, "--max-new-tokens", 4, "--max-prompt-tokens", 16, "--seeds", 1,
+    )
+    assert code == 0, err
+    assert "steered M=" in stdout and "unsteered M=" in stdout
+    # The self-drafter's steering is refused for a draft model, in one line.
+    code, stdout, err = run_cli(capsys, "generate", "--model", small_dir, "--steering", out, "--prompt", "x")
+    assert code == 2 and err.startswith("layersearch: error: ") and len(err.strip().splitlines()) == 1
