@@ -163,7 +163,7 @@ COMMANDS: dict[str, Command] = {
     "steer train": Command(
         ("steer", "train", "--model", MODEL, "--mask", "{mask}", "--domain", "translation", "--prompts", "1",
          "--new-tokens", "2", "--steps", "1", "--out", "{out}"),
-        (("--prompts", "0"), ("--domain", "nope"), ("--steps", "0"), ("--lr", "0"), ("--max-offset", "0"),
+        (("--prompts", "0"), ("--domain", "nope"), ("--steps", "0"), ("--lr", "0"), ("--max-offset", "0"), ("--val-prompts", "-1"),
          ("--threads", "0")),
     ),
     "steer eval": Command(

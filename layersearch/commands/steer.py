@@ -21,6 +21,7 @@ def add_parser(sub, parser_class) -> None:
     which.add_argument("--drafter", help="an independent draft model (embedded name, HF id or directory) sharing the tokenizer")
     train.add_argument("--domain", required=True)
     train.add_argument("--prompts", type=int, default=8, help="training prompts (default 8)")
+    train.add_argument("--val-prompts", type=int, default=2, help="validation prompts for the held-out KL (default 2; 0: none)")
     train.add_argument("--new-tokens", type=int, default=32, help="tokens the verifier samples per prompt (default 32)")
     train.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last N prompt tokens (default 192)")
     train.add_argument("--steps", type=int, default=120, help="AdamW steps, one sample each (default 120)")
@@ -49,6 +50,8 @@ def run(args: Any) -> int:
     """Dispatch on the action."""
     from layersearch.commands.common import positive_int
 
+    if getattr(args, "val_prompts", 0) < 0:
+        raise LayersearchError(f"--val-prompts must be >= 0, got {args.val_prompts}")
     for name in ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds"):
         if getattr(args, name, None) is not None:
             positive_int(getattr(args, name), "--" + name.replace("_", "-"))
@@ -68,7 +71,7 @@ def _train(args: Any) -> int:
     from layersearch.outputs import check_output
     from layersearch.steer import SteeringFile, SteeringParams, default_layers
     from layersearch.steer.hooks import intermediate_size
-    from layersearch.steer.train import TrainSettings, collect, train
+    from layersearch.steer.train import TrainSettings, collect, mean_kl, train
 
     settings = TrainSettings(
         steps=args.steps, lr=args.lr, max_offset=args.max_offset, new_tokens=args.new_tokens,
@@ -88,18 +91,27 @@ def _train(args: Any) -> int:
     generator = torch.Generator().manual_seed(args.seed)
     with _bar(args, len(prompts), "sampling", "prompt") as bar:
         examples = collect(loaded.model, prompts, layers, settings, generator, progress=lambda i: bar.update())
+    validation = []
+    if args.val_prompts:
+        held_out = _prompts(loaded, args.domain, args.val_prompts, args.seed, "validation", args.max_prompt_tokens)
+        validation = collect(loaded.model, held_out, layers, settings, generator)
+    kind = dict(mask=mask, drafter=None if drafter is None else drafter.model, max_offset=settings.max_offset)
+    val_before = mean_kl(params, loaded.model, validation, **kind) if validation else None
     with _bar(args, settings.steps, "training", "step") as bar:
-        losses = train(params, loaded.model, examples, settings, mask=mask, drafter=None if drafter is None else drafter.model,
+        losses = train(params, loaded.model, examples, settings, mask=mask, drafter=kind["drafter"],
                        progress=lambda step, loss: bar.update(last=loss))
+    val_after = mean_kl(params, loaded.model, validation, **kind) if validation else None
     window = max(1, len(losses) // 10)
     first, last = sum(losses[:window]) / window, sum(losses[-window:]) / window
     training = {
         **settings.to_dict(), "domain": args.domain, "prompts": len(examples), "split": "train",
-        "kl_first": first, "kl_last": last,
+        "kl_first": first, "kl_last": last, "val_prompts": len(validation), "val_kl_before": val_before,
+        "val_kl_after": val_after,
     }
     SteeringFile(params, loaded.info, None if drafter is None else drafter.info, mask, training).save(args.out)
     print(f"trained steering on {len(examples)} {args.domain} samples, {settings.steps} steps: "
-          f"KL {first:.4f} -> {last:.4f} (mean of first / last {window} steps); wrote {args.out}", flush=True)
+          f"KL {first:.4f} -> {last:.4f} (mean of first / last {window} steps)"
+          + (f"; held-out KL {val_before:.4f} -> {val_after:.4f}" if validation else "") + f"; wrote {args.out}", flush=True)
     return 0
 
 

@@ -23,10 +23,11 @@ def test_train_eval_and_generate_with_the_self_drafter(tiny_with_embedded_tokeni
         "--new-tokens", 6, "--max-prompt-tokens", 24, "--steps", 4, "--out", out,
     )
     assert code == 0, err
-    assert "4 steps" in stdout and str(out) in stdout
+    assert "4 steps" in stdout and "held-out KL" in stdout and str(out) in stdout
     steering = SteeringFile.load(out)
     assert steering.drafter is None and not steering.mask.is_empty
     assert steering.training["domain"] == "code" and steering.training["steps"] == 4
+    assert steering.training["val_prompts"] == 2 and steering.training["val_kl_after"] >= 0
     assert steering.params.s.weight.abs().sum() > 0  # trained away from its zero start
 
     report = tmp_path / "eval.json"
@@ -60,7 +61,7 @@ def test_train_and_eval_an_independent_drafter(tiny_with_embedded_tokenizer, tmp
     out = tmp_path / "steer.safetensors"
     code, stdout, err = run_cli(
         capsys, "steer", "train", "--model", folder, "--drafter", small_dir, "--domain", "code", "--prompts", 1,
-        "--new-tokens", 4, "--max-prompt-tokens", 16, "--steps", 2, "--out", out,
+        "--new-tokens", 4, "--max-prompt-tokens", 16, "--steps", 2, "--val-prompts", 0, "--out", out,
     )
     assert code == 0, err
     steering = SteeringFile.load(out)
