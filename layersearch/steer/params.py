@@ -2,7 +2,7 @@
 
 ``h, m, l`` are the verifier's outputs of three decoder layers at the input whose output
 gave the newest token. W_hml maps ``3 * d_verifier -> d_drafter`` and starts as three stacked
-(rectangular) identities, so g = h + m + l before training; W_s maps ``d_drafter ->
+(rectangular) identities, so g = h + m + l (each state RMS-normalised) before training; W_s maps ``d_drafter ->
 intermediate`` (the drafter's MLP width) and starts at 0, so an untrained steering changes
 nothing.
 """
@@ -38,8 +38,14 @@ class SteeringParams(nn.Module):
         return {"hml.weight": tuple(self.hml.weight.shape), "s.weight": tuple(self.s.weight.shape)}
 
     def vector(self, states: torch.Tensor) -> torch.Tensor:
-        """g from the verifier's states ``[..., len(layers), d_verifier]`` -> ``[..., d_drafter]``."""
-        flat = states.reshape(*states.shape[:-2], -1).to(self.hml.weight.dtype)  # [..., layers * d_verifier]
+        """g from the verifier's states ``[..., len(layers), d_verifier]`` -> ``[..., d_drafter]``.
+
+        Each layer's state is first scaled to unit RMS (no parameters): residual streams grow
+        with depth (SmolLM2's reach a norm of ~740 at layer 28), and unnormalised, one AdamW
+        step on W_s would move the bias by whole units."""
+        states = states.to(self.hml.weight.dtype)
+        states = states * torch.rsqrt(states.pow(2).mean(-1, keepdim=True) + 1e-6)
+        flat = states.reshape(*states.shape[:-2], -1)  # [..., layers * d_verifier]
         return self.hml(flat)
 
     def bias(self, states: torch.Tensor) -> torch.Tensor:

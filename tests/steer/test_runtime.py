@@ -38,11 +38,12 @@ def plain_generate(model, prompt, new):
 
 def test_untrained_steering_is_the_sum_of_the_states_and_no_bias():
     params = SteeringParams((0, 1, 2), 8, 8, 20)
-    states = torch.randn(3, 8)
-    torch.testing.assert_close(params.vector(states), states.sum(0))
+    states = torch.randn(3, 8) * torch.tensor([[1.0], [10.0], [300.0]])  # residual norms grow with depth
+    unit = states / states.pow(2).mean(-1, keepdim=True).sqrt()
+    torch.testing.assert_close(params.vector(states), unit.sum(0))
     assert torch.count_nonzero(params.bias(states)) == 0
     wider = SteeringParams((0, 1, 2), 8, 12, 20)  # an independent drafter of another width
-    torch.testing.assert_close(wider.vector(states)[:8], states.sum(0))
+    torch.testing.assert_close(wider.vector(states)[:8], unit.sum(0))
     assert default_layers(30) == (3, 15, 28)
 
 
