@@ -43,7 +43,7 @@ class TrainSettings:
     """How steering is trained (stored in the steering file)."""
 
     steps: int = 120
-    lr: float = 2e-3
+    lr: float = 1e-4
     weight_decay: float = 0.0
     max_offset: int = 8  # k: δ is uniform in [1, k]
     new_tokens: int = 32  # sampled continuation length per prompt
