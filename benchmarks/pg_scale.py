@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pg-scale-") as tmp:
         model_dir, profile = tiny_model_and_profile(Path(tmp))
         try:
-            for n in args.workers:
-                name = f"pgscale-{stamp}-w{n}"
+            for index, n in enumerate(args.workers):
+                name = f"pgscale-{stamp}-w{n}-{index}"
                 create(name, args.storage, model_dir, profile)
                 made.append(name)
                 row = throughput(args.storage, name, n, args.seconds, args.threads)
@@ -249,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
             timer = StorageTimer().install()
             try:
-                for history in args.history:
-                    name = f"pgscale-{stamp}-h{history}"
+                for index, history in enumerate(args.history):
+                    name = f"pgscale-{stamp}-h{history}-{index}"
                     create(name, args.storage, model_dir, profile)
                     made.append(name)
                     row = overhead(args.storage, name, history, args.trials, timer)
