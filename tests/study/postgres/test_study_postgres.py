@@ -1,5 +1,6 @@
 """Studies on a real PostgreSQL server: concurrent ``study run`` workers, a worker killed
-mid-trial, the reading commands, plots and optuna-dashboard, and connection failures.
+mid-trial (its trial failed by the heartbeat, a restart resumes). Reading commands, plots and the
+dashboard are in test_reading_postgres.py, connection failures in test_errors_postgres.py.
 
 The server is the session's private cluster (see conftest.py). Workers are real
 ``python -m layersearch study run`` processes on one study, as on several hosts.
@@ -112,3 +113,57 @@ def test_concurrent_workers_share_one_study(postgres, database, workdir, cli, cr
             measured = [t for t in trials if "fixed_params" in t.system_attrs]
             assert len(measured) == enqueued[strategy] > 0
             assert len({t.user_attrs["mask"] for t in measured}) == len(measured)
+
+
+def worker_trials(name: str, url: str, pid: int) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials_of(name, url) if t.system_attrs.get(WORKER_ATTR, {}).get("pid") == pid]
+
+
+def test_killed_worker_fails_by_heartbeat_others_continue_restart_resumes(postgres, database, workdir, cli, create_args):
+    # Longer trials (4 prompts x 24 tokens) so that the kill lands inside one; 1 s heartbeats,
+    # so a trial whose worker stopped beating is stale after 3 s.
+    argv = create_args("hb", "random", "time-per-token", "--storage", database)
+    argv[argv.index("--samples") + 1] = "4"
+    argv[argv.index("--max-new-tokens") + 1] = "24"
+    assert cli(*argv)[0] == 0
+    survivor = start_worker("hb", database, workdir, "--heartbeat", "1", "--timeout", "15")
+    victim = start_worker("hb", database, workdir, "--heartbeat", "1", "--trials", "10000")
+    killed_at, victim_trial = None, None
+    try:
+        deadline = time.monotonic() + 120
+        while victim_trial is None and time.monotonic() < deadline and victim.poll() is None:
+            time.sleep(0.02)
+            mine = worker_trials("hb", database, victim.pid)
+            # A trial of its own behind it and one running with all 8 mask parameters: measuring.
+            measuring = [t for t in mine if t.state == TrialState.RUNNING and len(t.params) == 8]
+            if measuring and any(t.state == TrialState.COMPLETE for t in mine):
+                os.kill(victim.pid, signal.SIGKILL)
+                killed_at = time.time()
+                victim.wait()
+                victim_trial = measuring[0].number
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+        survivor.wait(timeout=120)
+    assert victim_trial is not None, worker_output(workdir, "hb", 1)
+    assert survivor.returncode == 0, worker_output(workdir, "hb", 0)
+
+    # No process restarted: the survivor's own trials failed the silent one through the heartbeat.
+    trials = trials_of("hb", database)
+    assert trials[victim_trial].state == TrialState.FAIL
+    assert [t.number for t in trials if t.state == TrialState.RUNNING] == []
+    survivors = worker_trials("hb", database, survivor.pid)
+    assert {t.state for t in survivors} == {TrialState.COMPLETE}
+    assert len(survivors) == ran(worker_output(workdir, "hb", 0))
+    # It went on after the kill, past the 3 s grace period.
+    assert max(t.datetime_start.timestamp() for t in survivors) > killed_at + 3
+
+    # A restarted worker resumes the study: numbering continues, nothing stale is left to fail.
+    status, out, err = cli("study", "run", "--name", "hb", "--storage", database, "--trials", "2",
+                           "--heartbeat", "1", "--quiet")
+    assert status == 0, err
+    assert "stale" not in out and "ran 2 trial(s)" in out, out
+    after = trials_of("hb", database)
+    assert [t.number for t in after] == list(range(len(trials) + 2))
+    assert [t.state for t in after[len(trials):]] == [TrialState.COMPLETE] * 2
