@@ -152,9 +152,11 @@ def summarize(
         row["speedup_vs_loop"] = statistics.median(a / b for a, b in zip(loop.totals, m.totals))
         # The decode phase alone: the prefill is the same forward for both, and on long prompts
         # (math's 5-shot) it dilutes the end-to-end ratio towards 1. The profile predicts this one.
-        row["decode_speedup_vs_loop"] = statistics.median(
-            _decode_seconds(a, sa) / _decode_seconds(b, sb) for a, sa, b, sb in zip(loop.totals, loop.stats, m.totals, m.stats)
-        )
+        if all(st.prefill_seconds > 0 for st in m.stats):  # generate() does not time its prefill apart
+            row["decode_speedup_vs_loop"] = statistics.median(
+                _decode_seconds(a, sa) / _decode_seconds(b, sb)
+                for a, sa, b, sb in zip(loop.totals, loop.stats, m.totals, m.stats)
+            )
     if mask is not None and profile is not None and not mask.is_empty and alpha:
         drafts = pooled.draft_forwards / pooled.target_forwards if pooled.target_forwards else None
         row["expected_speedup"] = profile.expected_speedup(M, alpha, mask, context, drafts=drafts)
