@@ -76,3 +76,17 @@ def check_context(loaded: Any, tokens: int, what: str) -> None:
         raise LayersearchError(
             f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
         )
+
+
+def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
+    """Repeated ``NAME=VALUE`` options (one mask source per domain) as {name: value}; one error
+    line for a malformed or repeated one. ``form`` says the expected shape in that line."""
+    named: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise LayersearchError(f"{option} takes {form}, got {item!r}")
+        if name in named:
+            raise LayersearchError(f"{option} gives two masks for domain {name!r}")
+        named[name] = value
+    return named

@@ -64,7 +64,7 @@ def run(args: Any) -> int:
 def _build(args: Any) -> int:
     import numpy as np
 
-    from layersearch.commands.common import check_context, load, positive_int
+    from layersearch.commands.common import check_context, domain_options, load, positive_int
     from layersearch.data import load_prompts
     from layersearch.knn import DomainSamples, build_router
     from layersearch.knn.represent import prompt_representation
@@ -79,7 +79,7 @@ def _build(args: Any) -> int:
     margin = _margin(args.threshold_margin)
     out = check_output(args.out, suffixes=(".json",))
     pca = check_png_output(args.pca) if args.pca else None
-    sources = _parse_domains(args.domain)
+    sources = domain_options(args.domain, "--domain", "NAME=MASK.json or NAME=study:STUDY[@STORAGE]")
     masks = {name: _mask_source(name, source) for name, source in sources.items()}  # bad files fail before the load
     fallback = SkipMask.load(args.fallback) if args.fallback else None
     texts = {name: [p.text for p in load_prompts(name, args.samples, seed=args.seed, split="train")] for name in sources}
@@ -119,19 +119,6 @@ def _margin(value: float) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise LayersearchError(f"--threshold-margin must be a finite number >= 0, got {value}")
     return None if value == 0 else value
-
-
-def _parse_domains(items: list[str]) -> dict[str, str]:
-    """``NAME=SOURCE`` options as {name: source}; one error line for a malformed or repeated one."""
-    named: dict[str, str] = {}
-    for item in items:
-        name, sep, source = item.partition("=")
-        if not sep or not name or not source:
-            raise LayersearchError(f"--domain takes NAME=MASK.json or NAME=study:STUDY[@STORAGE], got {item!r}")
-        if name in named:
-            raise LayersearchError(f"--domain gives two masks for domain {name!r}")
-        named[name] = source
-    return named
 
 
 def _mask_source(name: str, source: str):

@@ -37,7 +37,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Measure the matrix, print it, write the JSON and the heatmap."""
-    from layersearch.commands.common import load, positive_int
+    from layersearch.commands.common import domain_options, load, positive_int
     from layersearch.jsonfile import write_json_atomic
     from layersearch.mask import SkipMask
     from layersearch.plots import plot_transfer
@@ -45,7 +45,7 @@ def run(args: Any) -> int:
 
     for value, name in ((args.samples, "--samples"), (args.max_new_tokens, "--max-new-tokens"), (args.repeats, "--repeats")):
         positive_int(value, name)
-    named = _parse_masks(args.mask)
+    named = domain_options(args.mask, "--mask", "DOMAIN=FILE")
     domains = [d for d in (args.domains or ",".join(named)).split(",") if d]
     loaded = load(args)
     masks = {domain: SkipMask.load(path, model=loaded.info) for domain, path in named.items()}
@@ -65,14 +65,3 @@ def run(args: Any) -> int:
     return 0
 
 
-def _parse_masks(items: list[str]) -> dict[str, str]:
-    """``DOMAIN=FILE`` options as {domain: file}; one error line for a malformed or repeated one."""
-    named: dict[str, str] = {}
-    for item in items:
-        domain, sep, path = item.partition("=")
-        if not sep or not domain or not path:
-            raise LayersearchError(f"--mask takes DOMAIN=FILE, got {item!r}")
-        if domain in named:
-            raise LayersearchError(f"--mask gives two masks for domain {domain!r}")
-        named[domain] = path
-    return named
