@@ -92,25 +92,34 @@ def _drafter_configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, draf
 def run_domain(
     configs_: list[Config], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
 ) -> dict[str, Measurement]:
-    """Measure every configuration on ``prompts``, interleaved per repeat.
+    """Measure every configuration on ``prompts``, interleaved prompt by prompt.
 
-    The order rotates from one repeat to the next (repeat r starts with configuration r): on a
-    shared machine, and on a GPU warming up, whatever runs first in a round is measured slower,
-    and a fixed order would put that bias into every ratio. Speedups are taken within a round."""
+    Each prompt runs under every configuration back to back, so a load burst on a shared
+    machine lands on all of them rather than on whichever owned that stretch of time. The order
+    rotates with the repeat and the prompt (repeat r starts with configuration r): whatever
+    runs first in a round is measured slower (a GPU warming up, caches), and a fixed order
+    would put that bias into every ratio. Speedups are taken within a repeat."""
     results = {c.name: Measurement() for c in configs_}
     reference: list[tuple[int, ...]] = []
     for repeat in range(repeats):
-        shift = repeat % len(configs_)
-        totals: dict[str, float] = {}
-        for config in configs_[shift:] + configs_[:shift]:
-            measurement = results[config.name]
+        runs: dict[str, list[GenerationResult]] = {c.name: [] for c in configs_}
+        peaks: dict[str, list[float | None]] = {c.name: [] for c in configs_}
+        for index, ids in enumerate(prompts):
+            shift = (repeat + index) % len(configs_)
+            for config in configs_[shift:] + configs_[:shift]:
+                if results[config.name].error:
+                    continue
+                try:
+                    with PeakMemory(device) as memory:
+                        runs[config.name].append(config.generate(ids, new_tokens))
+                except Exception as exc:  # a peer transformers cannot run on this model is reported, not fatal
+                    results[config.name].error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    continue
+                peaks[config.name].append(_memory_ratio(memory.peak_bytes, config, [ids], new_tokens))
+        totals = {}
+        for config in configs_:
+            measurement, outputs = results[config.name], runs[config.name]
             if measurement.error:
-                continue
-            try:
-                with PeakMemory(device) as memory:
-                    outputs = [config.generate(ids, new_tokens) for ids in prompts]
-            except Exception as exc:  # a peer transformers cannot run on this model is reported, not fatal
-                measurement.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                 continue
             totals[config.name] = sum(o.stats.total_seconds for o in outputs)
             tokens = [o.token_ids for o in outputs]
@@ -119,7 +128,8 @@ def run_domain(
             measurement.outputs = tokens
             measurement.totals.append(totals[config.name])
             measurement.stats.append(combine([o.stats for o in outputs]))
-            measurement.peak_ratio = _memory_ratio(memory.peak_bytes, config, prompts, new_tokens)
+            known = [p for p in peaks[config.name] if p is not None]
+            measurement.peak_ratio = max(known) if known else None
         for name, total in totals.items():
             results[name].speedups.append(totals[PLAIN] / total if PLAIN in totals else float("nan"))
             results[name].identical &= results[name].outputs == reference
@@ -129,10 +139,11 @@ def run_domain(
 
 def summarize(
     name: str, m: Measurement, profile: LatencyProfile | None, context: int, mask: SkipMask | None,
-    loop: Measurement | None = None,
+    loop: Measurement | None = None, plain: Measurement | None = None,
 ) -> dict[str, Any]:
     """Medians and target checks of one configuration; ``loop`` is our plain loop's measurement
-    (the baseline for realized-vs-predicted: the profile costs our forwards, not generate()'s)."""
+    (the baseline for realized-vs-predicted: the profile costs our forwards, not generate()'s),
+    ``plain`` transformers' ``generate`` (for the decode-phase speedup beside the end-to-end one)."""
     if m.error:
         return {"config": name, "error": m.error}
     pooled = combine(m.stats)
@@ -148,15 +159,14 @@ def summarize(
         "overhead_share": (pooled.bookkeeping_seconds / pooled.total_seconds) if pooled.bookkeeping_seconds is not None else None,
         "memory_ratio": m.peak_ratio,
     }
+    if plain is not None and (ratio := _decode_ratio(plain, m)) is not None:
+        row["decode_speedup"] = ratio
     if loop is not None and not loop.error and len(loop.totals) == len(m.totals):
         row["speedup_vs_loop"] = statistics.median(a / b for a, b in zip(loop.totals, m.totals))
         # The decode phase alone: the prefill is the same forward for both, and on long prompts
         # (math's 5-shot) it dilutes the end-to-end ratio towards 1. The profile predicts this one.
-        if all(st.prefill_seconds > 0 for st in m.stats):  # generate() does not time its prefill apart
-            row["decode_speedup_vs_loop"] = statistics.median(
-                _decode_seconds(a, sa) / _decode_seconds(b, sb)
-                for a, sa, b, sb in zip(loop.totals, loop.stats, m.totals, m.stats)
-            )
+        if (ratio := _decode_ratio(loop, m)) is not None:
+            row["decode_speedup_vs_loop"] = ratio
     if mask is not None and profile is not None and not mask.is_empty and alpha:
         drafts = pooled.draft_forwards / pooled.target_forwards if pooled.target_forwards else None
         row["expected_speedup"] = profile.expected_speedup(M, alpha, mask, context, drafts=drafts)
@@ -165,6 +175,17 @@ def summarize(
         if row.get("predicted_speedup") and "decode_speedup_vs_loop" in row:
             row["realized_over_predicted"] = row["decode_speedup_vs_loop"] / row["predicted_speedup"]
     return row
+
+
+def _decode_ratio(base: Measurement, m: Measurement) -> float | None:
+    """Median over repeats of base's decode-phase seconds / m's (None where either lacks a prefill time)."""
+    if base.error or len(base.totals) != len(m.totals):
+        return None
+    if not all(st.prefill_seconds > 0 for st in (*base.stats, *m.stats)):
+        return None
+    return statistics.median(
+        _decode_seconds(a, sa) / _decode_seconds(b, sb) for a, sa, b, sb in zip(base.totals, base.stats, m.totals, m.stats)
+    )
 
 
 def _decode_seconds(total: float, stats) -> float:
@@ -207,21 +228,22 @@ def _cell(value: float | None, width: int, decimals: int = 2) -> str:
 
 def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
     """A plain-text table of one domain's rows."""
-    head = f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'vs loop':>8}{'decode':>7}{'pred.':>7}{'M':>6}{'alpha':>7}{'same':>6}{'ovh%':>6}{'mem':>6}"
+    head = f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}{'same':>6}{'ovh%':>6}{'mem':>6}"
     lines = [f"== {domain}", head]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['config']:<36}  not run: {r['error']}")
             continue
         lines.append(
-            f"{r['config']:<36}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{_cell(r.get('speedup_vs_loop'), 8)}"
-            f"{_cell(r.get('decode_speedup_vs_loop'), 7)}{_cell(r.get('predicted_speedup'), 7)}"
+            f"{r['config']:<36}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{_cell(r.get('decode_speedup'), 7)}"
+            f"{_cell(r.get('speedup_vs_loop'), 8)}{_cell(r.get('decode_speedup_vs_loop'), 9)}{_cell(r.get('predicted_speedup'), 7)}"
             f"{r['M']:>6.2f}{_cell(r['alpha'], 7)}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
             f"{_cell(r['overhead_share'] and 100 * r['overhead_share'], 6, 1)}{_cell(r['memory_ratio'], 6)}"
         )
     lines.append(
-        "speedup: time of plain generate / this, same repeat (median); vs loop: the same against our loop with nothing "
-        "skipped; decode: the same after the prefill; pred.: what the latency profile predicts for that decode-phase "
+        "speedup: time of plain generate / this, same repeat (median); decode: the same after the prefill (time to the "
+        "first new token); vs loop, dec/loop: the same against our loop with nothing skipped; pred.: what the latency "
+        "profile predicts for the dec/loop "
         "ratio from the run's own steps; "
         "same: tokens identical to plain; ovh%: time outside model forwards; mem: (weights + peak growth) / (weights + KV cache)"
     )

@@ -71,3 +71,41 @@ def test_order_rotates_so_no_configuration_is_always_first(tiny_llama):
     assert all(len(measured[c.name].speedups) == 3 for c in cfgs)
     assert measured[PLAIN].speedups == [1.0, 1.0, 1.0]  # ratios are taken within each round
     assert all(measured[c.name].identical for c in cfgs)
+
+
+def test_each_prompt_runs_under_every_configuration_back_to_back(tiny_llama):
+    from layersearch.bench import Config
+    from layersearch.runtime.baseline import hf_generate
+
+    calls: list[tuple[str, int]] = []
+
+    def recording(name):
+        def generate(ids, n):
+            calls.append((name, ids.shape[1]))
+            return hf_generate(tiny_llama, ids, n)
+
+        return generate
+
+    cfgs = [Config(name, recording(name)) for name in (PLAIN, "b", "c")]
+    prompts = [torch.tensor([[5, 9, 11]]), torch.tensor([[7, 1, 2, 4]])]
+    run_domain(cfgs, prompts, 3, 2, lambda message: None)
+    # repeat 0: prompt 1 under every config, then prompt 2; the first config rotates per prompt and repeat
+    assert calls[:6] == [(PLAIN, 3), ("b", 3), ("c", 3), ("b", 4), ("c", 4), (PLAIN, 4)]
+    assert [name for name, _ in calls[6:9]] == ["b", "c", PLAIN]
+
+
+def test_generate_times_its_prefill_apart_so_decode_phases_compare(tiny_llama):
+    from layersearch.runtime.baseline import hf_generate
+
+    stats = hf_generate(tiny_llama, torch.tensor([[5, 9, 11, 3]]), 12).stats
+    assert 0 < stats.prefill_seconds < stats.total_seconds
+    assert stats.prefill_seconds + stats.verify_seconds == pytest.approx(stats.total_seconds)
+    masks = [SkipMask.none(4)]
+    cfgs = configs(tiny_llama, masks, DraftPolicy(4, 0.0), peers=False)
+    measured = run_domain(cfgs, [torch.tensor([[5, 9, 11, 3]])], 12, 3, lambda message: None)
+    plain, loop = measured[PLAIN], measured[LOOP]
+    row = summarize(LOOP, loop, None, 10, masks[0], loop, plain)
+    expected = statistics.median((a - sa.prefill_seconds) / (b - sb.prefill_seconds)
+                                 for a, sa, b, sb in zip(plain.totals, plain.stats, loop.totals, loop.stats))
+    assert row["decode_speedup"] == pytest.approx(expected)
+    assert summarize(PLAIN, plain, None, 10, None, loop, plain)["decode_speedup"] == 1.0

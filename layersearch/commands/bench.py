@@ -41,7 +41,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Run the benchmark, print one table per domain and write the JSON report."""
-    from layersearch.bench import LOOP, configs, format_table, run_domain, summarize
+    from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
     from layersearch.data import load_prompts
     from layersearch.runtime.drafting import DraftPolicy
 
@@ -70,8 +70,8 @@ def run(args: Any) -> int:
         cfgs = configs(loaded.model, masks, policy, peers=_peers(args), drafters=drafters)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
-        loop = measured.get(LOOP)
-        rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop) for c in cfgs]
+        loop, plain = measured.get(LOOP), measured.get(PLAIN)
+        rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain) for c in cfgs]
         report["domains"][domain] = {"context": context, "rows": rows}
         print(format_table(domain, rows), flush=True)
     write_json_atomic(out, report)
