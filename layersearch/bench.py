@@ -152,6 +152,7 @@ def summarize(
         "config": name,
         "tokens_per_second": statistics.median(s.tokens_per_second for s in m.stats),
         "speedup": statistics.median(m.speedups),
+        "speedup_per_repeat": list(m.speedups),
         "M": M,
         "alpha": alpha,
         "identical_to_plain": m.identical,
