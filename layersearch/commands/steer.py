@@ -1,12 +1,16 @@
-"""``layersearch steer train | eval``: SD²'s steering for the layer-skip self-drafter or an
-independent draft model (see :mod:`layersearch.steer`), and ``generate --steering``'s helpers."""
+"""``layersearch steer train | eval | shrink``: SD²'s steering for the layer-skip self-drafter or an
+independent draft model (see :mod:`layersearch.steer`), a layer-pruned drafter cut from the
+verifier, and ``generate --steering`` / ``--draft-model``'s helpers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from layersearch.commands.args import model_args
+from layersearch.commands.common import positive_int
 from layersearch.errors import LayersearchError
+
+DRAFTER_LR = 5e-5  # --finetune-drafter's default learning rate for the draft model's weights
 
 
 def add_parser(sub, parser_class) -> None:
@@ -28,6 +32,11 @@ def add_parser(sub, parser_class) -> None:
     train.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (default 1e-4)")
     train.add_argument("--max-offset", type=int, default=8, help="k: delta is uniform in [1, k] (default 8)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--finetune-drafter", metavar="OUT_DIR",
+                       help="with --drafter: fine-tune the draft model too (all but its embeddings / LM head) and save "
+                       "it as a model directory here; the steering file then names OUT_DIR as its drafter")
+    train.add_argument("--drafter-lr", type=float, default=None,
+                       help="AdamW learning rate of the drafter's weights with --finetune-drafter (default 5e-5)")
     train.add_argument("--out", required=True, help="steering file (.safetensors)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     ev = actions.add_parser("eval", help="steered vs unsteered block efficiency on the test split")
@@ -43,23 +52,48 @@ def add_parser(sub, parser_class) -> None:
     ev.add_argument("--seed", type=int, default=0, help="prompt selection seed")
     ev.add_argument("--out", help="write the full report as JSON")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    shrink = actions.add_parser("shrink", help="an independent drafter: the model with N evenly spread layers kept")
+    model_args(shrink, threads=1)
+    shrink.add_argument("--keep-layers", type=int, required=True,
+                        help="decoder layers to keep, evenly spread, the first and the last included")
+    shrink.add_argument("--out", required=True, help="new model directory (missing or empty)")
     p.set_defaults(command="steer")
 
 
 def run(args: Any) -> int:
     """Dispatch on the action."""
-    from layersearch.commands.common import positive_int
-
     if getattr(args, "val_prompts", 0) < 0:
         raise LayersearchError(f"--val-prompts must be >= 0, got {args.val_prompts}")
     for name in ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds"):
         if getattr(args, name, None) is not None:
             positive_int(getattr(args, name), "--" + name.replace("_", "-"))
+    if args.action == "shrink":
+        return _shrink(args)
     from layersearch.data import DOMAINS
 
     if args.domain not in DOMAINS:
         raise LayersearchError(f"unknown domain {args.domain!r}: choose one of {', '.join(DOMAINS)}")
     return _train(args) if args.action == "train" else _eval(args)
+
+
+# ----- shrink ------------------------------------------------------------------------------
+def _shrink(args: Any) -> int:
+    from layersearch.commands.common import load
+    from layersearch.models.skipping import decoder_layers
+    from layersearch.steer.modeldir import check_model_dir, save_model_dir
+    from layersearch.steer.shrink import kept_layers, prune_layers
+
+    if args.threads is not None:
+        positive_int(args.threads, "--threads")
+    check_model_dir(args.out)
+    if args.keep_layers < 2:
+        kept_layers(3, args.keep_layers)  # the range error, before the model loads
+    loaded = load(args)
+    layers = kept_layers(len(decoder_layers(loaded.model)), args.keep_layers)
+    small = prune_layers(loaded.model, layers)
+    save_model_dir(args.out, small, loaded.tokenizer)
+    print(f"kept layers {', '.join(map(str, layers))} of {loaded.info.num_layers}; wrote {args.out}", flush=True)
+    return 0
 
 
 # ----- train -------------------------------------------------------------------------------
@@ -76,10 +110,19 @@ def _train(args: Any) -> int:
     settings = TrainSettings(
         steps=args.steps, lr=args.lr, max_offset=args.max_offset, new_tokens=args.new_tokens,
         max_prompt_tokens=args.max_prompt_tokens, seed=args.seed,
+        drafter_lr=(DRAFTER_LR if args.drafter_lr is None else args.drafter_lr) if args.finetune_drafter is not None else None,
     )
     if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
         raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
     check_output(args.out)
+    if args.drafter_lr is not None and args.finetune_drafter is None:
+        raise LayersearchError("--drafter-lr is the fine-tuned drafter's learning rate; it needs --finetune-drafter")
+    if args.finetune_drafter is not None:
+        if not args.drafter:
+            raise LayersearchError("--finetune-drafter fine-tunes an independent draft model: give --drafter MODEL")
+        from layersearch.steer.modeldir import check_model_dir
+
+        check_model_dir(args.finetune_drafter, "--finetune-drafter")
     mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
     loaded = load(args)
     drafter = _load_drafter(args, args.drafter, loaded) if args.drafter else None
@@ -108,11 +151,27 @@ def _train(args: Any) -> int:
         "kl_first": first, "kl_last": last, "val_prompts": len(validation), "val_kl_before": val_before,
         "val_kl_after": val_after,
     }
-    SteeringFile(params, loaded.info, None if drafter is None else drafter.info, mask, training).save(args.out)
+    drafter_info = None if drafter is None else drafter.info
+    if args.finetune_drafter is not None:
+        drafter_info = _save_finetuned(args.finetune_drafter, drafter)
+        training["finetuned_from"] = drafter.info.to_dict()
+    SteeringFile(params, loaded.info, drafter_info, mask, training).save(args.out)
+    if args.finetune_drafter is not None:
+        print(f"fine-tuned the draft model; wrote {args.finetune_drafter}", flush=True)
     print(f"trained steering on {len(examples)} {args.domain} samples, {settings.steps} steps: "
           f"KL {first:.4f} -> {last:.4f} (mean of first / last {window} steps)"
           + (f"; held-out KL {val_before:.4f} -> {val_after:.4f}" if validation else "") + f"; wrote {args.out}", flush=True)
     return 0
+
+
+def _save_finetuned(path: str, drafter):
+    """Save the fine-tuned drafter at ``path``; its ModelInfo is named by ``path``."""
+    from dataclasses import replace
+
+    from layersearch.steer.modeldir import save_model_dir
+
+    save_model_dir(path, drafter.model, drafter.tokenizer, "--finetune-drafter")
+    return replace(drafter.info, name=str(path))
 
 
 def _self_mask(args: Any, mask_file, info):
@@ -210,6 +269,9 @@ def _print_report(report: dict) -> None:
         gain = entry.get("block_efficiency_gain")
         speed = entry.get("speedup")
         tail = f"  steered/unsteered: M {gain:+.1%}, speed x{speed:.2f}" if gain is not None and speed else ""
+        vs_plain = entry.get("speedup_vs_plain") or {}
+        if vs_plain:
+            tail += "  vs plain: " + ", ".join(f"{arm} x{ratio:.2f}" for arm, ratio in vs_plain.items())
         print(f"{setting}: " + "; ".join(parts) + tail)
     print(f"computing W_s g: {report['bias_ms_per_stage']:.3f} ms per drafting stage", flush=True)
 

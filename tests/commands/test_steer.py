@@ -39,9 +39,20 @@ def test_train_eval_and_generate_with_the_self_drafter(tiny_with_embedded_tokeni
     data = json.loads(report.read_text())
     assert set(data["summary"]) == {"T=0", "T=1"}
     assert len(data["summary"]["T=1"]["arms"]["steered"]["block_efficiency_per_seed"]) == 2
-    assert len(data["runs"]) == 2 * 3 and all(r["new_tokens"] == 6 for r in data["runs"])
+    assert len(data["runs"]) == 3 * 3 and all(r["new_tokens"] == 6 for r in data["runs"])
     assert all(1 <= r["block_efficiency"] <= 9 for r in data["runs"])
     assert "T=0:" in stdout and "W_s g" in stdout
+    # The plain arm drafts nothing: one token per forward (the prefill gives the first); the
+    # others are timed against it.
+    plain = [r for r in data["runs"] if r["arm"] == "plain"]
+    assert len(plain) == 3
+    assert all(r["verifications"] == r["new_tokens"] - 1 and r["block_efficiency"] == 6 / 5 for r in plain)
+    for setting in data["summary"].values():
+        ratios = setting["speedup_vs_plain"]
+        assert set(ratios) == {"unsteered", "steered"}
+        for arm, ratio in ratios.items():
+            assert ratio == setting["arms"][arm]["tokens_per_second"] / setting["arms"]["plain"]["tokens_per_second"]
+    assert "plain M=" in stdout and "vs plain: unsteered x" in stdout
 
     common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--json")
     code, stdout, err = run_cli(capsys, *common, "--steering", out, "--draft-threshold", 0)
