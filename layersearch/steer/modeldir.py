@@ -21,18 +21,21 @@ def check_model_dir(path: str | Path, what: str = "--out") -> Path:
     if not given.strip():
         raise LayersearchError(f"{what} needs a directory name")
     target = Path(path).expanduser()
-    if target.exists() or target.is_symlink():
-        if not target.is_dir() or target.is_symlink():
-            raise LayersearchError(f"{what} {given}: exists and is not a directory")
-        if any(target.iterdir()):
-            raise LayersearchError(f"{what} {given}: directory exists and is not empty")
-    parent = target.absolute().parent
-    if not parent.is_dir():
-        raise LayersearchError(f"{what} {given}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise LayersearchError(f"{what} {given}: folder {parent} is not writable")
     if len(target.name.encode()) > 255:
         raise LayersearchError(f"{what} {given}: name too long")
+    try:
+        if target.exists() or target.is_symlink():
+            if not target.is_dir() or target.is_symlink():
+                raise LayersearchError(f"{what} {given}: exists and is not a directory")
+            if any(target.iterdir()):
+                raise LayersearchError(f"{what} {given}: directory exists and is not empty")
+        parent = target.absolute().parent
+        if not parent.is_dir():
+            raise LayersearchError(f"{what} {given}: folder {parent} does not exist")
+    except OSError as exc:
+        raise LayersearchError(f"{what} {given}: cannot use it ({exc.strerror or exc})") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LayersearchError(f"{what} {given}: folder {parent} is not writable")
     return target
 
 
