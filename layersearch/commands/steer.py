@@ -264,8 +264,8 @@ def _print_report(report: dict) -> None:
         parts = []
         for arm, row in entry["arms"].items():
             seeds = ", ".join(f"{m:.2f}" for m in row["block_efficiency_per_seed"])
-            parts.append(f"{arm} M={row['block_efficiency']:.3f} [{seeds}] {row['tokens_per_second']:.1f} tok/s "
-                         f"draft {row['draft_ms_per_forward']:.1f} ms/forward")
+            draft = f" draft {row['draft_ms_per_forward']:.1f} ms/forward" if row["draft_ms_per_forward"] else ""
+            parts.append(f"{arm} M={row['block_efficiency']:.3f} [{seeds}] {row['tokens_per_second']:.1f} tok/s{draft}")
         gain = entry.get("block_efficiency_gain")
         speed = entry.get("speedup")
         tail = f"  steered/unsteered: M {gain:+.1%}, speed x{speed:.2f}" if gain is not None and speed else ""

@@ -85,7 +85,8 @@ def _arm(name: str, temperature: float, seed: int, stats: DecodeStats) -> ArmRes
         name, temperature, seed,
         block_efficiency=stats.new_tokens / max(1, stats.target_forwards),
         tokens_per_second=stats.new_tokens / decode_seconds if decode_seconds > 0 else 0.0,
-        draft_ms_per_forward=1000 * stats.draft_seconds / max(1, stats.draft_forwards),
+        # 0 without draft forwards (the plain arm's empty proposals cost only loop overhead)
+        draft_ms_per_forward=1000 * stats.draft_seconds / stats.draft_forwards if stats.draft_forwards else 0.0,
         new_tokens=stats.new_tokens, verifications=stats.target_forwards,
     )
 

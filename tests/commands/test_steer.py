@@ -47,6 +47,7 @@ def test_train_eval_and_generate_with_the_self_drafter(tiny_with_embedded_tokeni
     plain = [r for r in data["runs"] if r["arm"] == "plain"]
     assert len(plain) == 3
     assert all(r["verifications"] == r["new_tokens"] - 1 and r["block_efficiency"] == 6 / 5 for r in plain)
+    assert all(r["draft_ms_per_forward"] == 0 for r in plain) and all(r["draft_ms_per_forward"] > 0 for r in data["runs"][1:3])
     for setting in data["summary"].values():
         ratios = setting["speedup_vs_plain"]
         assert set(ratios) == {"unsteered", "steered"}
