@@ -164,7 +164,11 @@ COMMANDS: dict[str, Command] = {
         ("steer", "train", "--model", MODEL, "--mask", "{mask}", "--domain", "translation", "--prompts", "1",
          "--new-tokens", "2", "--steps", "1", "--out", "{out}"),
         (("--prompts", "0"), ("--domain", "nope"), ("--steps", "0"), ("--lr", "0"), ("--max-offset", "0"), ("--val-prompts", "-1"),
-         ("--threads", "0")),
+         ("--threads", "0"), ("--finetune-drafter", "tuned"), ("--drafter-lr", "1e-4")),
+    ),
+    "steer shrink": Command(
+        ("steer", "shrink", "--model", MODEL, "--keep-layers", "2", "--out", "{model_out}"),
+        (("--keep-layers", "1"), ("--keep-layers", "4"), ("--threads", "0")),
     ),
     "steer eval": Command(
         ("steer", "eval", "--model", MODEL, "--steering", "{steering}", "--domain", "translation", "--prompts", "1",
@@ -174,6 +178,12 @@ COMMANDS: dict[str, Command] = {
     "generate --steering": Command(
         ("generate", "--model", MODEL, "--steering", "{steering}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
         (("--skip-ratio", "0.5"), ("--baseline",), ("--drafter", "prompt-lookup"), ("--dynamic", "knapsack")),
+    ),
+    "generate --draft-model": Command(
+        ("generate", "--model", MODEL, "--draft-model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--mask", "mask.json"), ("--skip-ratio", "0.5"), ("--baseline",), ("--drafter", "hybrid"), ("--dynamic", "knapsack"),
+         ("--on-the-fly", "swift"), ("--router", "router.json"), ("--steering", "steer.safetensors"),
+         ("--draft-model", ""), ("--draft-model", "mask.json"), ("--draft-model", "adir_missing/model")),
     ),
     "knapspec-bench": Command(
         ("knapspec-bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "{profile}",
@@ -186,7 +196,7 @@ COMMANDS: dict[str, Command] = {
 #: Good values of each placeholder, relative to the working folder built by ``base``.
 GOOD = {"paper": "paper.json", "mask": "mask.json", "prompts": "prompts.jsonl", "profile": "profile.json", "out": "out.json",
         "png": "out.png", "prefix": "table", "storage": "studies.db", "name": "ok",
-        "steering": "steer.safetensors"}
+        "steering": "steer.safetensors", "model_out": "small"}
 
 Maker = Callable[[Path], str]
 
@@ -271,8 +281,17 @@ BAD_STEERING: dict[str, Maker] = {
     "a mask": _value("mask.json"),
     "another model's": _steering_of_another_model("other.safetensors"),
 }
+BAD_MODEL_DIRS: dict[str, Maker] = {
+    "non-empty directory": lambda work: (work / "full").mkdir() or (work / "full" / "x").write_text("mine") and "full",
+    "a file": _value("mask.json"),
+    "empty": _value(""),
+    "under a file": lambda work: (work / "afile").write_text("mine") and "afile/small",
+    "missing folder": _value("nope/small"),
+    "name too long": _value("x" * 300),
+}
 BAD_KINDS: dict[str, dict[str, Maker]] = {
     "steering": BAD_STEERING,
+    "model_out": BAD_MODEL_DIRS,
     "mask": {**BAD_JSON_FILES, "a profile": _value("profile.json")},
     "prompts": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
     "profile": {**BAD_JSON_FILES, "a mask": _value("mask.json")},

@@ -10,7 +10,7 @@ from typing import Any
 from layersearch.checks import check_int
 from layersearch.commands.args import draft_args, model_args, swift_args
 from layersearch.commands.onthefly import check_on_the_fly, input_summary, swift_config
-from layersearch.commands.steer import steer_drafter, steering_for_generate
+from layersearch.commands.steer import check_draft_model_args, draft_model_for_generate, steer_drafter, steering_for_generate
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
@@ -51,8 +51,11 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--on-the-fly", choices=["swift"], default=None,
                    help="optimize the skipped layers while generating, over the stream of --prompts (SWIFT)")
     swift_args(p)
-    # SD² (issue 15): steer the layer-skip drafter with a trained steering file.
-    p.add_argument("--steering", help="steering file from `layersearch steer train` (uses its mask)")
+    # SD² (issue 15): steer the layer-skip drafter or an independent draft model with a trained steering file.
+    p.add_argument("--steering", help="steering file from `layersearch steer train` (uses its mask, or its draft model)")
+    p.add_argument("--draft-model", metavar="MODEL",
+                   help="draft with an independent model sharing the tokenizer (embedded name, HF id or directory; "
+                   "default with a --steering file trained for one: that file's)")
     p.set_defaults(command="generate")
 
 
@@ -67,6 +70,7 @@ def run(args: Any) -> int:
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or getattr(args, "router", None)):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
     _check_args(args)
+    check_draft_model_args(args)
     check_on_the_fly(args)
     # A bad mask or DISCO file fails before the (slower) model load.
     mask_file = SkipMask.load(args.mask) if args.mask else None
@@ -76,14 +80,16 @@ def run(args: Any) -> int:
     if router is not None:
         _check_router(args, router, loaded.info)
     steering, mask_file = steering_for_generate(args, loaded.info, mask_file)  # SD²: its mask unless --mask
+    draft = draft_model_for_generate(args, loaded, steering)  # an independent drafter (or None)
     if steering is not None and router is not None:
         raise LayersearchError("--steering was trained for one mask; it takes no --router (which switches masks)")
     if disco is not None:
         _check_disco(args, disco, loaded.info)
         if mask_file is None and args.skip_ratio is None:
             mask_file = disco.mask  # the mask the classifier was trained for
-    mask = None if args.baseline or args.dynamic or router is not None or args.on_the_fly else _mask(args, mask_file, loaded.info)
-    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router, steering)
+    plain_mask = args.baseline or args.dynamic or router is not None or args.on_the_fly or draft is not None
+    mask = None if plain_mask else _mask(args, mask_file, loaded.info)
+    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router, steering, draft)
     profile = _profile(args, loaded.info) if mask is not None else None
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output
@@ -138,7 +144,7 @@ def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
     return SkipMask.uniform(info.num_layers, ratio, model=info)
 
 
-def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, steering=None):
+def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, steering=None, draft=None):
     from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafters import drafter_named
     from layersearch.runtime.drafting import DraftPolicy
@@ -153,6 +159,10 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, st
         lookahead = policy.lookahead(name)
     plugins = _verification(getattr(args, "verification", None) or "chain")
     plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
+    if draft is not None:
+        from layersearch.runtime.drafters import ModelDrafter
+
+        plugins["drafter"] = ModelDrafter(draft.model)  # drafts a chain: tree verification falls back to it
     plugins["drafter"] = steer_drafter(plugins["drafter"], steering)
     if args.on_the_fly:
         from layersearch.swift.controller import swift_decoder

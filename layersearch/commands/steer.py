@@ -1,12 +1,16 @@
-"""``layersearch steer train | eval``: SD²'s steering for the layer-skip self-drafter or an
-independent draft model (see :mod:`layersearch.steer`), and ``generate --steering``'s helpers."""
+"""``layersearch steer train | eval | shrink``: SD²'s steering for the layer-skip self-drafter or an
+independent draft model (see :mod:`layersearch.steer`), a layer-pruned drafter cut from the
+verifier, and ``generate --steering`` / ``--draft-model``'s helpers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from layersearch.commands.args import model_args
+from layersearch.commands.common import positive_int
 from layersearch.errors import LayersearchError
+
+DRAFTER_LR = 5e-5  # --finetune-drafter's default learning rate for the draft model's weights
 
 
 def add_parser(sub, parser_class) -> None:
@@ -28,6 +32,11 @@ def add_parser(sub, parser_class) -> None:
     train.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (default 1e-4)")
     train.add_argument("--max-offset", type=int, default=8, help="k: delta is uniform in [1, k] (default 8)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--finetune-drafter", metavar="OUT_DIR",
+                       help="with --drafter: fine-tune the draft model too (all but its embeddings / LM head) and save "
+                       "it as a model directory here; the steering file then names OUT_DIR as its drafter")
+    train.add_argument("--drafter-lr", type=float, default=None,
+                       help="AdamW learning rate of the drafter's weights with --finetune-drafter (default 5e-5)")
     train.add_argument("--out", required=True, help="steering file (.safetensors)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     ev = actions.add_parser("eval", help="steered vs unsteered block efficiency on the test split")
@@ -43,23 +52,48 @@ def add_parser(sub, parser_class) -> None:
     ev.add_argument("--seed", type=int, default=0, help="prompt selection seed")
     ev.add_argument("--out", help="write the full report as JSON")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    shrink = actions.add_parser("shrink", help="an independent drafter: the model with N evenly spread layers kept")
+    model_args(shrink, threads=1)
+    shrink.add_argument("--keep-layers", type=int, required=True,
+                        help="decoder layers to keep, evenly spread, the first and the last included")
+    shrink.add_argument("--out", required=True, help="new model directory (missing or empty)")
     p.set_defaults(command="steer")
 
 
 def run(args: Any) -> int:
     """Dispatch on the action."""
-    from layersearch.commands.common import positive_int
-
     if getattr(args, "val_prompts", 0) < 0:
         raise LayersearchError(f"--val-prompts must be >= 0, got {args.val_prompts}")
     for name in ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds"):
         if getattr(args, name, None) is not None:
             positive_int(getattr(args, name), "--" + name.replace("_", "-"))
+    if args.action == "shrink":
+        return _shrink(args)
     from layersearch.data import DOMAINS
 
     if args.domain not in DOMAINS:
         raise LayersearchError(f"unknown domain {args.domain!r}: choose one of {', '.join(DOMAINS)}")
     return _train(args) if args.action == "train" else _eval(args)
+
+
+# ----- shrink ------------------------------------------------------------------------------
+def _shrink(args: Any) -> int:
+    from layersearch.commands.common import load
+    from layersearch.models.skipping import decoder_layers
+    from layersearch.steer.modeldir import check_model_dir, save_model_dir
+    from layersearch.steer.shrink import kept_layers, prune_layers
+
+    if args.threads is not None:
+        positive_int(args.threads, "--threads")
+    check_model_dir(args.out)
+    if args.keep_layers < 2:
+        kept_layers(3, args.keep_layers)  # the range error, before the model loads
+    loaded = load(args)
+    layers = kept_layers(len(decoder_layers(loaded.model)), args.keep_layers)
+    small = prune_layers(loaded.model, layers)
+    save_model_dir(args.out, small, loaded.tokenizer)
+    print(f"kept layers {', '.join(map(str, layers))} of {loaded.info.num_layers}; wrote {args.out}", flush=True)
+    return 0
 
 
 # ----- train -------------------------------------------------------------------------------
@@ -76,10 +110,19 @@ def _train(args: Any) -> int:
     settings = TrainSettings(
         steps=args.steps, lr=args.lr, max_offset=args.max_offset, new_tokens=args.new_tokens,
         max_prompt_tokens=args.max_prompt_tokens, seed=args.seed,
+        drafter_lr=(DRAFTER_LR if args.drafter_lr is None else args.drafter_lr) if args.finetune_drafter is not None else None,
     )
     if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
         raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
     check_output(args.out)
+    if args.drafter_lr is not None and args.finetune_drafter is None:
+        raise LayersearchError("--drafter-lr is the fine-tuned drafter's learning rate; it needs --finetune-drafter")
+    if args.finetune_drafter is not None:
+        if not args.drafter:
+            raise LayersearchError("--finetune-drafter fine-tunes an independent draft model: give --drafter MODEL")
+        from layersearch.steer.modeldir import check_model_dir
+
+        check_model_dir(args.finetune_drafter, "--finetune-drafter")
     mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
     loaded = load(args)
     drafter = _load_drafter(args, args.drafter, loaded) if args.drafter else None
@@ -108,11 +151,27 @@ def _train(args: Any) -> int:
         "kl_first": first, "kl_last": last, "val_prompts": len(validation), "val_kl_before": val_before,
         "val_kl_after": val_after,
     }
-    SteeringFile(params, loaded.info, None if drafter is None else drafter.info, mask, training).save(args.out)
+    drafter_info = None if drafter is None else drafter.info
+    if args.finetune_drafter is not None:
+        drafter_info = _save_finetuned(args.finetune_drafter, drafter)
+        training["finetuned_from"] = drafter.info.to_dict()
+    SteeringFile(params, loaded.info, drafter_info, mask, training).save(args.out)
+    if args.finetune_drafter is not None:
+        print(f"fine-tuned the draft model; wrote {args.finetune_drafter}", flush=True)
     print(f"trained steering on {len(examples)} {args.domain} samples, {settings.steps} steps: "
           f"KL {first:.4f} -> {last:.4f} (mean of first / last {window} steps)"
           + (f"; held-out KL {val_before:.4f} -> {val_after:.4f}" if validation else "") + f"; wrote {args.out}", flush=True)
     return 0
+
+
+def _save_finetuned(path: str, drafter):
+    """Save the fine-tuned drafter at ``path``; its ModelInfo is named by ``path``."""
+    from dataclasses import replace
+
+    from layersearch.steer.modeldir import save_model_dir
+
+    save_model_dir(path, drafter.model, drafter.tokenizer, "--finetune-drafter")
+    return replace(drafter.info, name=str(path))
 
 
 def _self_mask(args: Any, mask_file, info):
@@ -205,19 +264,23 @@ def _print_report(report: dict) -> None:
         parts = []
         for arm, row in entry["arms"].items():
             seeds = ", ".join(f"{m:.2f}" for m in row["block_efficiency_per_seed"])
-            parts.append(f"{arm} M={row['block_efficiency']:.3f} [{seeds}] {row['tokens_per_second']:.1f} tok/s "
-                         f"draft {row['draft_ms_per_forward']:.1f} ms/forward")
+            draft = f" draft {row['draft_ms_per_forward']:.1f} ms/forward" if row["draft_ms_per_forward"] else ""
+            parts.append(f"{arm} M={row['block_efficiency']:.3f} [{seeds}] {row['tokens_per_second']:.1f} tok/s{draft}")
         gain = entry.get("block_efficiency_gain")
         speed = entry.get("speedup")
         tail = f"  steered/unsteered: M {gain:+.1%}, speed x{speed:.2f}" if gain is not None and speed else ""
+        vs_plain = entry.get("speedup_vs_plain") or {}
+        if vs_plain:
+            tail += "  vs plain: " + ", ".join(f"{arm} x{ratio:.2f}" for arm, ratio in vs_plain.items())
         print(f"{setting}: " + "; ".join(parts) + tail)
     print(f"computing W_s g: {report['bias_ms_per_stage']:.3f} ms per drafting stage", flush=True)
 
 
-# ----- generate --steering -------------------------------------------------------------------
+# ----- generate --steering / --draft-model --------------------------------------------------
 def steering_for_generate(args: Any, info, mask_file):
     """The ``--steering`` file of ``generate`` checked against the model and options, and the
-    mask to use (the file's unless ``--mask`` gives the same one); (None, mask_file) without it."""
+    mask to use (the self-drafter file's unless ``--mask`` gives the same one; None for a file
+    trained for a draft model); (None, mask_file) without it."""
     path = getattr(args, "steering", None)
     if not path:
         return None, mask_file
@@ -227,10 +290,55 @@ def steering_for_generate(args: Any, info, mask_file):
         raise LayersearchError(
             "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --dynamic, --on-the-fly or prompt-lookup"
         )
-    steering = SteeringFile.load(path, info)
+    steering = SteeringFile.load(path)
+    try:
+        steering.check_verifier(info)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{path}: {exc}") from None
+    if steering.drafter is not None:
+        if args.skip_ratio is not None or mask_file is not None or getattr(args, "drafter", "layer-skip") != "layer-skip":
+            raise LayersearchError(
+                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --skip-ratio / --drafter"
+            )
+        return steering, None
+    if getattr(args, "draft_model", None):
+        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no --draft-model")
     if args.skip_ratio is not None or (mask_file is not None and _sublayers(mask_file) != _sublayers(steering.mask)):
         raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask / --skip-ratio")
     return steering, steering.mask
+
+
+def draft_model_for_generate(args: Any, loaded, steering):
+    """The independent draft model of ``--draft-model`` (else the steering file's drafter), its
+    vocabulary checked against the verifier's and, with steering, its fingerprint against the
+    file's; None when neither names one."""
+    name = getattr(args, "draft_model", None)
+    if name is None and steering is not None and steering.drafter is not None:
+        name = steering.drafter.name
+    if name is None:
+        return None
+    drafter = _load_drafter(args, name, loaded)
+    if steering is not None:
+        try:
+            steering.check_models(loaded.info, drafter.info)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{args.steering}: {exc}") from None
+    return drafter
+
+
+def check_draft_model_args(args: Any) -> None:
+    """``--draft-model`` drafts with its own model: refuse the options that choose another drafter."""
+    if getattr(args, "draft_model", None) is None:
+        return
+    if not args.draft_model.strip():
+        raise LayersearchError("--draft-model needs a model: an embedded name, HF id or local directory")
+    clashes = [flag for flag, given in (
+        ("--mask", args.mask), ("--skip-ratio", args.skip_ratio is not None), ("--dynamic", args.dynamic),
+        ("--router", getattr(args, "router", None)), ("--on-the-fly", getattr(args, "on_the_fly", None)),
+        ("--baseline", args.baseline), (f"--drafter {args.drafter}", args.drafter != "layer-skip"),
+    ) if given]
+    if clashes:
+        raise LayersearchError(f"--draft-model drafts with an independent model; it takes no {', '.join(clashes)}")
 
 
 def _sublayers(mask) -> tuple:

@@ -2,7 +2,9 @@
 
 ``params`` (W_hml, W_s), ``hooks`` (the bias on the MLPs, inside a context manager),
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
-training) and ``evaluate`` (steered vs unsteered block efficiency).
+training, optionally fine-tuning an independent drafter), ``evaluate`` (plain vs unsteered vs
+steered block efficiency and speed), ``shrink`` (a layer-pruned drafter cut from the verifier)
+and ``modeldir`` (writing a model directory all or nothing).
 """
 
 from layersearch.steer.drafter import SteeredDrafter

@@ -1,9 +1,11 @@
 """Steered vs unsteered drafting on held-out prompts: block efficiency, speed, steering's cost.
 
 One setting is a temperature and a sampling seed (T = 0 once, T = 1 with several seeds). In
-each, every prompt runs with the unsteered and the steered drafter in turn (interleaved, so
-machine noise hits both alike), same mask, same static draft length. Block efficiency M is
-tokens per verification forward (accepted + 1 per step).
+each, every prompt runs plain decoding (the same loop with nothing drafted: an empty mask),
+then the unsteered and the steered drafter in turn (interleaved, so machine noise hits all
+arms alike), same mask, same static draft length. Block efficiency M is tokens per
+verification forward (accepted + 1 per step); each arm's speedup is its tokens/s over the
+plain arm's.
 """
 
 from __future__ import annotations
@@ -16,18 +18,22 @@ import torch
 
 from layersearch.mask import SkipMask
 from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.models.skipping import decoder_layers
+from layersearch.runtime.drafters import LayerSkipDrafter
 from layersearch.runtime.drafters.base import Drafter
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import DecodeStats, combine
 from layersearch.steer.params import SteeringParams
 
+PLAIN = "plain"  # the arm that drafts nothing
+
 
 @dataclass(frozen=True)
 class ArmResult:
     """One drafter in one setting, pooled over the prompts."""
 
-    arm: str  # "unsteered" or "steered"
+    arm: str  # "plain", "unsteered" or "steered"
     temperature: float
     seed: int
     block_efficiency: float  # tokens per verification forward (M)
@@ -48,19 +54,22 @@ def settings(seeds: int) -> list[tuple[float, int]]:
 
 def compare(
     verifier: torch.nn.Module, prompts: Sequence[torch.Tensor], drafters: dict[str, Callable[[], Drafter]], *,
-    mask: SkipMask | None, max_new_tokens: int, draft_length: int = 8, seeds: int = 3,
+    mask: SkipMask | None, max_new_tokens: int, draft_length: int = 8, seeds: int = 3, plain: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> list[ArmResult]:
-    """Every arm of ``drafters`` (name -> factory) on every prompt in every setting."""
+    """Every arm of ``drafters`` (name -> factory) on every prompt in every setting, after the
+    ``"plain"`` arm (``plain``: our loop with an empty mask, so no step drafts)."""
+    none = SkipMask.none(len(decoder_layers(verifier)))
+    arms = {**({PLAIN: (LayerSkipDrafter, none)} if plain else {}), **{name: (make, mask) for name, make in drafters.items()}}
     results = []
     done = 0
     for temperature, seed in settings(seeds):
-        pooled: dict[str, list[DecodeStats]] = {name: [] for name in drafters}
+        pooled: dict[str, list[DecodeStats]] = {name: [] for name in arms}
         for prompt in prompts:
-            for name, make in drafters.items():
+            for name, (make, arm_mask) in arms.items():
                 sampling = SamplingConfig(temperature=temperature, seed=seed)
                 decoder = SpeculativeDecoder(
-                    verifier, mask, drafter=make(), lookahead=StaticLookahead(draft_length), sampling=sampling
+                    verifier, arm_mask, drafter=make(), lookahead=StaticLookahead(draft_length), sampling=sampling
                 )
                 pooled[name].append(decoder.generate(prompt, max_new_tokens).stats)
             done += 1
@@ -76,7 +85,8 @@ def _arm(name: str, temperature: float, seed: int, stats: DecodeStats) -> ArmRes
         name, temperature, seed,
         block_efficiency=stats.new_tokens / max(1, stats.target_forwards),
         tokens_per_second=stats.new_tokens / decode_seconds if decode_seconds > 0 else 0.0,
-        draft_ms_per_forward=1000 * stats.draft_seconds / max(1, stats.draft_forwards),
+        # 0 without draft forwards (the plain arm's empty proposals cost only loop overhead)
+        draft_ms_per_forward=1000 * stats.draft_seconds / stats.draft_forwards if stats.draft_forwards else 0.0,
         new_tokens=stats.new_tokens, verifications=stats.target_forwards,
     )
 
@@ -93,7 +103,8 @@ def bias_cost_ms(params: SteeringParams, repeats: int = 200) -> float:
 
 
 def summary(results: Sequence[ArmResult]) -> dict:
-    """Per temperature: mean M and tokens/s of each arm, and steered / unsteered ratios."""
+    """Per temperature: mean M and tokens/s of each arm, each arm's speedup over plain decoding
+    (``speedup_vs_plain``) and the steered / unsteered ratios."""
     out = {}
     for temperature in sorted({r.temperature for r in results}):
         rows = [r for r in results if r.temperature == temperature]
@@ -108,6 +119,9 @@ def summary(results: Sequence[ArmResult]) -> dict:
                 "draft_ms_per_forward": sum(r.draft_ms_per_forward for r in mine) / len(mine),
             }
         entry = {"arms": arms}
+        if PLAIN in arms and arms[PLAIN]["tokens_per_second"]:
+            base = arms[PLAIN]["tokens_per_second"]
+            entry["speedup_vs_plain"] = {arm: row["tokens_per_second"] / base for arm, row in arms.items() if arm != PLAIN}
         if {"steered", "unsteered"} <= arms.keys():
             s, u = arms["steered"], arms["unsteered"]
             entry["block_efficiency_gain"] = s["block_efficiency"] / u["block_efficiency"] - 1

@@ -61,12 +61,16 @@ class SteeringFile:
 
     def check_models(self, verifier: ModelInfo, drafter: ModelInfo | None = None) -> None:
         """Raise unless this steering was trained for ``verifier`` (and ``drafter``, None: the self-drafter)."""
-        _same(self.verifier, verifier, "verifier")
+        self.check_verifier(verifier)
         if (drafter is None) != (self.drafter is None):
             trained = "the layer-skip self-drafter" if self.drafter is None else f"draft model {self.drafter.name!r}"
             raise LayersearchError(f"steering was trained for {trained}")
         if drafter is not None:
             _same(self.drafter, drafter, "draft model")
+
+    def check_verifier(self, verifier: ModelInfo) -> None:
+        """Raise unless this steering was trained for ``verifier`` (any drafter)."""
+        _same(self.verifier, verifier, "verifier")
 
     def metadata(self) -> dict[str, Any]:
         """The header's JSON object."""

@@ -18,12 +18,17 @@ positions back, and the first stage by the prefill's. Then the drafter runs as i
 * independent drafter: its own causal forward over the sequence, each position steered by its
   own g (at inference its cache entries were computed under the g of their stage).
 
-Only W_hml and W_s are trained (AdamW, gradient clipping 0.5 as in the paper); the models
-stay frozen. ``progress(step, loss)`` is called after every optimiser step.
+Only W_hml and W_s are trained (AdamW, gradient clipping 0.5 as in the paper); the verifier
+stays frozen. With ``settings.drafter_lr`` an independent drafter is fine-tuned jointly on the
+same loss (its own, smaller learning rate): every weight but the input embeddings and the LM
+head, which stay frozen (tied in SmolLM2; they hold most of a small model's weights, and
+freezing them keeps the drafter's token space the verifier's and AdamW's state small).
+``progress(step, loss)`` is called after every optimiser step.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
@@ -50,6 +55,7 @@ class TrainSettings:
     max_prompt_tokens: int = 192  # longer prompts keep their last tokens (short sequences train fast)
     clip: float = 0.5
     seed: int = 0
+    drafter_lr: float | None = None  # fine-tune the independent drafter too, at this rate
 
     def __post_init__(self) -> None:
         for name in ("steps", "max_offset", "new_tokens", "max_prompt_tokens"):
@@ -58,6 +64,8 @@ class TrainSettings:
                 raise LayersearchError(f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
         if not self.lr > 0:
             raise LayersearchError(f"lr must be > 0, got {self.lr}")
+        if self.drafter_lr is not None and not self.drafter_lr > 0:
+            raise LayersearchError(f"drafter-lr must be > 0, got {self.drafter_lr}")
 
     def to_dict(self) -> dict:
         """Plain dict for the file's metadata."""
@@ -170,26 +178,56 @@ def train(
     mask: SkipMask | None = None, drafter: torch.nn.Module | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """Train ``params`` in place (W_hml and W_s only); returns the loss of every step."""
+    """Train ``params`` in place (and, with ``settings.drafter_lr``, the drafter's
+    :func:`tunable` weights); returns the loss of every step."""
     if (mask is None) == (drafter is None):
         raise LayersearchError("train steering for the self-drafter (a mask) or a draft model, not both")
+    if settings.drafter_lr is not None and drafter is None:
+        raise LayersearchError("only an independent draft model can be fine-tuned (the self-drafter is the verifier)")
     generator = torch.Generator().manual_seed(settings.seed)
     params.train().requires_grad_(True)
-    optimiser = torch.optim.AdamW(params.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, settings.steps, eta_min=settings.lr / 10)
+    groups = [{"params": list(params.parameters()), "lr": settings.lr}]
+    tuned = tunable(drafter) if settings.drafter_lr is not None else []
+    if tuned:
+        for weight in tuned:
+            weight.requires_grad_(True)
+        groups.append({"params": tuned, "lr": settings.drafter_lr})
+    optimiser = torch.optim.AdamW(groups, weight_decay=settings.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: _cosine(step, settings.steps))
+    try:
+        return _steps(params, verifier, examples, settings, mask, drafter, optimiser, schedule, generator, progress)
+    finally:
+        params.eval().requires_grad_(False)
+        for weight in tuned:
+            weight.requires_grad_(False)
+
+
+def _cosine(step: int, steps: int) -> float:
+    """Cosine decay of every group's learning rate to a tenth of its start."""
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, steps) / steps))
+
+
+def tunable(drafter: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The drafter's weights fine-tuning trains: all but the input embeddings and the LM head."""
+    frozen = {id(w) for w in drafter.get_input_embeddings().parameters()}
+    frozen |= {id(w) for w in drafter.get_output_embeddings().parameters()}
+    return [w for w in drafter.parameters() if id(w) not in frozen]
+
+
+def _steps(params, verifier, examples, settings, mask, drafter, optimiser, schedule, generator, progress) -> list[float]:
     losses = []
     for step in range(settings.steps):
         example = examples[int(torch.randint(len(examples), (1,), generator=generator))]
         loss = kl_loss(params, verifier, example, mask, drafter, settings.max_offset, generator)
         optimiser.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params.parameters(), settings.clip)
+        for group in optimiser.param_groups:  # clipped apart: the drafter's gradients must not drown W_s's
+            torch.nn.utils.clip_grad_norm_(group["params"], settings.clip)
         optimiser.step()
         schedule.step()
         losses.append(float(loss.detach()))
         if progress is not None:
             progress(step + 1, losses[-1])
-    params.eval().requires_grad_(False)
     return losses
 
 

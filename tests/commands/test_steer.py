@@ -39,9 +39,21 @@ def test_train_eval_and_generate_with_the_self_drafter(tiny_with_embedded_tokeni
     data = json.loads(report.read_text())
     assert set(data["summary"]) == {"T=0", "T=1"}
     assert len(data["summary"]["T=1"]["arms"]["steered"]["block_efficiency_per_seed"]) == 2
-    assert len(data["runs"]) == 2 * 3 and all(r["new_tokens"] == 6 for r in data["runs"])
+    assert len(data["runs"]) == 3 * 3 and all(r["new_tokens"] == 6 for r in data["runs"])
     assert all(1 <= r["block_efficiency"] <= 9 for r in data["runs"])
     assert "T=0:" in stdout and "W_s g" in stdout
+    # The plain arm drafts nothing: one token per forward (the prefill gives the first); the
+    # others are timed against it.
+    plain = [r for r in data["runs"] if r["arm"] == "plain"]
+    assert len(plain) == 3
+    assert all(r["verifications"] == r["new_tokens"] - 1 and r["block_efficiency"] == 6 / 5 for r in plain)
+    assert all(r["draft_ms_per_forward"] == 0 for r in plain) and all(r["draft_ms_per_forward"] > 0 for r in data["runs"][1:3])
+    for setting in data["summary"].values():
+        ratios = setting["speedup_vs_plain"]
+        assert set(ratios) == {"unsteered", "steered"}
+        for arm, ratio in ratios.items():
+            assert ratio == setting["arms"][arm]["tokens_per_second"] / setting["arms"]["plain"]["tokens_per_second"]
+    assert "plain M=" in stdout and "vs plain: unsteered x" in stdout
 
     common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--json")
     code, stdout, err = run_cli(capsys, *common, "--steering", out, "--draft-threshold", 0)
@@ -76,3 +88,43 @@ def test_train_and_eval_an_independent_drafter(tiny_with_embedded_tokenizer, tmp
     # The self-drafter's steering is refused for a draft model, in one line.
     code, stdout, err = run_cli(capsys, "generate", "--model", small_dir, "--steering", out, "--prompt", "x")
     assert code == 2 and err.startswith("layersearch: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_shrink_finetune_and_generate_with_the_finetuned_drafter(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    """shrink -> train --finetune-drafter -> the file names the fine-tuned directory, which
+    loads, and generate --steering uses it by default, token-identical to plain decoding."""
+    from safetensors.torch import load_file
+
+    from layersearch.models.loading import load_model
+
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    small = tmp_path / "small"
+    code, stdout, err = run_cli(capsys, "steer", "shrink", "--model", folder, "--keep-layers", 2, "--out", small)
+    assert code == 0, err
+    assert "kept layers 0, 3 of 4" in stdout and load_model(str(small)).info.num_layers == 2
+    tuned, out = tmp_path / "tuned", tmp_path / "steer.safetensors"
+    train = ("steer", "train", "--model", folder, "--drafter", small, "--domain", "code", "--prompts", 2,
+             "--new-tokens", 6, "--max-prompt-tokens", 24, "--steps", 4, "--val-prompts", 1)
+    code, stdout, err = run_cli(capsys, *train, "--finetune-drafter", tuned, "--drafter-lr", "1e-3", "--out", out)
+    assert code == 0, err
+    assert f"wrote {tuned}" in stdout and "held-out KL" in stdout
+    steering = SteeringFile.load(out)
+    assert steering.drafter.name == str(tuned) and steering.training["drafter_lr"] == 1e-3
+    assert steering.training["finetuned_from"]["name"] == str(small)
+    before, after = load_file(small / "model.safetensors"), load_file(tuned / "model.safetensors")
+    assert before.keys() == after.keys()
+    changed = {name for name in before if not (before[name] == after[name]).all()}
+    assert changed and not any("embed_tokens" in name or "lm_head" in name for name in changed)
+    assert not list(tmp_path.glob(".tuned*"))  # no temporary directory left behind
+
+    common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--json")
+    code, stdout, err = run_cli(capsys, *common, "--steering", out, "--draft-threshold", 0)
+    assert code == 0, err
+    steered = json.loads(stdout)
+    code, stdout, err = run_cli(capsys, *common, "--baseline")
+    assert steered["token_ids"] == json.loads(stdout)["token_ids"] and steered["stats"]["drafted"] > 0
+
+    # A non-empty target directory is refused before any work, and nothing is written.
+    again = tmp_path / "again.safetensors"
+    code, stdout, err = run_cli(capsys, *train, "--finetune-drafter", tuned, "--out", again)
+    assert code == 2 and "not empty" in err and len(err.strip().splitlines()) == 1 and not again.exists()

@@ -88,3 +88,37 @@ def test_train_needs_exactly_one_drafter(verifier):
         train(params, verifier, [], TrainSettings(steps=1))
     with pytest.raises(LayersearchError, match="steps"):
         TrainSettings(steps=0)
+
+
+def test_finetuning_the_drafter_lowers_the_held_out_kl():
+    """Fine-tuning distils the verifier into a pruned drafter: the KL falls on prompts never
+    trained on, below what steering alone reaches; the embeddings and LM head stay as they were."""
+    from layersearch.steer.shrink import shrink
+    from layersearch.steer.train import tunable
+
+    verifier = build_tiny_model("llama", num_layers=4, seed=3).requires_grad_(False)
+    verifier.generation_config.eos_token_id = None
+    with torch.no_grad():
+        verifier.lm_head.weight.mul_(8)  # peaked next-token laws, as a trained LM has (random ones are near uniform)
+    data, held_out = examples_for(verifier, 12, seed=1), examples_for(verifier, 4, seed=2)
+    results = {}
+    for finetune in (False, True):
+        drafter, _ = shrink(verifier, 3)
+        embeddings = drafter.get_input_embeddings().weight.clone()
+        params = SteeringParams(default_layers(4), 64, 64, intermediate_size(drafter))
+        before = mean_kl(params, verifier, held_out, drafter=drafter)
+        settings = TrainSettings(steps=60, lr=1e-3, drafter_lr=3e-4 if finetune else None)
+        train(params, verifier, data, settings, drafter=drafter)
+        results[finetune] = mean_kl(params, verifier, held_out, drafter=drafter)
+        assert all(not w.requires_grad for w in drafter.parameters())  # handed back frozen
+        torch.testing.assert_close(drafter.get_input_embeddings().weight, embeddings, rtol=0, atol=0)
+    assert results[True] < before * 0.85, (before, results)
+    assert results[True] < results[False], results
+    assert len(tunable(drafter)) == len(list(drafter.parameters())) - 2  # all but embeddings and LM head
+
+
+def test_only_a_draft_model_can_be_finetuned(verifier):
+    with pytest.raises(LayersearchError, match="independent"):
+        train(params_for(verifier), verifier, [], TrainSettings(steps=1, drafter_lr=1e-4), mask=MASK)
+    with pytest.raises(LayersearchError, match="drafter-lr"):
+        TrainSettings(drafter_lr=0.0)
