@@ -183,7 +183,8 @@ COMMANDS: dict[str, Command] = {
         ("generate", "--model", MODEL, "--draft-model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
         (("--mask", "mask.json"), ("--skip-ratio", "0.5"), ("--baseline",), ("--drafter", "hybrid"), ("--dynamic", "knapsack"),
          ("--on-the-fly", "swift"), ("--router", "router.json"), ("--steering", "steer.safetensors"),
-         ("--draft-model", ""), ("--draft-model", "mask.json"), ("--draft-model", "adir_missing/model")),
+         ("--draft-model", ""), ("--draft-model", "mask.json"), ("--draft-model", "adir_missing/model"),
+         ("--profile", "profile.json")),
     ),
     "knapspec-bench": Command(
         ("knapspec-bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "{profile}",

@@ -81,6 +81,8 @@ def run(args: Any) -> int:
         _check_router(args, router, loaded.info)
     steering, mask_file = steering_for_generate(args, loaded.info, mask_file)  # SD²: its mask unless --mask
     draft = draft_model_for_generate(args, loaded, steering)  # an independent drafter (or None)
+    if draft is not None and args.profile:
+        raise LayersearchError(f"{args.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
     if steering is not None and router is not None:
         raise LayersearchError("--steering was trained for one mask; it takes no --router (which switches masks)")
     if disco is not None:

@@ -336,6 +336,7 @@ def check_draft_model_args(args: Any) -> None:
         ("--mask", args.mask), ("--skip-ratio", args.skip_ratio is not None), ("--dynamic", args.dynamic),
         ("--router", getattr(args, "router", None)), ("--on-the-fly", getattr(args, "on_the_fly", None)),
         ("--baseline", args.baseline), (f"--drafter {args.drafter}", args.drafter != "layer-skip"),
+        ("--profile", getattr(args, "profile", None)),  # a latency profile costs masked forwards of the target
     ) if given]
     if clashes:
         raise LayersearchError(f"--draft-model drafts with an independent model; it takes no {', '.join(clashes)}")

@@ -74,6 +74,7 @@ def test_steering_trained_for_a_draft_model(models, tmp_path, capsys):
         (("--steering", self_file, "--draft-model", small), "self-drafter"),
         (("--steering", out, "--skip-ratio", "0.5"), "draft model"),
         (("--steering", out, "--drafter", "hybrid"), "draft model"),
+        (("--steering", out, "--profile", tmp_path / "missing-profile.json"), "--profile predicts layer-skip drafts only"),
     ):
         code, _, err = run_cli(capsys, "generate", *common, *bad)
         assert code == 2 and len(err.strip().splitlines()) == 1, err
