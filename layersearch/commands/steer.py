@@ -104,6 +104,7 @@ def _train(args: Any) -> int:
     from layersearch.mask import SkipMask
     from layersearch.outputs import check_output
     from layersearch.steer import SteeringFile, SteeringParams, default_layers
+    from layersearch.steer.file import weights_record
     from layersearch.steer.hooks import intermediate_size
     from layersearch.steer.train import TrainSettings, collect, mean_kl, train
 
@@ -152,6 +153,8 @@ def _train(args: Any) -> int:
         "val_kl_after": val_after,
     }
     drafter_info = None if drafter is None else drafter.info
+    if drafter is not None:  # the fingerprint is structural: this tells the tuned weights from the original
+        training["drafter_weights"] = weights_record(drafter.model)
     if args.finetune_drafter is not None:
         drafter_info = _save_finetuned(args.finetune_drafter, drafter)
         training["finetuned_from"] = drafter.info.to_dict()
@@ -231,6 +234,8 @@ def _eval(args: Any) -> int:
         raise LayersearchError(f"{args.steering}: trained for the layer-skip self-drafter; it takes no --drafter")
     try:
         steering.check_models(loaded.info, None if drafter is None else drafter.info)
+        if drafter is not None:
+            steering.check_drafter_weights(drafter.model)
     except LayersearchError as exc:
         raise LayersearchError(f"{args.steering}: {exc}") from None
 
@@ -321,6 +326,7 @@ def draft_model_for_generate(args: Any, loaded, steering):
     if steering is not None:
         try:
             steering.check_models(loaded.info, drafter.info)
+            steering.check_drafter_weights(drafter.model)
         except LayersearchError as exc:
             raise LayersearchError(f"{args.steering}: {exc}") from None
     return drafter

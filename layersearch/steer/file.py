@@ -68,6 +68,22 @@ class SteeringFile:
         if drafter is not None:
             _same(self.drafter, drafter, "draft model")
 
+    def check_drafter_weights(self, model: torch.nn.Module) -> None:
+        """Raise unless the draft model holds the weights this steering was trained with.
+
+        The fingerprint covers the structure only, so it cannot tell a fine-tuned drafter from
+        the model it was tuned from; ``training.drafter_weights`` (files written since it was
+        added) can. It is compared when the drafter is loaded in the dtype it was trained in
+        (another dtype rounds the weights, so their digest differs anyway)."""
+        trained = self.training.get("drafter_weights")
+        if self.drafter is None or not isinstance(trained, dict) or trained.get("dtype") != str(model.dtype):
+            return
+        if trained.get("digest") != weights_digest(model):
+            raise LayersearchError(
+                "the draft model's weights differ from those the steering was trained with "
+                "(the model before --finetune-drafter, or one tuned since?)"
+            )
+
     def check_verifier(self, verifier: ModelInfo) -> None:
         """Raise unless this steering was trained for ``verifier`` (any drafter)."""
         _same(self.verifier, verifier, "verifier")
@@ -137,6 +153,26 @@ class SteeringFile:
         except LayersearchError as exc:
             raise LayersearchError(f"{path}: {exc}") from None
         return loaded
+
+
+def weights_record(model: torch.nn.Module) -> dict[str, str]:
+    """What ``training.drafter_weights`` stores: the weights' dtype and :func:`weights_digest`."""
+    return {"dtype": str(model.dtype), "digest": weights_digest(model)}
+
+
+def weights_digest(model: torch.nn.Module, samples: int = 4096) -> str:
+    """A short digest of a model's weights: every parameter's name, shape and ``samples``
+    values spread over it (cheap for any size; fine-tuning moves all of them)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            flat = weight.detach().reshape(-1)
+            picked = flat[:: max(1, flat.numel() // samples)].float().cpu().contiguous()  # [<= ~samples]
+            digest.update(f"{name}:{tuple(weight.shape)}".encode())
+            digest.update(picked.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _same(trained: ModelInfo, given: ModelInfo, what: str) -> None:

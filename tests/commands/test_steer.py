@@ -124,6 +124,14 @@ def test_shrink_finetune_and_generate_with_the_finetuned_drafter(tiny_with_embed
     code, stdout, err = run_cli(capsys, *common, "--baseline")
     assert steered["token_ids"] == json.loads(stdout)["token_ids"] and steered["stats"]["drafted"] > 0
 
+    # The drafter before fine-tuning has the same structure (fingerprint) but not the weights the
+    # steering was trained with: refused in one line, by generate and by steer eval.
+    for argv in ((*common, "--steering", out, "--draft-model", small),
+                 ("steer", "eval", "--model", folder, "--steering", out, "--drafter", small, "--domain", "code",
+                  "--prompts", 1, "--max-new-tokens", 2, "--seeds", 1)):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and "weights differ" in err and len(err.strip().splitlines()) == 1, err
+
     # A non-empty target directory is refused before any work, and nothing is written.
     again = tmp_path / "again.safetensors"
     code, stdout, err = run_cli(capsys, *train, "--finetune-drafter", tuned, "--out", again)
