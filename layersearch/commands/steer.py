@@ -86,8 +86,8 @@ def _shrink(args: Any) -> int:
     if args.threads is not None:
         positive_int(args.threads, "--threads")
     check_model_dir(args.out)
-    if args.keep_layers < 2:
-        kept_layers(3, args.keep_layers)  # the range error, before the model loads
+    if args.keep_layers < 2:  # before the model loads; the upper bound needs its depth
+        raise LayersearchError(f"--keep-layers must be at least 2 (the first and the last layer), got {args.keep_layers}")
     loaded = load(args)
     layers = kept_layers(len(decoder_layers(loaded.model)), args.keep_layers)
     small = prune_layers(loaded.model, layers)
@@ -233,9 +233,10 @@ def _eval(args: Any) -> int:
     elif args.drafter:
         raise LayersearchError(f"{args.steering}: trained for the layer-skip self-drafter; it takes no --drafter")
     try:
-        steering.check_models(loaded.info, None if drafter is None else drafter.info)
-        if drafter is not None:
-            steering.check_drafter_weights(drafter.model)
+        if drafter is None:
+            steering.check_models(loaded.info)
+        else:
+            steering.check_models(loaded.info, drafter.info, drafter.model)
     except LayersearchError as exc:
         raise LayersearchError(f"{args.steering}: {exc}") from None
 
@@ -325,8 +326,7 @@ def draft_model_for_generate(args: Any, loaded, steering):
     drafter = _load_drafter(args, name, loaded)
     if steering is not None:
         try:
-            steering.check_models(loaded.info, drafter.info)
-            steering.check_drafter_weights(drafter.model)
+            steering.check_models(loaded.info, drafter.info, drafter.model)
         except LayersearchError as exc:
             raise LayersearchError(f"{args.steering}: {exc}") from None
     return drafter

@@ -59,14 +59,19 @@ class SteeringFile:
             self.mask.check_model(self.verifier)
         object.__setattr__(self, "training", MappingProxyType(dict(self.training)))
 
-    def check_models(self, verifier: ModelInfo, drafter: ModelInfo | None = None) -> None:
-        """Raise unless this steering was trained for ``verifier`` (and ``drafter``, None: the self-drafter)."""
+    def check_models(
+        self, verifier: ModelInfo, drafter: ModelInfo | None = None, drafter_model: torch.nn.Module | None = None
+    ) -> None:
+        """Raise unless this steering was trained for ``verifier`` (and ``drafter``, None: the
+        self-drafter); given the loaded ``drafter_model``, also check its weights."""
         self.check_verifier(verifier)
         if (drafter is None) != (self.drafter is None):
             trained = "the layer-skip self-drafter" if self.drafter is None else f"draft model {self.drafter.name!r}"
             raise LayersearchError(f"steering was trained for {trained}")
         if drafter is not None:
             _same(self.drafter, drafter, "draft model")
+        if drafter_model is not None:
+            self.check_drafter_weights(drafter_model)
 
     def check_drafter_weights(self, model: torch.nn.Module) -> None:
         """Raise unless the draft model holds the weights this steering was trained with.
