@@ -21,7 +21,7 @@ DRAFT_THRESHOLD = 0.8
 
 def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None) -> None:
     """``--model``, ``--device``, ``--dtype`` and ``--threads`` (``threads``: its default)."""
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, HF id or local directory (default {DEFAULT_MODEL})")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, .gguf file, HF id or local directory (default {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
     threads_arg(parser, default=threads)

