@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -26,6 +26,14 @@ from layersearch.runtime.stats import combine
 PLAIN = "plain generate"
 LOOP = "ours: nothing skipped"  # our loop's plain decoding: the baseline the profile predicts against
 PEERS = ("prompt-lookup", "early-exit")  # transformers' own speculative modes
+ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted generation with a draft model
+DRAFTERS = ("prompt-lookup", "hybrid", "model")  # ours; "model:MODEL" and "hybrid:MODEL" name a draft model
+
+
+def split_named(item: str) -> tuple[str, str | None]:
+    """``"assisted:small"`` -> ``("assisted", "small")``; ``"hybrid"`` -> ``("hybrid", None)``."""
+    kind, sep, name = item.partition(":")
+    return kind, (name if sep else None)
 
 
 @dataclass(frozen=True)
@@ -52,41 +60,83 @@ class Measurement:
 
 
 def configs(
-    model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = ()
+    model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
+    *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (),
 ) -> list[Config]:
-    """Plain generate, HF's prompt-lookup and early-exit peers, our loop per mask, and our other
-    drafters (``prompt-lookup``: n-grams of 3..2, HF's heuristic length schedule capped at 4;
-    ``hybrid``: lookup, else the first mask that skips something)."""
-    num_layers = model.config.num_hidden_layers
-    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
-    peers = PEERS if peers is True else tuple(peers or ())
-    if "prompt-lookup" in peers:
-        result.append(Config("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
-    if "early-exit" in peers:
-        exit_layer = num_layers // 2
-        result.append(Config(f"hf early-exit (layer {exit_layer})", lambda ids, n: hf_generate(model, ids, n, assistant_early_exit=exit_layer)))
+    """Plain generate, transformers' peers, our loop per mask (and per lookahead rule), and our
+    other drafters.
+
+    Peers: ``prompt-lookup``, ``early-exit`` and ``assisted:MODEL`` (assisted generation with that
+    draft model and transformers' own defaults). Drafters: ``prompt-lookup`` (n-grams of 3..2,
+    HF's heuristic length schedule capped at 4), ``hybrid`` (lookup, else the first mask that
+    skips something), ``model:MODEL`` (our ModelDrafter) and ``hybrid:MODEL`` (lookup, else the
+    draft model). ``draft_models`` maps each MODEL named there to its loaded model.
+    ``lookaheads`` (rule names; empty: the policy's own rule) multiply the rows that draft with
+    a model: the masks that skip something and the draft models."""
+    draft_models = dict(draft_models or {})
+    rules = [(name, policy.lookahead(name)) for name in lookaheads] or [(None, policy.lookahead())]
+    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
     for mask in masks:
-        decoder = SpeculativeDecoder(model, mask, policy=policy)
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
-        result.append(Config(label, decoder.generate, mask, model))
-    return result + _drafter_configs(model, masks, policy, drafters)
+        for rule_name, rule in (rules[:1] if mask.is_empty else rules):  # nothing drafts: the rule is moot
+            decoder = SpeculativeDecoder(model, mask, lookahead=rule)
+            result.append(Config(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
+    return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules)
 
 
-def _drafter_configs(model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str]) -> list[Config]:
-    from layersearch.runtime.drafters import drafter_named
+def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Config]:
+    """transformers' own speculative modes, in the order given."""
+    result = []
+    for peer in PEERS if peers is True else tuple(peers or ()):
+        kind, name = split_named(peer)
+        if kind == "prompt-lookup":
+            result.append(Config("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
+        elif kind == "early-exit":
+            exit_layer = model.config.num_hidden_layers // 2
+            result.append(Config(f"hf early-exit (layer {exit_layer})", lambda ids, n, e=exit_layer: hf_generate(model, ids, n, assistant_early_exit=e)))
+        elif kind == ASSISTED:
+            assistant = draft_models[name]
+            result.append(Config(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
+    return result
+
+
+def _drafter_configs(
+    model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str],
+    draft_models: Mapping[str, torch.nn.Module], rules: Sequence[tuple[str | None, Any]],
+) -> list[Config]:
+    from layersearch.runtime.drafters import HybridDrafter, ModelDrafter, drafter_named
     from layersearch.runtime.lookahead import HeuristicLookahead
 
     result = []
     fallback = next((m for m in masks if not m.is_empty), None)
-    for name in drafters:
-        if name == "prompt-lookup":
-            decoder = SpeculativeDecoder(model, drafter=drafter_named(name), lookahead=HeuristicLookahead(4, ceiling=4))
+    for item in drafters:
+        kind, name = split_named(item)
+        if kind == "prompt-lookup":
+            decoder = SpeculativeDecoder(model, drafter=drafter_named(kind), lookahead=HeuristicLookahead(4, ceiling=4))
             result.append(Config("ours: prompt-lookup (<=4)", decoder.generate, None, model))
-        elif name == "hybrid" and fallback is not None:
-            decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(name), policy=policy)
+        elif kind == "hybrid" and name is not None:
+            drafter = HybridDrafter(fallback=ModelDrafter(draft_models[name]))
+            decoder = SpeculativeDecoder(model, drafter=drafter, lookahead=rules[0][1])
+            result.append(Config(_with_rule(f"ours: hybrid ({_short(name)})", rules[0][0], len(rules)), decoder.generate, None, model))
+        elif kind == "hybrid" and fallback is not None:
+            decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(kind), policy=policy)
             label = fallback.provenance.get("label") or fallback.short_string()
             result.append(Config(f"ours: hybrid ({label})", decoder.generate, None, model))
+        elif kind == "model":
+            for rule_name, rule in rules:
+                decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name]), lookahead=rule)
+                result.append(Config(_with_rule(f"ours: model ({_short(name)})", rule_name, len(rules)), decoder.generate, None, model))
     return result
+
+
+def _with_rule(label: str, rule: str | None, count: int) -> str:
+    """A row's label, naming its lookahead rule where several are compared."""
+    return label if rule is None or count == 1 and rule == "confidence" else f"{label} [{rule}]"
+
+
+def _short(name: str) -> str:
+    """A model reference short enough for a table: a path's file or folder name."""
+    return name.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
 
 
 def run_domain(

@@ -25,9 +25,16 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--profile", help="latency profile JSON (measured if absent)")
     p.add_argument("--out", default="bench.json")
     p.add_argument("--no-peers", action="store_true", help="skip HF's prompt lookup / early exit peers")
-    p.add_argument("--peers", default="prompt-lookup,early-exit", help="transformers' peers to run (default prompt-lookup,early-exit)")
+    p.add_argument("--peers", default="prompt-lookup,early-exit",
+                   help="transformers' peers to run: prompt-lookup, early-exit, assisted:MODEL (assisted generation "
+                        "with that draft model; default prompt-lookup,early-exit)")
     p.add_argument("--drafters", default="prompt-lookup,hybrid",
-                   help="our other drafters to run beside the layer-skip masks (default prompt-lookup,hybrid; '' for none)")
+                   help="our other drafters to run beside the layer-skip masks: prompt-lookup, hybrid, model:MODEL "
+                        "(an independent draft model), hybrid:MODEL (lookup, else that draft model) "
+                        "(default prompt-lookup,hybrid; '' for none)")
+    p.add_argument("--lookaheads", default="",
+                   help="comma-separated lookahead rules (static, confidence, adaptive, heuristic): one row per rule for "
+                        "each mask that skips something and each draft model (default: the confidence rule)")
     p.add_argument("--split", choices=("train", "validation", "test"),
                    help="prompt split (default test; with --spec-bench: every question)")
     sb = p.add_argument_group("Spec-Bench mode (vanilla and ours on Spec-Bench's questions)")
@@ -52,8 +59,9 @@ def run(args: Any) -> int:
     positive_int(args.prompts_per_domain, "--prompts-per-domain")
     positive_int(args.max_new_tokens, "--max-new-tokens")
     domains = [d for d in args.domains.split(",") if d]
-    drafters = _drafters(args)
+    drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
     loaded = load(args)
+    draft_models = _draft_models(args, loaded, peers + tuple(drafters))
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
         from layersearch.commands import spec_bench
 
@@ -67,7 +75,8 @@ def run(args: Any) -> int:
     for domain in domains:
         ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
         context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
-        cfgs = configs(loaded.model, masks, policy, peers=_peers(args), drafters=drafters)
+        cfgs = configs(loaded.model, masks, policy, peers=peers, drafters=drafters, draft_models=draft_models,
+                       lookaheads=lookaheads)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
         loop, plain = measured.get(LOOP), measured.get(PLAIN)
@@ -80,23 +89,56 @@ def run(args: Any) -> int:
 
 
 def _peers(args: Any) -> tuple[str, ...]:
-    from layersearch.bench import PEERS
+    from layersearch.bench import ASSISTED, PEERS
 
     if args.no_peers:
         return ()
-    names = tuple(p for p in args.peers.split(",") if p)
-    unknown = [p for p in names if p not in PEERS]
-    if unknown:
-        raise LayersearchError(f"--peers takes {' and/or '.join(PEERS)}, got {','.join(unknown)}")
-    return names
+    return _named_items(args.peers, "--peers", PEERS, (ASSISTED,))
 
 
 def _drafters(args: Any) -> list[str]:
-    names = [d for d in args.drafters.split(",") if d]
-    unknown = [d for d in names if d not in ("prompt-lookup", "hybrid")]
+    return list(_named_items(args.drafters, "--drafters", ("prompt-lookup", "hybrid"), ("model", "hybrid")))
+
+
+def _named_items(text: str, flag: str, plain: tuple[str, ...], with_model: tuple[str, ...]) -> tuple[str, ...]:
+    """The comma-separated items of ``flag``: each a plain name or ``KIND:MODEL`` for a kind that takes a model."""
+    from layersearch.bench import split_named
+
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    for item in items:
+        kind, model = split_named(item)
+        if model is None and kind not in plain or model is not None and (kind not in with_model or not model.strip()):
+            choices = ", ".join((*plain, *(f"{k}:MODEL" for k in with_model)))
+            raise LayersearchError(f"{flag}: unknown item {item!r} (choose from {choices})")
+    return items
+
+
+def _lookaheads(args: Any) -> tuple[str, ...]:
+    from layersearch.runtime.lookahead import LOOKAHEAD_NAMES
+
+    names = tuple(n.strip() for n in args.lookaheads.split(",") if n.strip())
+    unknown = [n for n in names if n not in LOOKAHEAD_NAMES]
     if unknown:
-        raise LayersearchError(f"--drafters takes prompt-lookup and/or hybrid, got {','.join(unknown)}")
+        raise LayersearchError(f"--lookaheads: unknown rule {unknown[0]!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
     return names
+
+
+def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
+    """The draft models that ``--peers`` and ``--drafters`` name, each loaded once in the target's
+    dtype and checked against its vocabulary."""
+    from layersearch.bench import split_named
+    from layersearch.models.loading import default_dtype, load_model
+    from layersearch.runtime.drafters import ModelDrafter
+
+    models: dict[str, Any] = {}
+    for item in items:
+        name = split_named(item)[1]
+        if name is not None and name not in models:
+            _say(f"loading draft model {name}")
+            draft = load_model(name, device=args.device, dtype=args.dtype or default_dtype(args.device), progress=_say)
+            ModelDrafter(draft.model).check_target(loaded.model)
+            models[name] = draft.model
+    return models
 
 
 def _masks(args: Any, info) -> list[SkipMask]:

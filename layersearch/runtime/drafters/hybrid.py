@@ -20,7 +20,7 @@ Each step's statistics say which arm drafted it.
 
 from __future__ import annotations
 
-from layersearch.runtime.drafters.base import DraftRequest, Proposal
+from layersearch.runtime.drafters.base import Drafter, DraftRequest, Proposal
 from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
 from layersearch.runtime.outcome import StepOutcome
@@ -63,15 +63,16 @@ class ArmRates:
 
 
 class HybridDrafter:
-    """Prompt lookup first, then the layer-skip draft (with the controller's mask), or no
-    draft when ``adaptive`` finds that drafting does not pay."""
+    """Prompt lookup first, then the fallback drafter (the layer-skip draft with the controller's
+    mask, or an independent draft model), or no draft when ``adaptive`` finds that drafting
+    does not pay."""
 
     name = "hybrid"
 
     def __init__(
         self,
         lookup: PromptLookupDrafter | None = None,
-        fallback: LayerSkipDrafter | None = None,
+        fallback: Drafter | None = None,
         *,
         adaptive: bool = True,
     ) -> None:
@@ -79,23 +80,31 @@ class HybridDrafter:
         self.fallback = fallback or LayerSkipDrafter()
         self.adaptive = adaptive
         # Rates persist across generations: they describe the model on this device.
-        self.rates = ArmRates((PromptLookupDrafter.name, LayerSkipDrafter.name, PLAIN))
+        self.rates = ArmRates((PromptLookupDrafter.name, self.fallback.name, PLAIN))
 
     def begin(self, prompt) -> None:
-        """Nothing per generation (the arm rates carry over)."""
+        """A new generation for the fallback (a draft model resets its cache); the arm rates carry over."""
+        self.fallback.begin(prompt)
+
+    def check_target(self, target) -> None:
+        """The fallback's own check (a draft model must share the target's vocabulary)."""
+        check = getattr(self.fallback, "check_target", None)
+        if check is not None:
+            check(target)
 
     def propose(self, request: DraftRequest) -> Proposal:
         """The chosen arm's proposal (lookup when it matches, unless another arm pays better)."""
         lookup = self.lookup.propose(request)
         if not self.adaptive:
             return lookup if lookup.tokens else self.fallback.propose(request)
-        available = ((PromptLookupDrafter.name,) if lookup.tokens else ()) + (LayerSkipDrafter.name, PLAIN)
-        if request.mask.is_empty:
-            available = tuple(a for a in available if a != LayerSkipDrafter.name)
+        fallback = self.fallback.name
+        available = ((PromptLookupDrafter.name,) if lookup.tokens else ()) + (fallback, PLAIN)
+        if request.mask.is_empty and isinstance(self.fallback, LayerSkipDrafter):
+            available = tuple(a for a in available if a != fallback)  # an empty mask drafts with the full model
         arm = self.rates.choose(available)
         if arm == PromptLookupDrafter.name:
             return lookup
-        if arm == LayerSkipDrafter.name:
+        if arm == fallback:
             return self.fallback.propose(request)
         return Proposal.empty(PLAIN)
 
