@@ -78,7 +78,10 @@ def configs(
     result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
     for mask in masks:
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
-        for rule_name, rule in (rules[:1] if mask.is_empty else rules):  # nothing drafts: the rule is moot
+        if mask.is_empty:  # nothing drafts: the rule is moot, and the row is the loop's baseline
+            result.append(Config(label, SpeculativeDecoder(model, mask, lookahead=rules[0][1]).generate, mask, model))
+            continue
+        for rule_name, rule in rules:
             decoder = SpeculativeDecoder(model, mask, lookahead=rule)
             result.append(Config(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
     return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules)

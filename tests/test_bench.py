@@ -109,3 +109,32 @@ def test_generate_times_its_prefill_apart_so_decode_phases_compare(tiny_llama):
                                  for a, sa, b, sb in zip(plain.totals, plain.stats, loop.totals, loop.stats))
     assert row["decode_speedup"] == pytest.approx(expected)
     assert summarize(PLAIN, plain, None, 10, None, loop, plain)["decode_speedup"] == 1.0
+
+
+def test_bench_rows_with_a_draft_model_are_identical_to_plain(tiny_llama):
+    from layersearch.models.tiny import build_tiny_model
+
+    small = build_tiny_model("llama", num_layers=1, hidden_size=32, vocab_size=128, seed=5)
+    small.generation_config.eos_token_id = None
+    small.generation_config.pad_token_id = 0
+    masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5).with_provenance(label="uniform 0.5")]
+    cfgs = configs(
+        tiny_llama, masks, DraftPolicy(4, 0.0), peers=("assisted:dir/small",), drafters=("model:dir/small", "hybrid:dir/small"),
+        draft_models={"dir/small": small}, lookaheads=("confidence", "heuristic"),
+    )
+    names = [c.name for c in cfgs]
+    assert names == [PLAIN, "hf assisted (small)", "ours: nothing skipped", "ours: uniform 0.5 [confidence]",
+                     "ours: uniform 0.5 [heuristic]", "ours: model (small) [confidence]", "ours: model (small) [heuristic]",
+                     "ours: hybrid (small) [confidence]"]
+    prompts = [torch.tensor([[5, 9, 11, 5, 9, 11, 5]]), torch.tensor([[7, 1, 2, 7, 1]])]
+    measured = run_domain(cfgs, prompts, 12, 1, lambda message: None)
+    rows = {c.name: summarize(c.name, measured[c.name], None, 10, c.mask) for c in cfgs}
+    for name in names[1:]:
+        assert "error" not in rows[name], rows[name]
+        assert rows[name]["identical_to_plain"] is True, name
+    drafted = {name: combine_drafted(measured[name]) for name in names[2:]}
+    assert drafted["ours: model (small) [heuristic]"] > 0 and drafted["ours: hybrid (small) [confidence]"] > 0
+
+
+def combine_drafted(measurement) -> int:
+    return sum(stats.drafted for stats in measurement.stats)

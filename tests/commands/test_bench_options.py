@@ -1,0 +1,61 @@
+"""``layersearch bench`` options that name draft models and lookahead rules: parsed below the
+model load, refused in one line when malformed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layersearch.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("--peers", "assisted", "unknown item 'assisted'"),
+    ("--peers", "assisted:", "unknown item 'assisted:'"),
+    ("--peers", "speculative:x", "choose from prompt-lookup, early-exit, assisted:MODEL"),
+    ("--drafters", "model", "unknown item 'model'"),
+    ("--drafters", "prompt-lookup:x", "unknown item"),
+    ("--lookaheads", "confidence,fast", "unknown rule 'fast'"),
+])
+def test_malformed_options_are_one_line(capsys, tmp_path, option, value, fragment):
+    code, _, err = run_cli(capsys, "bench", "--model", tmp_path / "nowhere", option, value, "--out", tmp_path / "b.json")
+    assert code == 2 and err.strip().count("\n") == 0 and fragment in err, err
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused(capsys, tiny_with_embedded_tokenizer, tmp_path):
+    from layersearch.models.tiny import build_tiny_model
+
+    _, tokenizer, verifier = tiny_with_embedded_tokenizer(0)
+    build_tiny_model("llama", num_layers=1, vocab_size=128).save_pretrained(tmp_path / "other")
+    tokenizer.save_pretrained(tmp_path / "other")
+    code, _, err = run_cli(capsys, "bench", "--model", verifier, "--drafters", f"model:{tmp_path / 'other'}",
+                           "--out", tmp_path / "b.json")
+    assert code == 2 and "vocabulary" in err and not (tmp_path / "b.json").exists()
+
+
+def test_bench_with_a_draft_model_end_to_end(capsys, tiny_with_embedded_tokenizer, tmp_path):
+    from layersearch.models.tiny import build_tiny_model
+
+    _, tokenizer, verifier = tiny_with_embedded_tokenizer(0)
+    small = build_tiny_model("llama", num_layers=1, hidden_size=32, vocab_size=len(tokenizer), seed=9)
+    small.save_pretrained(tmp_path / "small")
+    tokenizer.save_pretrained(tmp_path / "small")
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli(
+        capsys, "bench", "--model", verifier, "--domains", "code", "--prompts-per-domain", 1, "--max-new-tokens", 6,
+        "--repeats", 1, "--skip-ratios", "", "--peers", f"assisted:{tmp_path / 'small'}",
+        "--drafters", f"model:{tmp_path / 'small'}", "--lookaheads", "heuristic", "--out", out,
+    )
+    assert code == 0, err
+    rows = {r["config"]: r for r in json.loads(out.read_text())["domains"]["code"]["rows"]}
+    assert rows["hf assisted (small)"]["identical_to_plain"] is True
+    assert rows["ours: model (small) [heuristic]"]["identical_to_plain"] is True
+    assert "ours: model (small) [heuristic]" in stdout
