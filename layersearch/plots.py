@@ -192,6 +192,32 @@ def plot_swift_stream(
     return _save_atomic(fig, out)
 
 
+def plot_head_to_head(strategies: dict[str, dict[str, Any]], out: "str | Path | OutputTarget") -> Path:
+    """One panel per strategy: its best objective so far against search seconds (each in its own
+    objective's units, which do not compare across strategies), its held-out speedup over plain
+    ``generate`` in the legend (the yardstick that does compare). ``strategies`` maps a name to
+    ``{"curve": [[s, best], ...], "objective": str, "heldout_speedup": float | None}``."""
+    if not strategies:
+        raise LayersearchError("nothing to plot: no strategy")
+    count = len(strategies)
+    fig = _figure_class()(figsize=(8.0, 2.2 * count + 0.6))
+    axes = fig.subplots(count, 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (name, entry) in zip(axes, strategies.items()):
+        curve = entry.get("curve") or []
+        speedup = entry.get("heldout_speedup")
+        label = f"{name}: held-out {speedup:.2f}x plain" if speedup is not None else f"{name}: not measured"
+        if curve:
+            ax.plot([c[0] for c in curve], [c[1] for c in curve], drawstyle="steps-post", marker="o", markersize=3,
+                    linewidth=1.8, label=label)
+        ax.set_ylabel(str(entry.get("objective", "objective")), fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    axes[-1].set_xlabel("search seconds (best objective so far)")
+    axes[0].set_title("search strategies head to head: best so far vs wall time", fontsize=10)
+    fig.tight_layout()
+    return _save_atomic(fig, out)
+
+
 def default_plot_path(kind: str, name: str) -> Path:
     """Where a plot goes by default: ``plots/<kind>-<name>.png`` (unsafe characters become ``_``)."""
     if not kind or not name:

@@ -1,4 +1,5 @@
-"""``layersearch study head-to-head``: swift, selfsd-bo and random under one wall-clock budget.
+"""``layersearch study head-to-head``: any strategies (swift, selfsd-bo, knapsack, random, tpe,
+uniform) under one wall-clock budget each.
 
 A benchmark in the spirit of swift.txt Table 12 (SWIFT 1.56x after 116 s; Self-SD's BO 0.97x
 after 155 s). On one model and one domain, each strategy gets its own study, searched with
@@ -15,7 +16,12 @@ random      ``--random-objective`` (default matchness, with swift's skip ratio: 
 Best objective values are not comparable across objectives, so the common yardstick is
 measured at the end, in this one process: tokens/s of the speculative decoder with each
 study's best mask against plain ``generate`` on the same domain prompts (``study compare``),
-plus the M and alpha of that run. The model is loaded once and shared by all three searches.
+plus the M and alpha of that run. The model is loaded once and shared by all the searches.
+
+The report (``--out``, JSON) gives per strategy its best-so-far curve against wall time, the
+held-out speedup, the best mask, its skip ratio, M, alpha and the seconds it took to reach 95%
+of its final best; the figure (``--plot``) draws the curves, one panel per strategy (their
+objectives differ), with the held-out speedups in the legends.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> Non
     h.add_argument("--repeats", type=int, default=1, help="measurement rounds of the final comparison")
     h.add_argument("--quiet", action="store_true")
     h.add_argument("--profile", help="latency profile JSON (default: measure a quick one)")
+    h.add_argument("--out", default=None,
+                   help="the report: per strategy its search curve, held-out speedup, best mask, M and alpha "
+                        "(default PREFIX-head-to-head.json)")
+    h.add_argument("--plot", default=None, help="the curves' figure (default PREFIX-head-to-head.png)")
     search_args(h, ratio_help="skip ratio of swift and random (default: swift's 0.45)")
 
 
@@ -69,6 +79,7 @@ def run(args: Any) -> int:
     from layersearch.study.compare import table_targets
 
     targets = table_targets(prefix if args.out_prefix is None else args.out_prefix)  # checked before hours of searching
+    report_out, plot_out = _report_targets(args, prefix)
 
     plans = []
     for strategy in registered:
@@ -100,8 +111,60 @@ def run(args: Any) -> int:
                              loaded={key: loaded}, log=log)
     print(format_table(result.rows, COMPARE_COLUMNS))
     print(ordering(result.rows))
-    print(f"wrote {result.csv_path} and {result.json_path}")
+    report = head_to_head_report(names, result.rows, args.storage)
+    _write_report(report, report_out, plot_out)
+    print(f"wrote {result.csv_path}, {result.json_path}, {report_out.given} and {plot_out.given}")
     return 0
+
+
+def head_to_head_report(names: list[str], rows: list[dict[str, Any]], storage: str | None) -> dict[str, Any]:
+    """Per strategy (under ``strategies.<name>``): the best-so-far curve against wall time, the
+    held-out speedup of its best mask, the mask, its skip ratio, M, alpha, trials, seconds and
+    the time it took to reach 95% of its final best."""
+    from layersearch.objectives import objective_direction
+    from layersearch.study.inspect import best_curve, time_to_fraction
+    from layersearch.study.storage import open_study
+
+    strategies: dict[str, Any] = {}
+    for name, row in zip(names, rows):
+        study = open_study(name, storage, read_only=True)[0]
+        curve = [(round(s, 3), v) for s, v in best_curve(study)]
+        maximize = objective_direction(row["objective"]) == "maximize"
+        strategies[row["strategy"]] = {
+            "study": name,
+            "objective": row["objective"],
+            "direction": "maximize" if maximize else "minimize",
+            "curve": [list(point) for point in curve],
+            "trials": row["trials"],
+            "search_seconds": row["search_seconds"],
+            "seconds_to_95pct": time_to_fraction(curve, maximize),
+            "heldout_speedup": row["speedup"],
+            "mask": row["mask"],
+            "skip_ratio": row["skip_ratio"],
+            "M": row["M"],
+            "alpha": row["alpha"],
+        }
+    domain = rows[0]["domain"] if rows else None
+    return {"kind": "layersearch-head-to-head", "domain": domain, "model": rows[0]["model"] if rows else None,
+            "split": "test", "strategies": strategies}
+
+
+def _report_targets(args: Any, prefix: str):
+    from layersearch.outputs import check_output
+
+    base = args.out_prefix or prefix
+    base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
+    return (check_output(args.out or f"{base}-head-to-head.json", "--out"),
+            check_output(args.plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))
+
+
+def _write_report(report: dict[str, Any], out, plot) -> None:
+    from layersearch.jsonfile import json_text
+    from layersearch.outputs import write_outputs
+    from layersearch.plots import plot_head_to_head
+
+    write_outputs([(out, json_text(report))], "--out")
+    plot_head_to_head(report["strategies"], plot)
 
 
 def ordering(rows: list[dict[str, Any]]) -> str:

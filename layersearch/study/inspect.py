@@ -102,3 +102,37 @@ def search_seconds(trials: Sequence[Any]) -> float:
         if trial.datetime_start and trial.datetime_complete:
             total += (trial.datetime_complete - trial.datetime_start).total_seconds()
     return total
+
+
+def best_curve(study: Any) -> list[tuple[float, float]]:
+    """``(seconds since the first trial started, best objective so far)`` at each completed
+    trial, in completion order: how soon a search got where it got."""
+    import math
+
+    from optuna.trial import TrialState
+
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.datetime_complete]
+    starts = [t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]
+    if not trials or not starts:
+        return []
+    origin = min(starts)
+    maximize = study.direction.name == "MAXIMIZE"
+    curve, best = [], math.nan
+    for trial in sorted(trials, key=lambda t: (t.datetime_complete, t.number)):
+        value = float(trial.value)
+        if not math.isnan(value) and (math.isnan(best) or (value > best if maximize else value < best)):
+            best = value
+        curve.append(((trial.datetime_complete - origin).total_seconds(), best))
+    return curve
+
+
+def time_to_fraction(curve: Sequence[tuple[float, float]], maximize: bool, fraction: float = 0.95) -> float | None:
+    """Seconds until the best-so-far first came within ``fraction`` of its final value (95%:
+    at least 0.95 x final when maximizing, at most final / 0.95 when minimizing)."""
+    if not curve:
+        return None
+    final = curve[-1][1]
+    for seconds, best in curve:
+        if (best >= fraction * final) if maximize else (best <= final / fraction):
+            return seconds
+    return curve[-1][0]

@@ -180,6 +180,18 @@ def test_head_to_head_small_budget(workdir, cli, tiny_model_dir, tiny_profile):
     assert all(r["speedup"] > 0 for r in rows)
     assert "ordering swift > selfsd-bo" in out and "Table 12" in out
     assert (workdir / "hh.csv").is_file()
+    report = json.loads((workdir / "hh-head-to-head.json").read_text())
+    assert list(report["strategies"]) == ["swift", "selfsd-bo", "random"] and report["split"] == "test"
+    for name, entry in report["strategies"].items():
+        row = next(r for r in rows if r["strategy"] == name)
+        assert entry["heldout_speedup"] == row["speedup"] and entry["mask"] == row["mask"]
+        seconds = [point[0] for point in entry["curve"]]
+        assert len(entry["curve"]) == row["trials"] and seconds == sorted(seconds)
+        bests = [point[1] for point in entry["curve"]]
+        better = max if entry["direction"] == "maximize" else min
+        assert all(bests[i] == better(bests[: i + 1]) for i in range(len(bests)))  # a running best
+        assert entry["seconds_to_95pct"] <= seconds[-1]
+    assert (workdir / "hh-head-to-head.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_progress_bar_only_on_a_terminal():
