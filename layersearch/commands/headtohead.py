@@ -55,6 +55,8 @@ def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> Non
     h.add_argument("--repeats", type=int, default=1, help="measurement rounds of the final comparison")
     h.add_argument("--quiet", action="store_true")
     h.add_argument("--profile", help="latency profile JSON (default: measure a quick one)")
+    h.add_argument("--preset", choices=["paper"],
+                   help="each strategy that has this preset (selfsd-bo, swift) runs with its paper's settings")
     h.add_argument("--out", default=None,
                    help="the report: per strategy its search curve, held-out speedup, best mask, M and alpha "
                         "(default PREFIX-head-to-head.json)")
@@ -84,8 +86,9 @@ def run(args: Any) -> int:
     plans = []
     for strategy in registered:
         objective = strategy.objective or args.random_objective
+        own = argparse.Namespace(**{**vars(args), "preset": args.preset if args.preset in strategy.presets else None})
         settings = settings_from_args(
-            args, strategy=strategy.name, objective=objective,
+            own, strategy=strategy.name, objective=objective,
             skip_ratio=ratio if strategy.takes_ratio else None,
         ).validated()
         plans.append((f"{prefix}-{strategy.name}", settings))

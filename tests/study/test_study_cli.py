@@ -210,3 +210,20 @@ def test_progress_bar_only_on_a_terminal():
         text = stream.getvalue()
         assert ("2/2" in text and "best=0.25" in text) if drawn else text == ""
         assert progress.count == 2
+
+
+def test_head_to_head_other_strategies_with_the_paper_preset(workdir, cli, tiny_model_dir, tiny_profile):
+    status, out, err = cli(
+        "study", "head-to-head", "--model", tiny_model_dir, "--domain", "translation", "--budget", "0.5",
+        "--strategies", "knapsack,uniform,selfsd-bo", "--preset", "paper", "--samples", "2", "--max-new-tokens", "4",
+        "--draft-threshold", "0", "--prefix", "hk", "--profile", tiny_profile, "--quiet",
+        "--out", "report.json", "--plot", "curves.png",
+    )
+    assert status == 0, err
+    report = json.loads((workdir / "report.json").read_text())
+    assert {name: entry["objective"] for name, entry in report["strategies"].items()} == {
+        "knapsack": "tpt", "uniform": "matchness", "selfsd-bo": "time-per-token"}
+    settings = load("hk-selfsd-bo").user_attrs["settings"]
+    assert settings["strategy_options"].get("acquisition") == "ucb"  # the paper preset reached selfsd-bo
+    assert all(entry["heldout_speedup"] > 0 for entry in report["strategies"].values())
+    assert (workdir / "curves.png").is_file()
