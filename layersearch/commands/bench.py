@@ -16,7 +16,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
     p = sub.add_parser("bench", help="plain generate vs HF peers vs our loop, per domain")
     model_args(p)
-    p.add_argument("--domains", default="summarization,math,code", help="comma-separated domains")
+    p.add_argument("--domains", default=None, help="comma-separated domains (default summarization,math,code; "
+                                                   "with --prompts only the file)")
+    p.add_argument("--prompts", metavar="FILE", help="your own prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
+                                                     "per line); their test split is measured, like a domain's")
     p.add_argument("--prompts-per-domain", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--skip-ratios", default="0.1,0.2,0.3,0.45", help="uniform mask ratios to run")
@@ -58,7 +61,7 @@ def run(args: Any) -> int:
     positive_int(args.repeats, "--repeats")
     positive_int(args.prompts_per_domain, "--prompts-per-domain")
     positive_int(args.max_new_tokens, "--max-new-tokens")
-    domains = [d for d in args.domains.split(",") if d]
+    domains = _domains(args)
     drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
     loaded = load(args)
     draft_models = _draft_models(args, loaded, peers + tuple(drafters))
@@ -67,7 +70,8 @@ def run(args: Any) -> int:
 
         return spec_bench.run(args, loaded)
     split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
-    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split)] for d in domains}
+    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
+               for d in domains}
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + _masks(args, loaded.info)
     profile = _profile(args, loaded)
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
@@ -86,6 +90,18 @@ def run(args: Any) -> int:
     write_json_atomic(out, report)
     announce(out, f"wrote {out}")
     return 0
+
+
+def _domains(args: Any) -> list[str]:
+    """``--domains`` and the prompt file of ``--prompts`` (checked before the model loads)."""
+    from layersearch.data.user import choose_rows, domain_for
+
+    default = "" if args.prompts else "summarization,math,code"
+    domains = [d for d in (args.domains if args.domains is not None else default).split(",") if d]
+    if args.prompts:
+        choose_rows(args.prompts, args.prompts_per_domain, 0, args.split or "test")
+        domains.append(domain_for(args.prompts))
+    return domains
 
 
 def _peers(args: Any) -> tuple[str, ...]:

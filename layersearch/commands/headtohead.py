@@ -32,7 +32,7 @@ from typing import Any
 
 from layersearch.checks import check_positive
 from layersearch.commands.args import model_args
-from layersearch.commands.study_common import OBJECTIVE_HELP, format_run_summary, format_table, log, search_args, settings_from_args
+from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, format_run_summary, format_table, log, search_args, settings_from_args
 from layersearch.errors import LayersearchError
 
 PAPER = "swift.txt Table 12: SWIFT 1.56x after 116 s, Self-SD BO 0.97x after 155 s"
@@ -45,7 +45,8 @@ def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> Non
         help="benchmark: swift, selfsd-bo and random under the same wall-clock budget on one domain",
     )
     model_args(h)
-    h.add_argument("--domain", default="summarization")
+    h.add_argument("--domain", help="prompt domain (default summarization; or --prompts)")
+    h.add_argument("--prompts", metavar="FILE", help="your own prompts (JSONL), split by a hash of each row")
     h.add_argument("--budget", type=float, default=600.0, help="search seconds per strategy (default 600)")
     h.add_argument("--strategies", default="swift,selfsd-bo,random", help="comma-separated (default swift,selfsd-bo,random)")
     h.add_argument("--random-objective", default="matchness", help=f"objective of the random search ({OBJECTIVE_HELP}; default matchness)")
@@ -76,7 +77,9 @@ def run(args: Any) -> int:
         raise LayersearchError("--strategies must list distinct strategy names")
     registered = [get_strategy(name) for name in strategies]
     check_objective(args.random_objective)
-    prefix = args.prefix or f"h2h-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
+    args.domain, args.prompts = domain_from_args(args, default="summarization"), None
+    label = "prompts" if args.domain.startswith("file:") else args.domain
+    prefix = args.prefix or f"h2h-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
     ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
     from layersearch.study.compare import table_targets
 

@@ -26,7 +26,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     c = actions.add_parser("create", help="create a study (settings stored with it; latency profile measured)")
     c.add_argument("--name", required=True)
     model_args(c)
-    c.add_argument("--domain", required=True, help="prompt domain (summarization, math, code, translation, storytelling, sql)")
+    c.add_argument("--domain", help="prompt domain (summarization, math, code, translation, storytelling, sql, "
+                                    "mix:a,b,..., file:PROMPTS.jsonl); or --prompts")
+    c.add_argument("--prompts", metavar="FILE", help="your own prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
+                                                     "per line), split train/validation/test by a hash of each row")
     c.add_argument("--strategy", required=True, help="selfsd-bo, swift, random, tpe, uniform or knapsack")
     c.add_argument("--objective", help=f"{OBJECTIVE_HELP} (required unless --preset gives it)")
     c.add_argument("--storage", help=STORAGE_HELP)

@@ -24,6 +24,21 @@ def search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (
     parser.add_argument("--decode-stats", action="store_true", help="matchness trials also run the decoder to record M, alpha, tokens/s")
 
 
+def domain_from_args(args: Any, default: str | None = None) -> str:
+    """The prompt domain of ``--domain`` or ``--prompts FILE`` (the domain ``file:FILE``), one of them."""
+    from layersearch.data.user import domain_for
+    from layersearch.errors import LayersearchError
+
+    domain, prompts = getattr(args, "domain", None), getattr(args, "prompts", None)
+    if domain is not None and prompts is not None:
+        raise LayersearchError("give --domain or --prompts, not both")
+    if prompts is not None:
+        return domain_for(prompts)
+    if domain is None and default is None:
+        raise LayersearchError("say which prompts to search on: --domain NAME or --prompts FILE.jsonl")
+    return domain if domain is not None else default
+
+
 def settings_from_args(args: Any, *, strategy: str | None = None, objective: str | None = None, skip_ratio: Any = "args"):
     """StudySettings from create-style arguments (``--preset`` and strategy options applied)."""
     from layersearch.errors import LayersearchError
@@ -34,7 +49,7 @@ def settings_from_args(args: Any, *, strategy: str | None = None, objective: str
         raise LayersearchError("study create needs --objective (or --preset paper for selfsd-bo and swift)")
     settings = StudySettings(
         model=args.model,
-        domain=args.domain,
+        domain=domain_from_args(args),
         strategy=strategy or args.strategy,
         objective=objective or args.objective,
         skip_ratio=args.skip_ratio if skip_ratio == "args" else skip_ratio,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from types import MappingProxyType
 
-from layersearch.data import gsm, humaneval, mixed, news, sql, stories, translation
+from layersearch.data import gsm, humaneval, mixed, news, sql, stories, translation, user
 from layersearch.data import spec_bench as spec_bench_source
 from layersearch.data._common import Prompt, cache_dir, check_count
 from layersearch.data.splits import SPLITS, check_split, split_of
@@ -53,13 +53,16 @@ SHOTS = MappingProxyType({domain: _SOURCES[domain].SHOTS for domain in DOMAINS})
 
 
 def load_prompts(
-    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, spec_bench: str | os.PathLike | None = None
+    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, spec_bench: str | os.PathLike | None = None,
+    tokenizer=None,
 ) -> tuple[Prompt, ...]:
     """n prompts of one domain, deterministic for seed; few-shot examples drawn disjoint
     from the query items. ``split`` ("train", "validation", "test") takes the queries from
     that split and the examples from train (:mod:`layersearch.data.splits`); None: all items.
     ``spec-bench:<group>`` domains read Spec-Bench's question file: ``spec_bench``, else
-    ``$LAYERSEARCH_SPEC_BENCH`` (:mod:`layersearch.data.spec_bench`).
+    ``$LAYERSEARCH_SPEC_BENCH`` (:mod:`layersearch.data.spec_bench`). ``file:PATH`` domains read
+    the user's own prompt file (:mod:`layersearch.data.user`); its chat rows are formatted with
+    ``tokenizer``'s chat template.
 
     Raises LayersearchError for an unknown domain, a missing source package, or an ``n``
     larger than the source allows (the message names the maximum).
@@ -70,6 +73,8 @@ def load_prompts(
         if not path:
             raise LayersearchError(f"{domain} needs Spec-Bench's question.jsonl: pass --spec-bench FILE")
         return spec_bench_source.prompts(path, domain[len(spec_bench_source.PREFIX):], n, seed, check_split(split))
+    if user.is_user_domain(domain):
+        return user.prompts(domain[len(user.PREFIX):], n, seed, check_split(split), tokenizer)
     if domain.startswith(mixed.PREFIX):  # ``mix:a,b,c``: the parts' prompts in turn (KNN-SSD's SSD_M)
         check_count(n)
         names = mixed.parts(domain, DOMAINS)
@@ -81,11 +86,14 @@ def load_prompts(
 
 
 def check_domain(domain: str) -> None:
-    """Raise LayersearchError unless ``domain`` is a known domain or a valid ``mix:a,b,...``."""
-    if domain.startswith(mixed.PREFIX):
+    """Raise LayersearchError unless ``domain`` is a known domain, a valid ``mix:a,b,...`` or a
+    readable prompt file ``file:PATH``."""
+    if user.is_user_domain(domain):
+        user.read_rows(domain[len(user.PREFIX):])
+    elif domain.startswith(mixed.PREFIX):
         mixed.parts(domain, DOMAINS)
     elif domain not in _SOURCES:
-        raise LayersearchError(f"unknown domain {domain!r}; known domains: {', '.join(DOMAINS)} (or mix:a,b,...)")
+        raise LayersearchError(f"unknown domain {domain!r}; known domains: {', '.join(DOMAINS)} (or mix:a,b,..., or file:PROMPTS.jsonl)")
 
 
 def long_prompt(approx_chars: int, *, seed: int = 0) -> str:

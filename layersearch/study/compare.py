@@ -120,7 +120,7 @@ def _measure_rows(
             models[model_key] = load_study_model(settings)
         loaded = models[model_key]
         runtime = ModelRuntime.from_texts(
-            loaded, prompt_texts(settings, split), max_new_tokens=settings.max_new_tokens,
+            loaded, prompt_texts(settings, split, tokenizer=loaded.tokenizer), max_new_tokens=settings.max_new_tokens,
             max_draft=settings.max_draft, draft_threshold=settings.draft_threshold,
         )
         masks = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from layersearch.errors import LayersearchError
-from layersearch.study.rebuild import initial_masks, load_study_model, prompt_texts, strategy_plan
+from layersearch.study.rebuild import check_prompts, initial_masks, load_study_model, prompt_texts, strategy_plan
 from layersearch.study.settings import SETTINGS_ATTR, StudySettings
 from layersearch.study.storage import StorageLocation, quiet_warnings, check_name, open_storage, storage_location
 
@@ -57,8 +57,9 @@ def create_study(
     if existing is not None:
         return existing
     location.check_creatable()
-    texts = prompt_texts(settings)  # checks the domain's packages before the model loads
+    check_prompts(settings)  # the domain's packages or prompt file, before the model loads
     loaded = loaded if loaded is not None else load_study_model(settings)
+    texts = prompt_texts(settings, tokenizer=loaded.tokenizer)
     info = loaded.info
     strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
     if profile is not None:

@@ -49,13 +49,25 @@ def initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], pr
     )
 
 
-def prompt_texts(settings: StudySettings, split: str | None | bool = False) -> list[str]:
-    """The study's prompts: its search split by default, another split when given (None: all)."""
+def prompt_texts(settings: StudySettings, split: str | None | bool = False, tokenizer: Any = None) -> list[str]:
+    """The study's prompts: its search split by default, another split when given (None: all);
+    ``tokenizer`` formats the chat rows of a user prompt file."""
     from layersearch.data import load_prompts
 
     chosen = settings.prompt_split if split is False else split
-    prompts = load_prompts(settings.domain, settings.samples, seed=settings.prompt_seed, split=chosen)
+    prompts = load_prompts(settings.domain, settings.samples, seed=settings.prompt_seed, split=chosen, tokenizer=tokenizer)
     return [prompt.text for prompt in prompts]
+
+
+def check_prompts(settings: StudySettings) -> None:
+    """Fail before the model loads if the study's prompts cannot be had (a missing package, a
+    bad prompt file, too few rows in its search split)."""
+    from layersearch.data import user
+
+    if user.is_user_domain(settings.domain):
+        user.choose_rows(settings.domain[len(user.PREFIX):], settings.samples, settings.prompt_seed, settings.prompt_split)
+    else:
+        prompt_texts(settings)
 
 
 def load_study_model(settings: StudySettings) -> Any:

@@ -92,8 +92,8 @@ def trial_function(study: Any, settings: Any, storage_obj: Any, loaded: Any = No
     from layersearch.objectives import ModelRuntime, make_objective
 
     info = settings.info()
-    texts = prompt_texts(settings)
     loaded = loaded if loaded is not None else load_study_model(settings)
+    texts = prompt_texts(settings, tokenizer=loaded.tokenizer)
     if loaded.info.fingerprint != info.fingerprint:
         raise LayersearchError(
             f"model {settings.model!r} is not the one the study was created with "

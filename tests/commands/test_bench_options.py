@@ -59,3 +59,20 @@ def test_bench_with_a_draft_model_end_to_end(capsys, tiny_with_embedded_tokenize
     assert rows["hf assisted (small)"]["identical_to_plain"] is True
     assert rows["ours: model (small) [heuristic]"]["identical_to_plain"] is True
     assert "ours: model (small) [heuristic]" in stdout
+
+
+def test_bench_on_the_users_own_prompts(capsys, tiny_with_embedded_tokenizer, tmp_path):
+    _, _, verifier = tiny_with_embedded_tokenizer(0)
+    rows = [{"prompt": f"def f{i}(x): return x + {i}"} for i in range(20)]
+    rows += [{"messages": [{"role": "user", "content": f"Add {i} and {i + 1}."}]} for i in range(20)]
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli(
+        capsys, "bench", "--model", verifier, "--prompts", prompts, "--prompts-per-domain", 3, "--max-new-tokens", 4,
+        "--repeats", 1, "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--out", out,
+    )
+    assert code == 0, err
+    domains = json.loads(out.read_text())["domains"]
+    assert list(domains) == [f"file:{prompts}"]
+    assert all(r["identical_to_plain"] for r in domains[f"file:{prompts}"]["rows"])

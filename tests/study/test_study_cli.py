@@ -227,3 +227,25 @@ def test_head_to_head_other_strategies_with_the_paper_preset(workdir, cli, tiny_
     assert settings["strategy_options"].get("acquisition") == "ucb"  # the paper preset reached selfsd-bo
     assert all(entry["heldout_speedup"] > 0 for entry in report["strategies"].values())
     assert (workdir / "curves.png").is_file()
+
+
+def test_a_study_on_the_users_own_prompts(workdir, cli, tiny_model_dir, tiny_profile):
+    rows = [{"prompt": f"w{3 + i % 50} w{5 + i % 40} w{7 + i % 30}"} for i in range(30)]
+    (workdir / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    status, out, err = cli(
+        "study", "create", "--name", "own", "--model", str(tiny_model_dir), "--prompts", "mine.jsonl",
+        "--strategy", "random", "--objective", "time-per-token", "--samples", "2", "--max-new-tokens", "4",
+        "--draft-threshold", "0", "--profile", str(tiny_profile),
+    )
+    assert status == 0, err
+    domain = load("own").user_attrs["settings"]["domain"]
+    assert domain == f"file:{workdir / 'mine.jsonl'}"  # absolute: the study reruns from any folder
+    status, out, err = cli("study", "run", "--name", "own", "--trials", "2", "--quiet")
+    assert status == 0 and "ran 2 trial(s)" in out, err
+    status, _, err = cli("study", "create", "--name", "x", "--model", str(tiny_model_dir), "--prompts", "mine.jsonl",
+                         "--domain", "code", "--strategy", "random", "--objective", "time-per-token")
+    assert status == 2 and "not both" in err
+    (workdir / "few.jsonl").write_text('{"prompt": "w3 w4"}\n')
+    status, _, err = cli("study", "create", "--name", "y", "--model", str(tiny_model_dir), "--prompts", "few.jsonl",
+                         "--strategy", "random", "--objective", "time-per-token", "--samples", "2")
+    assert status == 2 and "at least about" in err and not (workdir / "studies" / "y.db").exists()
