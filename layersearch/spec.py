@@ -56,10 +56,10 @@ def registry_names() -> dict[str, tuple[str, ...]]:
     """The names in each plug-in registry (the CLI's choices): ``drafter``, ``lookahead`` (without
     the file rules), ``verifier``, ``dynamic`` and ``on_the_fly`` mask sources."""
     from layersearch.runtime import LOOKAHEADS, VERIFIERS
-    from layersearch.runtime.drafters import DRAFTER_NAMES
+    from layersearch.runtime.drafters import DRAFTERS
     from layersearch.sources import DYNAMIC_SOURCES, ON_THE_FLY_SOURCES
 
-    return {"drafter": DRAFTER_NAMES, "lookahead": tuple(LOOKAHEADS), "verifier": tuple(VERIFIERS),
+    return {"drafter": tuple(DRAFTERS), "lookahead": tuple(LOOKAHEADS), "verifier": tuple(VERIFIERS),
             "dynamic": DYNAMIC_SOURCES, "on_the_fly": ON_THE_FLY_SOURCES}
 
 
@@ -103,9 +103,9 @@ class DrafterSpec:
     model: ModelRef | None = None  # an independent draft model sharing the tokenizer
 
     def __post_init__(self) -> None:
-        from layersearch.runtime.drafters import DRAFTER_NAMES
+        from layersearch.runtime.drafters import DRAFTERS
 
-        _require_name(self.name, DRAFTER_NAMES, "drafter")
+        _require_name(self.name, tuple(DRAFTERS), "drafter")
         if self.model is not None and self.name != "layer-skip":
             raise LayersearchError(f"drafter {self.name!r} takes no draft model (only layer-skip is replaced by one)")
 
@@ -280,7 +280,7 @@ class DecoderSpec:
         sampling = _object(body["sampling"], "sampling", required=tuple(f.name for f in fields(SamplingSpec)))
         info = None if model["info"] is None else ModelInfo.from_dict(model["info"], "model.info")
         return cls(
-            model=ModelSpec(_ref(model, "model"), info, model["device"], model["dtype"]),
+            model=ModelSpec(_nested(lambda d: ModelRef(d["ref"], d["path"]), model, "model"), info, model["device"], model["dtype"]),
             plain=body["plain"],
             drafter=DrafterSpec(drafter["name"], None if drafter["model"] is None else _ref(drafter["model"], "drafter.model")),
             mask_source=MaskSourceSpec(**source),
