@@ -159,3 +159,14 @@ def test_cli_choices_come_from_the_registries(monkeypatch, capsys):
         main(["generate", "--help"])
     out = capsys.readouterr().out
     assert "{layer-skip,prompt-lookup,hybrid,echo}" in out and "{chain,tree,tree2}" in out
+
+
+@pytest.mark.embedded
+def test_embedded_model_save_spec_then_spec_gives_identical_text(tmp_path, capsys):
+    spec = tmp_path / "spec.json"
+    common = ("--prompt", "The capital of France is", "--max-new-tokens", 16, "--threads", 1)
+    ran = generated(capsys, *common, "--skip-ratio", 0.2, "--save-spec", spec)
+    plain = generated(capsys, *common, "--baseline")
+    rerun = generated(capsys, "--spec", spec, *common)
+    assert rerun[0]["text"] == ran[0]["text"] == plain[0]["text"] and rerun[0]["token_ids"] == ran[0]["token_ids"]
+    assert json.loads(spec.read_text())["model"]["ref"] == "smollm2-135m"
