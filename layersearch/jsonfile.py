@@ -32,6 +32,8 @@ def file_kind(data: Any) -> str | None:
         return None
     if {"num_layers", "attention", "mlp"} <= data.keys():
         return "a mask file"
+    if data.get("kind") == "layersearch-decoder-spec":
+        return "a decoder spec"
     if data.get("kind") == "latency-profile" or "verify_ratios" in data:
         return "a latency profile"
     if "domains" in data and "profile" in data:

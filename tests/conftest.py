@@ -70,3 +70,23 @@ def exact_three_token_law():
         return law.reshape(-1)
 
     return law_of
+
+
+@pytest.fixture(scope="session")
+def tiny_word_models(tmp_path_factory):
+    """Two model folders sharing a small word tokenizer ("w0".."w127", bos w1, eos w2): a 4-layer
+    random Llama (the verifier) and a 1-layer one (an independent drafter)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(128)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0", eos_token="w2", bos_token="w1")
+    folders = []
+    for name, layers, seed in (("verifier", 4, 0), ("drafter", 1, 7)):
+        folder = tmp_path_factory.mktemp(name)
+        build_tiny_model("llama", num_layers=layers, vocab_size=128, seed=seed).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders.append(folder)
+    return tuple(folders)

@@ -1,6 +1,6 @@
 """``layersearch steer train | eval | shrink``: SD²'s steering for the layer-skip self-drafter or an
 independent draft model (see :mod:`layersearch.steer`), a layer-pruned drafter cut from the
-verifier, and ``generate --steering`` / ``--draft-model``'s helpers."""
+verifier (``generate --steering`` / ``--draft-model`` are wired in :mod:`layersearch.build`)."""
 
 from __future__ import annotations
 
@@ -194,12 +194,9 @@ def _self_mask(args: Any, mask_file, info):
 
 
 def _load_drafter(args: Any, name: str, loaded):
-    from layersearch.models.loading import default_dtype, load_model
-    from layersearch.runtime.drafters import ModelDrafter
+    from layersearch.build import load_draft_model
 
-    drafter = load_model(name, device=args.device, dtype=args.dtype or default_dtype(args.device))
-    ModelDrafter(drafter.model).check_target(loaded.model)
-    return drafter
+    return load_draft_model(name, loaded, args.device, args.dtype)
 
 
 def _prompts(loaded, domain: str, n: int, seed: int, split: str, max_tokens: int):
@@ -280,83 +277,3 @@ def _print_report(report: dict) -> None:
             tail += "  vs plain: " + ", ".join(f"{arm} x{ratio:.2f}" for arm, ratio in vs_plain.items())
         print(f"{setting}: " + "; ".join(parts) + tail)
     print(f"computing W_s g: {report['bias_ms_per_stage']:.3f} ms per drafting stage", flush=True)
-
-
-# ----- generate --steering / --draft-model --------------------------------------------------
-def steering_for_generate(args: Any, info, mask_file):
-    """The ``--steering`` file of ``generate`` checked against the model and options, and the
-    mask to use (the self-drafter file's unless ``--mask`` gives the same one; None for a file
-    trained for a draft model); (None, mask_file) without it."""
-    path = getattr(args, "steering", None)
-    if not path:
-        return None, mask_file
-    from layersearch.steer import SteeringFile
-
-    if args.baseline or args.dynamic or getattr(args, "on_the_fly", None) or getattr(args, "drafter", "layer-skip") == "prompt-lookup":
-        raise LayersearchError(
-            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --dynamic, --on-the-fly or prompt-lookup"
-        )
-    steering = SteeringFile.load(path)
-    try:
-        steering.check_verifier(info)
-    except LayersearchError as exc:
-        raise LayersearchError(f"{path}: {exc}") from None
-    if steering.drafter is not None:
-        if args.skip_ratio is not None or mask_file is not None or getattr(args, "drafter", "layer-skip") != "layer-skip":
-            raise LayersearchError(
-                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --skip-ratio / --drafter"
-            )
-        return steering, None
-    if getattr(args, "draft_model", None):
-        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no --draft-model")
-    if args.skip_ratio is not None or (mask_file is not None and _sublayers(mask_file) != _sublayers(steering.mask)):
-        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask / --skip-ratio")
-    return steering, steering.mask
-
-
-def draft_model_for_generate(args: Any, loaded, steering):
-    """The independent draft model of ``--draft-model`` (else the steering file's drafter), its
-    vocabulary checked against the verifier's and, with steering, its fingerprint against the
-    file's; None when neither names one."""
-    name = getattr(args, "draft_model", None)
-    if name is None and steering is not None and steering.drafter is not None:
-        name = steering.drafter.name
-    if name is None:
-        return None
-    drafter = _load_drafter(args, name, loaded)
-    if steering is not None:
-        try:
-            steering.check_models(loaded.info, drafter.info, drafter.model)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{args.steering}: {exc}") from None
-    return drafter
-
-
-def check_draft_model_args(args: Any) -> None:
-    """``--draft-model`` drafts with its own model: refuse the options that choose another drafter."""
-    if getattr(args, "draft_model", None) is None:
-        return
-    if not args.draft_model.strip():
-        raise LayersearchError("--draft-model needs a model: an embedded name, HF id or local directory")
-    clashes = [flag for flag, given in (
-        ("--mask", args.mask), ("--skip-ratio", args.skip_ratio is not None), ("--dynamic", args.dynamic),
-        ("--router", getattr(args, "router", None)), ("--on-the-fly", getattr(args, "on_the_fly", None)),
-        ("--baseline", args.baseline), (f"--drafter {args.drafter}", args.drafter != "layer-skip"),
-        ("--profile", getattr(args, "profile", None)),  # a latency profile costs masked forwards of the target
-    ) if given]
-    if clashes:
-        raise LayersearchError(f"--draft-model drafts with an independent model; it takes no {', '.join(clashes)}")
-
-
-def _sublayers(mask) -> tuple:
-    return tuple(sorted(mask.attention)), tuple(sorted(mask.mlp))
-
-
-def steer_drafter(drafter, steering):
-    """``drafter`` steered by ``steering`` (a SteeringFile), or unchanged without one."""
-    if steering is None:
-        return drafter
-    from layersearch.steer import SteeredDrafter
-
-    return SteeredDrafter(drafter, steering.params)
-

@@ -1,0 +1,64 @@
+"""The runtime: the decode loop (:mod:`~layersearch.runtime.decoder`) and its plug-in points.
+
+The registries of the plug-ins that need no trained file live here and in
+:mod:`layersearch.runtime.drafters` (drafters): name -> factory, so a new lookahead rule or
+verifier is one module and one line below. Factories import their module when called: this
+module stays light (no torch), since the CLI builds its ``choices`` from these names for
+``--help`` too. Mask sources (controllers) sit with their methods: :mod:`layersearch.sources`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def _static(max_tokens: int, threshold: float) -> Any:
+    from layersearch.runtime.lookahead import StaticLookahead
+
+    return StaticLookahead(max_tokens)
+
+
+def _confidence(max_tokens: int, threshold: float) -> Any:
+    from layersearch.runtime.lookahead import ConfidenceLookahead
+
+    return ConfidenceLookahead(max_tokens, threshold)
+
+
+def _adaptive(max_tokens: int, threshold: float) -> Any:
+    from layersearch.runtime.lookahead import AdaptiveLookahead
+
+    return AdaptiveLookahead.starting_at(max_tokens, threshold)
+
+
+def _heuristic(max_tokens: int, threshold: float) -> Any:
+    from layersearch.runtime.lookahead import HeuristicLookahead
+
+    return HeuristicLookahead(max_tokens, ceiling=max(32, max_tokens))
+
+
+#: Lookahead rules: name -> factory(max_tokens, threshold) -> Lookahead.
+LOOKAHEADS: dict[str, Callable[[int, float], Any]] = {
+    "static": _static,
+    "confidence": _confidence,
+    "adaptive": _adaptive,
+    "heuristic": _heuristic,
+}
+
+
+def _chain() -> tuple[Any, Any]:
+    from layersearch.runtime.verification import ChainVerifier
+
+    return ChainVerifier(), None
+
+
+def _tree() -> tuple[Any, Any]:
+    from layersearch.runtime.tree import TopKBranching, TreeVerifier
+
+    return TreeVerifier(), TopKBranching()
+
+
+#: Verifiers: name -> factory() -> (verifier, branching of the drafts it checks, None = chains).
+VERIFIERS: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "chain": _chain,
+    "tree": _tree,
+}

@@ -25,7 +25,7 @@ output is the target's own, whatever they decide. The plug-in points:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -106,22 +106,31 @@ class SpeculativeDecoder:
 
     @torch.inference_mode()
     def generate(
-        self, input_ids: torch.Tensor | Iterable[int], max_new_tokens: int, *, eos_token_ids: Iterable[int] | None = None
+        self, input_ids: torch.Tensor | Iterable[int], max_new_tokens: int, *, eos_token_ids: Iterable[int] | None = None,
+        sampling: SamplingConfig | None = None, on_tokens: Callable[[Sequence[int]], None] | None = None,
     ) -> GenerationResult:
-        """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (batch size 1)."""
+        """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (batch size 1).
+
+        ``sampling`` overrides the decoder's settings for this call; ``on_tokens`` is called with
+        the new tokens each time the loop commits some (the prefill's token, then each step's
+        accepted tokens and the verifier's own), for streaming; it cannot change the loop."""
         prompt = _as_prompt(input_ids, self.model.device)
         stop = eos_ids(self.model) if eos_token_ids is None else frozenset(eos_token_ids)
-        return _Run(self, prompt, max_new_tokens, stop).execute()
+        return _Run(self, prompt, max_new_tokens, stop, sampling, on_tokens).execute()
 
 
 class _Run:
     """State of one generation; ``execute`` is the loop of the module docstring."""
 
-    def __init__(self, decoder: SpeculativeDecoder, prompt: torch.Tensor, max_new: int, stop: frozenset[int]):
+    def __init__(
+        self, decoder: SpeculativeDecoder, prompt: torch.Tensor, max_new: int, stop: frozenset[int],
+        sampling: SamplingConfig | None = None, on_tokens: Callable[[Sequence[int]], None] | None = None,
+    ):
         if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
             raise LayersearchError(f"max new tokens must be an integer >= 1, got {max_new!r}")
         self.model = decoder.model
-        self.sampling = decoder.sampling
+        self.sampling = decoder.sampling if sampling is None else sampling
+        self.on_tokens = on_tokens
         self.drafter, self.verifier, self.controller = decoder.drafter, decoder.verifier, decoder.controller
         self.lookahead = decoder.lookahead
         self.mask = SkipMask.none(decoder.num_layers)  # until the controller chooses one
@@ -260,6 +269,10 @@ class _Run:
             if token in self.stop:
                 self.stop_now = True
                 break
+        if self.on_tokens is not None:
+            kept = max(0, min(emitted, self.max_new - (len(self.tokens) - emitted)))  # what the result keeps
+            if kept:
+                self.on_tokens(tuple(self.tokens[len(self.tokens) - emitted : len(self.tokens) - emitted + kept]))
         return emitted
 
     def _position(self) -> int:

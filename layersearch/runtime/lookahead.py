@@ -25,10 +25,11 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from layersearch.errors import LayersearchError
+from layersearch.runtime import LOOKAHEADS
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 
-LOOKAHEAD_NAMES = ("static", "confidence", "adaptive", "heuristic")
+LOOKAHEAD_NAMES = tuple(LOOKAHEADS)
 
 
 @dataclass(frozen=True)
@@ -184,13 +185,9 @@ class HeuristicLookahead(_CappedRule):
 
 
 def lookahead_named(name: str, max_tokens: int = 8, threshold: float = 0.8) -> Lookahead:
-    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`) with these settings."""
-    if name == "static":
-        return StaticLookahead(max_tokens)
-    if name == "confidence":
-        return ConfidenceLookahead(max_tokens, threshold)
-    if name == "adaptive":
-        return AdaptiveLookahead.starting_at(max_tokens, threshold)
-    if name == "heuristic":
-        return HeuristicLookahead(max_tokens, ceiling=max(32, max_tokens))
-    raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
+    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`, the registry
+    :data:`layersearch.runtime.LOOKAHEADS`) with these settings."""
+    factory = LOOKAHEADS.get(name)
+    if factory is None:
+        raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
+    return factory(max_tokens, threshold)

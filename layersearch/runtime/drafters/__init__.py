@@ -1,38 +1,77 @@
-"""Drafters: where draft tokens come from (one module each; see ``base`` for the protocol)."""
+"""Drafters: where draft tokens come from (one module each; see ``base`` for the protocol).
+
+:data:`DRAFTERS` is the registry of the drafters that need no extra model: name -> factory
+``(branching) -> Drafter``; a new drafter is its module plus one line there. This package stays
+light (no torch until a class is used): the CLI's ``--drafter`` choices come from the registry,
+and its parsers are built for ``--help`` too. The classes below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
 
 from layersearch.errors import LayersearchError
-from layersearch.runtime.drafters.base import DraftRequest, Drafter, Proposal, StatelessDrafter, draft_chain
-from layersearch.runtime.drafters.hybrid import HybridDrafter
-from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
-from layersearch.runtime.drafters.model import ModelDrafter
-from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter, lookup_continuation
-
-DRAFTER_NAMES = ("layer-skip", "prompt-lookup", "hybrid")
 
 
-def drafter_named(name: str, branching=None) -> Drafter:
+def _layer_skip(branching=None) -> Any:
+    from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
+
+    return LayerSkipDrafter(branching)
+
+
+def _prompt_lookup(branching=None) -> Any:
+    from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
+
+    return PromptLookupDrafter()
+
+
+def _hybrid(branching=None) -> Any:
+    from layersearch.runtime.drafters.hybrid import HybridDrafter
+
+    return HybridDrafter(fallback=_layer_skip(branching))
+
+
+#: Drafters that need no extra model: name -> factory(branching) (``branching`` widens
+#: layer-skip drafts into token trees). The independent draft model (:class:`ModelDrafter`)
+#: takes its model instead: it is the spec's ``drafter.model``.
+DRAFTERS: dict[str, Callable[..., Any]] = {
+    "layer-skip": _layer_skip,
+    "prompt-lookup": _prompt_lookup,
+    "hybrid": _hybrid,
+}
+DRAFTER_NAMES = tuple(DRAFTERS)
+
+
+def drafter_named(name: str, branching=None) -> Any:
     """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`);
     ``branching`` widens the layer-skip drafts into token trees."""
-    if name == "layer-skip":
-        return LayerSkipDrafter(branching)
-    if name == "prompt-lookup":
-        return PromptLookupDrafter()
-    if name == "hybrid":
-        return HybridDrafter(fallback=LayerSkipDrafter(branching))
-    raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
+    factory = DRAFTERS.get(name)
+    if factory is None:
+        raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
+    return factory(branching)
 
 
-__all__ = [
-    "DRAFTER_NAMES",
-    "DraftRequest",
-    "Drafter",
-    "HybridDrafter",
-    "LayerSkipDrafter",
-    "ModelDrafter",
-    "PromptLookupDrafter",
-    "Proposal",
-    "StatelessDrafter",
-    "draft_chain",
-    "drafter_named",
-    "lookup_continuation",
-]
+# Public name -> the module defining it, imported on first access (PEP 562).
+_LAZY = {
+    "DraftRequest": "base",
+    "Drafter": "base",
+    "Proposal": "base",
+    "StatelessDrafter": "base",
+    "draft_chain": "base",
+    "HybridDrafter": "hybrid",
+    "LayerSkipDrafter": "layer_skip",
+    "ModelDrafter": "model",
+    "PromptLookupDrafter": "prompt_lookup",
+    "lookup_continuation": "prompt_lookup",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+__all__ = ["DRAFTERS", "DRAFTER_NAMES", "drafter_named", *sorted(_LAZY)]

@@ -1,0 +1,229 @@
+"""build_decoder: a :class:`~layersearch.spec.DecoderSpec` and a loaded model -> a ready decoder.
+
+All the wiring between a spec and the runtime lives here: the plug-ins come from their
+registries (drafters, lookahead rules, verifiers in :mod:`layersearch.runtime`, mask sources in
+:mod:`layersearch.sources`), the files a spec names (DISCO classifier, KNN router, SD² steering
+file, latency profile, independent draft model) are read and checked against the model, and the
+spec is returned *resolved*: bound to the model's fingerprint, its mask inline.
+
+Order, so bad input fails before slow work: :func:`read_spec_files` needs no model (call it
+before loading one); :func:`build_decoder` checks everything against the model before decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from layersearch.errors import LayersearchError
+from layersearch.sources import MASK_SOURCES, SourceInputs, load_or_measure_profile
+from layersearch.spec import DecoderSpec, MaskSourceSpec
+
+__all__ = ["BuiltDecoder", "SpecFiles", "build_decoder", "load_draft_model", "load_or_measure_profile", "read_spec_files"]
+
+
+@dataclass(frozen=True)
+class SpecFiles:
+    """The files of a spec that are read before the model loads (None where it names none)."""
+
+    disco: Any = None  # DiscoFile of a ``disco`` lookahead
+    router: Any = None  # Router of a ``router`` mask source
+
+
+def read_spec_files(spec: DecoderSpec) -> SpecFiles:
+    """Read and validate the DISCO and router files ``spec`` names (no model needed)."""
+    disco = router = None
+    if spec.lookahead.file is not None:
+        from layersearch.disco.file import DiscoFile
+
+        disco = DiscoFile.load(spec.lookahead.file)
+    if spec.mask_source.kind == "router":
+        from layersearch.knn.router import Router
+
+        router = Router.load(spec.mask_source.file)
+    return SpecFiles(disco, router)
+
+
+class BuiltDecoder:
+    """A spec made runnable on a loaded model: ``run`` decodes token ids.
+
+    ``speculative`` is the :class:`~layersearch.runtime.decoder.SpeculativeDecoder` (None for a
+    plain spec, which runs transformers' ``generate``); reuse the object for a stream of inputs,
+    since a controller (SWIFT on the fly) learns across them. ``profile`` is the latency profile
+    that predicts a fixed mask's speedup, when the spec names one.
+    """
+
+    def __init__(self, loaded: Any, spec: DecoderSpec, speculative: Any, profile: Any = None) -> None:
+        self.loaded = loaded
+        self.spec = spec
+        self.speculative = speculative
+        self.profile = profile
+
+    @property
+    def controller(self) -> Any:
+        """The decode loop's controller (None for a plain spec)."""
+        return None if self.speculative is None else self.speculative.controller
+
+    def sampling(self, do_sample: bool | None = None, temperature: float | None = None, top_p: float | None = None,
+                 seed: int | None = None) -> Any:
+        """The spec's sampling settings with the given ones replacing them (a SamplingConfig)."""
+        from layersearch.runtime.sampling import SamplingConfig
+
+        base = self.spec.sampling
+        do_sample = base.do_sample if do_sample is None else do_sample
+        if temperature is None:
+            temperature = base.temperature if base.do_sample else 1.0
+        if not do_sample:
+            temperature = 0.0
+        return SamplingConfig(temperature, base.top_p if top_p is None else top_p, base.seed if seed is None else seed)
+
+    def run(self, input_ids: Any, max_new_tokens: int, *, sampling: Any = None,
+            on_tokens: Callable[[Sequence[int]], None] | None = None) -> Any:
+        """Decode up to ``max_new_tokens`` after ``input_ids`` (a GenerationResult); ``on_tokens``
+        gets the new tokens as they are committed (for a plain spec: all of them at the end)."""
+        from layersearch.runtime.baseline import hf_generate
+
+        sampling = self.sampling() if sampling is None else sampling
+        if self.speculative is not None:
+            return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens)
+        result = hf_generate(self.loaded.model, input_ids, max_new_tokens, sampling=sampling)
+        if on_tokens is not None and result.token_ids:
+            on_tokens(result.token_ids)
+        return result
+
+
+def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None) -> BuiltDecoder:
+    """The decoder ``spec`` describes on ``loaded`` (a LoadedModel); ``files`` from
+    :func:`read_spec_files` when read already. Every file is checked against the model first."""
+    files = read_spec_files(spec) if files is None else files
+    info = loaded.info
+    spec.check_model(info)
+    if files.router is not None:
+        _prefixed(spec.mask_source.file, files.router.check_model, info)
+    steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
+    draft = _draft_model(spec, loaded, steering)  # an independent drafter (or None)
+    if draft is not None and spec.profile:
+        raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
+    if steering is not None and files.router is not None:
+        raise LayersearchError("--steering was trained for one mask; it takes no --router (which switches masks)")
+    if files.disco is not None:
+        _prefixed(spec.lookahead.file, files.disco.check_model, info)
+        if file_mask is None and spec.mask_source.kind == "default":
+            file_mask = files.disco.mask  # the mask the classifier was trained for
+    kind = "none" if spec.plain or draft is not None else spec.mask_source.kind
+    policy = _policy(spec)
+    source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
+    resolved = _resolved(spec, info, kind, source.get("mask"))
+    if spec.plain:
+        return BuiltDecoder(loaded, resolved, None)
+    speculative = _speculative(loaded, spec, files, source, steering, draft)
+    profile = _profile(spec.profile, info) if "mask" in source else None
+    return BuiltDecoder(loaded, resolved, speculative, profile)
+
+
+def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any) -> Any:
+    """The SpeculativeDecoder: lookahead, verifier, drafter (maybe steered) and the mask source."""
+    from layersearch.runtime import VERIFIERS
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafters import ModelDrafter, drafter_named
+
+    lookahead = files.disco.lookahead() if files.disco is not None else _policy(spec).lookahead(spec.lookahead.name)
+    verifier, branching = VERIFIERS[spec.verifier]()
+    drafter = ModelDrafter(draft.model) if draft is not None else drafter_named(spec.drafter.name, branching)
+    if steering is not None:  # drafts a chain: tree verification falls back to it
+        from layersearch.steer import SteeredDrafter
+
+        drafter = SteeredDrafter(drafter, steering.params)
+    sampling = BuiltDecoder(loaded, spec, None).sampling()
+    return SpeculativeDecoder(loaded.model, sampling=sampling, lookahead=lookahead, drafter=drafter, verifier=verifier, **source)
+
+
+def _policy(spec: DecoderSpec) -> Any:
+    from layersearch.runtime.drafting import DraftPolicy
+
+    return DraftPolicy(spec.lookahead.max_draft, spec.lookahead.threshold)
+
+
+def _resolved(spec: DecoderSpec, info: Any, kind: str, mask: Any) -> DecoderSpec:
+    """``spec`` bound to the model, with the mask it drafts with inline (or no mask source)."""
+    if mask is not None:
+        file = spec.mask_source.file if spec.mask_source.kind == "mask" else None
+        source = MaskSourceSpec("mask", mask=mask, file=file)
+    elif kind in ("default", "none"):
+        source = MaskSourceSpec("none")
+    else:
+        source = spec.mask_source
+    return replace(spec, model=replace(spec.model, info=info), mask_source=source)
+
+
+def _prefixed(path: str | None, check: Callable[[Any], None], info: Any) -> None:
+    """``check(info)``, its error prefixed with the file it is about."""
+    try:
+        check(info)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{path}: {exc}") from None
+
+
+def _profile(path: str | None, info: Any) -> Any:
+    if not path:
+        return None
+    from layersearch.profile import LatencyProfile
+
+    return LatencyProfile.load(path, model=info)
+
+
+# ----- SD²: the steering file and an independent draft model -----------------------------------
+def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
+    """The steering file checked against the model and the spec, and the mask to use (the
+    self-drafter file's; None for a file trained for a draft model); (None, None) without one."""
+    path = spec.steering
+    if not path:
+        return None, None
+    from layersearch.steer import SteeringFile
+
+    kind, drafter = spec.mask_source.kind, spec.drafter.name
+    if spec.plain or kind in ("knapsack", "swift") or drafter == "prompt-lookup":
+        raise LayersearchError(
+            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --dynamic, --on-the-fly or prompt-lookup"
+        )
+    steering = SteeringFile.load(path)
+    _prefixed(path, steering.check_verifier, info)
+    if steering.drafter is not None:
+        if kind in ("uniform", "mask") or drafter != "layer-skip":
+            raise LayersearchError(
+                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --skip-ratio / --drafter"
+            )
+        return steering, None
+    if spec.drafter.model is not None:
+        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no --draft-model")
+    if kind == "uniform" or (kind == "mask" and _sublayers(spec.mask_source.mask) != _sublayers(steering.mask)):
+        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask / --skip-ratio")
+    return steering, steering.mask
+
+
+def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any) -> Any:
+    """The spec's independent draft model (else the steering file's drafter), loaded and checked."""
+    ref = spec.drafter.model.ref if spec.drafter.model is not None else None
+    if ref is None and steering is not None and steering.drafter is not None:
+        ref = steering.drafter.name
+    if ref is None:
+        return None
+    drafter = load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
+    if steering is not None:
+        _prefixed(spec.steering, lambda _: steering.check_models(loaded.info, drafter.info, drafter.model), None)
+    return drafter
+
+
+def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None) -> Any:
+    """Draft model ``ref`` on ``device`` / ``dtype`` (None: the device's default), its vocabulary
+    checked against the verifier's."""
+    from layersearch.models.loading import default_dtype, load_model
+    from layersearch.runtime.drafters import ModelDrafter
+
+    drafter = load_model(ref, device=device, dtype=dtype or default_dtype(device))
+    ModelDrafter(drafter.model).check_target(loaded.model)
+    return drafter
+
+
+def _sublayers(mask: Any) -> tuple:
+    return tuple(sorted(mask.attention)), tuple(sorted(mask.mlp))

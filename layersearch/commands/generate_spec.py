@@ -1,0 +1,109 @@
+"""``layersearch generate``'s options -> a :class:`~layersearch.spec.DecoderSpec`, with every
+check that needs no model (so bad input fails before the model loads), or the ``--spec`` file."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Mapping
+
+from layersearch.commands.common import positive_int
+from layersearch.commands.onthefly import check_on_the_fly, swift_config
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.spec import (DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
+                              SamplingSpec, lookahead_names)
+
+#: Options that do not describe the decoder: they apply with ``--spec`` too.
+RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec")
+
+
+def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
+    """The spec ``args`` describe (``defaults``: every option's default, to tell what ``--spec``
+    conflicts with)."""
+    if args.spec:
+        given = [f"--{dest.replace('_', '-')}" for dest, default in defaults.items()
+                 if dest not in RUN_OPTIONS and getattr(args, dest, default) != default]
+        if given:
+            raise LayersearchError(f"--spec {args.spec} describes the decoder; it takes no {', '.join(given)}")
+        return DecoderSpec.load(args.spec)
+    from layersearch.runtime.sampling import SamplingConfig
+
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)  # its wording on bad values
+    if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or args.router):
+        raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
+    _check_args(args)
+    check_draft_model_args(args)
+    check_on_the_fly(args)
+    source = _mask_source(args)  # a bad mask file fails here, before the model load
+    return DecoderSpec(
+        model=ModelSpec(ModelRef.given(args.model), None, args.device, args.dtype),
+        plain=args.baseline,
+        drafter=DrafterSpec(args.drafter, ModelRef.given(args.draft_model) if args.draft_model else None),
+        mask_source=source,
+        steering=args.steering,
+        lookahead=_lookahead(args),
+        verifier=args.verification,
+        sampling=SamplingSpec(not sampling.greedy, sampling.temperature, sampling.top_p, sampling.seed),
+        profile=args.profile,
+        max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
+    )
+
+
+def _check_args(args: Any) -> None:
+    """The option checks of the draft settings."""
+    from layersearch.runtime.drafting import DraftPolicy
+
+    if args.threads is not None:
+        positive_int(args.threads, "--threads")
+    if args.skip_ratio is not None and not 0.0 <= args.skip_ratio <= 1.0:
+        raise LayersearchError(f"--skip-ratio must be between 0 and 1, got {args.skip_ratio}")
+    if args.reselect_every < 1:
+        raise LayersearchError(f"--reselect-every must be >= 1, got {args.reselect_every}")
+    DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    if args.adaptive_threshold and args.lookahead not in (None, "adaptive"):
+        raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
+
+
+def check_draft_model_args(args: Any) -> None:
+    """``--draft-model`` drafts with its own model: refuse the options that choose another drafter."""
+    if getattr(args, "draft_model", None) is None:
+        return
+    if not args.draft_model.strip():
+        raise LayersearchError("--draft-model needs a model: an embedded name, HF id or local directory")
+    clashes = [flag for flag, given in (
+        ("--mask", args.mask), ("--skip-ratio", args.skip_ratio is not None), ("--dynamic", args.dynamic),
+        ("--router", getattr(args, "router", None)), ("--on-the-fly", getattr(args, "on_the_fly", None)),
+        ("--baseline", args.baseline), (f"--drafter {args.drafter}", args.drafter != "layer-skip"),
+        ("--profile", getattr(args, "profile", None)),  # a latency profile costs masked forwards of the target
+    ) if given]
+    if clashes:
+        raise LayersearchError(f"--draft-model drafts with an independent model; it takes no {', '.join(clashes)}")
+
+
+def _mask_source(args: Any) -> MaskSourceSpec:
+    """Where the mask comes from: --mask, --skip-ratio, --dynamic, --router, --on-the-fly, or the default."""
+    if args.mask:
+        return MaskSourceSpec("mask", mask=SkipMask.load(args.mask), file=args.mask)
+    if args.on_the_fly:  # --skip-ratio is then SWIFT's r
+        return MaskSourceSpec(args.on_the_fly, swift=asdict(swift_config(args)))
+    if args.skip_ratio is not None:
+        return MaskSourceSpec("uniform", skip_ratio=args.skip_ratio)
+    if args.dynamic:
+        return MaskSourceSpec(args.dynamic, reselect_every=args.reselect_every)
+    if args.router:
+        return MaskSourceSpec("router", file=args.router)
+    return MaskSourceSpec("default")
+
+
+def _lookahead(args: Any) -> LookaheadSpec:
+    """``--lookahead`` (a registered rule or disco:FILE) with --max-draft / --draft-threshold."""
+    name = args.lookahead or ("adaptive" if args.adaptive_threshold else "confidence")
+    file = None
+    if name.startswith("disco:"):
+        name, file = "disco", name[len("disco:"):]
+        if not file:
+            raise LayersearchError("--lookahead disco: needs a file, e.g. --lookahead disco:disco.json")
+    elif name not in lookahead_names() or name == "disco":
+        names = [n for n in lookahead_names() if n != "disco"]
+        raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(names)}, disco:FILE)")
+    return LookaheadSpec(name, args.max_draft, args.draft_threshold, file)
