@@ -56,6 +56,11 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--draft-model", metavar="MODEL",
                    help="draft with an independent model sharing the tokenizer (embedded name, HF id or directory; "
                    "default with a --steering file trained for one: that file's)")
+    # FR-Spec (issue 21): the draft's LM head scores only the N most frequent tokens.
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="the draft (masked model or --draft-model) scores only the N most frequent tokens of the "
+                   "tokenizer, counted once from the train prompts and cached; output stays lossless "
+                   "(default 0: the full vocabulary)")
     p.set_defaults(command="generate")
 
 
@@ -70,6 +75,7 @@ def run(args: Any) -> int:
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or getattr(args, "router", None)):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
     _check_args(args)
+    _check_draft_vocab(args)
     check_draft_model_args(args)
     check_on_the_fly(args)
     # A bad mask or DISCO file fails before the (slower) model load.
@@ -91,7 +97,10 @@ def run(args: Any) -> int:
             mask_file = disco.mask  # the mask the classifier was trained for
     plain_mask = args.baseline or args.dynamic or router is not None or args.on_the_fly or draft is not None
     mask = None if plain_mask else _mask(args, mask_file, loaded.info)
-    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router, steering, draft)
+    from layersearch.vocab import draft_vocabulary
+
+    vocab = draft_vocabulary(loaded, args.draft_vocab or 0)  # None: the draft runs the full head
+    decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router, steering, draft, vocab)
     profile = _profile(args, loaded.info) if mask is not None else None
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output
@@ -127,6 +136,16 @@ def _check_args(args: Any) -> None:
         raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
 
 
+def _check_draft_vocab(args: Any) -> None:
+    """``--draft-vocab`` needs a drafter that runs a model head (checked before the model loads)."""
+    n = getattr(args, "draft_vocab", 0) or 0
+    check_int(n, "--draft-vocab", minimum=0)
+    if n and args.baseline:
+        raise LayersearchError("--baseline runs plain decoding; it takes no --draft-vocab")
+    if n and getattr(args, "drafter", None) == "prompt-lookup" and getattr(args, "draft_model", None) is None:
+        raise LayersearchError("--drafter prompt-lookup runs no model, so --draft-vocab has no head to reduce")
+
+
 def _profile(args: Any, info):
     if not args.profile:
         return None
@@ -146,7 +165,7 @@ def _mask(args: Any, mask_file: SkipMask | None, info) -> SkipMask:
     return SkipMask.uniform(info.num_layers, ratio, model=info)
 
 
-def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, steering=None, draft=None):
+def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, steering=None, draft=None, vocab=None):
     from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafters import drafter_named
     from layersearch.runtime.drafting import DraftPolicy
@@ -160,11 +179,13 @@ def _decoder(args: Any, loaded, mask: SkipMask | None, sampling, router=None, st
     else:
         lookahead = policy.lookahead(name)
     plugins = _verification(getattr(args, "verification", None) or "chain")
-    plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", plugins.pop("branching"))
+    branching = plugins.pop("branching")
     if draft is not None:
         from layersearch.runtime.drafters import ModelDrafter
 
-        plugins["drafter"] = ModelDrafter(draft.model)  # drafts a chain: tree verification falls back to it
+        plugins["drafter"] = ModelDrafter(draft.model, vocab=vocab)  # drafts a chain: tree verification falls back to it
+    else:
+        plugins["drafter"] = drafter_named(getattr(args, "drafter", None) or "layer-skip", branching, vocab=vocab)
     plugins["drafter"] = steer_drafter(plugins["drafter"], steering)
     if args.on_the_fly:
         from layersearch.swift.controller import swift_decoder
