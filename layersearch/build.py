@@ -121,6 +121,15 @@ def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None
     return BuiltDecoder(loaded, resolved, speculative, profile)
 
 
+def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:
+    """FR-Spec's reduced draft head (a VocabSubset of the target's tokenizer), None for the full head."""
+    if not spec.drafter.vocab:
+        return None
+    from layersearch.vocab import draft_vocabulary
+
+    return draft_vocabulary(loaded, spec.drafter.vocab)
+
+
 def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any) -> Any:
     """The SpeculativeDecoder: lookahead, verifier, drafter (maybe steered) and the mask source."""
     from layersearch.runtime import VERIFIERS
@@ -129,7 +138,8 @@ def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[
 
     lookahead = files.disco.lookahead() if files.disco is not None else _policy(spec).lookahead(spec.lookahead.name)
     verifier, branching = VERIFIERS[spec.verifier]()
-    drafter = ModelDrafter(draft.model) if draft is not None else drafter_named(spec.drafter.name, branching)
+    vocab = _draft_vocab(loaded, spec)
+    drafter = ModelDrafter(draft.model, vocab=vocab) if draft is not None else drafter_named(spec.drafter.name, branching, vocab=vocab)
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 

@@ -11,7 +11,7 @@ File format (``format`` 1)::
     {"kind": "layersearch-decoder-spec", "format": 1,
      "model": {"ref": "smollm2-135m", "path": false, "info": {...} | null, "device": "cpu", "dtype": null},
      "plain": false,
-     "drafter": {"name": "layer-skip", "model": null | {"ref": ..., "path": ...}},
+     "drafter": {"name": "layer-skip", "model": null | {"ref": ..., "path": ...}, "vocab": 0},
      "mask_source": {"kind": "mask", "mask": {<mask file>}, "file": "mask.json"},
      "steering": null, "profile": null,
      "lookahead": {"name": "confidence", "max_draft": 8, "threshold": 0.8, "file": null},
@@ -101,11 +101,16 @@ class DrafterSpec:
 
     name: str = "layer-skip"
     model: ModelRef | None = None  # an independent draft model sharing the tokenizer
+    vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
 
     def __post_init__(self) -> None:
         from layersearch.runtime.drafters import DRAFTERS
 
         _require_name(self.name, tuple(DRAFTERS), "drafter")
+        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
+            raise LayersearchError(f"drafter.vocab must be a count >= 0 (0: the full vocabulary), got {self.vocab!r}")
+        if self.vocab and self.name == "prompt-lookup" and self.model is None:
+            raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.vocab has no head to reduce")
         if self.model is not None and self.name != "layer-skip":
             raise LayersearchError(f"drafter {self.name!r} takes no draft model (only layer-skip is replaced by one)")
 
@@ -248,7 +253,7 @@ class DecoderSpec:
             "model": {"ref": model.ref.ref, "path": model.ref.path, "info": model.info.to_dict() if model.info else None,
                       "device": model.device, "dtype": model.dtype},
             "plain": self.plain,
-            "drafter": {"name": self.drafter.name, "model": _ref_dict(self.drafter.model)},
+            "drafter": {"name": self.drafter.name, "model": _ref_dict(self.drafter.model), "vocab": self.drafter.vocab},
             "mask_source": source,
             "steering": self.steering,
             "profile": self.profile,
@@ -271,7 +276,7 @@ class DecoderSpec:
             raise LayersearchError(f"unsupported spec format {data.get('format')!r} (this version reads {SPEC_FORMAT})")
         body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format"))
         model = _object(body["model"], "model", required=("ref", "path", "info", "device", "dtype"))
-        drafter = _object(body["drafter"], "drafter", required=("name", "model"))
+        drafter = _object(body["drafter"], "drafter", required=("name", "model"), optional=("vocab",))
         source = _object(body["mask_source"], "mask_source", required=("kind",),
                          optional=("mask", "file", "skip_ratio", "reselect_every", "swift"))
         if "mask" in source:
@@ -282,7 +287,8 @@ class DecoderSpec:
         return cls(
             model=ModelSpec(_nested(lambda d: ModelRef(d["ref"], d["path"]), model, "model"), info, model["device"], model["dtype"]),
             plain=body["plain"],
-            drafter=DrafterSpec(drafter["name"], None if drafter["model"] is None else _ref(drafter["model"], "drafter.model")),
+            drafter=DrafterSpec(drafter["name"], None if drafter["model"] is None else _ref(drafter["model"], "drafter.model"),
+                                drafter.get("vocab", 0)),
             mask_source=MaskSourceSpec(**source),
             steering=body["steering"],
             lookahead=LookaheadSpec(**lookahead),

@@ -67,6 +67,11 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    "verifier, sampling) as JSON")
     p.add_argument("--spec", metavar="FILE", help="run the decoder of a spec file (from --save-spec); --prompt, --prompts, "
                    "--max-new-tokens, --json and --threads still apply")
+    # FR-Spec (issue 21): the draft's LM head scores only the N most frequent tokens.
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="the draft (masked model or --draft-model) scores only the N most frequent tokens of the "
+                   "tokenizer, counted once from the train prompts and cached; output stays lossless "
+                   "(default 0: the full vocabulary)")
     p.set_defaults(command="generate")
 
 

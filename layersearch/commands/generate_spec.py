@@ -32,13 +32,14 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or args.router):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
     _check_args(args)
+    _check_draft_vocab(args)
     check_draft_model_args(args)
     check_on_the_fly(args)
     source = _mask_source(args)  # a bad mask file fails here, before the model load
     return DecoderSpec(
         model=ModelSpec(ModelRef.given(args.model), None, args.device, args.dtype),
         plain=args.baseline,
-        drafter=DrafterSpec(args.drafter, ModelRef.given(args.draft_model) if args.draft_model else None),
+        drafter=DrafterSpec(args.drafter, ModelRef.given(args.draft_model) if args.draft_model else None, args.draft_vocab),
         mask_source=source,
         steering=args.steering,
         lookahead=_lookahead(args),
@@ -47,6 +48,18 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
         profile=args.profile,
         max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
     )
+
+
+def _check_draft_vocab(args: Any) -> None:
+    """``--draft-vocab`` needs a drafter that runs a model head (checked before the model loads)."""
+    from layersearch.checks import check_int
+
+    n = args.draft_vocab or 0
+    check_int(n, "--draft-vocab", minimum=0)
+    if n and args.baseline:
+        raise LayersearchError("--baseline runs plain decoding; it takes no --draft-vocab")
+    if n and args.drafter == "prompt-lookup" and args.draft_model is None:
+        raise LayersearchError("--drafter prompt-lookup runs no model, so --draft-vocab has no head to reduce")
 
 
 def _check_args(args: Any) -> None:

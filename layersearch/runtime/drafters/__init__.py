@@ -14,27 +14,30 @@ from typing import Any, Callable
 from layersearch.errors import LayersearchError
 
 
-def _layer_skip(branching=None) -> Any:
+def _layer_skip(branching=None, vocab=None) -> Any:
     from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 
-    return LayerSkipDrafter(branching)
+    return LayerSkipDrafter(branching, vocab=vocab)
 
 
-def _prompt_lookup(branching=None) -> Any:
+def _prompt_lookup(branching=None, vocab=None) -> Any:
     from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
 
+    if vocab is not None:
+        raise LayersearchError("prompt lookup runs no model, so a reduced draft vocabulary has nothing to restrict")
     return PromptLookupDrafter()
 
 
-def _hybrid(branching=None) -> Any:
+def _hybrid(branching=None, vocab=None) -> Any:
     from layersearch.runtime.drafters.hybrid import HybridDrafter
 
-    return HybridDrafter(fallback=_layer_skip(branching))
+    return HybridDrafter(fallback=_layer_skip(branching, vocab))
 
 
-#: Drafters that need no extra model: name -> factory(branching) (``branching`` widens
-#: layer-skip drafts into token trees). The independent draft model (:class:`ModelDrafter`)
-#: takes its model instead: it is the spec's ``drafter.model``.
+#: Drafters that need no extra model: name -> factory(branching, vocab) (``branching`` widens
+#: layer-skip drafts into token trees; ``vocab``, a VocabSubset, gives the draft a reduced head).
+#: The independent draft model (:class:`ModelDrafter`) takes its model instead: it is the
+#: spec's ``drafter.model``.
 DRAFTERS: dict[str, Callable[..., Any]] = {
     "layer-skip": _layer_skip,
     "prompt-lookup": _prompt_lookup,
@@ -43,13 +46,14 @@ DRAFTERS: dict[str, Callable[..., Any]] = {
 DRAFTER_NAMES = tuple(DRAFTERS)
 
 
-def drafter_named(name: str, branching=None) -> Any:
+def drafter_named(name: str, branching=None, *, vocab=None) -> Any:
     """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`);
-    ``branching`` widens the layer-skip drafts into token trees."""
+    ``branching`` widens the layer-skip drafts into token trees; ``vocab`` (a VocabSubset)
+    gives the draft a reduced head (prompt lookup runs no head: it refuses one)."""
     factory = DRAFTERS.get(name)
     if factory is None:
         raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
-    return factory(branching)
+    return factory(branching, vocab)
 
 
 # Public name -> the module defining it, imported on first access (PEP 562).

@@ -3,7 +3,8 @@
 The drafter keeps its own KV cache across the steps of one generation. Before each draft it
 keeps the longest prefix of its cache that agrees with the emitted sequence (accepted draft
 tokens stay; rejected ones are cropped) and feeds the rest in one forward, so it never
-re-reads the prompt.
+re-reads the prompt. With ``vocab`` its head scores only a subset of the vocabulary (FR-Spec:
+the draft model's own LM head is a quarter of a 0.5B Qwen's weights).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from layersearch.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, draft_chain
 from layersearch.runtime.forward import forward_tokens
+from layersearch.runtime.vocab_head import DraftHeads, VocabSubset
 
 
 def _vocab(model: torch.nn.Module) -> int:
@@ -21,12 +23,15 @@ def _vocab(model: torch.nn.Module) -> int:
 
 
 class ModelDrafter(StatelessDrafter):
-    """Drafts with ``model``, an independent causal LM with the same vocabulary as the target."""
+    """Drafts with ``model``, an independent causal LM with the same vocabulary as the target;
+    ``vocab`` restricts its head to a subset of the vocabulary (None: the full head)."""
 
     name = "model"
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, *, vocab: VocabSubset | None = None) -> None:
         self.model = model
+        self.vocab = vocab
+        self._heads = None if vocab is None else DraftHeads(vocab)
         self._cache = None
         self._ids: list[int] = []  # ids whose entries are in self._cache, in order
 
@@ -49,13 +54,14 @@ class ModelDrafter(StatelessDrafter):
             return Proposal.empty(self.name)
         sequence = request.sequence.tolist()
         keep = min(_common_prefix(self._ids, sequence), len(sequence) - 1)
+        options = {} if self._heads is None else {"head": self._heads.for_model(self.model)}
         truncate_cache(self._cache, keep)
         self._ids = sequence[:keep]
 
         def next_logits(token: int, index: int) -> torch.Tensor:
             fed = sequence[keep:] if index == 0 else [token]
             start = len(self._ids)
-            logits = forward_tokens(self.model, fed, start, self._cache, keep=1)[-1]  # [vocab]
+            logits = forward_tokens(self.model, fed, start, self._cache, keep=1, **options)[-1]  # [vocab]
             self._ids.extend(fed)
             return logits
 

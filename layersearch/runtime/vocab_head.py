@@ -1,0 +1,100 @@
+"""A reduced-vocabulary draft head (FR-Spec): the draft scores only a subset of the vocabulary.
+
+On a small model the LM head is a large share of a draft forward (SmolLM2-135M: 49,152 x 576,
+a fifth of its weights; a 0.5B Qwen: 151,936 x 896, a quarter). FR-Spec drafts with only the
+rows of the head that belong to the N most frequent tokens. :class:`VocabSubset` names those
+tokens; :class:`SubsetHead` holds the head's rows for them, sliced once into one contiguous
+``[N, hidden]`` matrix, and turns the final norm's hidden states into full-vocabulary logits
+that are ``-inf`` outside the subset.
+
+Why this stays lossless: only the *draft* uses the subset; the verifier runs the model's own
+head. A greedy draft therefore never proposes a token outside the subset (it is simply never
+accepted by accident either: verification compares with the full model's argmax). A sampled
+draft draws from the softmax over the subset, i.e. a law that is zero outside it, and reports
+exactly that law as q, so speculative sampling's residual ``max(p - q, 0)`` gives the missing
+tokens their full mass back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from layersearch.errors import LayersearchError
+
+
+@dataclass(frozen=True)
+class VocabSubset:
+    """The token ids a reduced draft head scores (sorted, unique), the tokenizer they belong to
+    (a hash of its vocabulary) and ``n``, the count of most frequent tokens asked for (special
+    and end tokens are added on top, so ``size`` may exceed ``n`` by a few)."""
+
+    token_ids: tuple[int, ...]
+    tokenizer: str
+    n: int
+
+    def __post_init__(self) -> None:
+        ids = self.token_ids
+        if not ids:
+            raise LayersearchError("a vocabulary subset needs at least one token")
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+            raise LayersearchError("a vocabulary subset holds integer token ids")
+        if ids[0] < 0 or any(a >= b for a, b in zip(ids, ids[1:])):
+            raise LayersearchError("a vocabulary subset's token ids must be non-negative, sorted and unique")
+
+    @property
+    def size(self) -> int:
+        """How many tokens the draft head scores."""
+        return len(self.token_ids)
+
+
+class SubsetHead:
+    """The LM head of ``model`` restricted to ``subset``: its rows sliced once, kept contiguous."""
+
+    def __init__(self, model: torch.nn.Module, subset: VocabSubset) -> None:
+        head = model.get_output_embeddings()
+        weight = head.weight  # [vocab, hidden]
+        self.vocab = int(weight.shape[0])
+        if subset.token_ids[-1] >= self.vocab:
+            raise LayersearchError(
+                f"the draft vocabulary holds token id {subset.token_ids[-1]} but the model's vocabulary has "
+                f"{self.vocab} ids: it was counted for another tokenizer"
+            )
+        self.subset = subset
+        self.source = weight  # the full head this was sliced from (a changed model is re-sliced)
+        self.ids = torch.tensor(subset.token_ids, device=weight.device)  # [N]
+        self.weight = weight.detach().index_select(0, self.ids).contiguous()  # [N, hidden]
+        bias = getattr(head, "bias", None)
+        self.bias = None if bias is None else bias.detach().index_select(0, self.ids)  # [N]
+        config = getattr(model, "config", None)
+        # Gemma 2 (and Gemma 3 where set) squash the final logits: tanh(x / cap) * cap.
+        self.softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
+
+    def fits(self, model: torch.nn.Module) -> bool:
+        """True when this head was sliced from ``model``'s own LM head."""
+        return model.get_output_embeddings().weight is self.source
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits ``[n, vocab]`` from final-norm states ``hidden`` [n, hidden]:
+        the subset's scores in their columns, ``-inf`` everywhere else."""
+        scores = torch.nn.functional.linear(hidden, self.weight, self.bias)  # [n, N]
+        if self.softcap:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        full = scores.new_full((scores.shape[0], self.vocab), float("-inf"))  # [n, vocab]
+        return full.index_copy_(1, self.ids, scores)
+
+
+class DraftHeads:
+    """A drafter's reduced head: sliced on first use for the model it drafts with, and again
+    only if that model changes (a controller never swaps the model, so normally once)."""
+
+    def __init__(self, subset: VocabSubset) -> None:
+        self.subset = subset
+        self._head: SubsetHead | None = None
+
+    def for_model(self, model: torch.nn.Module) -> SubsetHead:
+        """The subset head of ``model``'s LM head."""
+        if self._head is None or not self._head.fits(model):
+            self._head = SubsetHead(model, self.subset)
+        return self._head
