@@ -61,7 +61,7 @@ class Measurement:
 
 def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
-    *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (),
+    *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (), vocab=None,
 ) -> list[Config]:
     """Plain generate, transformers' peers, our loop per mask (and per lookahead rule), and our
     other drafters.
@@ -72,7 +72,8 @@ def configs(
     skips something), ``model:MODEL`` (our ModelDrafter) and ``hybrid:MODEL`` (lookup, else the
     draft model). ``draft_models`` maps each MODEL named there to its loaded model.
     ``lookaheads`` (rule names; empty: the policy's own rule) multiply the rows that draft with
-    a model: the masks that skip something and the draft models."""
+    a model: the masks that skip something and the draft models. ``vocab`` (a VocabSubset) adds,
+    for each of those, a row whose draft scores only that subset (FR-Spec), under the first rule."""
     draft_models = dict(draft_models or {})
     rules = [(name, policy.lookahead(name)) for name in lookaheads] or [(None, policy.lookahead())]
     result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
@@ -84,7 +85,12 @@ def configs(
         for rule_name, rule in rules:
             decoder = SpeculativeDecoder(model, mask, lookahead=rule)
             result.append(Config(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
-    return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules)
+        if vocab is not None:
+            from layersearch.runtime.drafters import LayerSkipDrafter
+
+            decoder = SpeculativeDecoder(model, mask, lookahead=rules[0][1], drafter=LayerSkipDrafter(vocab=vocab))
+            result.append(Config(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), decoder.generate, mask, model))
+    return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules, vocab)
 
 
 def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Config]:
@@ -105,7 +111,7 @@ def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str,
 
 def _drafter_configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str],
-    draft_models: Mapping[str, torch.nn.Module], rules: Sequence[tuple[str | None, Any]],
+    draft_models: Mapping[str, torch.nn.Module], rules: Sequence[tuple[str | None, Any]], vocab=None,
 ) -> list[Config]:
     from layersearch.runtime.drafters import HybridDrafter, ModelDrafter, drafter_named
     from layersearch.runtime.lookahead import HeuristicLookahead
@@ -129,6 +135,10 @@ def _drafter_configs(
             for rule_name, rule in rules:
                 decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name]), lookahead=rule)
                 result.append(Config(_with_rule(f"ours: model ({_short(name)})", rule_name, len(rules)), decoder.generate, None, model))
+            if vocab is not None:
+                decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name], vocab=vocab), lookahead=rules[0][1])
+                label = f"ours: model ({_short(name)}) vocab {vocab.n}"
+                result.append(Config(_with_rule(label, rules[0][0], len(rules)), decoder.generate, None, model))
     return result
 
 

@@ -138,3 +138,20 @@ def test_bench_rows_with_a_draft_model_are_identical_to_plain(tiny_llama):
 
 def combine_drafted(measurement) -> int:
     return sum(stats.drafted for stats in measurement.stats)
+
+
+def test_bench_rows_with_a_reduced_draft_head_are_identical_to_plain(tiny_llama):
+    from layersearch.models.tiny import build_tiny_model
+    from layersearch.runtime.vocab_head import VocabSubset
+
+    small = build_tiny_model("llama", num_layers=1, hidden_size=32, vocab_size=128, seed=5)
+    vocab = VocabSubset(tuple(range(0, 128, 2)), "tiny", 64)
+    masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5).with_provenance(label="uniform 0.5")]
+    cfgs = configs(tiny_llama, masks, DraftPolicy(4, 0.0), peers=(), drafters=("model:small",),
+                   draft_models={"small": small}, vocab=vocab)
+    names = [c.name for c in cfgs]
+    assert names == [PLAIN, "ours: nothing skipped", "ours: uniform 0.5", "ours: uniform 0.5 vocab 64",
+                     "ours: model (small)", "ours: model (small) vocab 64"]
+    measured = run_domain(cfgs, [torch.tensor([[5, 9, 11, 3]])], 12, 1, lambda message: None)
+    for name in names[1:]:
+        assert measured[name].identical, name

@@ -8,6 +8,7 @@ from typing import Any
 
 from layersearch.commands.args import draft_args, model_args
 from layersearch.commands.common import load, positive_int
+from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask, write_json_atomic
 
@@ -38,6 +39,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--lookaheads", default="",
                    help="comma-separated lookahead rules (static, confidence, adaptive, heuristic): one row per rule for "
                         "each mask that skips something and each draft model (default: the confidence rule)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="also run each draft-model row and each mask that skips something with a draft head that "
+                        "scores only the tokenizer's N most frequent tokens (FR-Spec; default 0: no such rows)")
     p.add_argument("--split", choices=("train", "validation", "test"),
                    help="prompt split (default test; with --spec-bench: every question)")
     sb = p.add_argument_group("Spec-Bench mode (vanilla and ours on Spec-Bench's questions)")
@@ -61,10 +65,14 @@ def run(args: Any) -> int:
     positive_int(args.repeats, "--repeats")
     positive_int(args.prompts_per_domain, "--prompts-per-domain")
     positive_int(args.max_new_tokens, "--max-new-tokens")
+    check_int(args.draft_vocab, "--draft-vocab", minimum=0)
     domains = _domains(args)
     drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
     loaded = load(args)
     draft_models = _draft_models(args, loaded, peers + tuple(drafters))
+    from layersearch.vocab import draft_vocabulary
+
+    vocab = draft_vocabulary(loaded, args.draft_vocab)
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
         from layersearch.commands import spec_bench
 
@@ -80,7 +88,7 @@ def run(args: Any) -> int:
         ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
         context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
         cfgs = configs(loaded.model, masks, policy, peers=peers, drafters=drafters, draft_models=draft_models,
-                       lookaheads=lookaheads)
+                       lookaheads=lookaheads, vocab=vocab)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
         loop, plain = measured.get(LOOP), measured.get(PLAIN)
