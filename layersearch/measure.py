@@ -162,12 +162,14 @@ def compare(
     baseline: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
     device: Any = "cpu",
+    catch: bool = True,
 ) -> dict[str, Measurement]:
     """Measure every configuration on ``prompts`` (token ids ``[1, n]``), ``repeats`` times.
 
     Each prompt runs under every configuration back to back; the order rotates with the repeat
     and the prompt (repeat r, prompt p starts with configuration r + p). A configuration that
-    raises is reported in its measurement's ``error`` and skipped from then on. Speedups are
+    raises is reported in its measurement's ``error`` and skipped from then on (``catch=False``:
+    the exception propagates, for callers that run only our own decoders). Speedups are
     taken within a repeat against ``baseline`` (a configuration name; default the first), and
     ``identical`` compares every repeat's tokens with the baseline's first repeat."""
     from layersearch.runtime.memory import PeakMemory
@@ -189,6 +191,8 @@ def compare(
                     with PeakMemory(device) as memory:
                         runs[config.name].append(config.generate(ids, new_tokens))
                 except Exception as exc:  # a peer transformers cannot run on this model is reported, not fatal
+                    if not catch:
+                        raise
                     results[config.name].error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                     continue
                 peaks[config.name].append(memory_ratio(memory.peak_bytes, config, [ids], new_tokens))
@@ -224,3 +228,26 @@ def memory_ratio(peak_extra: int | None, config: Configuration, prompts, new_tok
     longest = max(p.shape[1] for p in prompts) + new_tokens
     weights = weight_bytes(model)
     return (weights + peak_extra) / (weights + kv_cache_bytes(model, longest))
+
+
+PLAIN_NAME = "plain"  # the baseline configuration of :func:`plain_and_masks`
+
+
+def plain_and_masks(model: Any, masks: "dict[str, SkipMask]", *, max_draft: int, draft_threshold: float) -> list[Configuration]:
+    """transformers' plain ``generate`` (named :data:`PLAIN_NAME`) and our loop with each mask
+    (greedy, Self-SD's confidence rule): the rows of the transfer matrix and ``study compare``."""
+    from layersearch.runtime.baseline import hf_generate
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafting import DraftPolicy
+
+    policy = DraftPolicy(max_draft, draft_threshold)
+    result = [Configuration(PLAIN_NAME, lambda ids, n: hf_generate(model, ids, n))]
+    for name, mask in masks.items():
+        result.append(Configuration(name, SpeculativeDecoder(model, mask, policy=policy).generate, mask, model))
+    return result
+
+
+def warm_up(configurations: Sequence[Configuration], prompt: "torch.Tensor") -> None:
+    """Two untimed tokens under every configuration: the first forwards of a process are slow."""
+    for config in configurations:
+        config.generate(prompt, 2)
