@@ -81,14 +81,22 @@ class StreamReport:
         return [r for r in self.results if r.method == method]
 
     def speedups(self, method: str) -> list[float]:
-        """Per input: plain seconds / ``method`` seconds (same tokens, checked); NaN for an input
+        """Per input: :func:`layersearch.measure.speedup` over plain (same tokens, checked: plain
+        seconds / ``method`` seconds); NaN for an input
         that ended at its first token (nothing decoded: the ratio would time the prefill only)."""
-        plain = {r.index: r.seconds for r in self.of("plain")}
-        return [plain[r.index] / r.seconds if r.seconds > 0 and r.tokens > 1 else float("nan") for r in self.of(method)]
+        from layersearch.measure import speedup
+
+        plain = {r.index: r for r in self.of("plain")}
+        ratios = [speedup(plain[r.index].seconds, plain[r.index].tokens, r.seconds, r.tokens) if r.tokens > 1 else None
+                  for r in self.of(method)]
+        return [float("nan") if ratio is None else ratio for ratio in ratios]
 
     def summary(self) -> list[dict[str, Any]]:
         """The ablation table: per method M, alpha, tokens/s and speedup over plain (pooled over the stream)."""
-        plain_seconds = sum(r.seconds for r in self.of("plain"))
+        from layersearch.measure import speedup
+
+        plain = self.of("plain")
+        plain_seconds, plain_tokens = sum(r.seconds for r in plain), sum(r.tokens for r in plain)
         rows = []
         for method in dict.fromkeys(r.method for r in self.results):
             rs = self.of(method)
@@ -99,7 +107,7 @@ class StreamReport:
                 "M": (tokens - len(rs)) / forwards if forwards else 1.0,  # each prefill's token excluded
                 "alpha": accepted / drafted if drafted else None,
                 "tokens_per_second": tokens / seconds if seconds else 0.0,
-                "speedup": plain_seconds / seconds if seconds else None,
+                "speedup": speedup(plain_seconds, plain_tokens, seconds, tokens),
                 "optimization_seconds": sum(r.optimization_seconds for r in rs),
             })
         return rows
