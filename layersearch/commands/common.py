@@ -95,3 +95,10 @@ def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
             raise LayersearchError(f"{option} gives two masks for domain {name!r}")
         named[name] = value
     return named
+
+
+def note_old_spelling(old: str, new: str) -> None:
+    """One line on stderr after a command run under its old spelling (``knapspec-bench``): it keeps
+    working, and the new one (``knapspec bench``) is where its help lives now. Printed after the
+    run, so a failing run still ends in its one error line."""
+    print(f"layersearch: note: `{old}` is the old spelling of `layersearch {new}`", file=sys.stderr, flush=True)

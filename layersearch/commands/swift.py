@@ -1,6 +1,7 @@
-"""``layersearch swift-stream``: on-the-fly SWIFT against a fixed mask and plain decoding over a
+"""``layersearch swift stream``: on-the-fly SWIFT against a fixed mask and plain decoding over a
 stream of held-out prompts that switches domain every ``--per-domain`` inputs (SWIFT Fig. 7),
-plus the chain/tree ablation table; see :mod:`layersearch.swift.stream`."""
+plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. ``swift-stream`` is its
+old spelling (:mod:`.swift_stream`). SWIFT on the fly in generation is ``generate --on-the-fly swift``."""
 
 from __future__ import annotations
 
@@ -16,8 +17,15 @@ DEFAULT_DOMAINS = "translation,math,code"
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
-    """``swift-stream``: its arguments."""
-    p = sub.add_parser("swift-stream", help="SWIFT on the fly vs a fixed mask vs plain over a domain-switching stream")
+    """Register ``swift`` and its action ``stream`` on the main CLI's subparsers."""
+    p = sub.add_parser("swift", help="SWIFT: masks optimised on the fly, during generation")
+    actions = p.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    stream_args(actions.add_parser("stream", help="SWIFT on the fly vs a fixed mask vs plain over a domain-switching stream"))
+    p.set_defaults(command="swift")
+
+
+def stream_args(p: Any) -> None:
+    """The options of ``swift stream`` (and of its old spelling)."""
     model_args(p, threads=1)
     p.add_argument("--domains", default=DEFAULT_DOMAINS, help=f"domains in stream order (default {DEFAULT_DOMAINS})")
     p.add_argument("--per-domain", type=int, default=3, help="inputs per domain before the switch (default 3)")
@@ -32,10 +40,14 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--plot", default="plots/swift_stream.png", help="PNG of speedup and matchness over the stream")
     draft_args(p, adaptive=False)
     swift_args(p)
-    p.set_defaults(command="swift_stream")
 
 
 def run(args: Any) -> int:
+    """Dispatch on the action."""
+    return {"stream": stream}[args.action](args)
+
+
+def stream(args: Any) -> int:
     """Build the stream, search the fixed mask, decode the stream with every method, report."""
     from layersearch.commands.common import load, positive_int
     from layersearch.commands.onthefly import swift_config
@@ -43,7 +55,7 @@ def run(args: Any) -> int:
     from layersearch.outputs import check_output, write_output
     from layersearch.plots import plot_swift_stream
     from layersearch.runtime.drafting import DraftPolicy
-    from layersearch.swift.stream import METHODS, StreamReport, build_stream, run_stream, search_fixed_mask
+    from layersearch.swift.bench import METHODS, StreamReport, build_stream, fixed_mask_on_train, method_decoder, run_stream
 
     for value, flag in ((args.per_domain, "--per-domain"), (args.max_new_tokens, "--max-new-tokens"),
                         (args.search_prompts, "--search-prompts")):
@@ -63,13 +75,14 @@ def run(args: Any) -> int:
     inputs = build_stream(domains, args.per_domain, seed=args.seed)
     loaded = load(args)
 
-    fixed, fixed_score = _fixed_mask(args, loaded, domains[0], config)
+    fixed, fixed_score = fixed_mask_on_train(loaded, domains[0], config, prompts=args.search_prompts,
+                                             trials=args.search_trials, seed=args.seed)
     _log(f"fixed mask searched on {domains[0]} (train): matchness {fixed_score:.3f}, {fixed.short_string()}")
     results = run_stream(
         loaded, inputs, methods=methods, fixed_mask=fixed, max_new_tokens=args.max_new_tokens,
-        make_decoder=lambda method: _decoder(method, loaded, fixed, config, policy), progress=_log,
+        make_decoder=lambda method: method_decoder(method, loaded, fixed, config, policy), progress=_log,
     )
-    settings = {k: v for k, v in vars(args).items() if k not in ("func",) and _jsonable(v)}
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "action") and _jsonable(v)}
     report = StreamReport(tuple(inputs), tuple(results), fixed, fixed_score, settings)
     write_output(out, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
     shown = [m for m in ("fixed", "swift", "fixed-tree", "swift-tree") if m in methods]
@@ -80,32 +93,6 @@ def run(args: Any) -> int:
     print(_table(report.summary()))
     print(f"wrote {args.out} and {args.plot}")
     return 0
-
-
-def _fixed_mask(args: Any, loaded: Any, domain: str, config: Any):
-    """SWIFT's offline search on the first domain's train prompts (Self-SD's static situation)."""
-    from layersearch.data import load_prompts
-    from layersearch.objectives.measuring import ModelRuntime
-    from layersearch.swift.stream import search_fixed_mask
-
-    texts = [p.text for p in load_prompts(domain, args.search_prompts, seed=args.seed, split="train")]
-    runtime = ModelRuntime.from_texts(loaded, texts, max_new_tokens=config.window + 1, warm_up=False)
-    return search_fixed_mask(runtime, loaded.info.num_layers, skip_ratio=config.skip_ratio, gamma=config.window,
-                             trials=args.search_trials, seed=args.seed, bo_interval=config.bo_interval, kappa=config.kappa)
-
-
-def _decoder(method: str, loaded: Any, fixed: Any, config: Any, policy: Any):
-    from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.drafters import LayerSkipDrafter
-    from layersearch.runtime.tree import TopKBranching, TreeVerifier
-    from layersearch.swift.controller import swift_decoder
-
-    plugins: dict[str, Any] = {}
-    if method.endswith("-tree"):
-        plugins = {"verifier": TreeVerifier(), "drafter": LayerSkipDrafter(TopKBranching())}
-    if method.startswith("swift"):
-        return swift_decoder(loaded.model, config, policy=policy, **plugins)
-    return SpeculativeDecoder(loaded.model, fixed, policy=policy, **plugins)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -1,4 +1,4 @@
-"""``layersearch knapspec-bench``: KnapSpec's long-context experiment on one model and device.
+"""KnapSpec's long-context experiment on one model and device (``layersearch knapspec bench``).
 
 For each context length (long news prompts cut to ``n`` tokens) it runs, one after the other on
 the same prompt, every run greedy and lossless:
@@ -11,127 +11,85 @@ the same prompt, every run greedy and lossless:
                    static mask a context-unaware search would have found.
 
 Reported per run: predicted TPT (tokens/s) at the first selection, alpha, measured decode
-tokens/s (prefill excluded; with and without the selection's own time), M, and the mask. The
-first selection of the ``knapsack`` run also scores the fixed mask and the bound variant on the
-same reference window, so the TPT differences are like for like. Also reported: the numba
-knapsack timing (60 items, capacity 600) against the pure-Python reference, and the cost of one
-re-selection (DP + alpha + TPT grid) as a share of the decode time of ``--interval`` steps, for
-``method="hidden"`` (KnapSpec's DP) and ``method="items"`` (per-item values + numba knapsack).
-Prints a table and writes everything to ``--out`` (JSON).
+tokens/s (prefill excluded, :func:`layersearch.measure.decode_tokens_per_second`; with and
+without the selection's own time), M, and the mask. The first selection of the ``knapsack`` run
+also scores the fixed mask and the bound variant on the same reference window, so the TPT
+differences are like for like. Also reported: the numba knapsack timing (60 items, capacity 600)
+against the pure-Python reference, and the cost of one re-selection (DP + alpha + TPT grid) as a
+share of the decode time of ``interval`` steps, for ``method="hidden"`` (KnapSpec's DP) and
+``method="items"`` (per-item values + numba knapsack).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
-from typing import Any
-
-from layersearch.commands.args import model_args
-from layersearch.errors import LayersearchError
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
 
 CHARS_PER_TOKEN = 4.7
 
 
-def add_parser(sub: Any, parser_class: type) -> None:
-    """Register ``knapspec-bench`` on the ``sub`` subparsers of the main CLI."""
-    p = sub.add_parser("knapspec-bench", help="KnapSpec long-context experiment: context-aware vs fixed masks")
-    model_args(p, threads=1)
-    p.add_argument("--contexts", default="256,1024,2048,4096", help="prompt lengths in tokens (default 256,1024,2048,4096)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per run (default 32)")
-    p.add_argument("--out", default="knapspec_bench.json", help="JSON report (default knapspec_bench.json)")
-    p.add_argument("--profile", help="latency profile JSON; measured (at the --contexts) and saved there if missing")
-    p.add_argument("--interval", type=int, default=64, help="decoding steps between re-selections (default 64)")
-    p.add_argument("--window", type=int, default=5, help="reference tokens for the DP (default 5)")
-    p.add_argument("--alpha-window", type=int, default=32, help="reference tokens for alpha (default 32; 0: the DP's own)")
-    p.add_argument("--alpha-candidates", type=int, default=8, help="candidates whose alpha is measured (default 8)")
-    p.add_argument("--max-draft", type=int, default=10, help="largest gamma of the TPT grid (default 10, KnapSpec's D)")
-    p.add_argument("--draft-threshold", type=float, default=0.7, help="early stop of drafting (default 0.7, KnapSpec's)")
-    p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
-    p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
-    p.add_argument("--check-candidates", type=int, default=0, metavar="N",
-                   help="also run the N contenders of largest predicted TPT at the first selection as fixed masks "
-                        "and report whether the predicted best measures fastest (default 0: off)")
-    p.set_defaults(command="knapspec_bench")
+@dataclass(frozen=True)
+class BenchSettings:
+    """The experiment's knobs (the command's options of the same names)."""
+
+    max_new_tokens: int = 32
+    interval: int = 64  # decoding steps between re-selections
+    window: int = 5  # reference tokens for the DP
+    alpha_window: int = 32  # reference tokens for alpha (0: the DP's own)
+    alpha_candidates: int = 8
+    max_draft: int = 10  # largest gamma of the TPT grid (KnapSpec's D)
+    draft_threshold: float = 0.7
+    method: str = "hidden"
+    seed: int = 0  # which news articles make the prompt
+    check_candidates: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings the report records (as it always has: no alpha_candidates, check_candidates)."""
+        out = asdict(self)
+        return {k: out[k] for k in ("max_new_tokens", "interval", "window", "alpha_window", "max_draft",
+                                    "draft_threshold", "method", "seed")}
 
 
-def run(args: Any) -> int:
-    """Run the experiment, print the table, write the JSON report."""
-    import torch
-
-    from layersearch.commands.common import load, positive_int
-    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
-    from layersearch.mask import parse_index_list
-
-    from layersearch.outputs import announce, check_output
-
-    out = check_output(args.out)
-    if args.profile and not os.path.exists(args.profile):  # measured, then saved there: check it now
-        check_output(args.profile, "--profile")
-    contexts = parse_index_list(args.contexts, "contexts")
-    if not contexts or min(contexts) < 8:
-        raise LayersearchError("--contexts must be token counts >= 8")
-    if args.check_candidates < 0:
-        raise LayersearchError(f"--check-candidates must be >= 0, got {args.check_candidates}")
-    for value, what in ((args.max_new_tokens, "--max-new-tokens"), (args.interval, "--interval"),
-                        (args.window, "--window"), (args.max_draft, "--max-draft")):
-        positive_int(value, what)
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-
-    loaded = load(args)
-    from layersearch.commands.common import check_context
-
-    # Every context checked before the first is measured: no partial report for a model too short.
-    check_context(loaded, max(contexts) + args.max_new_tokens + args.max_draft + 1,
-                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
-    profile = _profile(args, loaded, contexts, say)
-    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
-    say(format_benchmark(solver))
-    report: dict[str, Any] = {
-        "argv": sys.argv[1:],
-        "model": loaded.info.to_dict(),
-        "device": profile.device,
-        "threads": torch.get_num_threads(),
-        "settings": {k: getattr(args, k) for k in ("max_new_tokens", "interval", "window", "alpha_window", "max_draft",
-                                                   "draft_threshold", "method", "seed")},
-        "profile": profile.to_dict(),
-        "solver": solver,
-        "contexts": [],
-    }
+def run_bench(
+    loaded: Any, profile: Any, contexts: Sequence[int], settings: BenchSettings, *, say: Callable[[str], None],
+    report: dict[str, Any], save: Callable[[dict[str, Any]], None] = lambda report: None,
+) -> dict[str, Any]:
+    """Every context in turn, into ``report`` (which already holds the run's header and
+    ``solver``); ``save(report)`` after each context, so a partial report survives a crash."""
+    report.setdefault("contexts", [])
     fixed = None
     for n in contexts:
-        ids = _prompt_ids(loaded.tokenizer, n, args.seed)
+        ids = prompt_ids(loaded.tokenizer, n, settings.seed)
         say(f"context {ids.shape[1]}: plain, knapsack, knapsack-draft, bound-draft, fixed-short")
-        row, fixed = _one_context(args, loaded, profile, ids, fixed, say)
+        row, fixed = _one_context(settings, loaded, profile, ids, fixed, say)
         report["contexts"].append(row)
-        if not out.stream:  # a partial report survives a crash; a stream gets the whole one once
-            _write(out, report)
+        save(report)
     report["summary"] = _summary(report)
-    _write(out, report)
-    print(_table(report))
-    announce(out, f"wrote {out}")
-    return 0
+    return report
 
 
 # ----- pieces -------------------------------------------------------------------------------------
-def _profile(args, loaded, contexts, say):
+def latency_profile(loaded: Any, path: str | None, contexts: Sequence[int], max_draft: int, say: Callable[[str], None]):
+    """The profile at ``path``, or one measured at the contexts (and saved at ``path`` when given)."""
     from pathlib import Path
 
     from layersearch.profile import LatencyProfile
     from layersearch.runtime.profiler import quick_profile
 
-    if args.profile and Path(args.profile).exists():
-        return LatencyProfile.load(args.profile, model=loaded.info)
+    if path and Path(path).exists():
+        return LatencyProfile.load(path, model=loaded.info)
     say(f"measuring the latency profile at contexts 64,{','.join(map(str, contexts))} (pass --profile FILE to reuse one)")
-    profile = quick_profile(loaded.model, loaded.info, contexts=(64, *contexts), max_verify=args.max_draft + 1, repeats=3, progress=say)
-    if args.profile:
-        profile.save(args.profile)
-        say(f"saved the profile to {args.profile}")
+    profile = quick_profile(loaded.model, loaded.info, contexts=(64, *contexts), max_verify=max_draft + 1, repeats=3, progress=say)
+    if path:
+        profile.save(path)
+        say(f"saved the profile to {path}")
     return profile
 
 
-def _prompt_ids(tokenizer, n: int, seed: int):
+def prompt_ids(tokenizer, n: int, seed: int):
+    """A long news prompt cut to ``n`` tokens: ids ``[1, n]``."""
     from layersearch.data import long_prompt
 
     text = long_prompt(int(n * CHARS_PER_TOKEN * 1.15) + 64, seed=seed)
@@ -140,11 +98,13 @@ def _prompt_ids(tokenizer, n: int, seed: int):
 
 
 def _decode_rates(stats, select_seconds: float, exclude: float = 0.0) -> dict[str, float]:
+    from layersearch.measure import decode_tokens_per_second
+
     decode = stats.total_seconds - stats.prefill_seconds - exclude
     tokens = stats.new_tokens - 1  # the prefill's token is not a decode-phase token
     steady = max(decode - select_seconds, 1e-9)
     return {
-        "decode_tokens_per_second": tokens / decode if decode > 0 else 0.0,
+        "decode_tokens_per_second": decode_tokens_per_second(stats, exclude),
         "steady_tokens_per_second": tokens / steady,
         "decode_seconds": decode,
         "select_seconds": select_seconds,
@@ -220,16 +180,16 @@ class _Analysed:
         return out
 
 
-def _dynamic_run(name, model, profile, policy, args, config, ids, selector_wrapper=None):
+def _dynamic_run(name, model, profile, policy, settings, config, ids, selector_wrapper=None):
     """One KnapSpecController run; with ``selector_wrapper`` its analysis time is taken out."""
     from layersearch.knapspec.controller import KnapSpecController
     from layersearch.runtime.decoder import SpeculativeDecoder
 
-    dynamic = KnapSpecController(model, profile, interval=args.interval, window=args.window,
-                                 alpha_window=args.alpha_window or None, config=config)
+    dynamic = KnapSpecController(model, profile, interval=settings.interval, window=settings.window,
+                                 alpha_window=settings.alpha_window or None, config=config)
     selector = selector_wrapper(dynamic) if selector_wrapper else dynamic
     decoder = SpeculativeDecoder(model, policy=policy, controller=selector)
-    result = decoder.generate(ids, args.max_new_tokens)
+    result = decoder.generate(ids, settings.max_new_tokens)
     extra = getattr(selector, "analysis_seconds", 0.0)
     selections = [dict(s) for s in result.stats.selections]
     selections[0]["seconds"] -= extra
@@ -241,12 +201,12 @@ def _dynamic_run(name, model, profile, policy, args, config, ids, selector_wrapp
     entry["reselection"] = {
         "seconds": first["seconds"],
         "parts": {k: first.get(k) for k in ("dp_seconds", "alpha_seconds", "tpt_seconds")},
-        "share": first["seconds"] / (first["seconds"] + args.interval * step) if step > 0 else None,
+        "share": first["seconds"] / (first["seconds"] + settings.interval * step) if step > 0 else None,
     }
     return entry, selector
 
 
-def _one_context(args, loaded, profile, ids, fixed, say):
+def _one_context(settings, loaded, profile, ids, fixed, say):
     from dataclasses import replace
 
     from layersearch.knapspec import KnapSpecConfig
@@ -256,8 +216,8 @@ def _one_context(args, loaded, profile, ids, fixed, say):
 
     model, n = loaded.model, int(ids.shape[1])
     num_layers = loaded.info.num_layers
-    policy = DraftPolicy(args.max_draft, args.draft_threshold)
-    config = KnapSpecConfig(method=args.method, max_gamma=args.max_draft, max_alpha_candidates=args.alpha_candidates)
+    policy = DraftPolicy(settings.max_draft, settings.draft_threshold)
+    config = KnapSpecConfig(method=settings.method, max_gamma=settings.max_draft, max_alpha_candidates=settings.alpha_candidates)
     runs = []
 
     def done(entry):
@@ -265,34 +225,34 @@ def _one_context(args, loaded, profile, ids, fixed, say):
         say(f"  {entry['run']}: {entry['decode_tokens_per_second']:.2f} tok/s"
             + (f", {entry['mask']} gamma {entry['gamma']} alpha {_fmt(entry.get('alpha'))}" if entry.get("mask") else ""))
 
-    plain = SpeculativeDecoder(model, SkipMask.none(num_layers), policy=policy).generate(ids, args.max_new_tokens)
+    plain = SpeculativeDecoder(model, SkipMask.none(num_layers), policy=policy).generate(ids, settings.max_new_tokens)
     done(_run_entry("plain", plain, tpt=profile.tpt(1.0, 0, SkipMask.none(num_layers), n), gamma=0))
-    done(_dynamic_run("knapsack", model, profile, policy, args, config, ids)[0])
+    done(_dynamic_run("knapsack", model, profile, policy, settings, config, ids)[0])
     entry, analysed = _dynamic_run(
-        "knapsack-draft", model, profile, policy, args, replace(config, allow_plain=False), ids,
+        "knapsack-draft", model, profile, policy, settings, replace(config, allow_plain=False), ids,
         selector_wrapper=lambda dynamic: _Analysed(dynamic, profile, fixed),
     )
     done(entry)
-    done(_dynamic_run("bound-draft", model, profile, policy, args, replace(config, bound=True, allow_plain=False), ids)[0])
+    done(_dynamic_run("bound-draft", model, profile, policy, settings, replace(config, bound=True, allow_plain=False), ids)[0])
     if fixed is None:  # the shortest context defines the fixed mask: the knapsack's draft there
         fixed = {"mask": entry["mask"], "gamma": entry["gamma"], "context": n,
                  "mask_obj": _mask_from_string(entry["mask"], num_layers)}
         analysed.analysis["fixed"] = {"mask": entry["mask"], "gamma": entry["gamma"], "alpha": entry["alpha"], "tpt": entry["tpt"]}
     if fixed["gamma"] >= 1:
         fixed_policy = replace(policy, max_draft_tokens=fixed["gamma"])
-        result = SpeculativeDecoder(model, fixed["mask_obj"], policy=fixed_policy).generate(ids, args.max_new_tokens)
+        result = SpeculativeDecoder(model, fixed["mask_obj"], policy=fixed_policy).generate(ids, settings.max_new_tokens)
         predicted = analysed.analysis.get("fixed", {})
         done(_run_entry("fixed-short", result, tpt=predicted.get("tpt"), alpha=predicted.get("alpha"),
                         mask=fixed["mask"], gamma=fixed["gamma"]))
     analysis = analysed.analysis
-    if args.check_candidates:
-        analysis["candidate_check"] = _check_candidates(model, ids, analysis.get("contenders", []), policy, args, say)
+    if settings.check_candidates:
+        analysis["candidate_check"] = _check_candidates(model, ids, analysis.get("contenders", []), policy, settings, say)
     other = analysis.get("other_method", {})
     other_seconds = sum(other.get("reselection", {}).values()) if other else None
     step = runs[1]["step_seconds"]
     cost = {
-        "interval": args.interval,
-        "method": args.method,
+        "interval": settings.interval,
+        "method": settings.method,
         "knapsack": runs[1]["reselection"],
         "knapsack_step_seconds": step,
         "knapsack_draft": runs[2]["reselection"],
@@ -300,14 +260,14 @@ def _one_context(args, loaded, profile, ids, fixed, say):
         "other_method": other.get("method"),
         "other_seconds": other_seconds,
         "other_first_call_seconds": sum(other.get("first_call", {}).values()) if other else None,
-        "other_share": other_seconds / (other_seconds + args.interval * step) if other_seconds and step > 0 else None,
-        "other_share_draft_steps": (other_seconds / (other_seconds + args.interval * runs[2]["step_seconds"])
+        "other_share": other_seconds / (other_seconds + settings.interval * step) if other_seconds and step > 0 else None,
+        "other_share_draft_steps": (other_seconds / (other_seconds + settings.interval * runs[2]["step_seconds"])
                                     if other_seconds and runs[2]["step_seconds"] > 0 else None),
     }
     return {"context": n, "runs": runs, "analysis": analysis, "reselection_cost": cost}, fixed
 
 
-def _check_candidates(model, ids, contenders, policy, args, say) -> dict[str, Any]:
+def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str, Any]:
     """Run the top ``--check-candidates`` contenders (by predicted TPT) as fixed masks with their
     gamma: does the one the profile ranks first measure fastest?"""
     from dataclasses import replace
@@ -317,14 +277,14 @@ def _check_candidates(model, ids, contenders, policy, args, say) -> dict[str, An
     from layersearch.models.skipping import decoder_layers
 
     num_layers = len(decoder_layers(model))
-    ranked = sorted(contenders, key=lambda row: -row["tpt"])[: args.check_candidates]
+    ranked = sorted(contenders, key=lambda row: -row["tpt"])[: settings.check_candidates]
     rows = []
     for row in ranked:
         mask = _mask_from_string(row["mask"], num_layers)
         gamma = int(row["gamma"])
         decoder = (SpeculativeDecoder(model, mask, policy=replace(policy, max_draft_tokens=gamma)) if gamma >= 1
                    else SpeculativeDecoder(model))  # gamma 0: plain decoding
-        entry = _run_entry("candidate", decoder.generate(ids, args.max_new_tokens))
+        entry = _run_entry("candidate", decoder.generate(ids, settings.max_new_tokens))
         rows.append({"mask": row["mask"], "gamma": gamma, "predicted_tpt": row["tpt"],
                      "measured_tokens_per_second": entry["decode_tokens_per_second"],
                      "alpha_predicted": row.get("alpha"), "alpha_measured": entry["acceptance_rate"]})
@@ -348,6 +308,8 @@ def _mask_from_string(text: str, num_layers: int):
 
 
 def _summary(report) -> list[dict[str, Any]]:
+    from layersearch.measure import rate_speedup
+
     rows = []
     for ctx in report["contexts"]:
         by = {r["run"]: r for r in ctx["runs"]}
@@ -358,7 +320,7 @@ def _summary(report) -> list[dict[str, Any]]:
             "context": ctx["context"],
             **{f"{name}_tokens_per_second": by[name]["decode_tokens_per_second"] for name in by},
             **{f"{name}_steady_tokens_per_second": by[name]["steady_tokens_per_second"] for name in by},
-            **{f"{name}_speedup": by[name]["decode_tokens_per_second"] / plain if plain else None for name in by},
+            **{f"{name}_speedup": rate_speedup(plain, by[name]["decode_tokens_per_second"]) for name in by},
             **{f"{name}_tpt": by[name].get("tpt") for name in by},
             "same_window_tpt_decoupled_draft": a.get("decoupled", {}).get("tpt"),
             "same_window_tpt_bound_draft": a.get("bound", {}).get("tpt"),
@@ -378,7 +340,8 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _table(report) -> str:
+def format_table(report) -> str:
+    """The report as a text table: per context every run, the same-window TPTs and the re-selection cost."""
     s = report["solver"]
     lines = [
         f"knapsack solver, 60 items x 601 budgets: numba {s['numba_seconds'] * 1e3:.3f} ms/call, "
@@ -424,7 +387,8 @@ def _table(report) -> str:
     return "\n".join(lines)
 
 
-def _write(path, report) -> None:
+def write_report(path, report) -> None:
+    """``report`` as JSON at ``path`` (atomic; masks as their short strings)."""
     from layersearch.mask import write_json_atomic
 
     write_json_atomic(path, json.loads(json.dumps(report, default=_plain)))

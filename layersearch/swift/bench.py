@@ -1,4 +1,5 @@
-"""SWIFT's dynamic-input-stream experiment (swift.txt §5, Fig. 7) and the chain/tree ablation.
+"""SWIFT's bench (``layersearch swift stream``): the dynamic-input-stream experiment (swift.txt §5,
+Fig. 7) and the chain/tree ablation.
 
 A stream of held-out prompts switches task domain every ``per_domain`` inputs. Every method
 decodes the whole stream greedily, one input after the other, on the same model:
@@ -209,3 +210,30 @@ def _result(method: str, item: StreamInput, out: Any, controller: Any, optimizat
         extra = dict(mask=stats.steps[0].mask.short_string() if stats.steps and stats.steps[0].mask else None)
     return InputResult(method, item.index, item.domain, stats.new_tokens, stats.total_seconds, stats.target_forwards,
                        stats.drafted, stats.accepted, **extra)
+
+
+def fixed_mask_on_train(loaded: Any, domain: str, config: Any, *, prompts: int, trials: int, seed: int) -> tuple[SkipMask, float]:
+    """SWIFT's offline search on ``domain``'s train prompts (Self-SD's static situation), with the
+    on-the-fly optimiser's settings ``config`` (a :class:`~layersearch.swift.controller.SwiftConfig`)."""
+    from layersearch.data import load_prompts
+    from layersearch.objectives.measuring import ModelRuntime
+
+    texts = [p.text for p in load_prompts(domain, prompts, seed=seed, split="train")]
+    runtime = ModelRuntime.from_texts(loaded, texts, max_new_tokens=config.window + 1, warm_up=False)
+    return search_fixed_mask(runtime, loaded.info.num_layers, skip_ratio=config.skip_ratio, gamma=config.window,
+                             trials=trials, seed=seed, bo_interval=config.bo_interval, kappa=config.kappa)
+
+
+def method_decoder(method: str, loaded: Any, fixed: SkipMask, config: Any, policy: Any) -> Any:
+    """The decoder of one stream method: SWIFT on the fly or the fixed mask, chain or tree verified."""
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafters import LayerSkipDrafter
+    from layersearch.runtime.tree import TopKBranching, TreeVerifier
+    from layersearch.swift.controller import swift_decoder
+
+    plugins: dict[str, Any] = {}
+    if method.endswith("-tree"):
+        plugins = {"verifier": TreeVerifier(), "drafter": LayerSkipDrafter(TopKBranching())}
+    if method.startswith("swift"):
+        return swift_decoder(loaded.model, config, policy=policy, **plugins)
+    return SpeculativeDecoder(loaded.model, fixed, policy=policy, **plugins)
