@@ -31,7 +31,7 @@ import numpy as np
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.strategies import swift as swift_search
+from layersearch.swift import search as swift_search
 
 METHODS = ("plain", "fixed", "swift", "fixed-tree", "swift-tree")
 
