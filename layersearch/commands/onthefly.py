@@ -1,5 +1,5 @@
 """The glue between the CLI and SWIFT's on-the-fly optimizer: its config from parsed arguments
-and a per-input summary for the output (``generate --on-the-fly swift``, ``swift-stream``)."""
+and a per-input summary for the output (``generate --on-the-fly swift``, ``swift stream``)."""
 
 from __future__ import annotations
 
