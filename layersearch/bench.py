@@ -10,17 +10,16 @@ against predicted speedup, and peak memory against weights + KV cache.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from layersearch.mask import SkipMask
+from layersearch.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profile import LatencyProfile
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import GenerationResult, SpeculativeDecoder
+from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
-from layersearch.runtime.memory import PeakMemory
 from layersearch.runtime.stats import combine
 
 PLAIN = "plain generate"
@@ -36,27 +35,8 @@ def split_named(item: str) -> tuple[str, str | None]:
     return kind, (name if sep else None)
 
 
-@dataclass(frozen=True)
-class Config:
-    """One way of generating: a name, a function of (prompt ids, new tokens), maybe a mask."""
-
-    name: str
-    generate: Callable[[torch.Tensor, int], GenerationResult]
-    mask: SkipMask | None = None
-    model: torch.nn.Module | None = None  # set for our loop: memory is judged against its weights and cache
-
-
-@dataclass
-class Measurement:
-    """All repeats of one configuration on one domain."""
-
-    totals: list[float] = field(default_factory=list)  # seconds per repeat (all prompts)
-    speedups: list[float] = field(default_factory=list)  # plain total / this total, same repeat
-    stats: list[Any] = field(default_factory=list)
-    identical: bool = True
-    outputs: list[tuple[int, ...]] = field(default_factory=list, repr=False)  # the latest repeat's tokens
-    peak_ratio: float | None = None
-    error: str | None = None
+# The harness's configuration and measurement, under the names this module has always used.
+Config = Configuration
 
 
 def configs(
@@ -155,49 +135,9 @@ def _short(name: str) -> str:
 def run_domain(
     configs_: list[Config], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
 ) -> dict[str, Measurement]:
-    """Measure every configuration on ``prompts``, interleaved prompt by prompt.
-
-    Each prompt runs under every configuration back to back, so a load burst on a shared
-    machine lands on all of them rather than on whichever owned that stretch of time. The order
-    rotates with the repeat and the prompt (repeat r starts with configuration r): whatever
-    runs first in a round is measured slower (a GPU warming up, caches), and a fixed order
-    would put that bias into every ratio. Speedups are taken within a repeat."""
-    results = {c.name: Measurement() for c in configs_}
-    reference: list[tuple[int, ...]] = []
-    for repeat in range(repeats):
-        runs: dict[str, list[GenerationResult]] = {c.name: [] for c in configs_}
-        peaks: dict[str, list[float | None]] = {c.name: [] for c in configs_}
-        for index, ids in enumerate(prompts):
-            shift = (repeat + index) % len(configs_)
-            for config in configs_[shift:] + configs_[:shift]:
-                if results[config.name].error:
-                    continue
-                try:
-                    with PeakMemory(device) as memory:
-                        runs[config.name].append(config.generate(ids, new_tokens))
-                except Exception as exc:  # a peer transformers cannot run on this model is reported, not fatal
-                    results[config.name].error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-                    continue
-                peaks[config.name].append(_memory_ratio(memory.peak_bytes, config, [ids], new_tokens))
-        totals = {}
-        for config in configs_:
-            measurement, outputs = results[config.name], runs[config.name]
-            if measurement.error:
-                continue
-            totals[config.name] = sum(o.stats.total_seconds for o in outputs)
-            tokens = [o.token_ids for o in outputs]
-            if config.name == PLAIN:
-                reference = reference or tokens
-            measurement.outputs = tokens
-            measurement.totals.append(totals[config.name])
-            measurement.stats.append(combine([o.stats for o in outputs]))
-            known = [p for p in peaks[config.name] if p is not None]
-            measurement.peak_ratio = max(known) if known else None
-        for name, total in totals.items():
-            results[name].speedups.append(totals[PLAIN] / total if PLAIN in totals else float("nan"))
-            results[name].identical &= results[name].outputs == reference
-        progress(f"repeat {repeat + 1}/{repeats} done")
-    return results
+    """Measure every configuration on ``prompts``, interleaved prompt by prompt, with speedups
+    against plain ``generate`` (:func:`layersearch.measure.compare`)."""
+    return compare(configs_, prompts, repeats, new_tokens=new_tokens, baseline=PLAIN, progress=progress, device=device)
 
 
 def summarize(
@@ -222,14 +162,15 @@ def summarize(
         # Share of wall time outside model forwards (our loop only; generate() is not instrumented).
         "overhead_share": (pooled.bookkeeping_seconds / pooled.total_seconds) if pooled.bookkeeping_seconds is not None else None,
         "memory_ratio": m.peak_ratio,
+        **{k: v for k, v in acceptance_per_position(pooled.steps).items() if k != "drafted_per_position"},
     }
-    if plain is not None and (ratio := _decode_ratio(plain, m)) is not None:
+    if plain is not None and (ratio := median_speedup(plain, m, decode=True)) is not None:
         row["decode_speedup"] = ratio
-    if loop is not None and not loop.error and len(loop.totals) == len(m.totals):
-        row["speedup_vs_loop"] = statistics.median(a / b for a, b in zip(loop.totals, m.totals))
+    if loop is not None and (ratio := median_speedup(loop, m)) is not None:
+        row["speedup_vs_loop"] = ratio
         # The decode phase alone: the prefill is the same forward for both, and on long prompts
         # (math's 5-shot) it dilutes the end-to-end ratio towards 1. The profile predicts this one.
-        if (ratio := _decode_ratio(loop, m)) is not None:
+        if (ratio := median_speedup(loop, m, decode=True)) is not None:
             row["decode_speedup_vs_loop"] = ratio
     if mask is not None and profile is not None and not mask.is_empty and alpha:
         drafts = pooled.draft_forwards / pooled.target_forwards if pooled.target_forwards else None
@@ -239,22 +180,6 @@ def summarize(
         if row.get("predicted_speedup") and "decode_speedup_vs_loop" in row:
             row["realized_over_predicted"] = row["decode_speedup_vs_loop"] / row["predicted_speedup"]
     return row
-
-
-def _decode_ratio(base: Measurement, m: Measurement) -> float | None:
-    """Median over repeats of base's decode-phase seconds / m's (None where either lacks a prefill time)."""
-    if base.error or len(base.totals) != len(m.totals):
-        return None
-    if not all(st.prefill_seconds > 0 for st in (*base.stats, *m.stats)):
-        return None
-    return statistics.median(
-        _decode_seconds(a, sa) / _decode_seconds(b, sb) for a, sa, b, sb in zip(base.totals, base.stats, m.totals, m.stats)
-    )
-
-
-def _decode_seconds(total: float, stats) -> float:
-    """Seconds after the prefill (all prompts of one repeat)."""
-    return max(total - stats.prefill_seconds, 1e-9)
 
 
 def _step_prediction(profile: LatencyProfile, steps) -> dict[str, Any]:
@@ -271,18 +196,6 @@ def _step_prediction(profile: LatencyProfile, steps) -> dict[str, Any]:
     out["verify_ms"] = {"measured": 1e3 * sum(s.verify_seconds for s in steps) / len(steps),
                         "predicted": 1e3 * verify / len(steps)}
     return out
-
-
-def _memory_ratio(peak_extra: int | None, config: Config, prompts, new_tokens: int) -> float | None:
-    """(weights + peak growth during generation) / (weights + final KV cache)."""
-    if peak_extra is None or config.model is None:
-        return None
-    from layersearch.runtime.memory import kv_cache_bytes, weight_bytes
-
-    model = config.model
-    longest = max(p.shape[1] for p in prompts) + new_tokens
-    weights = weight_bytes(model)
-    return (weights + peak_extra) / (weights + kv_cache_bytes(model, longest))
 
 
 def _cell(value: float | None, width: int, decimals: int = 2) -> str:

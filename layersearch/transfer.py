@@ -9,6 +9,7 @@ reports per (mask, domain) the speedup over plain decoding and M (tokens per tar
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -68,11 +69,12 @@ def transfer_matrix(
 ) -> TransferResult:
     """Speedup and M of each mask (keyed by the domain it was searched on) on each domain.
 
-    Plain decoding runs before and after the masks in every repeat, so drift on a shared
-    machine hits both sides alike; counts and seconds are pooled over repeats.
+    Plain ``generate`` and every mask run through :func:`layersearch.measure.compare` (interleaved
+    prompt by prompt, order rotated), so drift on a shared machine hits both sides alike; the
+    speedup is the median of the per-repeat ratios, M and alpha are pooled over repeats.
     """
     from layersearch.data import load_prompts
-    from layersearch.objectives import ModelRuntime
+    from layersearch.measure import PLAIN_NAME, compare, plain_and_masks, warm_up
     from layersearch.runtime.stats import combine
 
     if not masks:
@@ -86,26 +88,22 @@ def transfer_matrix(
     # Every domain's prompts first: a missing package or file fails before any timing.
     texts = {d: [p.text for p in load_prompts(d, samples, seed=prompt_seed, split=split, spec_bench=spec_bench)]
              for d in domains}
+    configurations = plain_and_masks(loaded.model, dict(masks), max_draft=max_draft, draft_threshold=draft_threshold)
     cells = []
     for domain in domains:
-        runtime = ModelRuntime.from_texts(loaded, texts[domain], max_new_tokens=max_new_tokens,
-                                          max_draft=max_draft, draft_threshold=draft_threshold)
+        prompts = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in texts[domain]]
+        warm_up(configurations, prompts[0])
         progress(f"{domain}: plain generate and {len(masks)} mask(s) on {samples} {split or 'any'} prompts x {repeats}")
-        base, runs = [], {name: [] for name in masks}
-        for _ in range(repeats):
-            base.append(runtime.baseline())
-            for name, mask in masks.items():
-                runs[name].append(runtime.decode(mask))
-            base.append(runtime.baseline())
-        base_tps = combine(base).tokens_per_second
-        for name, measured in runs.items():
-            pooled = combine(measured)  # M and alpha as DecodeStats defines them
-            tps = pooled.tokens_per_second
+        measured = compare(configurations, prompts, repeats, new_tokens=max_new_tokens, baseline=PLAIN_NAME,
+                           catch=False)
+        base_tps = combine(measured[PLAIN_NAME].stats).tokens_per_second
+        for name in masks:
+            pooled = combine(measured[name].stats)  # M and alpha as DecodeStats defines them
             cells.append(TransferCell(
                 mask_domain=name, eval_domain=domain,
-                speedup=tps / base_tps if base_tps > 0 else None,
+                speedup=statistics.median(measured[name].speedups),
                 M=pooled.mean_accepted_length, alpha=pooled.acceptance_rate,
-                tokens_per_second=tps, baseline_tokens_per_second=base_tps,
+                tokens_per_second=pooled.tokens_per_second, baseline_tokens_per_second=base_tps,
             ))
     return TransferResult(tuple(masks), tuple(domains), tuple(cells))
 

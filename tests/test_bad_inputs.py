@@ -66,6 +66,11 @@ COMMANDS: dict[str, Command] = {
         NUMBERS + (("--per-domain", "0"), ("--domains", "nope"), ("--domains", ","), ("--methods", "magic"),
                    ("--search-trials", "-1"), ("--swift-window", "0"), ("--skip-ratio", "2"), ("--max-draft", "0")),
     ),
+    "swift stream": Command(
+        ("swift", "stream", "--model", MODEL, "--domains", "translation", "--per-domain", "1", "--max-new-tokens", "2",
+         "--search-trials", "0", "--search-prompts", "1", "--methods", "plain,swift", "--out", "{out}", "--plot", "{png}"),
+        (("--per-domain", "0"), ("--domains", "nope"), ("--methods", "magic"), ("--search-trials", "-1")),
+    ),
     "mask create": Command(("mask", "create", "--model", MODEL, "--attention", "1", "--out", "{out}"),
                            (("--attention", "1,x"), ("--attention", "99"), ("--mlp", "1,1"))),
     "mask show": Command(("mask", "show", "{mask}")),
@@ -191,6 +196,12 @@ COMMANDS: dict[str, Command] = {
          "--out", "{out}"),
         (("--contexts", "100000"), ("--contexts", "4"), ("--interval", "0"), ("--threads", "0"), ("--check-candidates", "-1")),
         kinds={"profile": "existing_profile"},  # a missing --profile is measured and saved there
+    ),
+    "knapspec bench": Command(
+        ("knapspec", "bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "{profile}",
+         "--out", "{out}"),
+        (("--contexts", "100000"), ("--contexts", "4"), ("--interval", "0"), ("--check-candidates", "-1")),
+        kinds={"profile": "existing_profile"},
     ),
 }
 

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from layersearch.commands.args import draft_args, model_args
-from layersearch.commands.common import load, positive_int
 from layersearch.checks import check_int
+from layersearch.commands.common import bench_masks, load, positive_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask, write_json_atomic
 
@@ -80,7 +80,7 @@ def run(args: Any) -> int:
     split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
     prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
                for d in domains}
-    masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + _masks(args, loaded.info)
+    masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(args.skip_ratios, args.masks, loaded.info)
     profile = _profile(args, loaded)
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
     report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "domains": {}}
@@ -163,18 +163,6 @@ def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
             ModelDrafter(draft.model).check_target(loaded.model)
             models[name] = draft.model
     return models
-
-
-def _masks(args: Any, info) -> list[SkipMask]:
-    ratios = []
-    for part in filter(None, args.skip_ratios.split(",")):
-        try:
-            ratios.append(float(part))
-        except ValueError:
-            raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
-    masks = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
-    masks += [SkipMask.load(path, model=info) for path in filter(None, args.masks.split(","))]
-    return masks
 
 
 def _profile(args: Any, loaded):

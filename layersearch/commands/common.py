@@ -95,3 +95,26 @@ def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
             raise LayersearchError(f"{option} gives two masks for domain {name!r}")
         named[name] = value
     return named
+
+
+def note_old_spelling(old: str, new: str) -> None:
+    """One line on stderr after a command run under its old spelling (``knapspec-bench``): it keeps
+    working, and the new one (``knapspec bench``) is where its help lives now. Printed after the
+    run, so a failing run still ends in its one error line."""
+    print(f"layersearch: note: `{old}` is the old spelling of `layersearch {new}`", file=sys.stderr, flush=True)
+
+
+def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
+    """``bench``'s masks: an evenly spread one per ``--skip-ratios`` value (labelled ``uniform R``),
+    then the files of ``--masks`` (each checked against the model)."""
+    from layersearch.mask import SkipMask
+
+    ratios = []
+    for part in filter(None, skip_ratios.split(",")):
+        try:
+            ratios.append(float(part))
+        except ValueError:
+            raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
+    result = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
+    result += [SkipMask.load(path, model=info) for path in filter(None, masks.split(","))]
+    return result

@@ -1,5 +1,5 @@
 """The glue between the CLI and SWIFT's on-the-fly optimizer: its config from parsed arguments
-and a per-input summary for the output (``generate --on-the-fly swift``, ``swift-stream``)."""
+and a per-input summary for the output (``generate --on-the-fly swift``, ``swift stream``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from layersearch.sources import ON_THE_FLY_SOURCES as ON_THE_FLY
 def swift_config(args: Any, skip_ratio: float | None = None):
     """A :class:`~layersearch.swift.SwiftConfig` from ``--swift-*`` options (and ``--skip-ratio``, ``--seed``)."""
     from layersearch.swift import SwiftConfig
-    from layersearch.strategies.swift import SKIP_RATIO
+    from layersearch.swift.search import SKIP_RATIO
 
     ratio = skip_ratio if skip_ratio is not None else getattr(args, "skip_ratio", None)
     try:

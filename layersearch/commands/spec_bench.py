@@ -73,9 +73,9 @@ def run(args: Any, loaded: Any) -> int:
 
 def _labelled_masks(args: Any, info: Any) -> list[tuple[str, Any]]:
     """(file-name-safe label, mask): ``uniform-0.2`` for ``--skip-ratios``, the file's stem for ``--masks``."""
-    from layersearch.commands.bench import _masks
+    from layersearch.commands.common import bench_masks
 
-    masks = _masks(args, info)
+    masks = bench_masks(args.skip_ratios, args.masks, info)
     files = [Path(p).stem for p in args.masks.split(",") if p]
     labels = [str(m.provenance.get("label")) for m in masks[: len(masks) - len(files)]] + files
     out = [(re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-"), mask) for label, mask in zip(labels, masks)]

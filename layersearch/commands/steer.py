@@ -218,7 +218,7 @@ def _eval(args: Any) -> int:
     from layersearch.outputs import check_output
     from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
     from layersearch.steer import SteeredDrafter, SteeringFile
-    from layersearch.steer.evaluate import bias_cost_ms, compare, settings, summary
+    from layersearch.steer.bench import bias_cost_ms, compare, settings, summary
 
     if args.out:
         check_output(args.out)

@@ -25,6 +25,7 @@ from layersearch.disco.collect import Rows, collect
 from layersearch.disco.file import DiscoFile
 from layersearch.disco.tune import Costs, Tuned, measure_costs, replay, tune
 from layersearch.mask import ModelInfo, SkipMask
+from layersearch.measure import speedup
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.decoder import SpeculativeDecoder, eos_ids
 from layersearch.runtime.lookahead import AdaptiveLookahead, ConfidenceLookahead, HeuristicLookahead, StaticLookahead
@@ -153,7 +154,7 @@ def oracle_row(test_rows: Rows, costs: Costs, measured, plain_ms: float) -> dict
     ms = 1000 * seconds / result.tokens
     decode_tokens = result.tokens - len(test_rows.prompts())  # the prefill's tokens cost no step
     return {
-        "config": "oracle (replayed)", "ms_per_token": ms, "speedup": plain_ms / ms if ms else None,
+        "config": "oracle (replayed)", "ms_per_token": ms, "speedup": speedup(plain_ms, 1, ms, 1),  # both per token
         "modelled_ms_per_token": 1000 * (result.seconds / decode_tokens) if decode_tokens else None,
         "M": (result.tokens - len(test_rows.prompts())) / result.steps if result.steps else None,
         "alpha": 1.0, "wasted_draft_tokens": 0.0, "identical_to_plain": True,

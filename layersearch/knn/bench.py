@@ -11,7 +11,8 @@ Rows (as the paper's Tables 2 and 7):
 Self-SD keeps no state between inputs, so an input decoded with a given mask costs the same
 wherever it sits in a stream: every (prompt, mask) pair and every prompt's KNN-SSD run is decoded
 once, interleaved prompt by prompt so machine drift hits all methods alike, and each stream
-pools the runs of its inputs. Speedup = the method's tokens/s over plain's, pooled over the stream.
+pools the runs of its inputs. Speedup: :func:`layersearch.measure.speedup` of the stream's pooled
+runs (plain's seconds per token over the method's).
 """
 
 from __future__ import annotations
@@ -109,23 +110,27 @@ def _decode_all(loaded, router, prompts, mixed_mask, max_new_tokens, max_draft, 
     hf_generate(loaded.model, first, 2)
     knn.generate(first, 2)
     controller.routes.clear()
+    methods = [("plain", lambda ids, n: hf_generate(loaded.model, ids, n)), ("knn", knn.generate),
+               *((name, decoder.generate) for name, decoder in fixed.items())]
     total = sum(len(p) for p in prompts.values())
     done = 0
     for domain, items in prompts.items():
         for index, ids in enumerate(items):
             key = (domain, index)
-            runs["plain"][key] = hf_generate(loaded.model, ids, max_new_tokens).stats
-            result = knn.generate(ids, max_new_tokens)
-            runs["knn"][key] = result.stats
-            runs["route"][key] = controller.routes[-1].domain
-            for name, decoder in fixed.items():
-                runs[name][key] = decoder.generate(ids, max_new_tokens).stats
+            # Every method on this prompt back to back, the first one rotating with the prompt
+            # (as layersearch.measure.compare does): whatever runs first is measured slower.
+            shift = done % len(methods)
+            for name, generate in methods[shift:] + methods[:shift]:
+                runs[name][key] = generate(ids, max_new_tokens).stats
+                if name == "knn":
+                    runs["route"][key] = controller.routes[-1].domain
             done += 1
             progress(f"decoded {done}/{total} held-out prompts ({domain} {index}: routed to {runs['route'][key]})")
     return runs
 
 
 def _rows(ratio: float, stream: Sequence[StreamItem], runs: Mapping[str, Any], router, mixed_mask) -> list[BenchRow]:
+    from layersearch.measure import stats_speedup
     from layersearch.runtime.stats import combine
 
     keys = [(item.domain, item.index) for item in stream]
@@ -138,16 +143,15 @@ def _rows(ratio: float, stream: Sequence[StreamItem], runs: Mapping[str, Any], r
     }
     if mixed_mask is not None:
         chosen["SSD_M"] = [runs["mixed"][k] for k in keys]
-    plain_tps = combine(chosen["plain"]).tokens_per_second
+    plain = combine(chosen["plain"])
     rows = []
     for method in METHODS:
         if method not in chosen:
             continue
         pooled = combine(chosen[method])
-        tps = pooled.tokens_per_second
         accuracy = _share(runs["route"][k] == k[0] for k in keys) if method == "KNN-SSD" else None
-        rows.append(BenchRow(ratio, method, tps / plain_tps if plain_tps > 0 else None,
-                             pooled.mean_accepted_length, pooled.acceptance_rate, tps, accuracy))
+        rows.append(BenchRow(ratio, method, stats_speedup(plain, pooled), pooled.mean_accepted_length,
+                             pooled.acceptance_rate, pooled.tokens_per_second, accuracy))
     return rows
 
 

@@ -3,24 +3,38 @@ implementation, :class:`ModelRuntime`, on a loaded model and a fixed list of pro
 
 Two measurements: ``decode(mask)`` runs the speculative decoder over the prompts and returns
 their pooled :class:`~layersearch.runtime.stats.DecodeStats`; ``matchness(mask, gamma)`` is
-SWIFT's parallel draft check (:class:`~layersearch.objectives.scoring.MatchMeasurement`).
+SWIFT's parallel draft check (:class:`MatchMeasurement`). The scoring rules
+(:mod:`.scoring`) import this module, never the reverse.
 Tests can pass a fake runtime.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
-from layersearch.objectives.scoring import MatchMeasurement
 
 if TYPE_CHECKING:
     from layersearch.runtime.stats import DecodeStats
 
 DEFAULT_MAX_NEW_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class MatchMeasurement:
+    """SWIFT matchness counts: draft argmaxes equal to the target's next token, out of compared."""
+
+    matched: int
+    compared: int
+
+    @property
+    def matchness(self) -> float:
+        """Exact-match ratio (0 when nothing was compared)."""
+        return self.matched / self.compared if self.compared else 0.0
 
 
 class Runtime(Protocol):

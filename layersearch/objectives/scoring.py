@@ -15,28 +15,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+from layersearch.objectives.measuring import MatchMeasurement, Runtime  # scoring reads measurements, never the reverse
 
 if TYPE_CHECKING:
-    from layersearch.objectives.measuring import Runtime
     from layersearch.runtime.stats import DecodeStats
 
 # The trial user_attrs every objective records (optuna-dashboard shows them; plots read them).
 TRIAL_ATTRS = ("mask", "M", "alpha", "skip_ratio", "tokens_per_second")
 
 DEFAULT_GAMMA = 32
-
-
-@dataclass(frozen=True)
-class MatchMeasurement:
-    """SWIFT matchness counts: draft argmaxes equal to the target's next token, out of compared."""
-
-    matched: int
-    compared: int
-
-    @property
-    def matchness(self) -> float:
-        """Exact-match ratio (0 when nothing was compared)."""
-        return self.matched / self.compared if self.compared else 0.0
 
 
 @dataclass(frozen=True)

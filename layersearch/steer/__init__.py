@@ -2,7 +2,7 @@
 
 ``params`` (W_hml, W_s), ``hooks`` (the bias on the MLPs, inside a context manager),
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
-training, optionally fine-tuning an independent drafter), ``evaluate`` (plain vs unsteered vs
+training, optionally fine-tuning an independent drafter), ``bench`` (plain vs unsteered vs
 steered block efficiency and speed), ``shrink`` (a layer-pruned drafter cut from the verifier)
 and ``modeldir`` (writing a model directory all or nothing).
 """

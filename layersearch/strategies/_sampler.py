@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+from layersearch.proposals import trial_seed  # noqa: F401  (the strategies' name for it)
 from layersearch.strategies.space import param_names, params_from_mask, search_space
 
 #: Trial system attribute naming how a strategy produced the trial's mask
@@ -99,11 +100,6 @@ def fresh_seed() -> int:
 def trial_rng(seed: int, trial_number: int) -> np.random.Generator:
     """The generator for one trial: a function of the base seed and the trial number only."""
     return np.random.default_rng(np.random.SeedSequence(seed % 2**64, spawn_key=(trial_number,)))
-
-
-def trial_seed(rng: np.random.Generator) -> int:
-    """A 31-bit seed for torch drawn from ``rng`` (keeps torch's draws tied to the trial)."""
-    return int(rng.integers(0, 2**31 - 1))
 
 
 def history(study: Study, num_layers: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+from layersearch.proposals import random_bits  # noqa: F401  (also this module's name for it)
 from layersearch.strategies._sampler import MaskSampler, mask_from_bits
 from layersearch.strategies.base import Strategy
 
@@ -23,17 +24,6 @@ from layersearch.strategies.base import Strategy
 def skip_count(num_layers: int, skip_ratio: float) -> int:
     """Sub-layers skipped at ``skip_ratio``: ``round(r * 2L)``, the rounding of :meth:`SkipMask.uniform`."""
     return int(round(skip_ratio * 2 * num_layers))
-
-
-def random_bits(size: int, count: int | None, rng: np.random.Generator) -> np.ndarray:
-    """A 0/1 vector of ``size``: exactly ``count`` ones at uniformly random places, or fair coin flips."""
-    if count is None:
-        return rng.integers(0, 2, size=size).astype(np.int8)
-    if not 0 <= count <= size:
-        raise LayersearchError(f"cannot skip {count} of {size} sub-layers")
-    bits = np.zeros(size, dtype=np.int8)
-    bits[rng.choice(size, size=count, replace=False)] = 1
-    return bits
 
 
 def random_mask(num_layers: int, count: int | None, rng: np.random.Generator) -> SkipMask:

@@ -11,7 +11,7 @@ seeded with known-good probe masks. Here:
 * Until ``n_startup_trials`` (10) trials have completed, probes included, proposals are random
   (every sub-layer a fair coin, as ``bayes_opt``'s random initial points rounded at 0.5).
 * Afterwards each proposal maximizes log expected improvement of a GP fitted to all completed
-  trials (:mod:`layersearch.strategies._gp`), rounded at 0.5 and refined to the best
+  trials (:mod:`layersearch.proposals`), rounded at 0.5 and refined to the best
   not-yet-measured neighbour. The skipped count is free: the objective (e.g. tokens/s) has to
   price the draft's cost.
 
@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.strategies import _gp
+from layersearch import proposals as _gp
 from layersearch.strategies._sampler import MaskSampler, history, mask_from_bits, trial_seed
 from layersearch.strategies.base import Strategy, check_kappa
 from layersearch.strategies.fixed_ratio_random import random_mask

@@ -11,7 +11,7 @@ fixed number of skipped sub-layers:
 * Optimization step ``o = trial.number + 1``: every ``bo_interval``-th step (beta = 25) a GP
   suggestion (UCB with kappa 2.5 over the allowed sub-layers; the top-``count`` coordinates
   of the continuous optimum keep the count exact, refined to the best unmeasured swap
-  neighbour, see :mod:`layersearch.strategies._gp`); every other step a uniformly random
+  neighbour, see :mod:`layersearch.proposals`); every other step a uniformly random
   subset of exactly ``count`` allowed sub-layers.
 * Early stop (:class:`StopRule`): best value >= 0.95 (matchness; their script uses 0.93), or
   300 steps without improvement, or 1000 steps.
@@ -32,81 +32,20 @@ from optuna.trial import FrozenTrial, TrialState
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.strategies import _gp
-from layersearch.strategies._sampler import MaskSampler, history, trial_seed
+from layersearch.strategies._sampler import MaskSampler, history
 from layersearch.strategies.base import Strategy, check_kappa
-from layersearch.strategies.fixed_ratio_random import random_bits
+# SWIFT's count, starting mask and proposals live with its on-the-fly optimiser, without Optuna.
+from layersearch.swift.search import (  # noqa: F401  (this module's names for them, as before)
+    BO_INTERVAL, KAPPA, MATCHNESS_TARGET, MAX_TRIALS, PATIENCE, SKIP_RATIO, allowed_positions, initial_mask, is_bo_step,
+    propose, skip_count,
+)
 
-SKIP_RATIO = 0.45
-BO_INTERVAL = 25
-KAPPA = 2.5
-MATCHNESS_TARGET = 0.95
-PATIENCE = 300
-MAX_TRIALS = 1000
 #: SWIFT's settings (Appendix B.2) for ``study create --preset paper``: matchness over a
 #: 32-token window, r = 0.45, beta = 25, kappa = 2.5, stop at 0.95 / 300 / 1000.
 PAPER_PRESET = {
     "objective": "matchness", "skip_ratio": SKIP_RATIO, "gamma": 32, "bo_interval": BO_INTERVAL, "kappa": KAPPA,
     "target": MATCHNESS_TARGET, "patience": PATIENCE, "max_trials": MAX_TRIALS,
 }
-
-
-def skip_count(num_layers: int, skip_ratio: float) -> int:
-    """SWIFT's number of skipped sub-layers: ``int((L - 2) * 2 * skip_ratio)``."""
-    _check_layers(num_layers)
-    return int((num_layers - 2) * 2 * skip_ratio)
-
-
-def allowed_positions(num_layers: int) -> tuple[int, ...]:
-    """Flat (interleaved) indices SWIFT may skip: both sub-layers of layers 1..L-2."""
-    _check_layers(num_layers)
-    return tuple(range(2, 2 * num_layers - 2))
-
-
-def initial_mask(num_layers: int, skip_ratio: float = SKIP_RATIO) -> SkipMask:
-    """The evenly spread mask with SWIFT's count over layers 1..L-2 (its uniform starting draft)."""
-    count, inner = skip_count(num_layers, skip_ratio), num_layers - 2
-    if inner == 0:
-        return SkipMask.none(num_layers)
-    # Lay the count out on the inner layers with SkipMask.uniform, then shift past layer 0.
-    spread = SkipMask.uniform(inner, count / (2 * inner))
-    assert spread.num_skipped == count, "uniform spread lost a sub-layer to rounding"
-    return SkipMask(
-        num_layers,
-        attention=tuple(i + 1 for i in spread.attention),
-        mlp=tuple(i + 1 for i in spread.mlp),
-    )
-
-
-def is_bo_step(trial_number: int, bo_interval: int = BO_INTERVAL) -> bool:
-    """Whether optimization step ``o = trial_number + 1`` is a Bayesian-optimization step (``o % beta == 0``)."""
-    return (trial_number + 1) % bo_interval == 0
-
-
-def propose(
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    num_layers: int,
-    count: int,
-    trial_number: int,
-    rng: np.random.Generator,
-    bo_interval: int = BO_INTERVAL,
-    kappa: float = KAPPA,
-) -> tuple[SkipMask, str]:
-    """The next mask given flat masks ``x`` [n, 2L] and values ``y`` [n] to maximize, and its origin."""
-    allowed = np.asarray(allowed_positions(num_layers))
-    bits = np.zeros(2 * num_layers, dtype=np.int8)
-    # A BO step with fewer than two observations has nothing to fit: it falls back to random.
-    if is_bo_step(trial_number, bo_interval) and len(x) >= 2:
-        bits[allowed] = _gp.propose_bits(
-            x[:, allowed], y, acquisition="ucb", kappa=kappa, count=count, seed=trial_seed(rng)
-        )
-        origin = "bo"
-    else:
-        bits[allowed] = random_bits(len(allowed), count, rng)
-        origin = "random"
-    return SkipMask.from_flat(bits.tolist()), origin
 
 
 @dataclass(frozen=True)
@@ -192,13 +131,6 @@ class SwiftSampler(MaskSampler):
 def _no_history() -> tuple[np.ndarray, np.ndarray]:
     # Random steps ignore the history; skip reading every trial from storage for them.
     return np.empty((0, 0), dtype=np.int8), np.empty(0)
-
-
-def _check_layers(num_layers: int) -> None:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 3:
-        raise LayersearchError(
-            f"swift never skips the first and last layers, so it needs at least 3 layers, got {num_layers!r}"
-        )
 
 
 def _stop_reason(study: Study, rule: StopRule | None = None) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -52,7 +53,8 @@ def compare_studies(
     The speculative decoder with each study's best mask and transformers' plain ``generate``
     run on the study's domain prompts of ``split`` (default ``test``: held out from the
     search's ``train`` prompts; samples, prompt seed, max new tokens of its settings),
-    back to back in this process, ``repeats`` times (plain runs before and after the masks).
+    side by side in this process through :func:`layersearch.measure.compare` (``repeats``
+    rounds, interleaved prompt by prompt; the speedup is the median of the per-round ratios).
     M, alpha and tokens/s then come from this measurement; without it, from the best trial's
     attributes. Writes ``<out_prefix>.csv`` and ``.json`` atomically (None: nothing written).
     """
@@ -103,6 +105,9 @@ def _compare_row(name: str, study: Any, settings: StudySettings, best: Any) -> d
 def _measure_rows(
     rows: list[dict[str, Any]], entries: list[Any], repeats: int, models: dict, say: Callable[[str], None], split: str | None
 ) -> None:
+    import torch
+
+    from layersearch.measure import PLAIN_NAME, compare, plain_and_masks, warm_up
     from layersearch.objectives import ModelRuntime
     from layersearch.runtime.stats import combine
     from layersearch.strategies import mask_from_params
@@ -131,22 +136,21 @@ def _measure_rows(
                 raise LayersearchError(f"model {settings.model!r} is not the one study {entries[index][0]!r} was made for")
             masks[index] = mask_from_params(best.params, info.num_layers).with_model(info)
         say(f"measuring plain generate and {len(indices)} mask(s) on {settings.domain} ({settings.samples} {split or 'any'} prompts) ...")
-        base_runs, mask_runs = [], {index: [] for index in indices}
-        for _ in range(repeats):
-            base_runs.append(runtime.baseline())
-            for index in indices:
-                mask_runs[index].append(runtime.decode(masks[index]))
-            base_runs.append(runtime.baseline())  # before and after: drift hits both sides alike
-        base_tps = combine(base_runs).tokens_per_second
+        configurations = plain_and_masks(loaded.model, {str(index): masks[index] for index in indices},
+                                         max_draft=settings.max_draft, draft_threshold=settings.draft_threshold)
+        prompts = [torch.tensor([ids]) for ids in runtime.prompts]
+        warm_up(configurations, prompts[0])
+        measured = compare(configurations, prompts, repeats, new_tokens=settings.max_new_tokens, baseline=PLAIN_NAME,
+                           catch=False)
+        base_tps = combine(measured[PLAIN_NAME].stats).tokens_per_second
         for index in indices:
-            pooled = combine(mask_runs[index])
-            tps = pooled.tokens_per_second
+            pooled = combine(measured[str(index)].stats)
             rows[index].update(
                 M=pooled.mean_accepted_length,
                 alpha=pooled.acceptance_rate,
-                tokens_per_second=tps,
+                tokens_per_second=pooled.tokens_per_second,
                 baseline_tokens_per_second=base_tps,
-                speedup=tps / base_tps if base_tps > 0 else None,
+                speedup=statistics.median(measured[str(index)].speedups),
             )
 
 

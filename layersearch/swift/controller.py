@@ -4,12 +4,12 @@ controller of the decode loop (:mod:`layersearch.runtime.control`).
 One :class:`SwiftController` serves a stream of inputs and keeps its state across them:
 
 * **context** — at the first input the draft skips SWIFT's count of sub-layers evenly
-  (:func:`~layersearch.strategies.swift.initial_mask`); later inputs start from the best mask
+  (:func:`~layersearch.swift.search.initial_mask`); later inputs start from the best mask
   so far. Nothing is optimized until more than ``window + 1`` tokens (γ + 1) of the current
   input were generated.
 * **optimize** — then, before every decoding step, one optimization step: a random mask of
   SWIFT's count, or a GP-UCB proposal every ``bo_interval``-th step (β = 25, κ = 2.5;
-  :func:`layersearch.strategies.swift.propose`), scored by *matchness*: one parallel masked
+  :func:`layersearch.swift.search.propose`), scored by *matchness*: one parallel masked
   forward over the input's first γ + 1 generated tokens, attending to the prompt's cached
   keys and values (:func:`~layersearch.runtime.teacher.draft_logits_in_cache`; the cache is
   exactly as before afterwards, so decoding stays lossless). The candidate replaces the best
@@ -46,8 +46,8 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.runtime.control import DecodeView, Selection
 from layersearch.runtime.outcome import StepOutcome
-from layersearch.strategies import swift as swift_search
-from layersearch.strategies._sampler import trial_seed
+from layersearch.proposals import trial_seed
+from layersearch.swift import search as swift_search
 
 #: Scores a mask on a window: (mask, view, window start, window tokens) -> matchness in [0, 1].
 Matchness = Callable[[SkipMask, DecodeView, int, Sequence[int]], float]

@@ -4,8 +4,9 @@ One setting is a temperature and a sampling seed (T = 0 once, T = 1 with several
 each, every prompt runs plain decoding (the same loop with nothing drafted: an empty mask),
 then the unsteered and the steered drafter in turn (interleaved, so machine noise hits all
 arms alike), same mask, same static draft length. Block efficiency M is tokens per
-verification forward (accepted + 1 per step); each arm's speedup is its tokens/s over the
-plain arm's.
+verification forward (accepted + 1 per step); each arm's speedup is its decode-phase tokens/s
+over the plain arm's (:func:`layersearch.measure.rate_speedup`), and each arm reports its
+acceptance per draft position (:func:`layersearch.measure.acceptance_per_position`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from layersearch.mask import SkipMask
+from layersearch.measure import acceptance_per_position, rate_speedup
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.models.skipping import decoder_layers
 from layersearch.runtime.drafters import LayerSkipDrafter
@@ -41,6 +43,7 @@ class ArmResult:
     draft_ms_per_forward: float
     new_tokens: int
     verifications: int
+    acceptance_per_position: tuple[float, ...] = ()  # vLLM's accepted tokens per draft position / drafts
 
     def to_dict(self) -> dict:
         """Plain dict for JSON."""
@@ -88,6 +91,7 @@ def _arm(name: str, temperature: float, seed: int, stats: DecodeStats) -> ArmRes
         # 0 without draft forwards (the plain arm's empty proposals cost only loop overhead)
         draft_ms_per_forward=1000 * stats.draft_seconds / stats.draft_forwards if stats.draft_forwards else 0.0,
         new_tokens=stats.new_tokens, verifications=stats.target_forwards,
+        acceptance_per_position=tuple(acceptance_per_position(stats.steps)["acceptance_per_position"]),
     )
 
 
@@ -121,10 +125,10 @@ def summary(results: Sequence[ArmResult]) -> dict:
         entry = {"arms": arms}
         if PLAIN in arms and arms[PLAIN]["tokens_per_second"]:
             base = arms[PLAIN]["tokens_per_second"]
-            entry["speedup_vs_plain"] = {arm: row["tokens_per_second"] / base for arm, row in arms.items() if arm != PLAIN}
+            entry["speedup_vs_plain"] = {arm: rate_speedup(base, row["tokens_per_second"]) for arm, row in arms.items() if arm != PLAIN}
         if {"steered", "unsteered"} <= arms.keys():
             s, u = arms["steered"], arms["unsteered"]
             entry["block_efficiency_gain"] = s["block_efficiency"] / u["block_efficiency"] - 1
-            entry["speedup"] = s["tokens_per_second"] / u["tokens_per_second"] if u["tokens_per_second"] else None
+            entry["speedup"] = rate_speedup(u["tokens_per_second"], s["tokens_per_second"])
         out[f"T={temperature:g}"] = entry
     return out

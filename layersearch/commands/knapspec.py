@@ -1,0 +1,95 @@
+"""``layersearch knapspec bench``: KnapSpec's long-context experiment (see :mod:`layersearch.knapspec.bench`):
+parse, check, load, run, print. ``knapspec-bench`` is its old spelling (:mod:`.knapspec_bench`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from layersearch.errors import LayersearchError
+
+
+def add_parser(sub: Any, parser_class: Any) -> None:
+    """Register ``knapspec`` and its action ``bench`` on the main CLI's subparsers."""
+    p = sub.add_parser("knapspec", help="KnapSpec: context-aware masks chosen by a knapsack over sub-layers")
+    actions = p.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    bench_args(actions.add_parser("bench", help="long-context experiment: context-aware vs fixed masks"))
+    p.set_defaults(command="knapspec")
+
+
+def bench_args(p: Any) -> None:
+    """The options of ``knapspec bench`` (and of its old spelling)."""
+    from layersearch.commands.args import model_args
+
+    model_args(p, threads=1)
+    p.add_argument("--contexts", default="256,1024,2048,4096", help="prompt lengths in tokens (default 256,1024,2048,4096)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per run (default 32)")
+    p.add_argument("--out", default="knapspec_bench.json", help="JSON report (default knapspec_bench.json)")
+    p.add_argument("--profile", help="latency profile JSON; measured (at the --contexts) and saved there if missing")
+    p.add_argument("--interval", type=int, default=64, help="decoding steps between re-selections (default 64)")
+    p.add_argument("--window", type=int, default=5, help="reference tokens for the DP (default 5)")
+    p.add_argument("--alpha-window", type=int, default=32, help="reference tokens for alpha (default 32; 0: the DP's own)")
+    p.add_argument("--alpha-candidates", type=int, default=8, help="candidates whose alpha is measured (default 8)")
+    p.add_argument("--max-draft", type=int, default=10, help="largest gamma of the TPT grid (default 10, KnapSpec's D)")
+    p.add_argument("--draft-threshold", type=float, default=0.7, help="early stop of drafting (default 0.7, KnapSpec's)")
+    p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
+    p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
+    p.add_argument("--check-candidates", type=int, default=0, metavar="N",
+                   help="also run the N contenders of largest predicted TPT at the first selection as fixed masks "
+                        "and report whether the predicted best measures fastest (default 0: off)")
+
+
+def run(args: Any) -> int:
+    """Dispatch on the action."""
+    return {"bench": bench}[args.action](args)
+
+
+def bench(args: Any) -> int:
+    """Run the experiment, print the table, write the JSON report."""
+    import torch
+
+    from layersearch.commands.common import check_context, load, positive_int
+    from layersearch.knapspec.bench import BenchSettings, format_table, latency_profile, run_bench, write_report
+    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
+    from layersearch.mask import parse_index_list
+    from layersearch.outputs import announce, check_output
+
+    out = check_output(args.out)
+    if args.profile and not os.path.exists(args.profile):  # measured, then saved there: check it now
+        check_output(args.profile, "--profile")
+    contexts = parse_index_list(args.contexts, "contexts")
+    if not contexts or min(contexts) < 8:
+        raise LayersearchError("--contexts must be token counts >= 8")
+    if args.check_candidates < 0:
+        raise LayersearchError(f"--check-candidates must be >= 0, got {args.check_candidates}")
+    for value, what in ((args.max_new_tokens, "--max-new-tokens"), (args.interval, "--interval"),
+                        (args.window, "--window"), (args.max_draft, "--max-draft")):
+        positive_int(value, what)
+    settings = BenchSettings(**{k: getattr(args, k) for k in BenchSettings.__dataclass_fields__})
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+
+    loaded = load(args)
+    # Every context checked before the first is measured: no partial report for a model too short.
+    check_context(loaded, max(contexts) + args.max_new_tokens + args.max_draft + 1,
+                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
+    profile = latency_profile(loaded, args.profile, contexts, args.max_draft, say)
+    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
+    say(format_benchmark(solver))
+    report: dict[str, Any] = {
+        "argv": sys.argv[1:],
+        "model": loaded.info.to_dict(),
+        "device": profile.device,
+        "threads": torch.get_num_threads(),
+        "settings": settings.to_dict(),
+        "profile": profile.to_dict(),
+        "solver": solver,
+        "contexts": [],
+    }
+    # A partial report survives a crash; a stream gets the whole one once.
+    save = (lambda partial: None) if out.stream else (lambda partial: write_report(out, partial))
+    run_bench(loaded, profile, contexts, settings, say=say, report=report, save=save)
+    write_report(out, report)
+    print(format_table(report))
+    announce(out, f"wrote {out}")
+    return 0

@@ -1,0 +1,113 @@
+"""``layersearch swift stream``: on-the-fly SWIFT against a fixed mask and plain decoding over a
+stream of held-out prompts that switches domain every ``--per-domain`` inputs (SWIFT Fig. 7),
+plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. ``swift-stream`` is its
+old spelling (:mod:`.swift_stream`). SWIFT on the fly in generation is ``generate --on-the-fly swift``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from layersearch.commands.args import draft_args, model_args, swift_args
+from layersearch.errors import LayersearchError
+
+DEFAULT_DOMAINS = "translation,math,code"
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """Register ``swift`` and its action ``stream`` on the main CLI's subparsers."""
+    p = sub.add_parser("swift", help="SWIFT: masks optimised on the fly, during generation")
+    actions = p.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    stream_args(actions.add_parser("stream", help="SWIFT on the fly vs a fixed mask vs plain over a domain-switching stream"))
+    p.set_defaults(command="swift")
+
+
+def stream_args(p: Any) -> None:
+    """The options of ``swift stream`` (and of its old spelling)."""
+    model_args(p, threads=1)
+    p.add_argument("--domains", default=DEFAULT_DOMAINS, help=f"domains in stream order (default {DEFAULT_DOMAINS})")
+    p.add_argument("--per-domain", type=int, default=3, help="inputs per domain before the switch (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per input (default 64)")
+    p.add_argument("--skip-ratio", type=float, default=None, help="SWIFT's r for both masks (default 0.45)")
+    p.add_argument("--methods", default="plain,fixed,swift,fixed-tree,swift-tree",
+                   help="plain, fixed, swift, fixed-tree, swift-tree (default all; plain always runs)")
+    p.add_argument("--search-trials", type=int, default=30, help="candidates of the fixed mask's search on the first domain (default 30)")
+    p.add_argument("--search-prompts", type=int, default=2, help="train prompts of the first domain it searches on (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="prompt choice and optimizer seed (default 0)")
+    p.add_argument("--out", default="swift_stream.json", help="JSON report (default swift_stream.json)")
+    p.add_argument("--plot", default="plots/swift_stream.png", help="PNG of speedup and matchness over the stream")
+    draft_args(p, adaptive=False)
+    swift_args(p)
+
+
+def run(args: Any) -> int:
+    """Dispatch on the action."""
+    return {"stream": stream}[args.action](args)
+
+
+def stream(args: Any) -> int:
+    """Build the stream, search the fixed mask, decode the stream with every method, report."""
+    from layersearch.commands.common import load, positive_int
+    from layersearch.commands.onthefly import swift_config
+    from layersearch.data import DOMAINS
+    from layersearch.outputs import check_output, write_output
+    from layersearch.plots import plot_swift_stream
+    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.swift.bench import METHODS, StreamReport, build_stream, fixed_mask_on_train, method_decoder, run_stream
+
+    for value, flag in ((args.per_domain, "--per-domain"), (args.max_new_tokens, "--max-new-tokens"),
+                        (args.search_prompts, "--search-prompts")):
+        positive_int(value, flag)
+    positive_int(args.search_trials + 1, "--search-trials + 1")
+    domains = [d.strip() for d in args.domains.split(",") if d.strip()]
+    unknown = [d for d in domains if d not in DOMAINS]
+    if not domains or unknown:
+        raise LayersearchError(f"--domains: unknown or empty {', '.join(unknown) or args.domains!r} (known: {', '.join(DOMAINS)})")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or any(m not in METHODS for m in methods):
+        raise LayersearchError(f"--methods: choose from {', '.join(METHODS)}, got {args.methods!r}")
+    config = swift_config(args)
+    policy = DraftPolicy(args.max_draft, args.draft_threshold)
+    out = check_output(args.out, "--out", suffixes=(".json",))
+    plot = check_output(args.plot, "--plot", suffixes=(".png",))
+    inputs = build_stream(domains, args.per_domain, seed=args.seed)
+    loaded = load(args)
+
+    fixed, fixed_score = fixed_mask_on_train(loaded, domains[0], config, prompts=args.search_prompts,
+                                             trials=args.search_trials, seed=args.seed)
+    _log(f"fixed mask searched on {domains[0]} (train): matchness {fixed_score:.3f}, {fixed.short_string()}")
+    results = run_stream(
+        loaded, inputs, methods=methods, fixed_mask=fixed, max_new_tokens=args.max_new_tokens,
+        make_decoder=lambda method: method_decoder(method, loaded, fixed, config, policy), progress=_log,
+    )
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "action") and _jsonable(v)}
+    report = StreamReport(tuple(inputs), tuple(results), fixed, fixed_score, settings)
+    write_output(out, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
+    shown = [m for m in ("fixed", "swift", "fixed-tree", "swift-tree") if m in methods]
+    plot_swift_stream(
+        [s.domain for s in inputs], {m: report.speedups(m) for m in shown},
+        {m: [r.matchness for r in report.of(m)] for m in shown if m.startswith("swift")}, plot,
+    )
+    print(_table(report.summary()))
+    print(f"wrote {args.out} and {args.plot}")
+    return 0
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    from layersearch.commands.study_common import format_table
+
+    return format_table(rows, ["method", "M", "alpha", "tokens_per_second", "speedup", "optimization_seconds"])
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
