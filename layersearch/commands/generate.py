@@ -19,7 +19,7 @@ from layersearch.mask import SkipMask
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``generate``: its arguments (drafter, lookahead and verification options included)."""
     p = sub.add_parser("generate", help="generate text with self-speculative decoding (or plain, with --baseline)")
-    model_args(p)
+    model_args(p, kernels=True)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--mask", help="mask JSON file")
     which.add_argument("--skip-ratio", type=float, help="use an evenly spread mask skipping this share of sub-layers")
@@ -62,6 +62,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 def run(args: Any) -> int:
     """Generate for ``--prompt`` / ``--prompts`` and print text plus statistics."""
     from layersearch.runtime.baseline import hf_generate
+    from layersearch.runtime.kernels import choose_kernels, model_kernels
     from layersearch.runtime.sampling import SamplingConfig
 
     positive_int(args.max_new_tokens, "--max-new-tokens")
@@ -92,23 +93,27 @@ def run(args: Any) -> int:
     plain_mask = args.baseline or args.dynamic or router is not None or args.on_the_fly or draft is not None
     mask = None if plain_mask else _mask(args, mask_file, loaded.info)
     decoder = None if args.baseline else _decoder(args, loaded, mask, sampling, router, steering, draft)
-    profile = _profile(args, loaded.info) if mask is not None else None
+    loaded_profile = _profile(args, loaded.info)
+    profile = loaded_profile if mask is not None else None  # predictions are for layer-skip drafts
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output
         where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
         check_context(loaded, ids.shape[1] + args.max_new_tokens, f"{where} ({ids.shape[1]} tokens) + --max-new-tokens")
-    for index, ids in enumerate(encoded):
-        if decoder is None:
-            result = hf_generate(loaded.model, ids, args.max_new_tokens, sampling=sampling)
-        else:
-            result = decoder.generate(ids, args.max_new_tokens)
-        stats = result.stats.to_dict()
-        if args.on_the_fly:
-            stats["swift"] = input_summary(decoder.controller, result.stats)
-        if profile is not None and result.stats.steps:
-            # What the device's latency profile predicts for this run's own steps (as bench checks it).
-            stats["predicted_speedup"] = profile.predicted_speedup_of_steps(result.stats.steps)
-        _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result.token_ids, stats)
+    kernels = choose_kernels(args.kernels, loaded_profile)  # auto: the profile's choice, stock without one
+    with model_kernels(loaded.model, kernels):  # plain and speculative decoding alike
+        for index, ids in enumerate(encoded):
+            if decoder is None:
+                result = hf_generate(loaded.model, ids, args.max_new_tokens, sampling=sampling)
+            else:
+                result = decoder.generate(ids, args.max_new_tokens)
+            stats = result.stats.to_dict()
+            stats["kernels"] = kernels
+            if args.on_the_fly:
+                stats["swift"] = input_summary(decoder.controller, result.stats)
+            if profile is not None and result.stats.steps:
+                # What the device's latency profile predicts for this run's own steps (as bench checks it).
+                stats["predicted_speedup"] = profile.predicted_speedup_of_steps(result.stats.steps)
+            _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result.token_ids, stats)
     return 0
 
 

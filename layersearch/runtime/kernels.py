@@ -25,12 +25,14 @@ from typing import Iterator
 import torch
 
 from layersearch.errors import LayersearchError
-from layersearch.runtime.rowwise_linear import MAX_TOKENS
 
 #: Kernel sets, in the order a profile times them.
 KERNELS = ("stock", "numba")
 #: ``--kernels`` choices: a kernel set, or ``auto`` (the profile's choice).
 CHOICES = ("auto", *KERNELS)
+#: Calls over more tokens than this keep torch's kernels: a long prefill, the same in plain and
+#: speculative decoding, where the stock GEMM and attention are faster. Verification stays below.
+MAX_TOKENS = 64
 
 
 def check_kernels(name: str) -> str:
@@ -49,7 +51,7 @@ def model_kernels(model: torch.nn.Module, kernels: str) -> Iterator[int]:
     Nesting on one model is refused.
     """
     check_kernels(kernels)
-    if kernels == "stock":
+    if kernels == "stock" or model.device.type != "cpu":  # the kernels are CPU kernels
         yield 0
         return
     from layersearch.runtime import rowwise_attention

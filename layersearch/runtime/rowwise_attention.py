@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from layersearch.runtime.rowwise_linear import MAX_TOKENS
+from layersearch.runtime.kernels import MAX_TOKENS
 
 #: The name under which the kernel is registered with transformers.
 NAME = "layersearch_rowwise"

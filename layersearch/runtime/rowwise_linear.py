@@ -26,9 +26,6 @@ from numba import njit, prange
 TOKEN_BLOCK = 4
 #: Weight rows per parallel task.
 ROW_BLOCK = 4
-#: Calls over more tokens than this keep torch's kernels (a long prefill, the same in plain and
-#: speculative decoding, where the stock GEMM is faster); verification stays far below.
-MAX_TOKENS = 64
 
 # reassoc lets LLVM vectorize each dot product across the input dimension (16 lanes, two
 # interleaved accumulators). The resulting summation order is fixed by the compiled loop and
