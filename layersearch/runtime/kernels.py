@@ -107,15 +107,18 @@ def _supported_linear(module: torch.nn.Module) -> bool:
 
 def _routed_forward(module: torch.nn.Linear):
     """A forward for ``module``: the row-wise kernel for up to MAX_TOKENS tokens in inference."""
-    from layersearch.runtime.rowwise_linear import rowwise_linear
+    import numba
+
+    from layersearch.runtime.rowwise_linear import prepared_linear
 
     stock = type(module).forward.__get__(module)
+    kernel = prepared_linear(module.weight, module.bias, threads=numba.get_num_threads())
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         tokens = x.numel() // max(1, x.shape[-1])
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)
         if needs_grad or tokens > MAX_TOKENS or x.dtype != torch.float32 or x.device.type != "cpu":
             return stock(x)
-        return rowwise_linear(x, module.weight, module.bias)
+        return kernel(x)
 
     return forward

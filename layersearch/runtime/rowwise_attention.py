@@ -15,10 +15,12 @@ SDPA), so :mod:`layersearch.runtime.kernels` switches a model to it with
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import torch
 from numba import njit, prange
 
+from layersearch.runtime import rowwise_linear  # noqa: F401  (sets numba's threading layer first)
 from layersearch.runtime.kernels import MAX_TOKENS
 
 #: The name under which the kernel is registered with transformers.
@@ -27,8 +29,8 @@ NAME = "layersearch_rowwise"
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}  # order fixed by the loop lengths only
 
 
-@njit(parallel=True, fastmath=_FASTMATH, cache=True, boundscheck=False)
-def attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba
+@njit(inline="always")
+def _attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba (inlined)
     # q [h, t, d]; k, v [hkv, n, d]; allowed [t, n] (True = may attend; read if use_mask);
     # out [t, h, d]. Query i is the (n - t + i)-th position: it sees keys 0 .. n - t + i.
     heads, t, d = q.shape
@@ -67,6 +69,18 @@ def attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover
 
 
 
+@njit(parallel=True, fastmath=_FASTMATH, cache=True, boundscheck=False)
+def attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba
+    """Every (head, query) pair, spread over numba's threads."""
+    _attend(q, k, v, allowed, use_mask, scale, softcap, out)
+
+
+@njit(fastmath=_FASTMATH, cache=True, boundscheck=False)
+def attend_serial(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba
+    """The same on the calling thread (one thread: no pool launch)."""
+    _attend(q, k, v, allowed, use_mask, scale, softcap, out)
+
+
 def rowwise_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -90,7 +104,7 @@ def rowwise_attention(
     scale = float(scaling) if scaling is not None else d ** -0.5
     allowed = _allowed(attention_mask, t, n)
     out = torch.empty(t, heads, d, dtype=torch.float32)  # [t, h, d]
-    attend(
+    (attend if numba.get_num_threads() > 1 else attend_serial)(
         _array(query[0]), _array(key[0]), _array(value[0]),
         allowed.numpy() if allowed is not None else np.ones((1, 1), np.bool_), allowed is not None,
         np.float32(scale), np.float32(softcap or 0.0), out.numpy(),
