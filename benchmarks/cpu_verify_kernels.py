@@ -29,7 +29,9 @@ import time
 import torch
 
 from layersearch.runtime.kernels import model_kernels, warm_up
-from layersearch.runtime.rowwise_linear import rowwise_linear
+import numba
+
+from layersearch.runtime.rowwise_linear import prepared_linear, rowwise_linear
 
 SHAPES = {
     "qwen1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -67,6 +69,7 @@ def linear_part(shape: dict, rounds: int) -> None:
     print("per Linear (ms; xR = time(k) / same candidate's time(1))")
     for name, (n_in, n_out) in linear_shapes(shape).items():
         weight = torch.randn(n_out, n_in)
+        numba_linear = prepared_linear(weight, threads=numba.get_num_threads())  # as a routed layer runs it
         base: dict[str, float] = {}
         print(f"  {name} [{n_in} -> {n_out}]")
         for k in KS:
@@ -75,7 +78,7 @@ def linear_part(shape: dict, rounds: int) -> None:
             times = interleaved_medians({
                 "linear": lambda: torch.nn.functional.linear(x, weight),
                 "mm(W,x.T)": lambda: torch.mm(weight, x.T),
-                "numba": lambda: rowwise_linear(x, weight),
+                "numba": lambda: numba_linear(x),
             }, rounds)
             base = base or times
             cells = "  ".join(f"{c} {1e3 * t:7.2f} (x{t / base[c]:.2f})" for c, t in times.items())
