@@ -110,13 +110,14 @@ class Decoder:
         return self.tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
 
 
-def load_decoder(spec_or_path: DecoderSpec | str | Path, model: Any = None) -> Decoder:
+def load_decoder(spec_or_path: DecoderSpec | str | Path, model: Any = None, *, kernels: str = "auto") -> Decoder:
     """The decoder a spec (or spec file) describes. ``model``: an already loaded
     :class:`~layersearch.models.loading.LoadedModel`, or a transformers ``(model, tokenizer)``
-    pair, to avoid loading the spec's model again; it must be the model the spec was made for."""
+    pair, to avoid loading the spec's model again; it must be the model the spec was made for.
+    ``kernels`` (auto, stock, numba): the CPU kernels; auto follows the spec's latency profile."""
     spec = spec_or_path if isinstance(spec_or_path, DecoderSpec) else DecoderSpec.load(spec_or_path)
     files = read_spec_files(spec)  # bad files fail before the model loads
-    return Decoder(build_decoder(_loaded(model, spec), spec, files))
+    return Decoder(build_decoder(_loaded(model, spec), spec, files, kernels=kernels))
 
 
 def _loaded(model: Any, spec: DecoderSpec) -> Any:

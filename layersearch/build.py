@@ -50,14 +50,16 @@ class BuiltDecoder:
     ``speculative`` is the :class:`~layersearch.runtime.decoder.SpeculativeDecoder` (None for a
     plain spec, which runs transformers' ``generate``); reuse the object for a stream of inputs,
     since a controller (SWIFT on the fly) learns across them. ``profile`` is the latency profile
-    that predicts a fixed mask's speedup, when the spec names one.
+    that predicts a fixed mask's speedup, when the spec names one. ``kernels`` is the CPU kernel
+    set every run uses (``stock`` or ``numba``: :mod:`layersearch.runtime.kernels`).
     """
 
-    def __init__(self, loaded: Any, spec: DecoderSpec, speculative: Any, profile: Any = None) -> None:
+    def __init__(self, loaded: Any, spec: DecoderSpec, speculative: Any, profile: Any = None, kernels: str = "stock") -> None:
         self.loaded = loaded
         self.spec = spec
         self.speculative = speculative
         self.profile = profile
+        self.kernels = kernels
 
     @property
     def controller(self) -> Any:
@@ -82,22 +84,29 @@ class BuiltDecoder:
         """Decode up to ``max_new_tokens`` after ``input_ids`` (a GenerationResult); ``on_tokens``
         gets the new tokens as they are committed (for a plain spec: all of them at the end)."""
         from layersearch.runtime.baseline import hf_generate
+        from layersearch.runtime.kernels import model_kernels
 
         sampling = self.sampling() if sampling is None else sampling
-        if self.speculative is not None:
-            return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens)
-        result = hf_generate(self.loaded.model, input_ids, max_new_tokens, sampling=sampling)
+        with model_kernels(self.loaded.model, self.kernels):  # plain and speculative decoding alike
+            if self.speculative is not None:
+                return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens)
+            result = hf_generate(self.loaded.model, input_ids, max_new_tokens, sampling=sampling)
         if on_tokens is not None and result.token_ids:
             on_tokens(result.token_ids)
         return result
 
 
-def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None) -> BuiltDecoder:
+def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None, *, kernels: str = "auto") -> BuiltDecoder:
     """The decoder ``spec`` describes on ``loaded`` (a LoadedModel); ``files`` from
-    :func:`read_spec_files` when read already. Every file is checked against the model first."""
+    :func:`read_spec_files` when read already. Every file is checked against the model first.
+    ``kernels`` (auto, stock, numba): auto runs the spec's latency profile's choice, stock
+    without a profile (the kernels are a property of the machine, not of the spec)."""
+    from layersearch.runtime.kernels import choose_kernels
+
     files = read_spec_files(spec) if files is None else files
     info = loaded.info
     spec.check_model(info)
+    chosen = choose_kernels(kernels, _profile(spec.profile, info))
     if files.router is not None:
         _prefixed(spec.mask_source.file, files.router.check_model, info)
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
@@ -115,10 +124,10 @@ def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
     resolved = _resolved(spec, info, kind, source.get("mask"))
     if spec.plain:
-        return BuiltDecoder(loaded, resolved, None)
+        return BuiltDecoder(loaded, resolved, None, kernels=chosen)
     speculative = _speculative(loaded, spec, files, source, steering, draft)
     profile = _profile(spec.profile, info) if "mask" in source else None
-    return BuiltDecoder(loaded, resolved, speculative, profile)
+    return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen)
 
 
 def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:

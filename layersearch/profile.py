@@ -28,7 +28,13 @@ File format (schema_version 1)::
      "device": "cpu", "dtype": "float32", "torch_version": "2.13.0",
      "attention_slope": a, "attention_intercept": b, "mlp_seconds": ..., "base_seconds": ...,
      "verify_ratios": [1.0, ...], "contexts": [64, ...], "created": "...",
-     "attention_windows": [null, 4096, ...]}        (optional; absent or [] = all full)
+     "attention_windows": [null, 4096, ...],        (optional; absent or [] = all full)
+     "kernels": "numba",                           (optional; absent = "stock")
+     "kernel_timings": [{"kernels": "stock", "one_token_seconds": ..., "verify_ratios": [...]}, ...]}
+
+``kernels`` names the CPU kernels every timing of the profile was measured with, and the ones
+``--kernels auto`` then runs; ``kernel_timings`` holds the verification sweep of each kernel set
+that was timed to make that choice (:func:`pick_kernels`).
 """
 
 from __future__ import annotations
@@ -49,6 +55,54 @@ _REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify
 
 
 @dataclass(frozen=True)
+class KernelTiming:
+    """One kernel set's verification sweep at the profile's middle context: the one-token
+    forward's seconds and time(k tokens) / time(1 token) for k = 1, 2, ..."""
+
+    kernels: str
+    one_token_seconds: float
+    verify_ratios: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kernels, str) or not self.kernels:
+            raise LayersearchError(f"kernel timing needs a kernels name, got {self.kernels!r}")
+        object.__setattr__(self, "one_token_seconds", _non_negative(self.one_token_seconds, "one_token_seconds"))
+        object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
+
+    def seconds(self, k: int) -> float:
+        """Seconds of a forward over ``k`` tokens (k within the sweep)."""
+        return self.one_token_seconds * self.verify_ratios[k - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of one entry of ``kernel_timings``."""
+        return {"kernels": self.kernels, "one_token_seconds": self.one_token_seconds, "verify_ratios": list(self.verify_ratios)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "KernelTiming":
+        """Parse one ``kernel_timings`` entry."""
+        if not isinstance(data, dict) or not isinstance(data.get("verify_ratios"), list):
+            raise LayersearchError("kernel_timings entries must be objects with kernels, one_token_seconds, verify_ratios")
+        return cls(data.get("kernels"), data.get("one_token_seconds"), tuple(data["verify_ratios"]))
+
+
+def pick_kernels(timings: Sequence[KernelTiming], baseline: str = "stock") -> str:
+    """The kernel set to run: the one with the least total time over the sweep's verification
+    widths, among those whose one-token forward is no slower than ``baseline``'s (plain
+    decoding must never get slower). ``baseline`` when it is the only one timed."""
+    by_name = {t.kernels: t for t in timings}
+    if baseline not in by_name:
+        raise LayersearchError(f"kernel timings lack the {baseline!r} baseline")
+    reference = by_name[baseline]
+    widths = range(1, len(reference.verify_ratios) + 1)
+
+    def total(timing: KernelTiming) -> float:
+        return sum(timing.seconds(k) for k in widths if k <= len(timing.verify_ratios))
+
+    eligible = [t for t in timings if t.one_token_seconds <= reference.one_token_seconds]
+    return min(eligible, key=lambda t: (total(t), t.kernels != baseline)).kernels
+
+
+@dataclass(frozen=True)
 class LatencyProfile:
     """Per-sub-layer forward costs (seconds, one token) of ``model`` on ``device`` in ``dtype``."""
 
@@ -64,6 +118,8 @@ class LatencyProfile:
     contexts: tuple[int, ...] = ()  # context lengths measured (for the record)
     created: str = ""
     attention_windows: tuple[int | None, ...] = ()  # [L] per-layer window, None = full; () = all full
+    kernels: str = "stock"  # the CPU kernels these timings were measured with
+    kernel_timings: tuple[KernelTiming, ...] = ()  # each kernel set's verification sweep (the choice)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelInfo):
@@ -76,6 +132,11 @@ class LatencyProfile:
         object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
         object.__setattr__(self, "contexts", _checked_contexts(self.contexts))
         object.__setattr__(self, "attention_windows", _checked_windows(self.attention_windows, self.model.num_layers))
+        if not isinstance(self.kernels, str) or not self.kernels:
+            raise LayersearchError(f"profile kernels must be a name, got {self.kernels!r}")
+        object.__setattr__(self, "kernel_timings", tuple(self.kernel_timings))
+        if any(not isinstance(t, KernelTiming) for t in self.kernel_timings):
+            raise LayersearchError("profile kernel_timings must hold KernelTiming values")
         if self.target_seconds(0) <= 0:
             raise LayersearchError("profile has zero cost for a full forward (all times are 0)")
 
@@ -238,6 +299,8 @@ class LatencyProfile:
             "contexts": list(self.contexts),
             "created": self.created,
             "attention_windows": list(self.attention_windows),
+            "kernels": self.kernels,
+            "kernel_timings": [t.to_dict() for t in self.kernel_timings],
         }
 
     @classmethod
@@ -255,7 +318,7 @@ class LatencyProfile:
         missing = [key for key in _REQUIRED if key not in data]
         if missing:
             raise LayersearchError(f"profile file is missing {', '.join(repr(k) for k in missing)}")
-        for key in ("verify_ratios", "contexts", "attention_windows"):
+        for key in ("verify_ratios", "contexts", "attention_windows", "kernel_timings"):
             if not isinstance(data.get(key, []), list):
                 raise LayersearchError(f"{key} must be a list")
         return cls(
@@ -268,6 +331,8 @@ class LatencyProfile:
             contexts=tuple(data.get("contexts", ())),
             created=data.get("created", ""),
             attention_windows=tuple(data.get("attention_windows", ())),
+            kernels=data.get("kernels", "stock"),
+            kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
         )
 
     def save(self, path: str | Path) -> Path:

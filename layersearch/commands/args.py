@@ -19,12 +19,25 @@ MAX_DRAFT = 8
 DRAFT_THRESHOLD = 0.8
 
 
-def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None) -> None:
-    """``--model``, ``--device``, ``--dtype`` and ``--threads`` (``threads``: its default)."""
+# --kernels choices; equal to layersearch.runtime.kernels.CHOICES (tests/commands/test_args.py checks).
+KERNEL_CHOICES = ("auto", "stock", "numba")
+
+
+def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None, kernels: bool = False) -> None:
+    """``--model``, ``--device``, ``--dtype`` and ``--threads`` (``threads``: its default);
+    with ``kernels``, also ``--kernels``."""
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, .gguf file, HF id or local directory (default {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
     threads_arg(parser, default=threads)
+    if kernels:
+        parser.add_argument(
+            "--kernels", choices=KERNEL_CHOICES, default="auto",
+            help="CPU kernels of every forward: numba (each weight row read once for all verified tokens; "
+            "per-token results independent of the verified length), stock (torch's), or auto (default): "
+            "the latency profile's choice (profile: time both and keep numba only where it measures faster; "
+            "without a profile, stock)",
+        )
 
 
 def threads_arg(parser: argparse.ArgumentParser, *, default: int | None = None) -> None:

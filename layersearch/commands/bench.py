@@ -16,7 +16,7 @@ from layersearch.mask import SkipMask, write_json_atomic
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
     p = sub.add_parser("bench", help="plain generate vs HF peers vs our loop, per domain")
-    model_args(p)
+    model_args(p, kernels=True)
     p.add_argument("--domains", default=None, help="comma-separated domains (default summarization,math,code; "
                                                    "with --prompts only the file)")
     p.add_argument("--prompts", metavar="FILE", help="your own prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
@@ -55,9 +55,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Run the benchmark, print one table per domain and write the JSON report."""
-    from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
     from layersearch.data import load_prompts
     from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.kernels import choose_kernels, model_kernels
 
     from layersearch.outputs import announce, check_output
 
@@ -82,8 +82,21 @@ def run(args: Any) -> int:
                for d in domains}
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(args.skip_ratios, args.masks, loaded.info)
     profile = _profile(args, loaded)
+    kernels = choose_kernels(args.kernels, profile)
+    _say(f"kernels: {kernels}")
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
-    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "domains": {}}
+    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
+    with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
+        _run_domains(args, loaded, domains, prompts, masks, profile, policy, drafters, report)
+    write_json_atomic(out, report)
+    announce(out, f"wrote {out}")
+    return 0
+
+
+def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, drafters, report) -> None:
+    """Measure every domain's configurations and print its table, filling ``report``."""
+    from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
+
     for domain in domains:
         ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
         context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
@@ -95,9 +108,6 @@ def run(args: Any) -> int:
         rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain) for c in cfgs]
         report["domains"][domain] = {"context": context, "rows": rows}
         print(format_table(domain, rows), flush=True)
-    write_json_atomic(out, report)
-    announce(out, f"wrote {out}")
-    return 0
 
 
 def _domains(args: Any) -> list[str]:
@@ -172,7 +182,7 @@ def _profile(args: Any, loaded):
     if args.profile:
         return LatencyProfile.load(args.profile, model=loaded.info)
     _say("measuring a quick latency profile (pass --profile FILE to reuse one)")
-    return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=_say)
+    return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=_say, kernels=args.kernels)
 
 
 def _say(message: str) -> None:

@@ -25,7 +25,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``generate``: its arguments (drafter, lookahead and verification options included)."""
     names = registry_names()
     p = sub.add_parser("generate", help="generate text with self-speculative decoding (or plain, with --baseline)")
-    model_args(p)
+    model_args(p, kernels=True)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--mask", help="mask JSON file")
     which.add_argument("--skip-ratio", type=float, help="use an evenly spread mask skipping this share of sub-layers")
@@ -86,7 +86,7 @@ def run(args: Any) -> int:
     files = read_spec_files(spec)  # a bad DISCO or router file fails before the (slower) model load
     model = spec.model
     loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
-    decoder = build_decoder(loaded, spec, files)
+    decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output
@@ -94,7 +94,7 @@ def run(args: Any) -> int:
         check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + --max-new-tokens")
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
-        stats = result.stats.to_dict()
+        stats = {**result.stats.to_dict(), "kernels": decoder.kernels}
         if spec.mask_source.kind in registry_names()["on_the_fly"]:
             stats["swift"] = input_summary(decoder.controller, result.stats)
         if decoder.profile is not None and result.stats.steps:

@@ -14,7 +14,7 @@ from layersearch.spec import (DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourc
                               SamplingSpec, lookahead_names)
 
 #: Options that do not describe the decoder: they apply with ``--spec`` too.
-RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec")
+RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec", "kernels")
 
 
 def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:

@@ -15,7 +15,7 @@ from layersearch.mask import SkipMask, parse_index_list, write_json_atomic
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``profile``: its arguments."""
     p = sub.add_parser("profile", help="measure the latency profile of a model on this device")
-    model_args(p)
+    model_args(p, kernels=True)
     p.add_argument("--out", help="where to write the profile (required unless --validate)")
     p.add_argument("--validate", metavar="PROFILE",
                    help="instead of measuring a profile: time draft and verify forwards afresh and compare "
@@ -44,7 +44,7 @@ def run(args: Any) -> int:
     loaded = load(args)
     profile = measure_profile(
         loaded.model, loaded.info, contexts=contexts, repeats=args.repeats,
-        progress=lambda message: print(message, file=sys.stderr, flush=True),
+        progress=lambda message: print(message, file=sys.stderr, flush=True), kernels=args.kernels,
     )
     profile.save(out)
     announce(out, f"wrote {out}: {describe(profile)}")
@@ -66,7 +66,8 @@ def describe(profile) -> str:
     return (
         f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms{sliding}, "
         f"t_mlp = {profile.mlp_seconds * 1e3:.3f} ms, base = {profile.base_seconds * 1e3:.2f} ms, "
-        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.device} {profile.dtype}"
+        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.device} {profile.dtype}, "
+        f"{profile.kernels} kernels"
     )
 
 
@@ -74,6 +75,7 @@ def _validate(args: Any) -> int:
     """``profile --validate PROFILE``: print measured vs predicted per-forward times."""
     from layersearch.outputs import announce, check_output
     from layersearch.profile import LatencyProfile
+    from layersearch.runtime.kernels import choose_kernels, model_kernels
     from layersearch.runtime.profiler import validate_profile
 
     from layersearch.commands.common import positive_int
@@ -86,8 +88,9 @@ def _validate(args: Any) -> int:
     masks = [SkipMask.none(loaded.info.num_layers)] + [_mask(spec, loaded.info) for spec in args.masks.split(",") if spec]
     contexts = _contexts(args.contexts) if args.contexts is not None else profile.contexts
     check_context(loaded, max(contexts) + 8, "--contexts")  # plus the longest verification
-    rows = validate_profile(loaded.model, profile, masks, contexts=contexts, repeats=args.repeats,
-                            progress=lambda message: print(message, file=sys.stderr, flush=True))
+    with model_kernels(loaded.model, choose_kernels(args.kernels, profile)):  # auto: the profile's kernels
+        rows = validate_profile(loaded.model, profile, masks, contexts=contexts, repeats=args.repeats,
+                                progress=lambda message: print(message, file=sys.stderr, flush=True))
     print(format_validation(rows))
     if out:
         write_json_atomic(out, {"profile": str(args.validate), "rows": rows})

@@ -41,7 +41,7 @@ from layersearch.runtime.lookahead import Lookahead
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs, sample
 from layersearch.runtime.stats import DecodeStats
-from layersearch.runtime.timing import Clock
+from layersearch.runtime.timing import Clock, RegionTimer
 from layersearch.runtime.verification import ChainVerifier, Verdict, Verifier, VerifyRequest
 
 
@@ -137,7 +137,8 @@ class _Run:
         self.prompt_length = prompt.shape[1]
         self.max_new = max_new
         self.stop = stop
-        self.clock = Clock(self.model.device)
+        self.clock = Clock(self.model.device)  # synchronizes: read at step boundaries only
+        self.forward_timer = RegionTimer(self.model.device)  # every forward, no sync per forward
         self.generator = self.sampling.generator(self.model.device)
         self.cache = new_cache(self.model)
         # Prompt and emitted ids on the CPU; views of it are what drafters and controllers read.
@@ -146,7 +147,7 @@ class _Run:
         self.tokens: list[int] = []
         self.outcomes: list[StepOutcome] = []
         self.selections: list[dict[str, Any]] = []
-        self.seconds = dict(prefill=0.0, forward=0.0)
+        self.seconds = dict(prefill=0.0)
         self.prompt = prompt
         self.prompt_hidden: torch.Tensor | None = None
         self.num_layers = decoder.num_layers
@@ -244,14 +245,13 @@ class _Run:
 
     def _forward(self, tokens, start: int, keep: int | None = None, **options) -> torch.Tensor:
         # Every target forward goes through here, so time outside them is measurable bookkeeping.
-        t0 = self.clock.now()
-        if self.capturing:
-            logits, self.captured = forward_tokens(
-                self.model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, **options
-            )
-        else:
-            logits = forward_tokens(self.model, tokens, start, self.cache, keep, **options)
-        self.seconds["forward"] += self.clock.now() - t0
+        with self.forward_timer.region():
+            if self.capturing:
+                logits, self.captured = forward_tokens(
+                    self.model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, **options
+                )
+            else:
+                logits = forward_tokens(self.model, tokens, start, self.cache, keep, **options)
         return logits
 
     def _choose(self, logits: torch.Tensor) -> int:
@@ -294,7 +294,7 @@ class _Run:
             verify_seconds=sum(s.verify_seconds for s in steps),
             total_seconds=total,
             draft_forwards=sum(s.draft_forwards for s in steps),
-            forward_seconds=self.seconds["forward"],
+            forward_seconds=self.forward_timer.total(),
             steps=steps,
             selections=tuple(self.selections),
         )

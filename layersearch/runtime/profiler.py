@@ -25,11 +25,17 @@ layers' mean *effective* context ``mean_i min(n, w_i - 1)`` and the windows are 
 profile (:attr:`LatencyProfile.attention_windows`): attention cost stops growing past them.
 A sliding layer keeps only its window, so it cannot be cropped back to a shorter context once
 committed; such models get one prefill per measured context.
+
+Kernels (:mod:`layersearch.runtime.kernels`): with ``kernels="auto"`` the verification sweep is
+first timed under every kernel set, interleaved round by round, at the middle context; the
+choice (:func:`~layersearch.profile.pick_kernels`) and every sweep are recorded in the profile,
+and all of its timings are then measured with the chosen kernels.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
@@ -39,7 +45,8 @@ from transformers import DynamicCache
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
-from layersearch.profile import LatencyProfile
+from layersearch.profile import KernelTiming, LatencyProfile, pick_kernels
+from layersearch.runtime.kernels import KERNELS, check_kernels, model_kernels
 from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
@@ -55,18 +62,69 @@ def measure_profile(
     max_verify: int = 16,
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
+    kernels: str = "stock",
 ) -> LatencyProfile:
     """Measure ``model``'s latency profile on its device and dtype (median of ``repeats`` timings).
 
+    ``kernels``: ``stock``, ``numba`` or ``auto`` (time both, keep the faster; see the module doc).
     ``progress(message)`` is called once per measured context and once for the verify sweep.
-    The model is left as it was: masks are applied only inside :func:`skipping`.
+    The model is left as it was: masks and kernels are applied only inside ``with`` blocks.
     """
     num_layers = len(decoder_layers(model))
     contexts = _checked_arguments(model, info, num_layers, contexts, max_verify, repeats)
     report = progress or (lambda message: None)
-    masks = _setting_masks(num_layers)
-    clock = Clock(model.device)
     middle = contexts[len(contexts) // 2]
+    candidates = _candidates(model, kernels)
+    chosen, sweeps = candidates[0], ()
+    if len(candidates) > 1:
+        sweeps = _kernel_sweeps(model, middle, max_verify, repeats, candidates)
+        chosen = pick_kernels(sweeps, baseline=candidates[0])
+        for sweep in sweeps:
+            report(f"{sweep.kernels} kernels at context {middle}: one token {sweep.one_token_seconds * 1e3:.2f} ms, "
+                   f"verify({max_verify})/verify(1) = {sweep.verify_ratios[-1]:.2f}")
+        report(f"kernels: {chosen}")
+    with model_kernels(model, chosen):
+        profile = _measure(model, info, contexts, middle, max_verify, repeats, report)
+    if not sweeps:  # one kernel set: its sweep is the profile's own
+        sweeps = (KernelTiming(chosen, profile.target_seconds(middle), profile.verify_ratios),)
+    return replace(profile, kernels=chosen, kernel_timings=sweeps)
+
+
+def _candidates(model: torch.nn.Module, kernels: str) -> tuple[str, ...]:
+    """The kernel sets to time: all of them for ``auto`` on CPU (stock first, the baseline)."""
+    if kernels == "auto":
+        return KERNELS if model.device.type == "cpu" else ("stock",)
+    return (check_kernels(kernels),)
+
+
+def _kernel_sweeps(
+    model: torch.nn.Module, context: int, max_verify: int, repeats: int, candidates: Sequence[str]
+) -> tuple[KernelTiming, ...]:
+    """Each kernel set's verify sweep at ``context``, the sets interleaved round by round."""
+    clock = Clock(model.device)
+    samples = {name: [[] for _ in range(max_verify)] for name in candidates}
+    with torch.inference_mode():
+        cache = _prefilled_cache(model, context)
+        for round_ in range(repeats + 1):  # round 0 is the warm-up
+            order = candidates[round_ % len(candidates):] + candidates[: round_ % len(candidates)]
+            for name in order:
+                with model_kernels(model, name):
+                    for k, seconds in enumerate(_verify_seconds(model, cache, context, max_verify, clock)):
+                        if round_:
+                            samples[name][k].append(seconds)
+    sweeps = []
+    for name in candidates:
+        medians = [statistics.median(values) for values in samples[name]]
+        sweeps.append(KernelTiming(name, medians[0], tuple(1.0 if k == 0 else t / medians[0] for k, t in enumerate(medians))))
+    return tuple(sweeps)
+
+
+def _measure(
+    model: torch.nn.Module, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report
+) -> LatencyProfile:
+    """The profile's timings with whatever kernels the model runs now."""
+    masks = _setting_masks(len(decoder_layers(model)))
+    clock = Clock(model.device)
     timings: dict[int, dict[str, float]] = {}
     ratios: tuple[float, ...] = ()
     windows = sliding_windows(model)
@@ -142,12 +200,18 @@ def _verify_ratios(
     tokens = [(n + i) % vocab for i in range(max_verify)]
     samples: list[list[float]] = [[] for _ in range(max_verify)]
     for round_ in range(repeats + 1):  # round 0 is the warm-up
-        for k in range(1, max_verify + 1):
-            seconds = _timed_forward(model, cache, n, tokens[:k], clock)
+        for k, seconds in enumerate(_verify_seconds(model, cache, n, max_verify, clock)):
             if round_:
-                samples[k - 1].append(seconds)
+                samples[k].append(seconds)
     medians = [statistics.median(values) for values in samples]
     return tuple(1.0 if k == 1 else t / medians[0] for k, t in enumerate(medians, start=1))
+
+
+def _verify_seconds(model: torch.nn.Module, cache: DynamicCache, n: int, max_verify: int, clock: Clock) -> list[float]:
+    """Seconds of one full forward over k = 1..max_verify tokens at context ``n``."""
+    vocab = model.get_input_embeddings().num_embeddings
+    tokens = [(n + i) % vocab for i in range(max_verify)]
+    return [_timed_forward(model, cache, n, tokens[:k], clock) for k in range(1, max_verify + 1)]
 
 
 # ----- from timings to a profile ----------------------------------------------------------------
@@ -252,14 +316,15 @@ QUICK_CONTEXTS = (64, 256, 1024)
 
 def quick_profile(
     model: torch.nn.Module, info, *, contexts: Sequence[int] = QUICK_CONTEXTS, max_verify: int = 12,
-    repeats: int = 2, progress=None,
+    repeats: int = 2, progress=None, kernels: str = "stock",
 ):
     """A fast, rough latency profile for when none was given: the one helper every command and
     study uses. ``contexts`` that do not fit the model's position limit (with ``max_verify``
     tokens on top) are dropped; if none fits, the longest that does is measured."""
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9
     fitting = tuple(sorted({n for n in contexts if n + max_verify <= limit})) or (max(1, limit - max_verify),)
-    return measure_profile(model, info, contexts=fitting, max_verify=max_verify, repeats=repeats, progress=progress)
+    return measure_profile(model, info, contexts=fitting, max_verify=max_verify, repeats=repeats, progress=progress,
+                           kernels=kernels)
 
 
 # ----- validation: the profile's per-forward predictions against fresh timings -------------------

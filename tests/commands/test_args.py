@@ -46,3 +46,12 @@ def test_study_help_names_every_registered_strategy(capsys):
         build_parser().parse_args(["study", "create", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in STRATEGIES)
+
+
+def test_kernel_choices_are_the_runtime_choices():
+    from layersearch.commands.args import KERNEL_CHOICES
+    from layersearch.runtime.kernels import CHOICES
+
+    assert KERNEL_CHOICES == CHOICES
+    for command in (["generate", "--prompt", "x"], ["profile"], ["bench"]):
+        assert build_parser().parse_args(command).kernels == "auto"

@@ -1,0 +1,35 @@
+"""The loop's clocks: a synchronizing read only at step boundaries, forwards summed without one."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from layersearch.mask import SkipMask
+from layersearch.runtime import timing
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.timing import RegionTimer
+
+
+def test_region_timer_sums_its_regions_on_cpu():
+    timer = RegionTimer("cpu")
+    for _ in range(3):
+        with timer.region():
+            time.sleep(0.01)
+    time.sleep(0.02)  # outside any region: not counted
+    assert 0.03 <= timer.total() < 0.05
+
+
+def test_the_loop_reads_the_synchronizing_clock_a_few_times_per_step(tiny_llama, monkeypatch):
+    reads = []
+    real_now = timing.Clock.now
+    monkeypatch.setattr(timing.Clock, "now", lambda self: reads.append(1) or real_now(self))
+    prompt = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    result = SpeculativeDecoder(tiny_llama, SkipMask(4, (), (3,)), policy=DraftPolicy(8, 0.0)).generate(prompt, 32)
+    steps = len(result.stats.steps)
+    forwards = result.stats.draft_forwards + steps + 1  # drafts, verifications, the prefill
+    # Step start, draft -> verify, step end, and the controller's read; 2 more per forward before.
+    assert len(reads) <= 4 * steps + 4 < 2 * forwards
+    assert 0 < result.stats.forward_seconds <= result.stats.total_seconds
