@@ -269,7 +269,7 @@ def _steering_of_another_model(name: str) -> Maker:
         from layersearch.steer import SteeringFile, SteeringParams
 
         other = ModelInfo("other", 4, 64, "0123456789abcdef")
-        SteeringFile(SteeringParams((0, 2, 2), 64, 64, 128), other, None, SkipMask(4, (1,), (2,))).save(work / name)
+        SteeringFile(SteeringParams((0, 2, 3), 64, 64, 128), other, None, SkipMask(4, (1,), (2,))).save(work / name)
         return name
     return make
 
@@ -353,7 +353,7 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     from layersearch.steer import SteeringFile, SteeringParams
     from layersearch.steer.hooks import intermediate_size
 
-    params = SteeringParams((0, 2, 2), 64, 64, intermediate_size(model))
+    params = SteeringParams((0, 2, 3), 64, 64, intermediate_size(model))
     SteeringFile(params, info, None, SkipMask(4, (1,), (2,), info)).save(work / "steer.safetensors")
     (work / "paper.json").write_text('{"m": {"attention": [1], "mlp": [2]}}')  # Self-SD's file format
     (work / "prompts.jsonl").write_text('{"prompt": "w1 w2"}\n')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from layersearch.checks import check_int
+from layersearch.checks import check_draft_length, check_int, check_real, check_seed
 from layersearch.errors import LayersearchError
 
 
@@ -63,6 +63,28 @@ def positive_int(value: int, what: str) -> int:
     return check_int(value, what)
 
 
+def seed(value: int, what: str = "--seed") -> int:
+    """Check a seed argument (an integer in [0, 2**32 - 1], what every seeded generator takes)."""
+    return check_seed(value, what)
+
+
+def finite(value: float, what: str, *, low: float = float("-inf"), high: float = float("inf"),
+           low_open: bool = False, high_open: bool = False) -> float:
+    """Check a real-valued argument: finite (no NaN / inf) and in its range (see :func:`check_real`)."""
+    return check_real(value, what, low=low, high=high, low_open=low_open, high_open=high_open)
+
+
+def learning_rate(value: float, what: str = "--lr") -> float:
+    """Check a learning rate: finite and in (0, 1] (an AdamW step moves each weight by about lr, so
+    more than 1 per step is a typo, and it overflows into NaN weights before anything is written)."""
+    return check_real(value, what, low=0.0, high=1.0, low_open=True)
+
+
+def max_draft(value: int, what: str = "--max-draft") -> int:
+    """Check a draft-length bound: an integer in [1, 64] (:data:`layersearch.checks.MAX_DRAFT_LENGTH`)."""
+    return check_draft_length(value, what)
+
+
 def context_limit(loaded: Any) -> int | None:
     """The model's context length (``max_position_embeddings``), None when it states none."""
     limit = getattr(loaded.model.config, "max_position_embeddings", None)
@@ -90,3 +112,23 @@ def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
             raise LayersearchError(f"{option} gives two masks for domain {name!r}")
         named[name] = value
     return named
+
+
+def check_shared_options(args: Any) -> None:
+    """Range and finiteness of the options many commands share, checked by name before any
+    command starts work (each command narrows them further where it needs to): every seed,
+    ``--max-draft``, ``--draft-threshold``, ``--skip-ratio``, learning rates and ``--threads``."""
+    for name, value in vars(args).items():
+        if value is None or isinstance(value, bool):
+            continue
+        option = "--" + name.replace("_", "-")
+        if name == "seed" or name.endswith("_seed"):
+            seed(value, option)
+        elif name == "max_draft":
+            max_draft(value, option)
+        elif name in ("draft_threshold", "skip_ratio"):
+            finite(value, option, low=0.0, high=1.0)
+        elif name in ("lr", "drafter_lr"):
+            learning_rate(value, option)
+        elif name == "threads":
+            positive_int(value, option)

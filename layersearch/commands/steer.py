@@ -237,6 +237,7 @@ def _eval(args: Any) -> int:
             steering.check_models(loaded.info)
         else:
             steering.check_models(loaded.info, drafter.info, drafter.model)
+        steering.check_params(loaded.model if drafter is None else drafter.model)
     except LayersearchError as exc:
         raise LayersearchError(f"{args.steering}: {exc}") from None
 
@@ -321,12 +322,12 @@ def draft_model_for_generate(args: Any, loaded, steering):
     name = getattr(args, "draft_model", None)
     if name is None and steering is not None and steering.drafter is not None:
         name = steering.drafter.name
-    if name is None:
-        return None
-    drafter = _load_drafter(args, name, loaded)
+    drafter = None if name is None else _load_drafter(args, name, loaded)
     if steering is not None:
         try:
-            steering.check_models(loaded.info, drafter.info, drafter.model)
+            if drafter is not None:
+                steering.check_models(loaded.info, drafter.info, drafter.model)
+            steering.check_params(loaded.model if drafter is None else drafter.model)
         except LayersearchError as exc:
             raise LayersearchError(f"{args.steering}: {exc}") from None
     return drafter

@@ -16,7 +16,7 @@ DRAFTER = ModelInfo("drafter", 2, 48, "bbbb")
 
 
 def trained(drafter=None, width=64) -> SteeringParams:
-    params = SteeringParams((0, 2, 2), 64, width, 96)
+    params = SteeringParams((0, 2, 3), 64, width, 96)
     with torch.no_grad():
         params.s.weight.normal_()
         params.hml.weight.add_(0.1)
@@ -33,7 +33,7 @@ def test_round_trip_self_and_independent(tmp_path):
         file.save(path)
         back = SteeringFile.load(path, VERIFIER, file.drafter)
         assert back == file and dict(back.training) == dict(file.training)
-        assert back.params.layers == (0, 2, 2)
+        assert back.params.layers == (0, 2, 3)
         for name, tensor in file.params.state_dict().items():
             torch.testing.assert_close(back.params.state_dict()[name], tensor)
 
