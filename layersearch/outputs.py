@@ -2,8 +2,8 @@
 
 :func:`check_output` turns an ``--out`` argument into an :class:`OutputTarget` and raises a
 LayersearchError before any long work when it cannot be written (a directory, a missing or
-read-only folder, a name too long, a wrong suffix). :func:`write_outputs` then writes one or
-several files all or nothing:
+read-only folder: folders are never created; a name too long, a wrong suffix).
+:func:`write_outputs` then writes one or several files all or nothing:
 
 - ``-`` streams to stdout, and a character device or FIFO (``/dev/stdout``, ``/dev/null``) is
   written in place: replacing a device node with a private file is never what a user meant;
@@ -100,15 +100,20 @@ def _check_new_file(real: Path, given: str, what: str) -> Path:
         raise LayersearchError(f"{what}: file name too long ({len(real.name)} characters, at most {limit})")
     if len(os.fsencode(real)) > 4095:
         raise LayersearchError(f"{what}: path too long ({len(str(real))} characters)")
-    ancestor = real.parent
-    while not ancestor.exists():
-        if ancestor.is_symlink():  # a dangling link in the middle of the path
-            raise LayersearchError(f"cannot write {what} {given}: {ancestor} is a broken link")
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise LayersearchError(f"cannot write {what} {given}: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise LayersearchError(f"cannot write {what} {given}: folder {ancestor} is not writable")
+    folder = real.parent
+    if not folder.exists():  # never created: a typo in a folder name must not grow a tree of folders
+        ancestor = folder
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            if ancestor.is_symlink():  # a dangling link in the middle of the path
+                raise LayersearchError(f"cannot write {what} {given}: {ancestor} is a broken link")
+            ancestor = ancestor.parent
+        if ancestor.exists() and not ancestor.is_dir():
+            raise LayersearchError(f"cannot write {what} {given}: {ancestor} is not a directory")
+        raise LayersearchError(f"cannot write {what} {given}: folder {folder} does not exist (create it first)")
+    if not folder.is_dir():
+        raise LayersearchError(f"cannot write {what} {given}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise LayersearchError(f"cannot write {what} {given}: folder {folder} is not writable")
     return real
 
 
@@ -157,7 +162,6 @@ def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes
 
 def _write_temp(real: Path, data: bytes) -> Path:
     """``data`` in a new file beside ``real`` with the mode ``real`` will have; fsynced."""
-    real.parent.mkdir(parents=True, exist_ok=True)
     mode = _mode_for(real)
     tmp = real.parent / f".layersearch-{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

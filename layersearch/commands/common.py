@@ -22,6 +22,9 @@ def load(args: Any):
     if getattr(args, "threads", None) is not None:
         # On a shared machine one thread per process is steadier than contending for all cores.
         torch.set_num_threads(positive_int(args.threads, "--threads"))
+    from layersearch.steer.modeldir import check_model_config
+
+    check_model_config(args.model, "--model")  # sizes checked before transformers allocates from them
     dtype = args.dtype or default_dtype(args.device)
     return load_model(args.model, device=args.device, dtype=dtype)
 
