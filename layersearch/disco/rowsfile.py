@@ -38,29 +38,29 @@ def _read(path: str | Path) -> bytes:
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
-            raise LayersearchError("is a directory, not a rows file")
+            raise LayersearchError("is a directory, not a DISCO rows file")
         if st.st_size > MAX_ROWS_BYTES:
-            raise LayersearchError(f"larger than {MAX_ROWS_BYTES // 2**20} MiB; not a rows file")
+            raise LayersearchError(f"larger than {MAX_ROWS_BYTES // 2**20} MiB; not a DISCO rows file")
         with open(path, "rb") as handle:
             return handle.read(MAX_ROWS_BYTES + 1)
     except FileNotFoundError:
-        raise LayersearchError("no such rows file") from None
+        raise LayersearchError("rows file not found") from None
     except OSError as exc:
         raise LayersearchError(f"cannot read ({exc.strerror or exc})") from None
 
 
 def _arrays(data: bytes) -> dict[str, np.ndarray]:
     if data[:6] == b"\x93NUMPY":
-        raise LayersearchError("a single .npy array, not a rows file (the .npz that `disco collect` writes)")
+        raise LayersearchError("a single .npy array, not a DISCO rows file (the .npz that `disco collect` writes)")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError, OSError):
-        raise LayersearchError("not a rows file (not an .npz archive from `disco collect`)") from None
+        raise LayersearchError("not a DISCO rows file (not an .npz archive from `disco collect`)") from None
     with archive:
         members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
         if set(members) != set(ARRAYS):
             found = ", ".join(sorted(members)) or "nothing"
-            raise LayersearchError(f"not a rows file: expected arrays {', '.join(ARRAYS)}, found {found}")
+            raise LayersearchError(f"not a DISCO rows file: expected arrays {', '.join(ARRAYS)}, found {found}")
         if sum(info.file_size for info in members.values()) > MAX_ROWS_BYTES:
             raise LayersearchError(f"its arrays unpack to more than {MAX_ROWS_BYTES // 2**20} MiB")
         return {name: _array(archive, info, name) for name, info in members.items()}
