@@ -3,11 +3,13 @@ working folder, run as a real process with a timeout.
 
 Counts what must never happen: a traceback, the CLI's internal-error line (the
 ``LAYERSEARCH_DEBUG`` marker), exit 0 on a bad file or value, any other exit status than 2,
-more than one line on stderr, files left behind or changed, and refusals slower than
-``--slow`` seconds (10) beyond the start-up floor: the wall time of a good command that loads
-the model, measured every 25 cases (on a shared 2-core machine importing torch alone can take
-5-8 s). Refusals over 10 s of wall time are counted too (``over-10s-wall``). Prints one line
-per failing case and the counts; ``--json`` writes them.
+more than one line on stderr, files left behind or changed, and slow refusals: more than
+``--slow`` (10) seconds of CPU time (user + system: the work done before refusing, whatever
+else the machine runs), or killed at ``--timeout``. Wall time over 10 s is counted too
+(``over-10s-wall``, not a failure by itself: on a shared 2-core machine importing torch alone
+can wait 5-15 s); the wall and CPU time of a good model-loading command (the start-up floor)
+is measured every 25 cases for comparison. Prints one line per failing case and the counts;
+``--json`` writes them.
 
     OMP_NUM_THREADS=1 python benchmarks/hostile_pass.py [--only SUBSTRING] [--json counts.json]
 
@@ -444,10 +446,11 @@ class Result:
     seconds: float
     stderr: str
     changed: tuple[str, ...]
+    cpu_seconds: float = 0.0  # user + system time of the process: its work, whatever the machine's load
 
-    def problems(self, slow: float, floor: float) -> list[str]:
-        """The rules this case broke; ``slow``: seconds a refusal may take beyond ``floor``, the
-        start-up of a model-loading command measured beside it (both are reported)."""
+    def problems(self, slow: float) -> list[str]:
+        """The rules this case broke; ``slow``: the CPU seconds a refusal may take (wall time
+        over ``slow`` is reported as ``over-10s-wall``: on a shared machine it is mostly waiting)."""
         found = []
         if "Traceback" in self.stderr:
             found.append("traceback")
@@ -462,7 +465,7 @@ class Result:
             found.append("not-one-line")
         if self.changed:
             found.append("leftover")
-        if self.seconds - floor > slow:
+        if self.cpu_seconds > slow or self.status is None:
             found.append("slow")
         if self.seconds > slow:
             found.append("over-10s-wall")
@@ -480,17 +483,25 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
     before = snapshot(work)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop(MARKER, None)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         proc = subprocess.run([sys.executable, "-m", "layersearch", *case.argv], cwd=work, env=env,
                               capture_output=True, text=True, timeout=timeout)
         status, stderr = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as exc:
         status, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
     after = snapshot(work)
     changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
-    return Result(case.name, status, seconds, stderr, changed)
+    return Result(case.name, status, seconds, stderr, changed, cpu)
+
+
+def _children_cpu() -> float:
+    """User + system seconds of every child waited for so far (one runs at a time)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 COUNTS = ("traceback", "internal-error", "exit-0", "other-status", "not-one-line", "leftover", "slow", "over-10s-wall")
@@ -500,9 +511,10 @@ COUNTS = ("traceback", "internal-error", "exit-0", "other-status", "not-one-line
 FLOOR_ARGV = ("generate", "--model", "model", "--prompt", "w1 w2", "--max-new-tokens", "1", "--baseline")
 
 
-def floor_seconds(base: Path, scratch: Path, timeout: float) -> float:
-    """Wall seconds of :data:`FLOOR_ARGV` (a success, so it measures start-up, not a refusal)."""
-    return run_case(Case("floor", FLOOR_ARGV), base, scratch, timeout).seconds
+def floor_seconds(base: Path, scratch: Path, timeout: float) -> tuple[float, float]:
+    """Wall and CPU seconds of :data:`FLOOR_ARGV` (a success, so it measures start-up, not a refusal)."""
+    result = run_case(Case("floor", FLOOR_ARGV), base, scratch, timeout)
+    return result.seconds, result.cpu_seconds
 
 
 def main() -> int:
@@ -518,7 +530,7 @@ def main() -> int:
         print("\n".join(c.name for c in selected))
         return 0
     counts = dict.fromkeys(COUNTS, 0)
-    failing, times, slowest = [], [], ""
+    failing, times, cpus, slowest = [], [], [], ""
     with tempfile.TemporaryDirectory(prefix="hostile-") as scratch:
         base = Path(scratch) / "base"
         base.mkdir()
@@ -527,9 +539,9 @@ def main() -> int:
         for number, case in enumerate(selected, 1):
             if number % 25 == 1:  # the machine's load drifts: measure the floor again now and then
                 floors.append(floor_seconds(base, Path(scratch), args.timeout))
-                print(f"start-up floor: {floors[-1]:.1f}s", flush=True)
+                print(f"start-up floor: {floors[-1][0]:.1f}s wall, {floors[-1][1]:.1f}s CPU", flush=True)
             result = run_case(case, base, Path(scratch), args.timeout)
-            problems = result.problems(args.slow, floors[-1])
+            problems = result.problems(args.slow)
             for problem in problems:
                 counts["other-status" if problem.startswith("status-") else problem] += 1
             problems = [p for p in problems if p != "over-10s-wall"]  # reported, not a failure by itself
@@ -537,19 +549,25 @@ def main() -> int:
                 last = (result.stderr.strip().splitlines() or [""])[-1][:200]
                 failing.append({"case": case.name, "problems": problems, "status": result.status,
                                 "seconds": round(result.seconds, 1), "stderr": last, "changed": list(result.changed)})
-                print(f"[{number}/{len(selected)}] FAIL {case.name}: {', '.join(problems)} ({result.seconds:.1f}s) "
+                print(f"[{number}/{len(selected)}] FAIL {case.name}: {', '.join(problems)} "
+                      f"({result.seconds:.1f}s, {result.cpu_seconds:.1f}s CPU) "
                       f"{last}{' changed ' + ', '.join(result.changed) if result.changed else ''}", flush=True)
             else:
-                print(f"[{number}/{len(selected)}] ok   {case.name} ({result.seconds:.1f}s)", flush=True)
+                print(f"[{number}/{len(selected)}] ok   {case.name} ({result.seconds:.1f}s, {result.cpu_seconds:.1f}s CPU)",
+                      flush=True)
             times.append(result.seconds)
-            if result.seconds >= max(times):
+            cpus.append(result.cpu_seconds)
+            if result.cpu_seconds >= max(cpus):
                 slowest = case.name
     print(f"{len(selected)} cases: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    print(f"start-up floor (a good model-loading command): {min(floors):.1f}-{max(floors):.1f}s; "
-          f"slowest refusal {max(times):.1f}s ({slowest})")
+    walls, floor_cpus = [f[0] for f in floors], [f[1] for f in floors]
+    print(f"start-up floor (a good model-loading command): {min(walls):.1f}-{max(walls):.1f}s wall, "
+          f"{min(floor_cpus):.1f}-{max(floor_cpus):.1f}s CPU; refusals: longest wall {max(times):.1f}s, "
+          f"most CPU {max(cpus):.1f}s ({slowest})")
     if args.json:
         Path(args.json).write_text(json.dumps({"cases": len(selected), "counts": counts, "floors": floors,
-                                               "slowest": [slowest, max(times)], "failing": failing}, indent=2) + "\n")
+                                               "max_wall": max(times), "max_cpu": [slowest, max(cpus)],
+                                               "failing": failing}, indent=2) + "\n")
     return 1 if failing else 0
 
 
