@@ -191,7 +191,7 @@ COMMANDS: dict[str, Command] = {
         (("--prompts", "0"), ("--domain", "nope"), ("--steps", "0"), ("--lr", "0"), ("--max-offset", "0"), ("--val-prompts", "-1"),
          ("--threads", "0"), ("--finetune-drafter", "tuned"), ("--drafter-lr", "1e-4"), ("--lr", "inf"), ("--lr", "nan"),
          ("--lr", "-1"), ("--lr", "1e30"), ("--seed", str(2**80)), ("--seed", "-1"), ("--new-tokens", str(10**9)),
-         ("--out", "a/b/c.safetensors"), ("--out", "missing/steer.safetensors")),
+         ("--max-offset", str(10**12)), ("--out", "a/b/c.safetensors"), ("--out", "missing/steer.safetensors")),
     ),
     "steer train --drafter": Command(
         ("steer", "train", "--model", MODEL, "--drafter", "{draft_model}", "--domain", "translation", "--prompts", "1",
