@@ -39,6 +39,7 @@ class OutputTarget:
     given: str
     real: Path | None
     stream: bool
+    make_folder: bool = False  # a default path of ours (plots/...): its one missing folder is made when written
 
     @property
     def to_stdout(self) -> bool:
@@ -52,11 +53,15 @@ class OutputTarget:
         return self.given
 
 
-def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suffixes: Sequence[str] = ()) -> OutputTarget:
+def check_output(
+    path: "str | Path | OutputTarget", what: str = "--out", *, suffixes: Sequence[str] = (), default: bool = False,
+) -> OutputTarget:
     """A writable output for ``path``; raises LayersearchError naming ``what`` otherwise.
 
     ``suffixes`` (e.g. ``(".png",)``) restricts the file name's suffix, so a PNG is never
-    written under a JPEG name. Nothing is created here.
+    written under a JPEG name. A missing folder is refused, except for ``default`` paths (ours,
+    such as ``plots/mask-x.png``), whose one missing folder is made when the file is written.
+    Nothing is created here.
     """
     if isinstance(path, OutputTarget):
         return path
@@ -73,10 +78,10 @@ def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suff
     try:
         st = os.stat(real)
     except (FileNotFoundError, NotADirectoryError):
-        return OutputTarget(given, _check_new_file(real, given, what), False)
+        return _new_file(real, given, what, default)
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:
-            return OutputTarget(given, _check_new_file(real, given, what), False)
+            return _new_file(real, given, what, default)
         raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise LayersearchError(f"{what} {given} is a directory: give a file name inside it")
@@ -91,6 +96,14 @@ def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suff
     if not os.access(real.parent, os.W_OK | os.X_OK):
         raise LayersearchError(f"cannot write {what} {given}: its folder {real.parent} is not writable")
     return OutputTarget(given, real, False)
+
+
+def _new_file(real: Path, given: str, what: str, default: bool) -> OutputTarget:
+    """The target of a file that does not exist yet; a default path may lack its last folder."""
+    if default and not real.parent.exists() and real.parent.parent.is_dir():
+        _check_new_file(real.parent, given, what)  # the folder is created in an existing, writable one
+        return OutputTarget(given, real, False, make_folder=True)
+    return OutputTarget(given, _check_new_file(real, given, what), False)
 
 
 def _check_new_file(real: Path, given: str, what: str) -> Path:
@@ -147,6 +160,8 @@ def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes
     temps: list[Path] = []
     try:
         for target, data in files:
+            if target.make_folder:
+                target.real.parent.mkdir(exist_ok=True)
             temps.append(_write_temp(target.real, data))
         _replace_all([(tmp, target.real) for tmp, (target, _) in zip(temps, files)])
     except OSError as exc:
