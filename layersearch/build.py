@@ -106,7 +106,6 @@ def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None
     files = read_spec_files(spec) if files is None else files
     info = loaded.info
     spec.check_model(info)
-    chosen = choose_kernels(kernels, _profile(spec.profile, info))
     if files.router is not None:
         _prefixed(spec.mask_source.file, files.router.check_model, info)
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
@@ -123,6 +122,7 @@ def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None
     policy = _policy(spec)
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
     resolved = _resolved(spec, info, kind, source.get("mask"))
+    chosen = choose_kernels(kernels, _profile(spec.profile, info))  # after every check that names an option
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen)
     speculative = _speculative(loaded, spec, files, source, steering, draft)
@@ -225,11 +225,14 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any) -> Any:
     ref = spec.drafter.model.ref if spec.drafter.model is not None else None
     if ref is None and steering is not None and steering.drafter is not None:
         ref = steering.drafter.name
-    if ref is None:
-        return None
-    drafter = load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
+    drafter = None if ref is None else load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
     if steering is not None:
-        _prefixed(spec.steering, lambda _: steering.check_models(loaded.info, drafter.info, drafter.model), None)
+        def check(_: Any) -> None:
+            if drafter is not None:
+                steering.check_models(loaded.info, drafter.info, drafter.model)
+            steering.check_params(loaded.model if drafter is None else drafter.model)  # matrices vs the real drafter
+
+        _prefixed(spec.steering, check, None)
     return drafter
 
 
@@ -238,7 +241,9 @@ def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None) -> A
     checked against the verifier's."""
     from layersearch.models.loading import default_dtype, load_model
     from layersearch.runtime.drafters import ModelDrafter
+    from layersearch.steer.modeldir import check_model_config
 
+    check_model_config(ref, "draft model")  # sizes checked before transformers allocates from them
     drafter = load_model(ref, device=device, dtype=dtype or default_dtype(device))
     ModelDrafter(drafter.model).check_target(loaded.model)
     return drafter

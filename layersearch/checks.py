@@ -33,3 +33,40 @@ def check_positive(value: Any, what: str, *, unit: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
         raise LayersearchError(f"{what} must be > 0{' ' + unit if unit else ''}, got {value!r}")
     return float(value)
+
+
+#: Longest draft any command or file takes: beyond every method's (SWIFT drafts up to 25
+#: tokens), and a bound on the work per setting (DISCO's tuning decodes with every static
+#: length 1..N).
+MAX_DRAFT_LENGTH = 64
+
+
+def check_draft_length(value: Any, what: str = "--max-draft") -> int:
+    """``value`` if it is a draft-length bound in ``[1, MAX_DRAFT_LENGTH]``."""
+    return check_int(value, what, minimum=1, maximum=MAX_DRAFT_LENGTH)
+
+
+#: Largest seed any command takes: what every generator layersearch seeds accepts (numpy's
+#: legacy RandomState stops at 2**32 - 1, torch's at 2**64 - 1).
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(value: Any, what: str = "--seed") -> int:
+    """``value`` if it is an integer seed in ``[0, MAX_SEED]``."""
+    return check_int(value, what, minimum=0, maximum=MAX_SEED)
+
+
+def check_real(
+    value: Any, what: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False, high_open: bool = False,
+) -> float:
+    """``value`` as a float if it is a finite real number between ``low`` and ``high`` (each
+    bound excluded when its ``*_open`` is True). NaN and infinities are always refused."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        shown = f"in {left}{low:g}, {high:g}{right}" if math.isfinite(low) and math.isfinite(high) else (
+            f"{'>' if low_open else '>='} {low:g}" if math.isfinite(low) else f"{'<' if high_open else '<='} {high:g}")
+        raise LayersearchError(f"{what} must be a finite number {shown}, got {value!r}")
+    return float(value)

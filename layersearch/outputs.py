@@ -2,8 +2,8 @@
 
 :func:`check_output` turns an ``--out`` argument into an :class:`OutputTarget` and raises a
 LayersearchError before any long work when it cannot be written (a directory, a missing or
-read-only folder, a name too long, a wrong suffix). :func:`write_outputs` then writes one or
-several files all or nothing:
+read-only folder: folders are never created; a name too long, a wrong suffix).
+:func:`write_outputs` then writes one or several files all or nothing:
 
 - ``-`` streams to stdout, and a character device or FIFO (``/dev/stdout``, ``/dev/null``) is
   written in place: replacing a device node with a private file is never what a user meant;
@@ -39,6 +39,7 @@ class OutputTarget:
     given: str
     real: Path | None
     stream: bool
+    make_folder: bool = False  # a default path of ours (plots/...): its one missing folder is made when written
 
     @property
     def to_stdout(self) -> bool:
@@ -52,11 +53,15 @@ class OutputTarget:
         return self.given
 
 
-def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suffixes: Sequence[str] = ()) -> OutputTarget:
+def check_output(
+    path: "str | Path | OutputTarget", what: str = "--out", *, suffixes: Sequence[str] = (), default: bool = False,
+) -> OutputTarget:
     """A writable output for ``path``; raises LayersearchError naming ``what`` otherwise.
 
     ``suffixes`` (e.g. ``(".png",)``) restricts the file name's suffix, so a PNG is never
-    written under a JPEG name. Nothing is created here.
+    written under a JPEG name. A missing folder is refused, except for ``default`` paths (ours,
+    such as ``plots/mask-x.png``), whose one missing folder is made when the file is written.
+    Nothing is created here.
     """
     if isinstance(path, OutputTarget):
         return path
@@ -73,10 +78,10 @@ def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suff
     try:
         st = os.stat(real)
     except (FileNotFoundError, NotADirectoryError):
-        return OutputTarget(given, _check_new_file(real, given, what), False)
+        return _new_file(real, given, what, default)
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:
-            return OutputTarget(given, _check_new_file(real, given, what), False)
+            return _new_file(real, given, what, default)
         raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise LayersearchError(f"{what} {given} is a directory: give a file name inside it")
@@ -93,6 +98,14 @@ def check_output(path: "str | Path | OutputTarget", what: str = "--out", *, suff
     return OutputTarget(given, real, False)
 
 
+def _new_file(real: Path, given: str, what: str, default: bool) -> OutputTarget:
+    """The target of a file that does not exist yet; a default path may lack its last folder."""
+    if default and not real.parent.exists() and real.parent.parent.is_dir():
+        _check_new_file(real.parent, given, what)  # the folder is created in an existing, writable one
+        return OutputTarget(given, real, False, make_folder=True)
+    return OutputTarget(given, _check_new_file(real, given, what), False)
+
+
 def _check_new_file(real: Path, given: str, what: str) -> Path:
     """Checks for a file that does not exist yet: its name's length and the nearest existing folder."""
     limit = _name_max(real.parent)
@@ -100,15 +113,20 @@ def _check_new_file(real: Path, given: str, what: str) -> Path:
         raise LayersearchError(f"{what}: file name too long ({len(real.name)} characters, at most {limit})")
     if len(os.fsencode(real)) > 4095:
         raise LayersearchError(f"{what}: path too long ({len(str(real))} characters)")
-    ancestor = real.parent
-    while not ancestor.exists():
-        if ancestor.is_symlink():  # a dangling link in the middle of the path
-            raise LayersearchError(f"cannot write {what} {given}: {ancestor} is a broken link")
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise LayersearchError(f"cannot write {what} {given}: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise LayersearchError(f"cannot write {what} {given}: folder {ancestor} is not writable")
+    folder = real.parent
+    if not folder.exists():  # never created: a typo in a folder name must not grow a tree of folders
+        ancestor = folder
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            if ancestor.is_symlink():  # a dangling link in the middle of the path
+                raise LayersearchError(f"cannot write {what} {given}: {ancestor} is a broken link")
+            ancestor = ancestor.parent
+        if ancestor.exists() and not ancestor.is_dir():
+            raise LayersearchError(f"cannot write {what} {given}: {ancestor} is not a directory")
+        raise LayersearchError(f"cannot write {what} {given}: folder {folder} does not exist (create it first)")
+    if not folder.is_dir():
+        raise LayersearchError(f"cannot write {what} {given}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise LayersearchError(f"cannot write {what} {given}: folder {folder} is not writable")
     return real
 
 
@@ -142,6 +160,8 @@ def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes
     temps: list[Path] = []
     try:
         for target, data in files:
+            if target.make_folder:
+                target.real.parent.mkdir(exist_ok=True)
             temps.append(_write_temp(target.real, data))
         _replace_all([(tmp, target.real) for tmp, (target, _) in zip(temps, files)])
     except OSError as exc:
@@ -157,7 +177,6 @@ def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes
 
 def _write_temp(real: Path, data: bytes) -> Path:
     """``data`` in a new file beside ``real`` with the mode ``real`` will have; fsynced."""
-    real.parent.mkdir(parents=True, exist_ok=True)
     mode = _mode_for(real)
     tmp = real.parent / f".layersearch-{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

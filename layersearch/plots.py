@@ -412,8 +412,9 @@ def _save_atomic(fig: "Figure", out: "str | Path | OutputTarget") -> Path:
     return Path(write_output(check_png_output(out), buffer.getvalue()).given)
 
 
-def check_png_output(out: "str | Path | OutputTarget") -> "OutputTarget":
-    """``out`` checked as a PNG output (suffix .png, writable) before any drawing."""
+def check_png_output(out: "str | Path | OutputTarget", *, default: bool = False) -> "OutputTarget":
+    """``out`` checked as a PNG output (suffix .png, writable) before any drawing; ``default``:
+    our own default path (its missing ``plots/`` folder is made when the file is written)."""
     from layersearch.outputs import check_output
 
-    return check_output(out, "--out", suffixes=(".png",))
+    return check_output(out, "--out", suffixes=(".png",), default=default)

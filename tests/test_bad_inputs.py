@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,6 +28,8 @@ from layersearch.cli import build_parser, main
 from layersearch.models.tiny import build_tiny_model
 
 MODEL = "{model}"
+#: A refusal comes before any long work: the tiny model loads in well under a second.
+MAX_REFUSAL_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,9 @@ COMMANDS: dict[str, Command] = {
     "generate": Command(
         ("generate", "--model", MODEL, "--mask", "{mask}", "--prompts", "{prompts}", "--max-new-tokens", "2"),
         NUMBERS + (("--temperature", "inf"), ("--temperature", "1", "--seed", str(2**80)), ("--top-p", "0"),
-                   ("--max-draft", "0"), ("--draft-threshold", "2"), ("--max-new-tokens", "100000")),
+                   ("--max-draft", "0"), ("--draft-threshold", "2"), ("--max-new-tokens", "100000"), ("--temperature", "nan"),
+                   ("--top-p", "nan"), ("--seed", "-1"), ("--seed", str(2**40)), ("--draft-threshold", "nan"),
+                   ("--max-draft", "100000"), ("--threads", "-1")),
     ),
     "generate --profile": Command(
         ("generate", "--model", MODEL, "--skip-ratio", "0.5", "--prompt", "w1 w2", "--profile", "{profile}",
@@ -78,21 +83,32 @@ COMMANDS: dict[str, Command] = {
                            (("--key", "nope"), ("--num-layers", "2"), ("--format", "nope")), kinds={"paper": "prompts"}),
     "mask export": Command(("mask", "export", "{mask}", "--format", "selfsd", "--key", "m", "--out", "{out}"),
                            (("--format", "nope"),)),
-    # DISCO's commands: bad arguments only (their --out is a fixed name here: nothing may be written).
+    # DISCO's commands (issue 26: their --out is checked before any work, like every command's).
     "disco collect": Command(
         ("disco", "collect", "--model", MODEL, "--domain", "translation", "--prompts", "1", "--max-new-tokens", "2",
-         "--out", "rows.npz"),
-        (("--prompts", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--threads", "0")),
+         "--out", "{out}"),
+        (("--prompts", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--threads", "0"), ("--seed", "-1"),
+         ("--seed", str(2**80)), ("--skip-ratio", "nan"), ("--skip-ratio", "inf"), ("--skip-ratio", "1"),
+         ("--max-new-tokens", str(10**9))),
     ),
     "disco train": Command(
         ("disco", "train", "--model", MODEL, "--domain", "translation", "--train-prompts", "1", "--val-prompts", "1",
-         "--max-new-tokens", "2", "--out", "disco.json"),
-        (("--train-prompts", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--rows", "missing.npz")),
+         "--max-new-tokens", "2", "--out", "{out}"),
+        (("--train-prompts", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--rows", "missing.npz"),
+         ("--max-draft", "100000"), ("--max-draft", "65"), ("--seed", "-5"), ("--skip-ratio", "-0.1")),
+    ),
+    "disco train --rows": Command(
+        ("disco", "train", "--model", MODEL, "--domain", "translation", "--val-prompts", "1", "--max-new-tokens", "2",
+         "--rows", "{rows}", "--out", "disco_out.json"),
     ),
     "disco bench": Command(
         ("disco", "bench", "--model", MODEL, "--domains", "translation", "--train-prompts", "1", "--val-prompts", "1",
-         "--test-prompts", "1", "--max-new-tokens", "2", "--out", "disco_bench.json"),
-        (("--test-prompts", "0"), ("--domains", ","), ("--max-draft", "0"), ("--repeats", "0")),
+         "--test-prompts", "1", "--max-new-tokens", "2", "--out", "{out}"),
+        (("--test-prompts", "0"), ("--domains", ","), ("--max-draft", "0"), ("--repeats", "0"), ("--max-draft", "100000")),
+    ),
+    "generate --lookahead disco": Command(
+        ("generate", "--model", MODEL, "--skip-ratio", "0.5", "--lookahead", "{disco}", "--prompt", "w1 w2",
+         "--max-new-tokens", "2"),
     ),
     "transfer": Command(
         ("transfer", "--model", MODEL, "--mask", "translation={mask}", "--domains", "translation", "--samples", "1",
@@ -105,13 +121,22 @@ COMMANDS: dict[str, Command] = {
          "--out", "{out}"),
         (("--samples", "0"), ("--clusters", "2"), ("--anchors", "0"), ("--threshold-margin", "-1"), ("--domain", "nope=mask.json"),
          ("--domain", "translation"), ("--domain", "translation=study:"), ("--domain", "translation=study:absent@studies.db"),
-         ("--pca", "out.jpg")),
+         ("--pca", "out.jpg"), ("--seed", "-1"), ("--seed", str(2**40)), ("--threshold-margin", "nan"),
+         ("--threshold-margin", "inf"), ("--pca", "missing/p.png")),
     ),
     "knn bench": Command(
         ("knn", "bench", "--model", MODEL, "--router", "{mask}", "--instances", "2", "--out", "{out}"),
         (("--instances", "0"), ("--mix-ratios", "0,x"), ("--mix-ratios", "1.5"), ("--mix-ratios", ","), ("--test-prompts", "0"),
          ("--max-draft", "0"), ("--plot", "out.jpg"), ("--routing-prompts", "0", "--pca", "p.png"), ("--ood-domains", "math"),
          ("--pca", "p.png")),
+    ),
+    "knn bench --router": Command(
+        ("knn", "bench", "--model", MODEL, "--router", "{router}", "--instances", "2", "--out", "{out}"),
+        (("--seed", "-1"), ("--seed", str(2**80)), ("--draft-threshold", "nan"), ("--max-draft", str(10**9)),
+         ("--mix-ratios", "nan"), ("--plot", "missing/plot.png")),
+    ),
+    "generate --router file": Command(
+        ("generate", "--model", MODEL, "--router", "{router}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
     ),
     "generate --router": Command(
         ("generate", "--model", MODEL, "--router", "{mask}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
@@ -169,7 +194,15 @@ COMMANDS: dict[str, Command] = {
         ("steer", "train", "--model", MODEL, "--mask", "{mask}", "--domain", "translation", "--prompts", "1",
          "--new-tokens", "2", "--steps", "1", "--out", "{out}"),
         (("--prompts", "0"), ("--domain", "nope"), ("--steps", "0"), ("--lr", "0"), ("--max-offset", "0"), ("--val-prompts", "-1"),
-         ("--threads", "0"), ("--finetune-drafter", "tuned"), ("--drafter-lr", "1e-4")),
+         ("--threads", "0"), ("--finetune-drafter", "tuned"), ("--drafter-lr", "1e-4"), ("--lr", "inf"), ("--lr", "nan"),
+         ("--lr", "-1"), ("--lr", "1e30"), ("--seed", str(2**80)), ("--seed", "-1"), ("--new-tokens", str(10**9)),
+         ("--max-offset", str(10**12)), ("--out", "a/b/c.safetensors"), ("--out", "missing/steer.safetensors")),
+    ),
+    "steer train --drafter": Command(
+        ("steer", "train", "--model", MODEL, "--drafter", "{draft_model}", "--domain", "translation", "--prompts", "1",
+         "--new-tokens", "2", "--steps", "1", "--out", "steer_out.safetensors"),
+        (("--finetune-drafter", "missing/tuned"), ("--finetune-drafter", "tuned", "--drafter-lr", "inf")),
+        kinds={"draft_model": "draft_model"},
     ),
     "steer shrink": Command(
         ("steer", "shrink", "--model", MODEL, "--keep-layers", "2", "--out", "{model_out}"),
@@ -178,7 +211,8 @@ COMMANDS: dict[str, Command] = {
     "steer eval": Command(
         ("steer", "eval", "--model", MODEL, "--steering", "{steering}", "--domain", "translation", "--prompts", "1",
          "--max-new-tokens", "2", "--seeds", "1"),
-        (("--prompts", "0"), ("--seeds", "0"), ("--domain", "nope"), ("--draft-length", "0"), ("--drafter", "nope")),
+        (("--prompts", "0"), ("--seeds", "0"), ("--domain", "nope"), ("--draft-length", "0"), ("--drafter", "nope"),
+         ("--seed", "-1"), ("--seeds", str(10**9)), ("--max-new-tokens", str(10**9)), ("--out", "missing/eval.json")),
     ),
     "generate --steering": Command(
         ("generate", "--model", MODEL, "--steering", "{steering}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
@@ -190,6 +224,9 @@ COMMANDS: dict[str, Command] = {
          ("--on-the-fly", "swift"), ("--router", "router.json"), ("--steering", "steer.safetensors"),
          ("--draft-model", ""), ("--draft-model", "mask.json"), ("--draft-model", "adir_missing/model"),
          ("--profile", "profile.json")),
+    ),
+    "generate --draft-model folder": Command(
+        ("generate", "--model", MODEL, "--draft-model", "{draft_model}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
     ),
     "knapspec-bench": Command(
         ("knapspec-bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "{profile}",
@@ -208,7 +245,8 @@ COMMANDS: dict[str, Command] = {
 #: Good values of each placeholder, relative to the working folder built by ``base``.
 GOOD = {"paper": "paper.json", "mask": "mask.json", "prompts": "prompts.jsonl", "profile": "profile.json", "out": "out.json",
         "png": "out.png", "prefix": "table", "storage": "studies.db", "name": "ok",
-        "steering": "steer.safetensors", "model_out": "small"}
+        "steering": "steer.safetensors", "model_out": "small", "disco": "disco:disco.json", "rows": "rows.npz",
+        "router": "router.json", "draft_model": "draft"}
 
 Maker = Callable[[Path], str]
 
@@ -261,6 +299,8 @@ BAD_OUTPUTS: dict[str, Maker] = {
     "empty": _value(""),
     "under a file": lambda work: (work / "afile").write_text("mine") and "afile/out.json",
     "name too long": _value("x" * 300 + ".json"),
+    "in a missing folder": _value("missing/out.json"),  # never created, in any command
+    "two missing folders deep": _value("a/b/out.json"),
 }
 BAD_READ_STORAGES: dict[str, Maker] = {
     "missing": _value("missing.db"),
@@ -280,11 +320,43 @@ def _steering_of_another_model(name: str) -> Maker:
         from layersearch.steer import SteeringFile, SteeringParams
 
         other = ModelInfo("other", 4, 64, "0123456789abcdef")
-        SteeringFile(SteeringParams((0, 2, 2), 64, 64, 128), other, None, SkipMask(4, (1,), (2,))).save(work / name)
+        SteeringFile(SteeringParams((0, 2, 3), 64, 64, 128), other, None, SkipMask(4, (1,), (2,))).save(work / name)
         return name
     return make
 
 
+def _steering_variant(name: str, *, dtype=None, fill: float | None = None, meta: dict | None = None,
+                      metadata: str | None = None) -> Maker:
+    """The good steering file with its tensors cast to ``dtype`` or filled with ``fill``, its
+    metadata fields changed by ``meta`` or the whole metadata string replaced by ``metadata``."""
+    def make(work: Path) -> str:
+        import torch
+        from safetensors import safe_open
+        from safetensors.torch import save
+
+        with safe_open(str(work / "steer.safetensors"), "pt") as handle:
+            info = json.loads(handle.metadata()["layersearch"])
+            tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+        info.update(meta or {})
+        for key, tensor in tensors.items():
+            tensor = tensor if fill is None else torch.full_like(tensor, fill)
+            tensors[key] = tensor if dtype is None else tensor.to(dtype)
+        (work / name).write_bytes(save(tensors, metadata={"layersearch": metadata if metadata is not None else json.dumps(info)}))
+        return name
+    return make
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _steering_as(name: str, dtype: str) -> Maker:
+    return lambda work: _steering_variant(name, dtype=_torch_dtype(dtype))(work)
+
+
+_HUGE_MODEL = {"name": "x", "num_layers": 4, "hidden_size": 10**15, "fingerprint": "0"}
 BAD_STEERING: dict[str, Maker] = {
     "missing": _value("nope.safetensors"),
     "directory": _dir("adir.safetensors"),
@@ -292,6 +364,158 @@ BAD_STEERING: dict[str, Maker] = {
     "binary": _file("bin.safetensors", bytes(range(256)) * 4),
     "a mask": _value("mask.json"),
     "another model's": _steering_of_another_model("other.safetensors"),
+    # issue 26: every dtype but float32, non-finite values, layers, sizes, hostile metadata
+    "float16 tensors": _steering_as("f16.safetensors", "float16"),
+    "bfloat16 tensors": _steering_as("bf16.safetensors", "bfloat16"),
+    "float8 tensors": _steering_as("f8.safetensors", "float8_e4m3fn"),
+    "int32 tensors": _steering_as("i32.safetensors", "int32"),
+    "int64 tensors": _steering_as("i64.safetensors", "int64"),
+    "bool tensors": _steering_as("bool.safetensors", "bool"),
+    "NaN values": _steering_variant("nan.safetensors", fill=float("nan")),
+    "infinite values": _steering_variant("inf.safetensors", fill=float("inf")),
+    "repeated layer": _steering_variant("rep.safetensors", meta={"layers": [2, 2, 3]}),
+    "negative layer": _steering_variant("neg.safetensors", meta={"layers": [-1, 2, 3]}),
+    "layer out of range": _steering_variant("far.safetensors", meta={"layers": [0, 2, 99]}),
+    "layer as a float": _steering_variant("float.safetensors", meta={"layers": [0.0, 2, 3]}),
+    "enormous verifier hidden size": _steering_variant("huge.safetensors", meta={"verifier": _HUGE_MODEL}),
+    "enormous drafter hidden size": _steering_variant("hugedraft.safetensors", meta={"drafter": _HUGE_MODEL, "mask": None}),
+    "enormous layer count": _steering_variant("deep.safetensors", meta={"verifier": {**_HUGE_MODEL, "hidden_size": 64,
+                                                                                      "num_layers": 10**15}}),
+    "metadata nested 5000 deep": _steering_variant("nest.safetensors", metadata="[" * 5000 + "]" * 5000),
+    "training nested 5000 deep": _steering_variant(
+        "nest2.safetensors", metadata='{"kind": "sd2-steering", "training": ' + "[" * 5000 + "]" * 5000 + "}"),
+    "metadata with a 5000-digit integer": _steering_variant(
+        "digits.safetensors", metadata='{"kind": "sd2-steering", "schema_version": ' + "9" * 5000 + "}"),
+    "training a list": _steering_variant("tl.safetensors", meta={"training": [1]}),
+    "drafter weights a string": _steering_variant("dw.safetensors", meta={"training": {"drafter_weights": "x"}}),
+    "truncated": lambda work: (work / "cut.safetensors").write_bytes((work / "steer.safetensors").read_bytes()[:300]) and "cut.safetensors",
+    "header length lies": _file("lies.safetensors", (2**60).to_bytes(8, "little") + b"{}"),
+}
+
+
+def _json_variant(source: str, name: str, change, prefix: str = "") -> Maker:
+    """``source`` (a good JSON file of the working folder) with ``change`` applied to its object,
+    saved as ``name``; the maker returns ``prefix + name``. ``change`` may return replacement text."""
+    def make(work: Path) -> str:
+        data = json.loads((work / source).read_text())
+        text = change(data)
+        (work / name).write_text(text if isinstance(text, str) else json.dumps(data))
+        return prefix + name
+    return make
+
+
+def _set(*path_and_value):
+    *path, value = path_and_value
+
+    def change(data):
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+    return change
+
+
+def _disco(name: str, change) -> Maker:
+    return _json_variant("disco.json", name, change, prefix="disco:")
+
+
+BAD_DISCO: dict[str, Maker] = {
+    "missing": _value("disco:nope.json"),
+    "a mask": _value("disco:mask.json"),
+    "NaN weight": _disco("nan.json", _set("classifier", "b2", float("nan"))),
+    "NaN in w1": _disco("nanw1.json", lambda d: d["classifier"]["w1"][0].__setitem__(0, float("nan"))),
+    "infinite mean": _disco("inf.json", lambda d: d["classifier"]["mean"].__setitem__(0, float("inf"))),
+    "literal 1e999": _disco("big.json", lambda d: json.dumps(d).replace('"b2": 0.0', '"b2": 1e999')),
+    "string weight": _disco("str.json", lambda d: d["classifier"]["w2"].__setitem__(0, "0.5")),
+    "string b2": _disco("strb2.json", _set("classifier", "b2", "0.5")),
+    "bool weight": _disco("bool.json", lambda d: d["classifier"]["b1"].__setitem__(0, True)),
+    "tau NaN": _disco("taunan.json", _set("tau", float("nan"))),
+    "tau a string": _disco("taustr.json", _set("tau", "0.5")),
+    "tau -Infinity": _disco("tauinf.json", _set("tau", float("-inf"))),
+    "sl_max enormous": _disco("slmax.json", _set("sl_max", 10**20)),
+    "sl_max a float": _disco("slfloat.json", _set("sl_max", 4.0)),
+    "training a string": _disco("train.json", _set("training", "x")),
+    "weights nested deep": _disco("deep.json", lambda d: json.dumps(d).replace('"b2": 0.0', '"b2": ' + "[" * 3000 + "]" * 3000)),
+}
+
+
+def _router(name: str, change) -> Maker:
+    return _json_variant("router.json", name, change)
+
+
+BAD_ROUTERS: dict[str, Maker] = {
+    **{k: v for k, v in BAD_JSON_FILES.items() if k not in ("empty prompt",)},
+    "a mask": _value("mask.json"),
+    "label too large for an integer": _router("big.json", _set("anchor_domains", [10**25, 0, 0])),
+    "negative label": _router("neg.json", _set("anchor_domains", [-1, 0, 0])),
+    "label as a float": _router("flt.json", _set("anchor_domains", [0.0, 0, 0])),
+    "NaN anchor": _router("nan.json", lambda d: d["anchors"][0].__setitem__(0, float("nan"))),
+    "string anchor value": _router("str.json", lambda d: d["anchors"][0].__setitem__(0, "1")),
+    "anchor of another width": _router("width.json", lambda d: d["anchors"].__setitem__(0, [1.0] * 63)),
+    "threshold a string": _router("thr.json", _set("threshold", "0.5")),
+    "threshold infinite": _router("thrinf.json", _set("threshold", float("inf"))),
+    "enormous hidden size": _router("hidden.json", _set("model", "hidden_size", 10**15)),
+    "build nested deep": _router("build.json", lambda d: json.dumps(d).replace('"build": {}', '"build": ' + "[" * 3000 + "]" * 3000)),
+}
+
+
+def _rows(name: str, change=None, data: bytes | None = None, npy: bool = False) -> Maker:
+    """The good rows with ``change`` applied to its arrays, or raw ``data``, or x as a plain ``.npy``."""
+    def make(work: Path) -> str:
+        import numpy as np
+
+        if data is not None:
+            (work / name).write_bytes(data)
+            return name
+        with np.load(work / "rows.npz") as loaded:
+            arrays = {k: loaded[k] for k in loaded.files}
+        with open(work / name, "wb") as handle:
+            if npy:
+                np.save(handle, arrays["x"])
+            else:
+                np.savez(handle, **change(arrays))
+        return name
+    return make
+
+
+BAD_ROWS: dict[str, Maker] = {
+    "missing": _value("nope.npz"),
+    "directory": _dir("adir.npz"),
+    "empty": _file("empty.npz", b""),
+    "text": _file("text.npz", "hello\n" * 50),
+    "truncated zip": _file("cut.npz", b"PK\x03\x04 not really a zip"),
+    "a plain .npy": _rows("x.npy", npy=True),
+    "a pickle": _file("pickle.npz", b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01."),
+    "x of the wrong width": _rows("narrow.npz", lambda a: {**a, "x": a["x"][:, :3]}),
+    "x one-dimensional": _rows("flat.npz", lambda a: {**a, "x": a["x"][:, 0]}),
+    "labels shorter": _rows("short.npz", lambda a: {**a, "label": a["label"][:5]}),
+    "no rows": _rows("none.npz", lambda a: {k: v[:0] for k, v in a.items()}),
+    "missing tv": _rows("notv.npz", lambda a: {k: v for k, v in a.items() if k != "tv"}),
+    "NaN features": _rows("nan.npz", lambda a: {**a, "x": a["x"] * float("nan")}),
+    "string labels": _rows("strlabel.npz", lambda a: {**a, "label": a["label"].astype(str)}),
+    "object arrays": _rows("object.npz", lambda a: {**a, "tv": a["tv"].astype(object)}),
+    "float prompt ids": _rows("fprompt.npz", lambda a: {**a, "prompt": a["prompt"] + 0.5}),
+    "tv above 1": _rows("tv.npz", lambda a: {**a, "tv": a["tv"] + 2}),
+}
+
+
+def _draft_folder(name: str, **config) -> Maker:
+    """The good draft folder copied to ``name`` with ``config`` written into its config.json."""
+    def make(work: Path) -> str:
+        shutil.copytree(work / "draft", work / name)
+        path = work / name / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+        return name
+    return make
+
+
+BAD_DRAFT_MODELS: dict[str, Maker] = {
+    "zero-layer config": _draft_folder("zero", num_hidden_layers=0),
+    "negative layers": _draft_folder("negative", num_hidden_layers=-1),
+    "layers as a string": _draft_folder("string", num_hidden_layers="2"),
+    "enormous hidden size": _draft_folder("wide", hidden_size=10**12),
+    "enormous vocabulary": _draft_folder("vocab", vocab_size=10**13),
+    "config not JSON": lambda work: _draft_folder("broken")(work) and (work / "broken" / "config.json").write_text("{nope") and "broken",
+    "a mask file": _value("mask.json"),
 }
 BAD_MODEL_DIRS: dict[str, Maker] = {
     "non-empty directory": lambda work: (work / "full").mkdir() or (work / "full" / "x").write_text("mine") and "full",
@@ -303,6 +527,10 @@ BAD_MODEL_DIRS: dict[str, Maker] = {
 }
 BAD_KINDS: dict[str, dict[str, Maker]] = {
     "steering": BAD_STEERING,
+    "disco": BAD_DISCO,
+    "router": BAD_ROUTERS,
+    "rows": BAD_ROWS,
+    "draft_model": BAD_DRAFT_MODELS,
     "model_out": BAD_MODEL_DIRS,
     "mask": {**BAD_JSON_FILES, "a profile": _value("profile.json")},
     "prompts": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
@@ -364,8 +592,9 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     from layersearch.steer import SteeringFile, SteeringParams
     from layersearch.steer.hooks import intermediate_size
 
-    params = SteeringParams((0, 2, 2), 64, 64, intermediate_size(model))
+    params = SteeringParams((0, 2, 3), 64, 64, intermediate_size(model))
     SteeringFile(params, info, None, SkipMask(4, (1,), (2,), info)).save(work / "steer.safetensors")
+    _method_files(work, info, model_dir)
     (work / "paper.json").write_text('{"m": {"attention": [1], "mlp": [2]}}')  # Self-SD's file format
     (work / "prompts.jsonl").write_text('{"prompt": "w1 w2"}\n')
     LatencyProfile(model=info, device="cpu", dtype="float32", torch_version="test", attention_slope=1e-7,
@@ -384,6 +613,48 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     theirs = optuna.create_study(study_name="theirs", storage=f"sqlite:///{work / 'studies.db'}")
     theirs.set_user_attr("owner", "another tool")
     return work, model_dir
+
+
+def _method_files(work: Path, info, model_dir: Path) -> None:
+    """Good files of the methods (issue 26): a DISCO classifier and its training rows, a KNN
+    router, and a draft-model folder (a copy of the tiny model)."""
+    import numpy as np
+
+    from layersearch.disco.classifier import Classifier
+    from layersearch.disco.collect import Rows
+    from layersearch.disco.features import NUM_FEATURES
+    from layersearch.disco.file import DiscoFile
+    from layersearch.knn.router import DomainMask, Router
+    from layersearch.mask import SkipMask
+
+    mask = SkipMask(4, (1,), (2,), info)
+    hidden = 4
+    classifier = Classifier((0.0,) * NUM_FEATURES, (1.0,) * NUM_FEATURES, ((0.1,) * NUM_FEATURES,) * hidden,
+                            (0.0,) * hidden, (0.5,) * hidden, 0.0)
+    DiscoFile(info, mask, classifier, 0.5, 4).save(work / "disco.json")
+    rng = np.random.default_rng(0)
+    n = 40
+    Rows(rng.normal(size=(n, NUM_FEATURES)).astype(np.float32), rng.random(n) < 0.5, rng.random(n).astype(np.float32),
+         np.repeat(np.arange(4), n // 4), np.tile(np.arange(1, n // 4 + 1), 4)).save(work / "rows.npz")
+    anchors = rng.integers(-2, 3, size=(3, 64)).astype(np.float32)  # short numbers: the table reads at most 4 KB
+    anchors[:, 0] = 3.0  # no zero vector
+    Router(info, (DomainMask("translation", mask),), anchors, np.zeros(3, dtype=np.int64),
+           0.5).save(work / "router.json")
+    shutil.copytree(model_dir, work / "draft")
+
+
+def test_the_method_files_are_good(base, work, capsys):
+    """The files the bad ones are made from are accepted: each refusal above is the bad part's."""
+    model = str(base[1])
+    for argv in (["generate", "--model", model, "--skip-ratio", "0.5", "--lookahead", "disco:disco.json", "--prompt", "w1 w2",
+                  "--max-new-tokens", "2"],
+                 ["generate", "--model", model, "--router", "router.json", "--prompt", "w1 w2", "--max-new-tokens", "2"],
+                 ["generate", "--model", model, "--draft-model", "draft", "--prompt", "w1 w2", "--max-new-tokens", "2"],
+                 ["generate", "--model", model, "--steering", "steer.safetensors", "--prompt", "w1 w2", "--max-new-tokens", "2"]):
+        assert main(argv) == 0, capsys.readouterr().err
+    from layersearch.disco.collect import Rows
+
+    assert len(Rows.load(work / "rows.npz")) == 40
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -439,13 +710,17 @@ def test_bad_input_is_one_line_and_changes_nothing(command_name, slot, bad_name,
     argv = build_argv(command, base[1], values) + list(extra)
     before = snapshot(work)
     capsys.readouterr()
+    start = time.perf_counter()
     try:
         status = main(argv)
     except SystemExit as exc:  # argparse's usage errors
         status = exc.code
+    seconds = time.perf_counter() - start
     out, err = capsys.readouterr()
     assert_one_line(status, err)
     assert snapshot(work) == before
+    if "adir_missing/model" not in argv:  # a hub id: offline, the hub client's own timeouts (~20 s) come first
+        assert seconds < MAX_REFUSAL_SECONDS, f"refused after {seconds:.1f}s: {err}"  # before any long work, not after it
 
 
 def test_every_command_is_in_the_table():

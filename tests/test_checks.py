@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from layersearch.checks import check_fraction, check_int, check_positive
+from layersearch.checks import MAX_SEED, check_draft_length, check_fraction, check_int, check_positive, check_real, check_seed
 from layersearch.errors import LayersearchError
 
 
@@ -42,3 +42,30 @@ def test_check_fraction_and_positive_return_floats():
 def test_check_positive_refuses(value):
     with pytest.raises(LayersearchError, match="--budget must be > 0 seconds"):
         check_positive(value, "--budget", unit="seconds")
+
+
+@pytest.mark.parametrize("value", [-1, MAX_SEED + 1, 2**80, 1.0, True, "3"])
+def test_check_seed_refuses(value):
+    with pytest.raises(LayersearchError, match=r"--seed must be an integer in \[0, 4294967295\]"):
+        check_seed(value)
+
+
+def test_check_seed_and_draft_length_pass_their_range():
+    assert check_seed(0) == 0 and check_seed(MAX_SEED) == MAX_SEED
+    assert check_draft_length(1) == 1 and check_draft_length(64) == 64
+    with pytest.raises(LayersearchError, match=r"--max-draft must be an integer in \[1, 64\], got 100000"):
+        check_draft_length(100000)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 0.0, 1.5, True, "0.1", None])
+def test_check_real_refuses_non_finite_and_out_of_range(value):
+    with pytest.raises(LayersearchError, match=r"--lr must be a finite number in \(0, 1\], got"):
+        check_real(value, "--lr", low=0.0, high=1.0, low_open=True)
+
+
+def test_check_real_one_sided_bounds():
+    assert check_real(1e30, "x", low=0.0) == 1e30
+    with pytest.raises(LayersearchError, match="x must be a finite number >= 0, got inf"):
+        check_real(math.inf, "x", low=0.0)
+    with pytest.raises(LayersearchError, match="x must be a finite number < 2, got 2"):
+        check_real(2, "x", high=2.0, high_open=True)

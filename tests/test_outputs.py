@@ -60,10 +60,21 @@ def test_new_files_get_the_umask_mode_and_replaced_ones_keep_theirs(tmp_path):
     (lambda p: "", "is empty"),
     (lambda p: (p / "f").write_text("x") and p / "f" / "out.json", "is not a directory"),
     (lambda p: p / ("x" * 300), "file name too long"),
+    (lambda p: p / "missing" / "out.json", "folder .*missing does not exist"),
+    (lambda p: p / "a" / "b" / "out.json", "folder .*b does not exist"),
+    (lambda p: (p / "f").write_text("x") and p / "f" / "sub" / "out.json", "is not a directory"),
 ])
 def test_bad_outputs_are_refused_before_work(tmp_path, make, needle):
     with pytest.raises(LayersearchError, match=needle):
         check_output(make(tmp_path))
+
+
+def test_no_folder_is_ever_created(tmp_path):
+    """Issue 26: every command's --out alike: a missing folder is refused, never made."""
+    for path in (tmp_path / "a" / "b" / "c.json", tmp_path / "missing" / "x.json"):
+        with pytest.raises(LayersearchError, match="does not exist"):
+            write_output(path, "{}")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_result_set_is_all_or_nothing(tmp_path, monkeypatch):

@@ -103,10 +103,13 @@ def test_plot_mask_title_names_model_and_ratio():
     assert "SmolLM2-135M" in title and "0.10" in title and "6 of 60" in title
 
 
-def test_plot_mask_creates_folder_and_returns_path(tmp_path):
-    out = tmp_path / "deep" / "er" / "m.png"
+def test_plot_mask_returns_path_and_never_creates_folders(tmp_path):
+    out = tmp_path / "m.png"
     assert plots.plot_mask(SkipMask.uniform(32, 0.4), out, title="custom") == out
     read_png(out)
+    with pytest.raises(LayersearchError, match="does not exist"):  # issue 26: --out alike in every command
+        plots.plot_mask(SkipMask.uniform(32, 0.4), tmp_path / "deep" / "er" / "m.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.png"]
 
 
 # ----- best_so_far --------------------------------------------------------------------------
@@ -182,6 +185,7 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", broken_savefig)
     out = tmp_path / "plots" / "mask.png"
+    out.parent.mkdir()
     with pytest.raises(OSError, match="disk full"):
         plots.plot_mask(SkipMask(4, (1,), (2,)), out)
     assert not out.exists()

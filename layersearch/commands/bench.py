@@ -13,12 +13,19 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask, write_json_atomic
 
 
+class _Default(str):
+    """A default option value that can be told from the same text given on the command line."""
+
+
+DEFAULT_DOMAINS = _Default("summarization,math,code")
+
+
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
     p = sub.add_parser("bench", help="plain generate vs HF peers vs our loop, per domain")
     model_args(p, kernels=True)
-    p.add_argument("--domains", default=None, help="comma-separated domains (default summarization,math,code; "
-                                                   "with --prompts only the file)")
+    p.add_argument("--domains", default=DEFAULT_DOMAINS, help="comma-separated domains (default summarization,math,code; "
+                                                             "with --prompts only the file unless --domains is given)")
     p.add_argument("--prompts", metavar="FILE", help="your own prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
                                                      "per line); their test split is measured, like a domain's")
     p.add_argument("--prompts-per-domain", type=int, default=3)
@@ -87,21 +94,22 @@ def run(args: Any) -> int:
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
     report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
-        _run_domains(args, loaded, domains, prompts, masks, profile, policy, drafters, report)
+        options = dict(peers=peers, drafters=drafters, draft_models=draft_models, lookaheads=lookaheads, vocab=vocab)
+        _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report)
     write_json_atomic(out, report)
     announce(out, f"wrote {out}")
     return 0
 
 
-def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, drafters, report) -> None:
-    """Measure every domain's configurations and print its table, filling ``report``."""
+def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, options: dict[str, Any], report) -> None:
+    """Measure every domain's configurations and print its table, filling ``report``; ``options``:
+    the keyword arguments of :func:`layersearch.bench.configs` beyond the masks (peers, drafters...)."""
     from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
 
     for domain in domains:
         ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
         context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
-        cfgs = configs(loaded.model, masks, policy, peers=peers, drafters=drafters, draft_models=draft_models,
-                       lookaheads=lookaheads, vocab=vocab)
+        cfgs = configs(loaded.model, masks, policy, **options)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
         loop, plain = measured.get(LOOP), measured.get(PLAIN)
@@ -114,8 +122,8 @@ def _domains(args: Any) -> list[str]:
     """``--domains`` and the prompt file of ``--prompts`` (checked before the model loads)."""
     from layersearch.data.user import choose_rows, domain_for
 
-    default = "" if args.prompts else "summarization,math,code"
-    domains = [d for d in (args.domains if args.domains is not None else default).split(",") if d]
+    given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
+    domains = [d for d in given.split(",") if d]
     if args.prompts:
         choose_rows(args.prompts, args.prompts_per_domain, 0, args.split or "test")
         domains.append(domain_for(args.prompts))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from layersearch.checks import check_int
+from layersearch.checks import check_draft_length, check_int, check_real, check_seed
 from layersearch.errors import LayersearchError
 
 
@@ -23,6 +23,9 @@ def load(args: Any):
     if getattr(args, "threads", None) is not None:
         # On a shared machine one thread per process is steadier than contending for all cores.
         torch.set_num_threads(positive_int(args.threads, "--threads"))
+    from layersearch.steer.modeldir import check_model_config
+
+    check_model_config(args.model, "--model")  # sizes checked before transformers allocates from them
     dtype = args.dtype or default_dtype(args.device)
     return load_model(args.model, device=args.device, dtype=dtype, progress=_say)
 
@@ -66,6 +69,28 @@ def format_stats(stats: dict[str, Any]) -> str:
 def positive_int(value: int, what: str) -> int:
     """Check a count argument (>= 1)."""
     return check_int(value, what)
+
+
+def seed(value: int, what: str = "--seed") -> int:
+    """Check a seed argument (an integer in [0, 2**32 - 1], what every seeded generator takes)."""
+    return check_seed(value, what)
+
+
+def finite(value: float, what: str, *, low: float = float("-inf"), high: float = float("inf"),
+           low_open: bool = False, high_open: bool = False) -> float:
+    """Check a real-valued argument: finite (no NaN / inf) and in its range (see :func:`check_real`)."""
+    return check_real(value, what, low=low, high=high, low_open=low_open, high_open=high_open)
+
+
+def learning_rate(value: float, what: str = "--lr") -> float:
+    """Check a learning rate: finite and in (0, 1] (an AdamW step moves each weight by about lr, so
+    more than 1 per step is a typo, and it overflows into NaN weights before anything is written)."""
+    return check_real(value, what, low=0.0, high=1.0, low_open=True)
+
+
+def max_draft(value: int, what: str = "--max-draft") -> int:
+    """Check a draft-length bound: an integer in [1, 64] (:data:`layersearch.checks.MAX_DRAFT_LENGTH`)."""
+    return check_draft_length(value, what)
 
 
 def context_limit(loaded: Any) -> int | None:
@@ -118,3 +143,23 @@ def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
     result = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
     result += [SkipMask.load(path, model=info) for path in filter(None, masks.split(","))]
     return result
+
+
+def check_shared_options(args: Any) -> None:
+    """Range and finiteness of the options many commands share, checked by name before any
+    command starts work (each command narrows them further where it needs to): every seed,
+    ``--max-draft``, ``--draft-threshold``, ``--skip-ratio``, learning rates and ``--threads``."""
+    for name, value in vars(args).items():
+        if value is None or isinstance(value, bool):
+            continue
+        option = "--" + name.replace("_", "-")
+        if name == "seed" or name.endswith("_seed"):
+            seed(value, option)
+        elif name == "max_draft":
+            max_draft(value, option)
+        elif name in ("draft_threshold", "skip_ratio"):
+            finite(value, option, low=0.0, high=1.0)
+        elif name in ("lr", "drafter_lr"):
+            learning_rate(value, option)
+        elif name == "threads":
+            positive_int(value, option)

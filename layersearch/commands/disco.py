@@ -63,6 +63,11 @@ def run(args: Any) -> int:
             positive_int(getattr(args, name), "--" + name.replace("_", "-"))
     if args.max_new_tokens < 2:
         raise LayersearchError("--max-new-tokens must be >= 2 (rows start at the second token)")
+    if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
+        raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
+    from layersearch.outputs import check_output
+
+    check_output(args.out)  # before any work: a directory or a missing folder is refused now, not after training
     mask_file = _mask_file(args)
     if args.action == "bench":
         domains = [d for d in args.domains.split(",") if d]
@@ -159,10 +164,11 @@ def _mask_file(args):
 
 
 def _load(args, mask_file):
-    from layersearch.commands.common import load
+    from layersearch.commands.common import check_context, load
     from layersearch.mask import SkipMask
 
     loaded = load(args)
+    check_context(loaded, args.max_new_tokens + 1, f"--max-new-tokens {args.max_new_tokens}")  # prompts come on top
     if mask_file is not None:
         try:
             mask_file.check_model(loaded.info)

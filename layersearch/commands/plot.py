@@ -41,13 +41,15 @@ def run(args: Any) -> int:
     if args.kind == "mask":
         from layersearch.mask import SkipMask
 
-        out = plots.check_png_output(_or(args.out, plots.default_plot_path("mask", Path(args.file).stem)))
+        out = plots.check_png_output(
+            _or(args.out, plots.default_plot_path("mask", Path(args.file).stem)), default=args.out is None)
         mask = SkipMask.load(args.file)
         path = plots.plot_mask(mask, out)
     elif args.kind == "history":
         from layersearch.study import load_study
 
-        out = plots.check_png_output(_or(args.out, plots.default_plot_path("history", args.name)))
+        out = plots.check_png_output(
+            _or(args.out, plots.default_plot_path("history", args.name)), default=args.out is None)
         study = load_study(args.name, storage=args.storage)
         path = plots.plot_history(study, out)
     elif args.kind == "compare":
@@ -55,7 +57,8 @@ def run(args: Any) -> int:
 
         if len(set(args.names)) != len(args.names):
             raise LayersearchError("--names lists a study twice")
-        out = plots.check_png_output(_or(args.out, plots.default_plot_path("compare", "-".join(args.names))))
+        out = plots.check_png_output(
+            _or(args.out, plots.default_plot_path("compare", "-".join(args.names))), default=args.out is None)
         studies = [load_study(name, storage=args.storage) for name in args.names]
         path = plots.plot_compare(studies, out)
     else:  # argparse allows only the kinds above

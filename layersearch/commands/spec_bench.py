@@ -31,6 +31,7 @@ def run(args: Any, loaded: Any) -> int:
         raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
     if args.limit is not None and args.limit < 1:
         raise LayersearchError(f"--limit must be >= 1, got {args.limit}")
+    answers = _answers_folder(args.answers)
     masks = _labelled_masks(args, loaded.info)
     if not masks:
         raise LayersearchError("no method of ours to run: give --skip-ratios or --masks")
@@ -52,7 +53,8 @@ def run(args: Any, loaded: Any) -> int:
                                     vanilla=name == "vanilla", device=model.device)
             rows[name].append(answer_row(question, turns, f"{model_id}-{name}"))
         _say(f"question {number}/{len(questions)} ({question.category} {question.question_id}) answered by {len(methods)} methods")
-    paths = {name: write_answers(Path(args.answers) / f"{model_id}-{name}.jsonl", method_rows)
+    answers.mkdir(exist_ok=True)  # checked above: an existing folder, or a new one in an existing folder
+    paths = {name: write_answers(answers / f"{model_id}-{name}.jsonl", method_rows)
              for name, method_rows in rows.items()}
     count = baseline_token_counter(tokenizer)
     report: dict[str, Any] = {"model": loaded.info.to_dict(), "questions": len(questions),
@@ -86,3 +88,18 @@ def _labelled_masks(args: Any, info: Any) -> list[tuple[str, Any]]:
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def _answers_folder(given: str) -> Path:
+    """``--answers``: an existing folder, or a new one whose parent exists (made only when the
+    answers are written); checked before any work, like every ``--out``."""
+    from layersearch.outputs import check_output
+
+    folder = Path(given)
+    if folder.is_dir():
+        check_output(folder / "answers.jsonl", "--answers")  # writable
+    elif folder.exists():
+        raise LayersearchError(f"--answers {given} is not a folder")
+    else:
+        check_output(folder, "--answers")  # its parent exists and is writable
+    return folder

@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from layersearch.commands.args import model_args
+from layersearch.checks import check_int
 from layersearch.commands.common import positive_int
 from layersearch.errors import LayersearchError
 
 DRAFTER_LR = 5e-5  # --finetune-drafter's default learning rate for the draft model's weights
+MAX_SEEDS = 1000  # steer eval --seeds: each seed is one more decode of every prompt by every arm
 
 
 def add_parser(sub, parser_class) -> None:
@@ -67,6 +69,8 @@ def run(args: Any) -> int:
     for name in ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds"):
         if getattr(args, name, None) is not None:
             positive_int(getattr(args, name), "--" + name.replace("_", "-"))
+    if getattr(args, "seeds", None) is not None:
+        check_int(args.seeds, "--seeds", maximum=MAX_SEEDS)
     if args.action == "shrink":
         return _shrink(args)
     from layersearch.data import DOMAINS
@@ -100,7 +104,7 @@ def _shrink(args: Any) -> int:
 def _train(args: Any) -> int:
     import torch
 
-    from layersearch.commands.common import load
+    from layersearch.commands.common import check_context, load
     from layersearch.mask import SkipMask
     from layersearch.outputs import check_output
     from layersearch.steer import SteeringFile, SteeringParams, default_layers
@@ -126,6 +130,7 @@ def _train(args: Any) -> int:
         check_model_dir(args.finetune_drafter, "--finetune-drafter")
     mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
     loaded = load(args)
+    check_context(loaded, args.new_tokens + 1, f"--new-tokens {args.new_tokens}")  # prompts come on top
     drafter = _load_drafter(args, args.drafter, loaded) if args.drafter else None
     mask = None if drafter is not None else _self_mask(args, mask_file, loaded.info)
     draft_model = drafter.model if drafter is not None else loaded.model
@@ -214,7 +219,7 @@ def _bar(args: Any, total: int, desc: str, unit: str):
 
 # ----- eval --------------------------------------------------------------------------------
 def _eval(args: Any) -> int:
-    from layersearch.commands.common import load
+    from layersearch.commands.common import check_context, load
     from layersearch.outputs import check_output
     from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
     from layersearch.steer import SteeredDrafter, SteeringFile
@@ -224,6 +229,7 @@ def _eval(args: Any) -> int:
         check_output(args.out)
     steering = SteeringFile.load(args.steering)  # a bad file fails before the model loads
     loaded = load(args)
+    check_context(loaded, args.max_new_tokens + 1, f"--max-new-tokens {args.max_new_tokens}")  # prompts come on top
     drafter = None
     if steering.drafter is not None:
         drafter = _load_drafter(args, args.drafter or steering.drafter.name, loaded)
@@ -234,6 +240,7 @@ def _eval(args: Any) -> int:
             steering.check_models(loaded.info)
         else:
             steering.check_models(loaded.info, drafter.info, drafter.model)
+        steering.check_params(loaded.model if drafter is None else drafter.model)
     except LayersearchError as exc:
         raise LayersearchError(f"{args.steering}: {exc}") from None
 

@@ -16,6 +16,8 @@ from layersearch.errors import LayersearchError
 DEFAULT_DOMAINS = "translation,math,code"
 
 
+DEFAULT_PLOT = "plots/swift_stream.png"  # ours: its missing plots/ folder is made (a --plot folder must exist)
+
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Register ``swift`` and its action ``stream`` on the main CLI's subparsers."""
     p = sub.add_parser("swift", help="SWIFT: masks optimised on the fly, during generation")
@@ -37,7 +39,7 @@ def stream_args(p: Any) -> None:
     p.add_argument("--search-prompts", type=int, default=2, help="train prompts of the first domain it searches on (default 2)")
     p.add_argument("--seed", type=int, default=0, help="prompt choice and optimizer seed (default 0)")
     p.add_argument("--out", default="swift_stream.json", help="JSON report (default swift_stream.json)")
-    p.add_argument("--plot", default="plots/swift_stream.png", help="PNG of speedup and matchness over the stream")
+    p.add_argument("--plot", default=DEFAULT_PLOT, help="PNG of speedup and matchness over the stream")
     draft_args(p, adaptive=False)
     swift_args(p)
 
@@ -71,7 +73,7 @@ def stream(args: Any) -> int:
     config = swift_config(args)
     policy = DraftPolicy(args.max_draft, args.draft_threshold)
     out = check_output(args.out, "--out", suffixes=(".json",))
-    plot = check_output(args.plot, "--plot", suffixes=(".png",))
+    plot = check_output(args.plot, "--plot", suffixes=(".png",), default=args.plot == DEFAULT_PLOT)
     inputs = build_stream(domains, args.per_domain, seed=args.seed)
     loaded = load(args)
 

@@ -10,6 +10,7 @@ with a few small matrix products.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -56,14 +57,14 @@ class Classifier:
         """Parse and check shapes; raises LayersearchError naming what is wrong."""
         if not isinstance(data, Mapping):
             raise LayersearchError("classifier: expected an object with mean, scale, w1, b1, w2, b2")
-        try:
-            mean, scale = _vector(data["mean"]), _vector(data["scale"])
-            w1 = tuple(_vector(row) for row in data["w1"])
-            b1, w2, b2 = _vector(data["b1"]), _vector(data["w2"]), float(data["b2"])
-        except KeyError as exc:
-            raise LayersearchError(f"classifier: missing {exc.args[0]!r}") from None
-        except (TypeError, ValueError):
-            raise LayersearchError("classifier: weights must be numbers and lists of numbers") from None
+        missing = [k for k in ("mean", "scale", "w1", "b1", "w2", "b2") if k not in data]
+        if missing:
+            raise LayersearchError(f"classifier: missing {', '.join(map(repr, missing))}")
+        if not isinstance(data["w1"], list):
+            raise LayersearchError("classifier: w1 must be a list of rows")
+        mean, scale = _vector(data["mean"], "mean"), _vector(data["scale"], "scale")
+        w1 = tuple(_vector(row, f"w1[{i}]") for i, row in enumerate(data["w1"]))
+        b1, w2, b2 = _vector(data["b1"], "b1"), _vector(data["w2"], "w2"), _vector([data["b2"]], "b2")[0]
         hidden = len(b1)
         if (len(mean), len(scale)) != (NUM_FEATURES, NUM_FEATURES) or len(w1) != hidden or len(w2) != hidden \
                 or any(len(r) != NUM_FEATURES for r in w1) or hidden == 0 or min(scale) <= 0:
@@ -133,7 +134,11 @@ def _target(rows: Rows, loss: str) -> torch.Tensor:
     return torch.as_tensor(rows.label, dtype=torch.float32)
 
 
-def _vector(values: Any) -> tuple[float, ...]:
-    if not isinstance(values, (list, tuple)):
-        raise TypeError
+def _vector(values: Any, name: str) -> tuple[float, ...]:
+    """``values`` as floats: a list of finite real numbers (no strings, booleans, NaN or infinities)."""
+    if not isinstance(values, list):
+        raise LayersearchError(f"classifier: {name} must be a list of numbers")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise LayersearchError(f"classifier: {name} holds {v!r}; weights must be finite numbers")
     return tuple(float(v) for v in values)

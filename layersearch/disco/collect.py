@@ -45,26 +45,25 @@ class Rows:
         return Rows(self.x[keep], self.label[keep], self.tv[keep], self.prompt[keep], self.position[keep])
 
     def save(self, path: str | Path) -> Path:
-        """Write an ``.npz`` file (through a temporary file: never a partial one)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp.npz")
-        np.savez(tmp, x=self.x, label=self.label, tv=self.tv, prompt=self.prompt, position=self.position)
-        tmp.replace(path)
-        return path
+        """Write an ``.npz`` file whole (:mod:`layersearch.outputs`: never a partial file, nothing
+        left behind on a failure); returns the path given."""
+        import io
+
+        from layersearch.outputs import write_output
+
+        buffer = io.BytesIO()
+        np.savez(buffer, x=self.x, label=self.label, tv=self.tv, prompt=self.prompt, position=self.position)
+        return Path(write_output(path, buffer.getvalue()).given)
 
     @classmethod
     def load(cls, path: str | Path) -> "Rows":
-        """Read rows written by :meth:`save`; one LayersearchError line if it is not such a file."""
-        try:
-            with np.load(path) as data:
-                rows = cls(*(data[k] for k in ("x", "label", "tv", "prompt", "position")))
-        except FileNotFoundError:
-            raise LayersearchError(f"rows file not found: {path}") from None
-        except (OSError, ValueError, KeyError) as exc:
-            raise LayersearchError(f"{path}: not a DISCO rows file ({exc})") from None
-        if rows.x.ndim != 2 or rows.x.shape[1] != NUM_FEATURES or len({len(rows.x), len(rows.label), len(rows.tv)}) != 1:
-            raise LayersearchError(f"{path}: not a DISCO rows file (feature shape {rows.x.shape})")
-        return rows
+        """Read rows written by :meth:`save`, validated completely (the archive's members, each
+        array's declared dtype and size before it is read, shapes, finite values); one
+        LayersearchError line naming ``path`` if it is not such a file."""
+        from layersearch.disco.rowsfile import read_rows
+
+        x, label, tv, prompt, position = read_rows(path)
+        return cls(x, label, tv, prompt, position)
 
     @staticmethod
     def concat(parts: Sequence["Rows"]) -> "Rows":

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from layersearch.checks import check_draft_length, check_real
 from layersearch.disco.classifier import Classifier
 from layersearch.disco.features import FEATURE_SPEC, check_spec
 from layersearch.disco.lookahead import DiscoLookahead
@@ -81,13 +82,12 @@ class DiscoFile:
         model = ModelInfo.from_dict(data["model"])
         mask = SkipMask.from_dict(data["mask"])
         mask.check_model(model)
-        tau, sl_max = data["tau"], data["sl_max"]
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)):
-            raise LayersearchError(f"tau must be a number, got {tau!r}")
+        tau = check_real(data["tau"], "tau", low=0.0, high=1.0)
+        sl_max = check_draft_length(data["sl_max"], "sl_max")
         training = data.get("training") or {}
         if not isinstance(training, dict):
             raise LayersearchError("training must be an object")
-        return cls(model, mask, Classifier.from_dict(data["classifier"]), float(tau), sl_max, training)
+        return cls(model, mask, Classifier.from_dict(data["classifier"]), tau, sl_max, training)
 
     def save(self, path: str | Path) -> Path:
         """Write atomically (never a partial file)."""

@@ -171,6 +171,8 @@ class Router:
         labels = data["anchor_domains"]
         if not isinstance(labels, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in labels):
             raise LayersearchError("anchor_domains must be a list of domain indices")
+        if domains and any(not 0 <= x < len(domains) for x in labels):  # before numpy: 10**25 fits no integer type
+            raise LayersearchError(f"anchor_domains must be domain indices 0..{len(domains) - 1}")
         fallback = None if data.get("fallback") is None else _mask(data["fallback"], "fallback")
         build = data.get("build") or {}
         if not isinstance(build, dict):

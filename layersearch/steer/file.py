@@ -73,6 +73,17 @@ class SteeringFile:
         if drafter_model is not None:
             self.check_drafter_weights(drafter_model)
 
+    def check_params(self, draft_model: torch.nn.Module) -> None:
+        """Raise unless the matrices fit ``draft_model`` (the masked verifier or the independent
+        drafter): W_hml gives its hidden size, W_s its MLPs' width."""
+        from layersearch.steer.hooks import intermediate_size
+
+        width, hidden = intermediate_size(draft_model), draft_model.config.hidden_size
+        if (self.params.s.out_features, self.params.s.in_features) != (width, hidden):
+            raise LayersearchError(
+                f"s.weight is {tuple(self.params.s.weight.shape)}, the drafter's MLPs need ({width}, {hidden})"
+            )
+
     def check_drafter_weights(self, model: torch.nn.Module) -> None:
         """Raise unless the draft model holds the weights this steering was trained with.
 
@@ -114,37 +125,25 @@ class SteeringFile:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "SteeringFile":
-        """Parse and validate; raises LayersearchError naming the problem."""
+        """Parse and validate; raises LayersearchError naming the problem.
+
+        Everything is checked before anything is allocated from it: the header's fields and
+        types, the tensors' names, dtype and shapes against the header's models (whose sizes
+        are only claims), then the values (finite)."""
         from safetensors import SafetensorError
         from safetensors.torch import load
 
-        try:
-            tensors = load(data)
-            header = _header(data)
-        except (SafetensorError, ValueError, json.JSONDecodeError) as exc:
-            raise LayersearchError(f"not a safetensors file ({' '.join(str(exc).split())[:200]})") from None
-        meta = header.get("__metadata__") or {}
-        try:
-            info = json.loads(meta.get("layersearch", "null"))
-        except json.JSONDecodeError:
-            info = None
-        if not isinstance(info, dict) or info.get("kind") != KIND:
-            raise LayersearchError(f"not a steering file (no layersearch {KIND!r} metadata)")
-        if info.get("schema_version") != SCHEMA_VERSION:
-            raise LayersearchError(f"unsupported schema_version {info.get('schema_version')!r} (expected {SCHEMA_VERSION})")
-        missing = [k for k in ("verifier", "drafter", "layers", "mask") if k not in info]
-        if missing:
-            raise LayersearchError(f"missing {', '.join(missing)}")
+        info = _metadata(data)
         verifier = ModelInfo.from_dict(info["verifier"], "verifier")
         drafter = None if info["drafter"] is None else ModelInfo.from_dict(info["drafter"], "drafter")
         mask = None if info["mask"] is None else SkipMask.from_dict(info["mask"])
-        layers = info["layers"]
-        if not isinstance(layers, list) or not layers or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-            raise LayersearchError("layers must be a non-empty list of layer indices")
-        training = info.get("training") or {}
-        if not isinstance(training, dict):
-            raise LayersearchError("training must be an object")
-        params = _params(tensors, tuple(layers), verifier, drafter)
+        layers = _layers(info["layers"], verifier)
+        training = _training(info.get("training"))
+        try:
+            tensors = load(data)  # shapes are bounded by the file's size (safetensors checks the offsets)
+        except (SafetensorError, ValueError, TypeError, RuntimeError) as exc:
+            raise LayersearchError(f"not a safetensors file ({' '.join(str(exc).split())[:200]})") from None
+        params = _params(tensors, layers, verifier, drafter)
         return cls(params, verifier, drafter, mask, training)
 
     @classmethod
@@ -202,24 +201,91 @@ def _read(path: str | Path) -> bytes:
         raise LayersearchError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def _header(data: bytes) -> dict[str, Any]:
-    # safetensors layout: 8-byte little-endian header length, then the JSON header.
-    size = int.from_bytes(data[:8], "little")
-    return json.loads(data[8 : 8 + size])
+def _metadata(data: bytes) -> dict[str, Any]:
+    """The header's ``layersearch`` object with its required fields; the header is read with
+    the same bounds as every JSON input (size, nesting, integer length)."""
+    from layersearch.inputs import parse_json
+
+    if len(data) < 8:
+        raise LayersearchError("not a safetensors file (shorter than its 8-byte header length)")
+    size = int.from_bytes(data[:8], "little")  # safetensors layout: 8-byte length, then the JSON header
+    if size > len(data) - 8:
+        raise LayersearchError(f"not a safetensors file (its header claims {size} bytes, the file has {len(data) - 8})")
+    try:
+        text = data[8 : 8 + size].decode("utf-8")
+    except UnicodeDecodeError:
+        raise LayersearchError("not a safetensors file (its header is not UTF-8 text)") from None
+    header = _json(text, "header")
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    raw = meta.get("layersearch") if isinstance(meta, dict) else None
+    info = _json(raw, "metadata") if isinstance(raw, str) else None
+    if not isinstance(info, dict) or info.get("kind") != KIND:
+        raise LayersearchError(f"not a steering file (no layersearch {KIND!r} metadata)")
+    if info.get("schema_version") != SCHEMA_VERSION or isinstance(info.get("schema_version"), bool):
+        raise LayersearchError(f"unsupported schema_version {info.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+    missing = [k for k in ("verifier", "drafter", "layers", "mask") if k not in info]
+    if missing:
+        raise LayersearchError(f"missing {', '.join(missing)}")
+    return info
+
+
+def _json(text: str, where: str) -> Any:
+    from layersearch.inputs import parse_json
+
+    try:
+        return parse_json(text, where)
+    except LayersearchError as exc:
+        raise LayersearchError(f"not a steering file ({exc})") from None
+
+
+def _layers(layers: Any, verifier: ModelInfo) -> tuple[int, ...]:
+    """The verifier layers the steering reads: distinct indices of the verifier's layers."""
+    if not isinstance(layers, list) or not layers or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+        raise LayersearchError("layers must be a non-empty list of layer indices")
+    outside = [i for i in layers if not 0 <= i < verifier.num_layers]
+    if outside:
+        raise LayersearchError(f"layer {outside[0]} is outside the verifier's {verifier.num_layers} layers")
+    if len(set(layers)) != len(layers):
+        repeated = sorted({i for i in layers if layers.count(i) > 1})
+        raise LayersearchError(f"layers repeat layer {', '.join(map(str, repeated))}: each verifier layer is read once")
+    return tuple(layers)
+
+
+def _training(training: Any) -> dict[str, Any]:
+    """The ``training`` record: an object; the fields layersearch reads back have their types."""
+    training = {} if training is None else training
+    if not isinstance(training, dict):
+        raise LayersearchError("training must be an object")
+    weights = training.get("drafter_weights")
+    if weights is not None and not (
+        isinstance(weights, dict) and isinstance(weights.get("dtype"), str) and isinstance(weights.get("digest"), str)
+    ):
+        raise LayersearchError("training.drafter_weights must be an object with dtype and digest strings")
+    if training.get("finetuned_from") is not None:
+        ModelInfo.from_dict(training["finetuned_from"], "training.finetuned_from")
+    return training
 
 
 def _params(tensors: dict[str, torch.Tensor], layers: tuple[int, ...], verifier: ModelInfo, drafter: ModelInfo | None) -> SteeringParams:
+    """The matrices as SteeringParams, their names, dtype and shapes checked against the header
+    before the module (sized from them) is built."""
     if set(tensors) != {"hml.weight", "s.weight"}:
         raise LayersearchError(f"expected tensors hml.weight and s.weight, found {', '.join(sorted(tensors)) or 'none'}")
     hml, s = tensors["hml.weight"], tensors["s.weight"]
-    if hml.dim() != 2 or s.dim() != 2 or s.shape[1] != hml.shape[0]:
+    for name, tensor in (("hml.weight", hml), ("s.weight", s)):
+        if tensor.dtype != torch.float32:  # what save writes; ints, bools, float8 are no trained weights
+            raise LayersearchError(f"{name} is {str(tensor.dtype).removeprefix('torch.')}, expected float32")
+    if hml.dim() != 2 or s.dim() != 2 or s.shape[1] != hml.shape[0] or 0 in hml.shape or 0 in s.shape:
         raise LayersearchError(f"malformed matrices: hml.weight {tuple(hml.shape)}, s.weight {tuple(s.shape)}")
+    drafter_width = (drafter or verifier).hidden_size
+    expected = (drafter_width, len(layers) * verifier.hidden_size)
+    if tuple(hml.shape) != expected:
+        raise LayersearchError(
+            f"hml.weight is {tuple(hml.shape)}, expected {expected} for {len(layers)} layers of hidden size "
+            f"{verifier.hidden_size} into a drafter {drafter_width} wide"
+        )
     if not (torch.isfinite(hml).all() and torch.isfinite(s).all()):
         raise LayersearchError("the matrices hold non-finite values")
-    params = SteeringParams(layers, verifier.hidden_size, hml.shape[0], s.shape[0])
-    if params.hml.weight.shape != hml.shape:
-        raise LayersearchError(
-            f"hml.weight is {tuple(hml.shape)}, expected {tuple(params.hml.weight.shape)} for {len(layers)} layers"
-        )
-    params.load_state_dict({"hml.weight": hml.float(), "s.weight": s.float()})
+    params = SteeringParams(layers, verifier.hidden_size, hml.shape[0], s.shape[0])  # sizes now those of the tensors
+    params.load_state_dict({"hml.weight": hml, "s.weight": s})
     return params.requires_grad_(False)

@@ -1,4 +1,5 @@
-"""Writing a model directory (``save_pretrained`` + tokenizer) all or nothing.
+"""Model directories: checking a folder's config before its weights are loaded, and writing a
+model directory (``save_pretrained`` + tokenizer) all or nothing.
 
 The directory is written under a temporary name beside the target and renamed into place, so
 a failure never leaves a partial model. An existing target must be an empty directory (a
@@ -13,6 +14,34 @@ import tempfile
 from pathlib import Path
 
 from layersearch.errors import LayersearchError
+
+
+#: Bounds of the sizes a local model's config.json may state, checked before anything is
+#: allocated from them (beyond today's largest open models; a zero or a typo is refused).
+CONFIG_BOUNDS = {
+    "num_hidden_layers": (1, 4096), "hidden_size": (1, 65536), "intermediate_size": (1, 2**20),
+    "num_attention_heads": (1, 4096), "num_key_value_heads": (1, 4096), "vocab_size": (1, 2**22),
+    "max_position_embeddings": (1, 2**24),
+}
+
+
+def check_model_config(name: str, what: str) -> None:
+    """Refuse a local model folder whose config.json states sizes no model has (zero layers, a
+    hidden size of 10**12, a string for a count) before transformers allocates anything from
+    it; hub ids and the embedded name are left to the loader."""
+    from layersearch.checks import check_int
+    from layersearch.jsonfile import read_json_file
+
+    config = Path(name).expanduser() / "config.json"
+    if not config.is_file():
+        return
+    data = read_json_file(config, f"{what} config")
+    if not isinstance(data, dict):
+        raise LayersearchError(f"{what} {name}: config.json is not an object")
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data  # multimodal configs nest it
+    for key, (low, high) in CONFIG_BOUNDS.items():
+        if text.get(key) is not None:
+            check_int(text[key], f"{what} {name}: config.json {key}", minimum=low, maximum=high)
 
 
 def check_model_dir(path: str | Path, what: str = "--out") -> Path:

@@ -13,10 +13,12 @@ import torch
 from torch import nn
 
 
-def default_layers(num_layers: int) -> tuple[int, int, int]:
-    """The paper's low / middle / high verifier layers (3, L/2, L-2); shallow models use 0 for low."""
-    low = 3 if num_layers >= 8 else 0
-    return (low, num_layers // 2, max(num_layers - 2, 0))
+def default_layers(num_layers: int) -> tuple[int, ...]:
+    """The paper's low / middle / high verifier layers (3, L/2, L-2), each read once: shallow
+    models use 0 for low, and where two coincide (L <= 4) the high one moves up or is dropped."""
+    low, middle = 3 if num_layers >= 8 else 0, num_layers // 2
+    high = min(max(num_layers - 2, middle + 1), num_layers - 1)
+    return tuple(sorted({low, middle, high}))
 
 
 class SteeringParams(nn.Module):

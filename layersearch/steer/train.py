@@ -62,6 +62,11 @@ class TrainSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LayersearchError(f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+        span = self.new_tokens + self.max_prompt_tokens
+        if self.max_offset > span:  # larger offsets only ever reach back past the sample (and overflow randint)
+            raise LayersearchError(
+                f"max-offset must be at most new-tokens + max-prompt-tokens ({span}), got {self.max_offset}"
+            )
         if not self.lr > 0:
             raise LayersearchError(f"lr must be > 0, got {self.lr}")
         if self.drafter_lr is not None and not self.drafter_lr > 0:

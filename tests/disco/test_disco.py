@@ -233,9 +233,17 @@ def test_file_round_trip(tmp_path):
     (lambda d: d.pop("classifier"), "missing classifier"),
     (lambda d: d.update(kind="mask"), "not a DISCO classifier file"),
     (lambda d: d.update(features={"top_k": 5}), "feature spec"),
-    (lambda d: d.update(tau=3), "tau must be in"),
-    (lambda d: d.update(sl_max=0), "SL_max"),
+    (lambda d: d.update(tau=3), r"tau must be a finite number in \[0, 1\]"),
+    (lambda d: d.update(sl_max=0), r"sl_max must be an integer in \[1, 64\]"),
     (lambda d: d["classifier"].update(b1=[0.0]), "shapes"),
+    # issue 26: non-finite values and strings where numbers belong
+    (lambda d: d.update(tau=float("nan")), "tau must be a finite number"),
+    (lambda d: d.update(sl_max=10**20), "sl_max must be an integer"),
+    (lambda d: d["classifier"].update(b2=float("inf")), "b2 holds inf"),
+    (lambda d: d["classifier"]["w1"][0].__setitem__(0, float("nan")), r"w1\[0\] holds nan"),
+    (lambda d: d["classifier"].update(b2="0.5"), "b2 holds '0.5'"),
+    (lambda d: d["classifier"]["mean"].__setitem__(0, "1"), "mean holds '1'"),
+    (lambda d: d["classifier"]["scale"].__setitem__(0, True), "scale holds True"),
 ])
 def test_bad_files_are_one_error(tmp_path, change, message):
     data = make_file().to_dict()

@@ -67,7 +67,10 @@ def test_disco_file_for_another_model_is_one_line(trained, tiny_with_embedded_to
     (["disco", "train", "--domain", "code", "--out", "x.json", "--rows", "/nonexistent.npz"], "rows file not found"),
     (["disco", "train", "--domain", "klingon", "--out", "x.json"], "unknown domain"),
     (["disco", "bench", "--domains", ",", "--max-draft", "2"], "--domains is empty"),
-    (["disco", "train", "--domain", "code", "--out", "x.json", "--max-draft", "0"], "--max-draft must be an integer >= 1"),
+    (["disco", "train", "--domain", "code", "--out", "x.json", "--max-draft", "0"], "--max-draft must be an integer in [1, 64]"),
+    (["disco", "train", "--domain", "code", "--out", "x.json", "--max-draft", "100000"], "--max-draft must be an integer in [1, 64]"),
+    (["disco", "train", "--domain", "code", "--out", "/nonexistent/x.json"], "folder /nonexistent does not exist"),
+    (["disco", "collect", "--domain", "code", "--out", "/"], "is a directory"),
 ])
 def test_bad_input_is_one_line(capsys, argv, message):
     code, _, err = run_cli(capsys, *argv)

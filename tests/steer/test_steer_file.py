@@ -16,7 +16,7 @@ DRAFTER = ModelInfo("drafter", 2, 48, "bbbb")
 
 
 def trained(drafter=None, width=64) -> SteeringParams:
-    params = SteeringParams((0, 2, 2), 64, width, 96)
+    params = SteeringParams((0, 2, 3), 64, width, 96)
     with torch.no_grad():
         params.s.weight.normal_()
         params.hml.weight.add_(0.1)
@@ -33,7 +33,7 @@ def test_round_trip_self_and_independent(tmp_path):
         file.save(path)
         back = SteeringFile.load(path, VERIFIER, file.drafter)
         assert back == file and dict(back.training) == dict(file.training)
-        assert back.params.layers == (0, 2, 2)
+        assert back.params.layers == (0, 2, 3)
         for name, tensor in file.params.state_dict().items():
             torch.testing.assert_close(back.params.state_dict()[name], tensor)
 
@@ -92,3 +92,50 @@ def test_missing_file_and_directory(tmp_path):
         SteeringFile.load(tmp_path / "none.safetensors")
     with pytest.raises(LayersearchError, match="is a directory"):
         SteeringFile.load(tmp_path)
+
+
+def _with_meta(path, **changes):
+    """The file at ``path`` rewritten with its metadata fields changed."""
+    from safetensors import safe_open
+    from safetensors.torch import save
+
+    with safe_open(str(path), "pt") as handle:
+        info = json.loads(handle.metadata()["layersearch"])
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    return save(tensors, metadata={"layersearch": json.dumps({**info, **changes})})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"layers": [0, 2, 2]}, "layers repeat layer 2"),
+    ({"layers": [0, 2, 4]}, "layer 4 is outside the verifier's 4 layers"),
+    # a size claimed in the header is compared with the tensors before anything is allocated from it
+    ({"verifier": {"name": "v", "num_layers": 4, "hidden_size": 10**15, "fingerprint": "aaaa"}}, r"hml\.weight is \(64, 192\)"),
+    ({"training": {"drafter_weights": "x"}}, "drafter_weights must be an object"),
+])
+def test_a_bad_header_is_refused_before_allocating(tmp_path, changes, message):
+    path = tmp_path / "s.safetensors"
+    SteeringFile(trained(), VERIFIER, None, SkipMask.uniform(4, 0.5)).save(path)
+    with pytest.raises(LayersearchError, match=message):
+        SteeringFile.from_bytes(_with_meta(path, **changes))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int32, torch.bool, torch.float8_e4m3fn])
+def test_only_float32_matrices_are_read(tmp_path, dtype):
+    from safetensors.torch import save
+
+    file = SteeringFile(trained(), VERIFIER, None, SkipMask.uniform(4, 0.5))
+    tensors = {k: v.to(dtype) for k, v in file.params.state_dict().items()}
+    data = save(tensors, metadata={"layersearch": json.dumps(file.metadata())})
+    with pytest.raises(LayersearchError, match=f"is {str(dtype).removeprefix('torch.')}, expected float32"):
+        SteeringFile.from_bytes(data)
+
+
+def test_matrices_must_fit_the_drafter_model(tiny_llama):
+    from layersearch.steer.hooks import intermediate_size
+
+    width = intermediate_size(tiny_llama)
+    fits = SteeringFile(SteeringParams((0, 2, 3), 64, 64, width), VERIFIER, None, SkipMask.uniform(4, 0.5))
+    fits.check_params(tiny_llama)
+    other = SteeringFile(SteeringParams((0, 2, 3), 64, 64, width + 1), VERIFIER, None, SkipMask.uniform(4, 0.5))
+    with pytest.raises(LayersearchError, match=rf"the drafter's MLPs need \({width}, 64\)"):
+        other.check_params(tiny_llama)

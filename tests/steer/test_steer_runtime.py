@@ -45,6 +45,8 @@ def test_untrained_steering_is_the_sum_of_the_states_and_no_bias():
     wider = SteeringParams((0, 1, 2), 8, 12, 20)  # an independent drafter of another width
     torch.testing.assert_close(wider.vector(states)[:8], unit.sum(0))
     assert default_layers(30) == (3, 15, 28)
+    # each layer read once (a steering file repeating one is refused): shallow models move or drop one
+    assert [default_layers(n) for n in (1, 2, 3, 4, 6)] == [(0,), (0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 4)]
 
 
 def test_bias_lands_on_the_up_projection_only_inside_the_block(tiny_llama):

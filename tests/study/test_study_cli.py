@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import optuna
 import pytest
@@ -54,6 +55,9 @@ def test_create_run_resume_show_list_export(workdir, cli, create_args, tiny_info
     assert status == 0 and "a " in out and "random" in out and "sqlite:///studies/a.db" in out
 
     status, out, err = cli("study", "export", "--name", "a", "--out", "masks/best.json")
+    assert status == 2 and "folder" in err and "does not exist" in err  # a given folder is never created (issue 26)
+    Path("masks").mkdir()
+    status, out, err = cli("study", "export", "--name", "a", "--out", "masks/best.json")
     assert status == 0, err
     mask = SkipMask.load("masks/best.json", model=tiny_info)
     assert all(mask.provenance[key] is not None for key in PROVENANCE_KEYS)
@@ -92,6 +96,7 @@ def test_compare_writes_csv_and_json(workdir, cli, create_args):
     for name, strategy, objective in (("c1", "random", "time-per-token"), ("c2", "swift", "matchness")):
         assert cli(*create_args(name, strategy, objective))[0] == 0
         assert cli("study", "run", "--name", name, "--trials", "2", "--quiet")[0] == 0
+    (workdir / "out").mkdir()
     status, out, err = cli("study", "compare", "--names", "c1", "c2", "--out-prefix", "out/cmp")
     assert status == 0, err
     assert "wrote out/cmp.csv and out/cmp.json" in out
@@ -155,6 +160,7 @@ def test_plots(workdir, cli, create_args):
         assert cli(*create_args(name))[0] == 0
         assert cli("study", "run", "--name", name, "--trials", "2")[0] == 0
     assert cli("study", "export", "--name", "p1", "--out", "p1.json")[0] == 0
+    (workdir / "figs").mkdir()  # a given folder must exist; the default plots/ is made
     for argv, expected in (
         (("plot", "mask", "p1.json"), "plots/mask-p1.png"),
         (("plot", "history", "--name", "p1"), "plots/history-p1.png"),

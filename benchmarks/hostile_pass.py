@@ -1,0 +1,575 @@
+"""A hostile user's pass over every command: 100+ bad invocations, each in a fresh copy of a
+working folder, run as a real process with a timeout.
+
+Counts what must never happen: a traceback, the CLI's internal-error line (the
+``LAYERSEARCH_DEBUG`` marker), exit 0 on a bad file or value, any other exit status than 2,
+more than one line on stderr, files left behind or changed, and slow refusals: more than
+``--slow`` (10) seconds of CPU time (user + system: the work done before refusing, whatever
+else the machine runs), or killed at ``--timeout``. Wall time over 10 s is counted too
+(``over-10s-wall``, not a failure by itself: on a shared 2-core machine importing torch alone
+can wait 5-15 s); the wall and CPU time of a good model-loading command (the start-up floor)
+is measured every 25 cases for comparison. Prints one line per failing case and the counts;
+``--json`` writes them.
+
+    OMP_NUM_THREADS=1 python benchmarks/hostile_pass.py [--only SUBSTRING] [--json counts.json]
+
+The working folder holds a tiny random Llama (4 layers, a character tokenizer) and one good
+file of each kind (mask, prompts, steering, DISCO classifier, DISCO rows, KNN router); each
+case breaks one file or one option. Run from the repository root (the cwd's ``layersearch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = "LAYERSEARCH_DEBUG"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad invocation: a name, argv (after ``python -m layersearch``), and an optional
+    step that plants the bad file in the working folder first."""
+
+    name: str
+    argv: tuple[str, ...]
+    plant: Callable[[Path], None] | None = None
+
+
+# ----- the working folder ------------------------------------------------------------------------
+def char_tokenizer():
+    """One id per printable ASCII character (0-2: unk, bos, eos)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = ["\n", "\t"] + [chr(code) for code in range(32, 127)]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def build_base(folder: Path) -> None:
+    """The good files every case starts from."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from layersearch.disco.classifier import Classifier
+    from layersearch.disco.collect import Rows
+    from layersearch.disco.features import NUM_FEATURES
+    from layersearch.disco.file import DiscoFile
+    from layersearch.knn.router import DomainMask, Router
+    from layersearch.mask import SkipMask
+    from layersearch.models.loading import load_model
+    from layersearch.models.tiny import build_tiny_model
+    from layersearch.steer import SteeringFile, SteeringParams, default_layers
+    from layersearch.steer.hooks import intermediate_size
+
+    model = build_tiny_model("llama", num_layers=4, seed=0)
+    model.config.max_position_embeddings = 2048
+    model.save_pretrained(folder / "model")
+    char_tokenizer().save_pretrained(folder / "model")
+    info = load_model(str(folder / "model")).info
+    mask = SkipMask(4, (1,), (2,), info)
+    mask.save(folder / "mask.json")
+    (folder / "prompts.jsonl").write_text('{"prompt": "w1 w2"}\n')
+    params = SteeringParams(default_layers(4), 64, 64, intermediate_size(model))
+    SteeringFile(params, info, None, mask).save(folder / "steer.safetensors")
+    hidden = 4
+    classifier = Classifier((0.0,) * NUM_FEATURES, (1.0,) * NUM_FEATURES, ((0.1,) * NUM_FEATURES,) * hidden,
+                            (0.0,) * hidden, (0.5,) * hidden, 0.0)
+    DiscoFile(info, mask, classifier, 0.5, 4).save(folder / "disco.json")
+    rng = np.random.default_rng(0)
+    n = 40
+    Rows(rng.normal(size=(n, NUM_FEATURES)).astype(np.float32), rng.random(n) < 0.5, rng.random(n).astype(np.float32),
+         np.repeat(np.arange(4), n // 4), np.tile(np.arange(1, n // 4 + 1), 4)).save(folder / "rows.npz")
+    Router(info, (DomainMask("translation", mask),), rng.normal(size=(3, 64)).astype(np.float32),
+           np.zeros(3, dtype=np.int64), 0.5).save(folder / "router.json")
+    # A draft-model folder whose config has zero layers (weights of the good model).
+    shutil.copytree(folder / "model", folder / "zero")
+    _edit_json(folder / "zero" / "config.json", num_hidden_layers=0)
+
+
+def _edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+# ----- bad files -------------------------------------------------------------------------------
+def steering_bytes(tensors: dict[str, tuple[str, tuple[int, ...], bytes]], metadata: str) -> bytes:
+    """A safetensors file written by hand: {name: (dtype code, shape, raw bytes)} and the metadata string."""
+    header, offset, blobs = {"__metadata__": {"layersearch": metadata}}, 0, []
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
+def good_steering(work: Path) -> tuple[dict, dict]:
+    """The good steering file's metadata object and tensors {name: (shape, float32 bytes)}."""
+    from safetensors import safe_open
+
+    with safe_open(str(work / "steer.safetensors"), "pt") as handle:
+        meta = json.loads(handle.metadata()["layersearch"])
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    return meta, tensors
+
+
+def steering_variant(name: str, *, dtype: str | None = None, meta_change: dict | None = None,
+                     metadata: str | None = None, fill: float | None = None) -> Callable[[Path], None]:
+    """Plant ``name``: the good steering file with its tensors in ``dtype``, its metadata changed
+    (or replaced by ``metadata``), or its tensors filled with ``fill``."""
+    def plant(work: Path) -> None:
+        import torch
+        from safetensors.torch import _TYPES  # noqa: F401  (the dtype codes below are safetensors')
+
+        meta, tensors = good_steering(work)
+        meta.update(meta_change or {})
+        out = {}
+        for key, tensor in tensors.items():
+            if fill is not None:
+                tensor = torch.full_like(tensor, fill)
+            code = dtype or "F32"
+            converted = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+                         "I32": torch.int32, "I64": torch.int64, "BOOL": torch.bool, "U8": torch.uint8,
+                         "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}[code]
+            raw = tensor.to(converted).contiguous().view(torch.uint8).numpy().tobytes()
+            out[key] = (code, tuple(tensor.shape), raw)
+        (work / name).write_bytes(steering_bytes(out, metadata if metadata is not None else json.dumps(meta)))
+    return plant
+
+
+def disco_variant(name: str, change: Callable[[dict], None], raw: str | None = None) -> Callable[[Path], None]:
+    """Plant ``name``: the good DISCO file with ``change`` applied to its JSON object (or ``raw`` text)."""
+    def plant(work: Path) -> None:
+        data = json.loads((work / "disco.json").read_text())
+        change(data)
+        (work / name).write_text(raw if raw is not None else json.dumps(data))
+    return plant
+
+
+def router_variant(name: str, change: Callable[[dict], None], raw: Callable[[str], str] | None = None) -> Callable[[Path], None]:
+    """Plant ``name``: the good router with ``change`` applied (``raw``: a text substitution after)."""
+    def plant(work: Path) -> None:
+        data = json.loads((work / "router.json").read_text())
+        change(data)
+        text = json.dumps(data)
+        (work / name).write_text(raw(text) if raw else text)
+    return plant
+
+
+def rows_variant(name: str, arrays: Callable[[dict], dict] | None = None, data: bytes | None = None,
+                 npy: bool = False) -> Callable[[Path], None]:
+    """Plant ``name``: the good rows with ``arrays`` changed, raw ``data``, or a plain ``.npy`` of x."""
+    def plant(work: Path) -> None:
+        import numpy as np
+
+        if data is not None:
+            (work / name).write_bytes(data)
+            return
+        with np.load(work / "rows.npz") as loaded:
+            good = {k: loaded[k] for k in loaded.files}
+        if npy:
+            with open(work / name, "wb") as handle:
+                np.save(handle, good["x"])
+            return
+        with open(work / name, "wb") as handle:
+            np.savez(handle, **arrays(good))
+    return plant
+
+
+def _setitem(path: tuple, value) -> Callable[[dict], None]:
+    def change(data: dict) -> None:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return change
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# ----- the cases ---------------------------------------------------------------------------------
+def cases() -> list[Case]:
+    M = ("--model", "model")
+    gen = ("generate", *M, "--prompt", "w1 w2", "--max-new-tokens", "2")
+    found: list[Case] = []
+
+    def add(name, argv, plant=None):
+        found.append(Case(name, tuple(argv), plant))
+
+    # steering files, read by generate --steering and steer eval
+    steering = {
+        "float16 tensors": steering_variant("s.safetensors", dtype="F16"),
+        "bfloat16 tensors": steering_variant("s.safetensors", dtype="BF16"),
+        "float64 tensors": steering_variant("s.safetensors", dtype="F64"),
+        "int32 tensors": steering_variant("s.safetensors", dtype="I32"),
+        "int64 tensors": steering_variant("s.safetensors", dtype="I64"),
+        "bool tensors": steering_variant("s.safetensors", dtype="BOOL"),
+        "uint8 tensors": steering_variant("s.safetensors", dtype="U8"),
+        "float8 e4m3 tensors": steering_variant("s.safetensors", dtype="F8_E4M3"),
+        "float8 e5m2 tensors": steering_variant("s.safetensors", dtype="F8_E5M2"),
+        "NaN values": steering_variant("s.safetensors", fill=float("nan")),
+        "infinite values": steering_variant("s.safetensors", fill=float("inf")),
+        "repeated layer": steering_variant("s.safetensors", meta_change={"layers": [2, 2]}),
+        "repeated layer x3": steering_variant("s.safetensors", meta_change={"layers": [0, 0]}),
+        "negative layer": steering_variant("s.safetensors", meta_change={"layers": [-1, 2]}),
+        "layer out of range": steering_variant("s.safetensors", meta_change={"layers": [0, 99]}),
+        "layer as a string": steering_variant("s.safetensors", meta_change={"layers": ["0", 2]}),
+        "layer as a float": steering_variant("s.safetensors", meta_change={"layers": [0.0, 2]}),
+        "enormous hidden size": steering_variant("s.safetensors", meta_change={"verifier": {
+            "name": "x", "num_layers": 4, "hidden_size": 10**15, "fingerprint": "0"}}),
+        "large hidden size": steering_variant("s.safetensors", meta_change={"verifier": {
+            "name": "x", "num_layers": 4, "hidden_size": 200_000, "fingerprint": "0"}}),
+        "enormous layer count": steering_variant("s.safetensors", meta_change={"verifier": {
+            "name": "x", "num_layers": 10**15, "hidden_size": 64, "fingerprint": "0"}}),
+        "metadata nested 5000 deep": steering_variant("s.safetensors", metadata=_nested(5000)),
+        "metadata training nested 5000 deep": steering_variant(
+            "s.safetensors", metadata='{"schema_version": 1, "kind": "sd2-steering", "training": ' + _nested(5000) + "}"),
+        "metadata with a 5000-digit integer": steering_variant(
+            "s.safetensors", metadata='{"schema_version": 1, "kind": "sd2-steering", "layers": [' + "9" * 5000 + "]}"),
+        "training a list": steering_variant("s.safetensors", meta_change={"training": [1, 2]}),
+        "drafter weights a string": steering_variant("s.safetensors", meta_change={"training": {"drafter_weights": "x"}}),
+        "schema version as a string": steering_variant("s.safetensors", meta_change={"schema_version": "1"}),
+        "truncated": lambda w: (w / "s.safetensors").write_bytes((w / "steer.safetensors").read_bytes()[:300]),
+        "header length lies": lambda w: (w / "s.safetensors").write_bytes(struct.pack("<Q", 2**60) + b"{}"),
+    }
+    for label, plant in steering.items():
+        add(f"generate --steering: {label}", (*gen, "--steering", "s.safetensors"), plant)
+    for label in ("int32 tensors", "float8 e4m3 tensors", "repeated layer", "enormous hidden size", "metadata nested 5000 deep"):
+        add(f"steer eval --steering: {label}", ("steer", "eval", *M, "--steering", "s.safetensors", "--domain", "translation",
+                                                "--prompts", "1", "--max-new-tokens", "2", "--seeds", "1"), steering[label])
+
+    # DISCO classifier files, read by generate --lookahead disco:FILE
+    nan, inf = float("nan"), float("inf")
+    disco = {
+        "NaN weight": disco_variant("d.json", _setitem(("classifier", "b2"), nan)),
+        "NaN in w1": disco_variant("d.json", lambda d: d["classifier"]["w1"][0].__setitem__(0, nan)),
+        "infinite mean": disco_variant("d.json", lambda d: d["classifier"]["mean"].__setitem__(0, inf)),
+        "overflowing literal 1e999": disco_variant("d.json", lambda d: None,
+                                                   raw=None),
+        "string weight": disco_variant("d.json", lambda d: d["classifier"]["w2"].__setitem__(0, "0.5")),
+        "string b2": disco_variant("d.json", _setitem(("classifier", "b2"), "0.5")),
+        "bool weight": disco_variant("d.json", lambda d: d["classifier"]["b1"].__setitem__(0, True)),
+        "zero scale": disco_variant("d.json", lambda d: d["classifier"]["scale"].__setitem__(0, 0.0)),
+        "tau NaN": disco_variant("d.json", _setitem(("tau",), nan)),
+        "tau as a string": disco_variant("d.json", _setitem(("tau",), "0.5")),
+        "sl_max huge": disco_variant("d.json", _setitem(("sl_max",), 10**20)),
+        "sl_max a float": disco_variant("d.json", _setitem(("sl_max",), 4.0)),
+        "training a string": disco_variant("d.json", _setitem(("training",), "x")),
+        "features a list": disco_variant("d.json", _setitem(("features",), [1])),
+        "mask of another size": disco_variant("d.json", _setitem(("mask", "num_layers"), 5)),
+    }
+    # 1e999 and -Infinity written as raw text
+    disco["overflowing literal 1e999"] = lambda w: (w / "d.json").write_text(
+        (w / "disco.json").read_text().replace('"b2": 0.0', '"b2": 1e999'))
+    disco["-Infinity literal"] = lambda w: (w / "d.json").write_text(
+        (w / "disco.json").read_text().replace('"tau": 0.5', '"tau": -Infinity'))
+    for label, plant in disco.items():
+        add(f"generate --lookahead disco: {label}", (*gen, "--skip-ratio", "0.5", "--lookahead", "disco:d.json"), plant)
+
+    # DISCO training rows, read by disco train --rows
+    train = ("disco", "train", *M, "--domain", "translation", "--val-prompts", "1", "--max-new-tokens", "2", "--out", "d_out.json")
+    rows = {
+        "malformed": rows_variant("r.npz", data=b"PK\x03\x04 not really a zip"),
+        "empty": rows_variant("r.npz", data=b""),
+        "text": rows_variant("r.npz", data=b"hello\n" * 50),
+        "a plain .npy": rows_variant("r.npz", npy=True),
+        "a pickle": rows_variant("r.npz", data=b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01."),
+        "x of the wrong width": rows_variant("r.npz", lambda a: {**a, "x": a["x"][:, :3]}),
+        "x one-dimensional": rows_variant("r.npz", lambda a: {**a, "x": a["x"][:, 0]}),
+        "labels shorter": rows_variant("r.npz", lambda a: {**a, "label": a["label"][:5]}),
+        "prompt ids shorter": rows_variant("r.npz", lambda a: {**a, "prompt": a["prompt"][:5]}),
+        "no rows": rows_variant("r.npz", lambda a: {k: v[:0] for k, v in a.items()}),
+        "missing tv": rows_variant("r.npz", lambda a: {k: v for k, v in a.items() if k != "tv"}),
+        "NaN features": rows_variant("r.npz", lambda a: {**a, "x": a["x"] * float("nan")}),
+        "string labels": rows_variant("r.npz", lambda a: {**a, "label": a["label"].astype(str)}),
+        "object arrays": rows_variant("r.npz", lambda a: {**a, "tv": a["tv"].astype(object)}),
+        "float prompt ids": rows_variant("r.npz", lambda a: {**a, "prompt": a["prompt"] + 0.5}),
+        "complex features": rows_variant("r.npz", lambda a: {**a, "x": a["x"].astype(complex)}),
+    }
+    for label, plant in rows.items():
+        add(f"disco train --rows: {label}", (*train, "--rows", "r.npz"), plant)
+
+    # KNN routers, read by generate --router and knn bench --router
+    routers = {
+        "label too large for an integer": router_variant("k.json", _setitem(("anchor_domains",), [10**25, 0, 0])),
+        "negative label": router_variant("k.json", _setitem(("anchor_domains",), [-1, 0, 0])),
+        "label as a float": router_variant("k.json", _setitem(("anchor_domains",), [0.0, 0, 0])),
+        "NaN anchor": router_variant("k.json", lambda d: d["anchors"][0].__setitem__(0, float("nan"))),
+        "string anchor value": router_variant("k.json", lambda d: d["anchors"][0].__setitem__(0, "1")),
+        "anchor of another width": router_variant("k.json", lambda d: d["anchors"].__setitem__(0, [1.0] * 63)),
+        "zero anchor": router_variant("k.json", lambda d: d["anchors"].__setitem__(0, [0.0] * 64)),
+        "threshold as a string": router_variant("k.json", _setitem(("threshold",), "0.5")),
+        "threshold infinite": router_variant("k.json", lambda d: None, raw=lambda t: t.replace('"threshold": 0.5', '"threshold": Infinity')),
+        "domain name a number": router_variant("k.json", lambda d: d["domains"][0].__setitem__("name", 3)),
+        "build nested deep": router_variant("k.json", lambda d: None, raw=lambda t: t.replace('"build": {}', '"build": ' + _nested(3000))),
+        "enormous hidden size": router_variant("k.json", _setitem(("model", "hidden_size"), 10**15)),
+    }
+    for label, plant in routers.items():
+        add(f"generate --router: {label}", (*gen, "--router", "k.json"), plant)
+    for label in ("label too large for an integer", "NaN anchor", "threshold as a string"):
+        add(f"knn bench --router: {label}", ("knn", "bench", *M, "--router", "k.json", "--instances", "2", "--out", "kb.json"),
+            routers[label])
+
+    # draft-model folders
+    add("generate --draft-model: zero-layer config", (*gen, "--draft-model", "zero"))
+    for label, change in {"negative layers": {"num_hidden_layers": -1}, "layers as a string": {"num_hidden_layers": "2"},
+                          "enormous hidden size": {"hidden_size": 10**12}, "enormous vocabulary": {"vocab_size": 10**13},
+                          "config not JSON": None}.items():
+        def plant(work: Path, change=change) -> None:
+            shutil.copytree(work / "model", work / "bad")
+            if change is None:
+                (work / "bad" / "config.json").write_text("{nope")
+            else:
+                _edit_json(work / "bad" / "config.json", **change)
+        add(f"generate --draft-model: {label}", (*gen, "--draft-model", "bad"), plant)
+    add("steer train --drafter: zero-layer config", ("steer", "train", *M, "--drafter", "zero", "--domain", "translation",
+                                                       "--prompts", "1", "--new-tokens", "2", "--steps", "1", "--out", "s_out.safetensors"))
+
+    # numeric options
+    st = ("steer", "train", *M, "--skip-ratio", "0.5", "--domain", "translation", "--prompts", "1", "--new-tokens", "2",
+          "--steps", "1", "--val-prompts", "0", "--out", "s_out.safetensors")
+    for value in ("inf", "nan", "-1", "1e308", "1e30"):
+        add(f"steer train --lr {value}", (*st, "--lr", value))
+    for value in (str(2**80), "-1", str(2**64)):
+        add(f"steer train --seed {value}", (*st, "--seed", value))
+    add("steer train --skip-ratio nan", (*st[:4], "--skip-ratio", "nan", *st[6:]))
+    add("steer train --new-tokens 10**9", (*st, "--new-tokens", str(10**9)))
+    add("steer train --max-offset 10**12", (*st, "--max-offset", str(10**12)))
+    add("steer train --drafter-lr inf", (*st, "--drafter", "model", "--finetune-drafter", "ft", "--drafter-lr", "inf"))
+    ev = ("steer", "eval", *M, "--steering", "steer.safetensors", "--domain", "translation", "--prompts", "1",
+          "--max-new-tokens", "2", "--seeds", "1")
+    for value in (str(2**80), "-1"):
+        add(f"steer eval --seed {value}", (*ev, "--seed", value))
+    add("steer eval --max-new-tokens 10**9", (*ev[:-4], "--max-new-tokens", str(10**9), "--seeds", "1"))
+    add("steer eval --seeds 10**9", (*ev[:-2], "--seeds", str(10**9)))
+    dc = ("disco", "collect", *M, "--domain", "translation", "--prompts", "1", "--max-new-tokens", "2", "--out", "r_out.npz")
+    add("disco collect --out a directory", (*dc[:-1], "adir"), lambda w: (w / "adir").mkdir())
+    add("disco collect --out in a missing folder", (*dc[:-1], "missing/r.npz"))
+    add("disco collect --seed -1", (*dc, "--seed", "-1"))
+    add("disco collect --seed 2**80", (*dc, "--seed", str(2**80)))
+    add("disco collect --skip-ratio nan", (*dc, "--skip-ratio", "nan"))
+    add("disco collect --skip-ratio inf", (*dc, "--skip-ratio", "inf"))
+    add("disco collect --skip-ratio 2", (*dc, "--skip-ratio", "2"))
+    add("disco collect --max-new-tokens 10**9", (*dc, "--max-new-tokens", str(10**9)))
+    add("disco train --max-draft 100000", (*train, "--train-prompts", "1", "--max-draft", "100000"))
+    add("disco train --max-draft 5000", (*train, "--train-prompts", "1", "--max-draft", "5000"))
+    add("disco train --out a directory", (*train[:-1], "adir", "--train-prompts", "1"), lambda w: (w / "adir").mkdir())
+    add("disco train --out in a missing folder", (*train[:-1], "missing/d.json", "--train-prompts", "1"))
+    add("disco train --seed -5", (*train, "--train-prompts", "1", "--seed", "-5"))
+    db = ("disco", "bench", *M, "--domains", "translation", "--train-prompts", "1", "--val-prompts", "1", "--test-prompts", "1",
+          "--max-new-tokens", "2")
+    add("disco bench --out a directory", (*db, "--out", "adir"), lambda w: (w / "adir").mkdir())
+    add("disco bench --out in a missing folder", (*db, "--out", "missing/b.json"))
+    add("disco bench --max-draft 100000", (*db, "--max-draft", "100000", "--out", "b.json"))
+    kb = ("knn", "build", *M, "--domain", "translation=mask.json", "--samples", "1", "--out", "k_out.json")
+    for value in ("-1", str(2**80), str(2**40)):
+        add(f"knn build --seed {value}", (*kb, "--seed", value))
+    for value in ("nan", "inf", "-inf"):
+        add(f"knn build --threshold-margin {value}", (*kb, "--threshold-margin", value))
+    add("knn build --samples 10**9", (*kb[:-4], "--samples", str(10**9), "--out", "k_out.json"))
+    add("knn build --out in a missing folder", (*kb[:-1], "missing/k.json"))
+    kn = ("knn", "bench", *M, "--router", "router.json", "--instances", "2", "--out", "kb.json")
+    for value in ("-1", str(2**80)):
+        add(f"knn bench --seed {value}", (*kn, "--seed", value))
+    add("knn bench --draft-threshold nan", (*kn, "--draft-threshold", "nan"))
+    add("knn bench --max-draft 10**9", (*kn, "--max-draft", str(10**9)))
+    add("knn bench --mix-ratios nan", (*kn, "--mix-ratios", "nan"))
+    add("knn bench --instances 10**9", (*kn[:-4], "--instances", str(10**9), "--out", "kb.json"))
+    add("knn bench --out in a missing folder", (*kn[:-1], "missing/kb.json"))
+    for option, value in (("--temperature", "nan"), ("--temperature", "-1"), ("--top-p", "nan"), ("--top-p", "inf"),
+                          ("--seed", "-1"), ("--seed", str(2**70)), ("--draft-threshold", "nan"), ("--skip-ratio", "nan"),
+                          ("--skip-ratio", "inf"), ("--max-draft", str(10**9)), ("--max-new-tokens", str(10**12)),
+                          ("--reselect-every", "0")):
+        add(f"generate {option} {value}", (*gen, option, value))
+    # --out the same everywhere
+    outs = {"a directory": ("adir", lambda w: (w / "adir").mkdir()), "in a missing folder": ("missing/x.out", None),
+            "under a file": ("afile/x.out", lambda w: (w / "afile").write_text("mine"))}
+    for label, (path, plant) in outs.items():
+        add(f"steer train --out {label}", (*st[:-1], path.replace(".out", ".safetensors")), plant)
+        add(f"steer eval --out {label}", (*ev, "--out", path.replace(".out", ".json")), plant)
+        add(f"mask create --out {label}", ("mask", "create", *M, "--attention", "1", "--out", path.replace(".out", ".json")), plant)
+        add(f"profile --out {label}", ("profile", *M, "--contexts", "8", "--repeats", "1", "--out", path.replace(".out", ".json")), plant)
+    add("steer train --out a/b/c.safetensors", (*st[:-1], "a/b/c.safetensors"))
+    add("steer shrink --out in a missing folder", ("steer", "shrink", *M, "--keep-layers", "2", "--out", "missing/small"))
+    add("steer train --finetune-drafter in a missing folder",
+        (*st[:4], "--drafter", "model", *st[6:], "--finetune-drafter", "missing/ft"))
+    # prompt files
+    for label, text in {"chat messages in prompt": '{"prompt": [{"role": "user", "content": "hi"}]}\n',
+                        "prompt a number": '{"prompt": 3}\n', "NaN prompt": '{"prompt": NaN}\n',
+                        "nested prompt": '{"prompt": ' + _nested(5000) + "}\n"}.items():
+        add(f"generate --prompts: {label}", ("generate", *M, "--prompts", "p.jsonl", "--max-new-tokens", "2"),
+            lambda w, text=text: (w / "p.jsonl").write_text(text))
+    # masks and profiles with non-finite numbers
+    add("mask show: NaN num_layers", ("mask", "show", "m.json"),
+        lambda w: (w / "m.json").write_text('{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}'))
+    return found
+
+
+# ----- running ----------------------------------------------------------------------------------
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` with its content's digest."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = Path(root) / name
+            rel = os.path.relpath(path, folder)
+            found[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one case did."""
+
+    case: str
+    status: int | None
+    seconds: float
+    stderr: str
+    changed: tuple[str, ...]
+    cpu_seconds: float = 0.0  # user + system time of the process: its work, whatever the machine's load
+
+    def problems(self, slow: float) -> list[str]:
+        """The rules this case broke; ``slow``: the CPU seconds a refusal may take (wall time
+        over ``slow`` is reported as ``over-10s-wall``: on a shared machine it is mostly waiting)."""
+        found = []
+        if "Traceback" in self.stderr:
+            found.append("traceback")
+        if MARKER in self.stderr:
+            found.append("internal-error")
+        if self.status == 0:
+            found.append("exit-0")
+        elif self.status != 2:
+            found.append(f"status-{self.status}")
+        lines = self.stderr.strip().splitlines()
+        if self.status == 2 and (len(lines) != 1 or not lines[0].startswith("layersearch: error: ")):
+            found.append("not-one-line")
+        if self.changed:
+            found.append("leftover")
+        if self.cpu_seconds > slow or self.status is None:
+            found.append("slow")
+        if self.seconds > slow:
+            found.append("over-10s-wall")
+        return found
+
+
+def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
+    """Run one case in a fresh copy of ``base``."""
+    work = scratch / "work"
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(base, work)
+    if case.plant:
+        case.plant(work)
+    before = snapshot(work)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop(MARKER, None)
+    start, cpu_start = time.perf_counter(), _children_cpu()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "layersearch", *case.argv], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        status, stderr = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        status, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
+    after = snapshot(work)
+    changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+    return Result(case.name, status, seconds, stderr, changed, cpu)
+
+
+def _children_cpu() -> float:
+    """User + system seconds of every child waited for so far (one runs at a time)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+COUNTS = ("traceback", "internal-error", "exit-0", "other-status", "not-one-line", "leftover", "slow", "over-10s-wall")
+
+#: A good command that loads the model and decodes one token: the floor every model-loading
+#: refusal pays on this machine (interpreter, torch and transformers imports, the model load).
+FLOOR_ARGV = ("generate", "--model", "model", "--prompt", "w1 w2", "--max-new-tokens", "1", "--baseline")
+
+
+def floor_seconds(base: Path, scratch: Path, timeout: float) -> tuple[float, float]:
+    """Wall and CPU seconds of :data:`FLOOR_ARGV` (a success, so it measures start-up, not a refusal)."""
+    result = run_case(Case("floor", FLOOR_ARGV), base, scratch, timeout)
+    return result.seconds, result.cpu_seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case is killed (default 60)")
+    parser.add_argument("--slow", type=float, default=10.0, help="a refusal slower than this counts as slow (default 10)")
+    parser.add_argument("--json", help="write the counts and failing cases here")
+    parser.add_argument("--list", action="store_true", help="list the cases and stop")
+    args = parser.parse_args()
+    selected = [c for c in cases() if args.only in c.name]
+    if args.list:
+        print("\n".join(c.name for c in selected))
+        return 0
+    counts = dict.fromkeys(COUNTS, 0)
+    failing, times, cpus, slowest = [], [], [], ""
+    with tempfile.TemporaryDirectory(prefix="hostile-") as scratch:
+        base = Path(scratch) / "base"
+        base.mkdir()
+        build_base(base)
+        floors = []
+        for number, case in enumerate(selected, 1):
+            if number % 25 == 1:  # the machine's load drifts: measure the floor again now and then
+                floors.append(floor_seconds(base, Path(scratch), args.timeout))
+                print(f"start-up floor: {floors[-1][0]:.1f}s wall, {floors[-1][1]:.1f}s CPU", flush=True)
+            result = run_case(case, base, Path(scratch), args.timeout)
+            problems = result.problems(args.slow)
+            for problem in problems:
+                counts["other-status" if problem.startswith("status-") else problem] += 1
+            problems = [p for p in problems if p != "over-10s-wall"]  # reported, not a failure by itself
+            if problems:
+                last = (result.stderr.strip().splitlines() or [""])[-1][:200]
+                failing.append({"case": case.name, "problems": problems, "status": result.status,
+                                "seconds": round(result.seconds, 1), "stderr": last, "changed": list(result.changed)})
+                print(f"[{number}/{len(selected)}] FAIL {case.name}: {', '.join(problems)} "
+                      f"({result.seconds:.1f}s, {result.cpu_seconds:.1f}s CPU) "
+                      f"{last}{' changed ' + ', '.join(result.changed) if result.changed else ''}", flush=True)
+            else:
+                print(f"[{number}/{len(selected)}] ok   {case.name} ({result.seconds:.1f}s, {result.cpu_seconds:.1f}s CPU)",
+                      flush=True)
+            times.append(result.seconds)
+            cpus.append(result.cpu_seconds)
+            if result.cpu_seconds >= max(cpus):
+                slowest = case.name
+    print(f"{len(selected)} cases: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    walls, floor_cpus = [f[0] for f in floors], [f[1] for f in floors]
+    print(f"start-up floor (a good model-loading command): {min(walls):.1f}-{max(walls):.1f}s wall, "
+          f"{min(floor_cpus):.1f}-{max(floor_cpus):.1f}s CPU; refusals: longest wall {max(times):.1f}s, "
+          f"most CPU {max(cpus):.1f}s ({slowest})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cases": len(selected), "counts": counts, "floors": floors,
+                                               "max_wall": max(times), "max_cpu": [slowest, max(cpus)],
+                                               "failing": failing}, indent=2) + "\n")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
