@@ -134,12 +134,15 @@ def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[
     """The SpeculativeDecoder: lookahead, verifier, drafter (maybe steered) and the mask source."""
     from layersearch.runtime import VERIFIERS
     from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.drafters import ModelDrafter, drafter_named
+    from layersearch.runtime.drafters import drafter_named, drafter_with_model
 
     lookahead = files.disco.lookahead() if files.disco is not None else _policy(spec).lookahead(spec.lookahead.name)
     verifier, branching = VERIFIERS[spec.verifier]()
     vocab = _draft_vocab(loaded, spec)
-    drafter = ModelDrafter(draft.model, vocab=vocab) if draft is not None else drafter_named(spec.drafter.name, branching, vocab=vocab)
+    if draft is not None:
+        drafter = drafter_with_model(spec.drafter.name, draft.model, vocab=vocab)
+    else:
+        drafter = drafter_named(spec.drafter.name, branching, vocab=vocab)
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 
