@@ -92,16 +92,18 @@ class BuiltDecoder:
         return result
 
 
-def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None) -> BuiltDecoder:
+def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None, *, draft: Any = None) -> BuiltDecoder:
     """The decoder ``spec`` describes on ``loaded`` (a LoadedModel); ``files`` from
-    :func:`read_spec_files` when read already. Every file is checked against the model first."""
+    :func:`read_spec_files` when read already; ``draft``: the spec's draft model already loaded
+    (a LoadedModel, so a search building many decoders loads it once). Every file is checked
+    against the model first."""
     files = read_spec_files(spec) if files is None else files
     info = loaded.info
     spec.check_model(info)
     if files.router is not None:
         _prefixed(spec.mask_source.file, files.router.check_model, info)
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
-    draft = _draft_model(spec, loaded, steering)  # an independent drafter (or None)
+    draft = _draft_model(spec, loaded, steering, draft)  # an independent drafter (or None)
     if draft is not None and spec.profile:
         raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
     if steering is not None and files.router is not None:
@@ -214,14 +216,16 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
     return steering, steering.mask
 
 
-def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any) -> Any:
-    """The spec's independent draft model (else the steering file's drafter), loaded and checked."""
+def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any = None) -> Any:
+    """The spec's independent draft model (else the steering file's drafter), loaded and checked
+    (``preloaded``: that model, already loaded and checked)."""
     ref = spec.drafter.model.ref if spec.drafter.model is not None else None
     if ref is None and steering is not None and steering.drafter is not None:
         ref = steering.drafter.name
     if ref is None:
         return None
-    drafter = load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
+    drafter = preloaded if preloaded is not None and spec.drafter.model is not None else \
+        load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
     if steering is not None:
         _prefixed(spec.steering, lambda _: steering.check_models(loaded.info, drafter.info, drafter.model), None)
     return drafter

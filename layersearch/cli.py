@@ -19,7 +19,7 @@ from layersearch.errors import LayersearchError
 #: The commands, one module each under layersearch/commands/ with ``add_parser(sub,
 #: parser_class)`` and ``run(args)``; the order is the order of ``--help``.
 COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "knapspec_bench", "transfer", "disco",
-            "knn", "swift_stream", "steer")
+            "knn", "swift_stream", "steer", "tune")
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,0 +1,109 @@
+"""The layer-skip masks a tune study chooses among, made before the search.
+
+Uniform masks at several ratios, plus the best masks of a short matchness search by the
+registry's strategies (SWIFT's random-subset + GP-UCB sampler at two skip ratios) on the
+train prompts. The latency profile then prices each one: a mask whose draft is too slow to pay
+even when every draft token is accepted is dropped before anything is decoded, and the rest
+are ranked by the speedup the profile predicts at their matchness (SWIFT's stand-in for the
+acceptance rate). Matchness runs one teacher-forced forward per prompt, so the pre-search
+costs a small share of the budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from layersearch.mask import SkipMask
+
+UNIFORM_RATIOS = (0.1, 0.15, 0.2, 0.3, 0.45)
+#: (strategy, skip ratio) of each short matchness search; the time is shared equally.
+PRESEARCH = (("swift", 0.15), ("swift", 0.3))
+BEST_PER_SEARCH = 3
+POOL_SIZE = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One mask of the pool with what was known of it before any decoding."""
+
+    label: str
+    mask: SkipMask
+    matchness: float  # share of the target's next tokens the masked draft predicts (train prompts)
+    ceiling: float  # the profile's speedup at acceptance 1 (best draft length)
+    predicted: float  # the profile's speedup at acceptance = matchness (best draft length)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (a study attribute, so a resumed study chooses among the same masks)."""
+        return {"label": self.label, "mask": self.mask.to_dict(), "matchness": self.matchness,
+                "ceiling": self.ceiling, "predicted": self.predicted}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Candidate":
+        """The candidate :meth:`to_dict` wrote."""
+        return cls(data["label"], SkipMask.from_dict(data["mask"]), float(data["matchness"]),
+                   float(data["ceiling"]), float(data["predicted"]))
+
+
+def predicted_speedup(profile: Any, mask: SkipMask, acceptance: float, context: int) -> float:
+    """The profile's best speedup over plain decoding for ``mask`` at ``acceptance``: KnapSpec's
+    tokens per second at the best draft length, in units of plain decoding's tokens per second."""
+    tokens_per_second, _ = profile.best_tpt(min(max(acceptance, 0.0), 1.0), mask, context, max_gamma=16)
+    return tokens_per_second * profile.target_seconds(context)
+
+
+def candidate_pool(
+    loaded: Any, texts: Sequence[str], profile: Any, context: int, seconds: float, *, seed: int = 0,
+    size: int = POOL_SIZE, say: Callable[[str], None] = lambda message: None,
+) -> tuple[Candidate, ...]:
+    """At most ``size`` masks worth decoding, best predicted first (empty when none can pay)."""
+    from layersearch.objectives import Matchness, ModelRuntime
+
+    runtime = ModelRuntime.from_texts(loaded, texts, warm_up=False)
+    objective = Matchness()
+    info = loaded.info
+    found = {f"uniform {r:g}": SkipMask.uniform(info.num_layers, r, info) for r in UNIFORM_RATIOS}
+    scores = {label: objective.evaluate(runtime, mask).value for label, mask in found.items()}
+    for strategy, ratio in PRESEARCH:
+        for label, mask, value in _search(runtime, objective, strategy, ratio, seconds / len(PRESEARCH), seed):
+            if all(mask.to_flat() != m.to_flat() for m in found.values()):
+                found[label], scores[label] = mask, value
+    candidates = []
+    for label, mask in found.items():
+        ceiling = predicted_speedup(profile, mask, 1.0, context)
+        if ceiling <= 1.0:  # too slow a draft: it cannot pay even if every token is accepted
+            continue
+        candidates.append(Candidate(label, mask.with_provenance(label=label), scores[label], ceiling,
+                                    predicted_speedup(profile, mask, scores[label], context)))
+    kept = sorted(candidates, key=lambda c: -c.predicted)[:size]
+    say(f"mask pool: {len(found)} masks scored by matchness, {len(found) - len(candidates)} pruned by the profile, "
+        f"{len(kept)} kept")
+    return tuple(kept)
+
+
+def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: float, seed: int) -> list[tuple[str, SkipMask, float]]:
+    """The best masks of a short in-memory matchness study by ``strategy`` at ``ratio``."""
+    import optuna
+
+    from layersearch.strategies import initial_masks, make_sampler, mask_from_params, params_from_mask, suggest_mask
+
+    layers = runtime.info.num_layers
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(strategy, num_layers=layers, skip_ratio=ratio, seed=seed))
+    for mask in initial_masks(strategy, num_layers=layers, skip_ratio=ratio):
+        study.enqueue_trial(params_from_mask(mask))
+    deadline = time.monotonic() + seconds
+    # At least the starting masks and a few proposals, however short the budget.
+    while len(study.trials) < 4 or time.monotonic() < deadline:
+        study.optimize(lambda trial: objective.evaluate(runtime, suggest_mask(trial, layers)).value, n_trials=1)
+    done = sorted((t for t in study.trials if t.value is not None), key=lambda t: -t.value)
+    best: list[tuple[str, SkipMask, float]] = []
+    for trial in done:
+        found = mask_from_params(trial.params, layers)
+        mask = SkipMask(layers, found.attention, found.mlp, runtime.info)
+        if all(mask.to_flat() != m.to_flat() for _, m, _ in best):
+            best.append((f"{strategy} r{ratio:g} #{trial.number}", mask, float(trial.value)))
+        if len(best) == BEST_PER_SEARCH:
+            break
+    return best
+
