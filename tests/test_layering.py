@@ -18,6 +18,8 @@ FORBIDDEN = {
     "knapspec": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "knn": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
+    # tune sits between the commands and the study / objectives / runtime it drives.
+    "tune": ("argparse", "layersearch.commands", "layersearch.cli"),
     "swift": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "steer": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     "strategies": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.runtime", "layersearch.cli"),

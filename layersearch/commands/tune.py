@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ def tune_from_args(args: Any) -> Any:
         _say(f"loading draft model {draft_ref.ref}")
         draft = load_draft_model(draft_ref.ref, loaded, args.device, args.dtype)
     model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)
-    with _Progress(args.quiet) as progress:
+    with _Progress(args.quiet) as progress, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
         result = tune(loaded, prepared, model, draft=draft, say=_say if not args.quiet else (lambda m: None),
                       on_trial=progress.update)
     write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")

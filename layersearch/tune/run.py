@@ -142,7 +142,8 @@ def tune(
         on_trial(Progress(done, best, trial.value, max(0.0, deadline - time.monotonic())))
 
     say(f"searching for {max(0.0, deadline - time.monotonic()):.0f} s ({len(pool)} masks in the pool)")
-    new_trials = run_trials(study, objective, deadline - time.monotonic(), after_trial)
+    run_trials(study, objective, deadline - time.monotonic(), after_trial)
+    new_trials = done
     search_seconds = time.monotonic() - start
     chosen = select.finalists(study, settings.finalists)
     rows = select.remeasure(loaded, chosen, test, settings.max_new_tokens, settings.repeats, draft=draft,

@@ -110,10 +110,8 @@ def trial_records(study: Any) -> list[TrialRecord]:
     return records
 
 
-def run_trials(study: Any, objective: Callable[[Any], float], seconds: float, on_trial: Callable[[Any, Any], None]) -> int:
+def run_trials(study: Any, objective: Callable[[Any], float], seconds: float, on_trial: Callable[[Any, Any], None]) -> None:
     """Optimize until ``seconds`` of wall time have passed (Optuna's timeout: the trial running
-    then finishes); returns the number of trials this run finished."""
-    before = len(study.trials)
+    then finishes); ``on_trial(study, trial)`` after each."""
     with quiet_warnings():
         study.optimize(objective, timeout=max(seconds, 1e-3), callbacks=[on_trial], gc_after_trial=False)
-    return len(study.trials) - before
