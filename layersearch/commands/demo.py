@@ -42,7 +42,7 @@ def run(args: Any) -> int:
     prompts = folder / "code_prompts.jsonl"
     _write_prompts(prompts)
     quick = tune_args("--prompts", str(prompts), "--budget", str(args.budget), "--out", str(folder / "spec.json"),
-                      "--name", "demo", "--storage", f"sqlite:///{folder / 'demo.db'}", "--train-prompts", "3",
+                      "--name", "demo", "--storage", f"sqlite:///{folder / 'demo.db'}", "--train-prompts", "2",
                       "--test-prompts", "3", "--repeats", "1", "--finalists", "2")
     for name in ("model", "device", "dtype", "threads", "max_new_tokens"):
         setattr(quick, name, getattr(args, name))

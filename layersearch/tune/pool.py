@@ -93,8 +93,8 @@ def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: 
     for mask in initial_masks(strategy, num_layers=layers, skip_ratio=ratio):
         study.enqueue_trial(params_from_mask(mask))
     deadline = time.monotonic() + seconds
-    # At least the starting masks and a few proposals, however short the budget.
-    while len(study.trials) < 4 or time.monotonic() < deadline:
+    # At least one mask (the strategy's start, where it has one), however short the budget.
+    while not study.trials or time.monotonic() < deadline:
         study.optimize(lambda trial: objective.evaluate(runtime, suggest_mask(trial, layers)).value, n_trials=1)
     done = sorted((t for t in study.trials if t.value is not None), key=lambda t: -t.value)
     best: list[tuple[str, SkipMask, float]] = []

@@ -21,6 +21,7 @@ from layersearch.tune.study import TrialRecord
 
 PRESEARCH_SHARE = 0.1  # of the budget, for the mask pool's matchness searches
 PROFILE_MAX_VERIFY = 16
+PROFILE_CONTEXTS = (64, 512)
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ def tune(
     if (draft is None) != (prepared.draft_model is None):
         raise LayersearchError("the draft model must be loaded when the study drafts with one (and only then)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    start = time.monotonic()
-    deadline = start + settings.budget
     train_texts = [p.text for p in load_prompts(prepared.domain, settings.train_prompts, seed=settings.seed, split="train",
                                                 tokenizer=loaded.tokenizer)]
     train = _ids(loaded, train_texts)
@@ -112,8 +111,11 @@ def tune(
     identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
     pool = stored_pool(study)
+    profile = _profile(loaded, say) if pool is None else None
+    start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
+    deadline = start + settings.budget
     if pool is None:
-        pool = _pool(loaded, train_texts, train, settings, say)
+        pool = _pool(loaded, train_texts, train, profile, settings, say)
         store_pool(study, pool)
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
     space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens)
@@ -156,13 +158,19 @@ def tune(
                       settings.max_new_tokens, settings.repeats)
 
 
-def _pool(loaded: Any, texts: list[str], train: list[Any], settings: TuneSettings, say: Callable[[str], None]) -> tuple[Candidate, ...]:
-    """The mask pool: a quick latency profile, then the short pre-search (:mod:`layersearch.tune.pool`)."""
+def _profile(loaded: Any, say: Callable[[str], None]) -> Any:
+    """A quick latency profile of this machine (the pool's pruning and ranking)."""
     from layersearch.runtime.profiler import quick_profile
-    from layersearch.tune.pool import candidate_pool
 
     say("measuring a quick latency profile")
-    profile = quick_profile(loaded.model, loaded.info, max_verify=PROFILE_MAX_VERIFY, repeats=2)
+    return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=PROFILE_MAX_VERIFY, repeats=1)
+
+
+def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, settings: TuneSettings,
+          say: Callable[[str], None]) -> tuple[Candidate, ...]:
+    """The mask pool from the short pre-search (:mod:`layersearch.tune.pool`)."""
+    from layersearch.tune.pool import candidate_pool
+
     context = int(sum(ids.shape[1] for ids in train) / len(train)) + settings.max_new_tokens // 2
     return candidate_pool(loaded, texts, profile, context, settings.budget * PRESEARCH_SHARE, seed=settings.seed, say=say)
 

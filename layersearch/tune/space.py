@@ -86,19 +86,22 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
 
 
 def starting_points(space: Space) -> list[dict[str, Any]]:
-    """Params enqueued before the search, so even a short budget measures them: plain decoding,
-    prompt lookup with HF's heuristic length rule, the best predicted mask with the confidence
-    rule (alone and in the hybrid), and the draft model with the heuristic rule (alone and hybrid)."""
-    points: list[dict[str, Any]] = [{"drafter": PLAIN}, {"drafter": "prompt-lookup", "lookahead": "heuristic", "max_draft": 4}]
+    """Params enqueued before the search, so even a short budget measures them, cheapest and
+    likeliest first: prompt lookup with HF's heuristic length rule, the draft model with the
+    heuristic rule, plain decoding (the noise level of a train score), then the best predicted
+    mask with the confidence rule (alone and in the hybrid) and the hybrid with the draft model."""
     head = {"vocab": 0} if len(space.vocabs) > 1 else {}
+    points: list[dict[str, Any]] = [{"drafter": "prompt-lookup", "lookahead": "heuristic", "max_draft": 4}]
+    if space.draft_model is not None:
+        points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head})
+    points.append({"drafter": PLAIN})
     if space.masks:
         best = space.masks[0].label
         confident = {"lookahead": "confidence", "max_draft": 8, "threshold": 0.8, **head}
         points.append({"drafter": "layer-skip", "mask": best, "verifier": "chain", **confident})
         points.append({"drafter": "hybrid", "mask": best, **confident})
     if space.draft_model is not None:
-        for kind in MODEL_KINDS:
-            points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": 8, **head})
+        points.append({"drafter": "hybrid-model", "lookahead": "heuristic", "max_draft": 8, **head})
     return points
 
 

@@ -29,7 +29,7 @@ def test_tune_resumes_and_writes_a_spec_that_runs_losslessly(prompt_file, tiny_m
     study = optuna.load_study(study_name="mine", storage=f"sqlite:///{tmp_path / 'tune.db'}")
     first = len([t for t in study.trials if t.state.is_finished()])
     assert first >= 1 and all("spec" in t.user_attrs for t in study.trials if t.state.is_finished())
-    assert study.trials[0].params == {"drafter": "plain"}  # enqueued first, so a short budget still measures it
+    assert study.trials[0].params["drafter"] == "prompt-lookup"  # enqueued first, so a short budget still measures it
     assert _tune(prompt_file, tiny_model_dir, tmp_path) == 0  # same --name: the study continues
     study = optuna.load_study(study_name="mine", storage=f"sqlite:///{tmp_path / 'tune.db'}")
     assert len([t for t in study.trials if t.state.is_finished()]) > first
