@@ -22,6 +22,9 @@ UNIFORM_RATIOS = (0.1, 0.15, 0.2, 0.3, 0.45)
 PRESEARCH = (("swift", 0.15), ("swift", 0.3))
 BEST_PER_SEARCH = 3
 POOL_SIZE = 8
+#: The least speedup a mask must promise at acceptance 1 to be decoded at all (below it the gain
+#: would drown in the measurement noise of a shared machine even if every draft were accepted).
+MIN_CEILING = 1.05
 
 
 @dataclass(frozen=True)
@@ -57,29 +60,42 @@ def candidate_pool(
     loaded: Any, texts: Sequence[str], profile: Any, context: int, seconds: float, *, seed: int = 0,
     size: int = POOL_SIZE, say: Callable[[str], None] = lambda message: None,
 ) -> tuple[Candidate, ...]:
-    """At most ``size`` masks worth decoding, best predicted first (empty when none can pay)."""
+    """At most ``size`` distinct masks worth decoding, best predicted first (empty when none can pay).
+
+    The profile prices a mask before anything runs: a uniform mask whose ceiling (its speedup at
+    acceptance 1) is below :data:`MIN_CEILING` is dropped unscored, and a pre-search is skipped
+    when the uniform mask at its skip ratio cannot pay (the profile costs sub-layer counts, so that
+    mask stands for every mask the search would propose at that ratio)."""
     from layersearch.objectives import Matchness, ModelRuntime
 
+    info = loaded.info
     runtime = ModelRuntime.from_texts(loaded, texts, warm_up=False)
     objective = Matchness()
-    info = loaded.info
-    found = {f"uniform {r:g}": SkipMask.uniform(info.num_layers, r, info) for r in UNIFORM_RATIOS}
-    scores = {label: objective.evaluate(runtime, mask).value for label, mask in found.items()}
-    for strategy, ratio in PRESEARCH:
-        for label, mask, value in _search(runtime, objective, strategy, ratio, seconds / len(PRESEARCH), seed):
-            if all(mask.to_flat() != m.to_flat() for m in found.values()):
-                found[label], scores[label] = mask, value
-    candidates = []
-    for label, mask in found.items():
-        ceiling = predicted_speedup(profile, mask, 1.0, context)
-        if ceiling <= 1.0:  # too slow a draft: it cannot pay even if every token is accepted
-            continue
-        candidates.append(Candidate(label, mask.with_provenance(label=label), scores[label], ceiling,
-                                    predicted_speedup(profile, mask, scores[label], context)))
-    kept = sorted(candidates, key=lambda c: -c.predicted)[:size]
-    say(f"mask pool: {len(found)} masks scored by matchness, {len(found) - len(candidates)} pruned by the profile, "
-        f"{len(kept)} kept")
+    pays = lambda mask: not mask.is_empty and predicted_speedup(profile, mask, 1.0, context) >= MIN_CEILING  # noqa: E731
+    found: dict[str, SkipMask] = {}
+    for ratio in UNIFORM_RATIOS:
+        _add(found, f"uniform {ratio:g}", SkipMask.uniform(info.num_layers, ratio, info))
+    scores = {label: objective.evaluate(runtime, mask).value for label, mask in found.items() if pays(mask)}
+    searches = [(s, r) for s, r in PRESEARCH if pays(SkipMask.uniform(info.num_layers, r, info))]
+    for strategy, ratio in searches:
+        for label, mask, value in _search(runtime, objective, strategy, ratio, seconds / len(searches), seed):
+            if _add(found, label, mask) and pays(mask):
+                scores[label] = value
+    kept = sorted((Candidate(label, found[label].with_provenance(label=label), value,
+                             predicted_speedup(profile, found[label], 1.0, context),
+                             predicted_speedup(profile, found[label], value, context))
+                   for label, value in scores.items()), key=lambda c: -c.predicted)[:size]
+    say(f"mask pool: {len(found)} masks, {len(found) - len(scores)} pruned by the profile "
+        f"(< {MIN_CEILING:g}x even at acceptance 1), {len(kept)} kept")
     return tuple(kept)
+
+
+def _add(found: dict[str, SkipMask], label: str, mask: SkipMask) -> bool:
+    """Add ``mask`` under ``label`` unless an equal mask is there already; whether it was added."""
+    if any(mask.to_flat() == other.to_flat() for other in found.values()):
+        return False
+    found[label] = mask
+    return True
 
 
 def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: float, seed: int) -> list[tuple[str, SkipMask, float]]:
