@@ -128,7 +128,7 @@ class _Progress:
         """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
         self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
         if not self.quiet and not self.bar.enabled:
-            last = "failed" if p.last is None else f"{p.last:.2f}x"
+            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
             best = "-" if p.best is None else f"{p.best:.2f}x"
             _say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")
 

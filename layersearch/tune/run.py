@@ -126,6 +126,9 @@ def tune(
     def objective(trial: Any) -> float:
         spec = suggest_spec(trial, space)
         trial.set_user_attr(SPEC_ATTR, spec.to_dict())
+        if spec.plain and _plain_measured(study):  # plain decoding has no parameters: once is enough
+            trial.set_user_attr("error", "plain decoding was measured already")
+            raise optuna.TrialPruned("plain decoding was measured already")
         try:
             figures = measure(loaded, spec, train, settings.max_new_tokens, draft=draft)
         except LayersearchError as exc:  # a configuration this model cannot run: recorded, not fatal
@@ -178,6 +181,13 @@ def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, setting
 def _ids(loaded: Any, texts: list[str]) -> list[Any]:
     """Token ids ``[1, n]`` of each prompt, on the model's device (as ``bench`` tokenizes them)."""
     return [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in texts]
+
+
+def _plain_measured(study: Any) -> bool:
+    """Whether a complete trial of the study decoded plain."""
+    import optuna
+
+    return any(t.params.get("drafter") == "plain" for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
 def _best(study: Any) -> float | None:
