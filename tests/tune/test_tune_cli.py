@@ -84,3 +84,20 @@ def test_bad_input_is_one_line_and_writes_nothing(case, says, prompt_file, tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("layersearch: error: ") and says in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no spec, report, studies/ folder
+
+
+@pytest.mark.parametrize("theirs, says", [
+    (None, "not made by layersearch tune"),
+    ({"prompts": "file:/elsewhere.jsonl"}, "was made with prompts 'file:/elsewhere.jsonl'"),
+])
+def test_a_study_of_that_name_made_otherwise_is_refused_before_loading(theirs, says, prompt_file, tmp_path, capsys):
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    study = optuna.create_study(study_name="mine", storage=storage)
+    if theirs is not None:
+        study.set_user_attr("layersearch_tune", theirs)
+    before = (tmp_path / "tune.db").read_bytes()
+    status = main(["tune", "--prompts", str(prompt_file), "--budget", "5", "--out", str(tmp_path / "spec.json"),
+                   "--storage", storage, "--name", "mine", "--model", "nope-model"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and says in err[0], err
+    assert (tmp_path / "tune.db").read_bytes() == before and not (tmp_path / "spec.json").exists()
