@@ -96,11 +96,15 @@ class BuiltDecoder:
         return result
 
 
-def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None, *, kernels: str = "auto") -> BuiltDecoder:
+def build_decoder(
+    loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None, *, kernels: str = "auto", draft: Any = None,
+) -> BuiltDecoder:
     """The decoder ``spec`` describes on ``loaded`` (a LoadedModel); ``files`` from
-    :func:`read_spec_files` when read already. Every file is checked against the model first.
-    ``kernels`` (auto, stock, numba): auto runs the spec's latency profile's choice, stock
-    without a profile (the kernels are a property of the machine, not of the spec)."""
+    :func:`read_spec_files` when read already; ``draft``: the spec's draft model already loaded
+    (a LoadedModel, so a search building many decoders loads it once). Every file is checked
+    against the model first. ``kernels`` (auto, stock, numba): auto runs the spec's latency
+    profile's choice, stock without a profile (the kernels are a property of the machine, not
+    of the spec)."""
     from layersearch.runtime.kernels import choose_kernels
 
     files = read_spec_files(spec) if files is None else files
@@ -109,7 +113,7 @@ def build_decoder(loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None
     if files.router is not None:
         _prefixed(spec.mask_source.file, files.router.check_model, info)
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
-    draft = _draft_model(spec, loaded, steering)  # an independent drafter (or None)
+    draft = _draft_model(spec, loaded, steering, draft)  # an independent drafter (or None)
     if draft is not None and spec.profile:
         raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
     if steering is not None and files.router is not None:
@@ -143,12 +147,15 @@ def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[
     """The SpeculativeDecoder: lookahead, verifier, drafter (maybe steered) and the mask source."""
     from layersearch.runtime import VERIFIERS
     from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.drafters import ModelDrafter, drafter_named
+    from layersearch.runtime.drafters import drafter_named, drafter_with_model
 
     lookahead = files.disco.lookahead() if files.disco is not None else _policy(spec).lookahead(spec.lookahead.name)
     verifier, branching = VERIFIERS[spec.verifier]()
     vocab = _draft_vocab(loaded, spec)
-    drafter = ModelDrafter(draft.model, vocab=vocab) if draft is not None else drafter_named(spec.drafter.name, branching, vocab=vocab)
+    if draft is not None:
+        drafter = drafter_with_model(spec.drafter.name, draft.model, vocab=vocab)
+    else:
+        drafter = drafter_named(spec.drafter.name, branching, vocab=vocab)
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 
@@ -220,12 +227,16 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
     return steering, steering.mask
 
 
-def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any) -> Any:
-    """The spec's independent draft model (else the steering file's drafter), loaded and checked."""
+def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any = None) -> Any:
+    """The spec's independent draft model (else the steering file's drafter), loaded and checked
+    (``preloaded``: that model, already loaded and checked)."""
     ref = spec.drafter.model.ref if spec.drafter.model is not None else None
     if ref is None and steering is not None and steering.drafter is not None:
         ref = steering.drafter.name
-    drafter = None if ref is None else load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
+    drafter = None
+    if ref is not None:
+        drafter = preloaded if preloaded is not None and spec.drafter.model is not None else \
+            load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
     if steering is not None:
         def check(_: Any) -> None:
             if drafter is not None:

@@ -46,8 +46,9 @@ class TrialProgress:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def update(self, *, best: float | None = None, last: float | None = None, state: str | None = None) -> None:
-        """One more trial finished: ``best`` so far, ``last`` trial's value, its ``state``."""
+    def update(self, *, best: float | None = None, last: float | None = None, state: str | None = None,
+               left: float | None = None) -> None:
+        """One more trial finished: ``best`` so far, ``last`` trial's value, its ``state``, seconds ``left``."""
         self.count += 1
         if self._bar is None:
             return
@@ -58,6 +59,8 @@ class TrialProgress:
             postfix["last"] = f"{last:.4g}"
         elif state and state != "COMPLETE":
             postfix["last"] = state.lower()
+        if left is not None:
+            postfix["left"] = f"{left:.0f}s"
         self._bar.set_postfix(postfix, refresh=False)
         self._bar.update(1)
 

@@ -100,7 +100,7 @@ class DrafterSpec:
     """Where drafts come from: a registered drafter, or an independent draft model."""
 
     name: str = "layer-skip"
-    model: ModelRef | None = None  # an independent draft model sharing the tokenizer
+    model: ModelRef | None = None  # an independent draft model sharing the tokenizer (layer-skip: replaced by it; hybrid: its fallback)
     vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
 
     def __post_init__(self) -> None:
@@ -111,8 +111,10 @@ class DrafterSpec:
             raise LayersearchError(f"drafter.vocab must be a count >= 0 (0: the full vocabulary), got {self.vocab!r}")
         if self.vocab and self.name == "prompt-lookup" and self.model is None:
             raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.vocab has no head to reduce")
-        if self.model is not None and self.name != "layer-skip":
-            raise LayersearchError(f"drafter {self.name!r} takes no draft model (only layer-skip is replaced by one)")
+        from layersearch.runtime.drafters import MODEL_DRAFTERS
+
+        if self.model is not None and self.name not in MODEL_DRAFTERS:
+            raise LayersearchError(f"drafter {self.name!r} takes no draft model (only {', '.join(MODEL_DRAFTERS)} draft with one)")
 
 
 @dataclass(frozen=True)

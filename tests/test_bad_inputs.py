@@ -157,7 +157,13 @@ COMMANDS: dict[str, Command] = {
          "--masks", "{mask}", "--out", "{out}"),
         NUMBERS + (("--repeats", "0"), ("--prompts-per-domain", "0"), ("--skip-ratios", "x"), ("--domains", "nope")),
     ),
-    "demo": Command(("demo", "--model", MODEL), NUMBERS),
+    "demo": Command(("demo", "--model", MODEL), NUMBERS + (("--budget", "0"), ("--budget", "nan"))),
+    "tune": Command(
+        ("tune", "--model", MODEL, "--prompts", "{prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}"),
+        NUMBERS + (("--budget", "0"), ("--budget", "nan"), ("--train-prompts", "0"), ("--repeats", "0"),
+                   ("--report", "report.md/x.md"), ("--name", "no/such name")),
+        kinds={"storage": "new_storage"},
+    ),
     "study create": Command(
         ("study", "create", "--name", "{name}", "--model", MODEL, "--domain", "translation", "--strategy", "random", "--objective", "matchness",
          "--samples", "1", "--max-new-tokens", "2", "--profile", "{profile}", "--storage", "{storage}"),

@@ -32,6 +32,8 @@ FORBIDDEN = {
     "knapspec": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
     "knn": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
+    # tune sits between the commands and the study / objectives / runtime it drives.
+    "tune": ("argparse", "layersearch.commands", "layersearch.cli"),
     # SWIFT on the fly (generate --on-the-fly swift) pulls no Optuna: its search is swift/search.py.
     "swift": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
     "steer": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),

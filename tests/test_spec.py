@@ -91,7 +91,8 @@ def _edited(tmp_path, edit):
     (lambda d: d.update(max_new_tokens="64"), "max new tokens"),
     (lambda d: d.update(plain="no"), "plain must be true or false"),
     (lambda d: d["model"].update(info={"name": "x"}), "model.info: missing"),
-    (lambda d: d["drafter"].update(model={"ref": "small", "path": False}), "takes no draft model"),
+    (lambda d: d["drafter"].update(name="prompt-lookup", vocab=0, model={"ref": "small", "path": False}), "takes no draft model"),
+    (lambda d: d["drafter"].update(model={"ref": "small", "path": False}), "takes no mask source"),
 ])
 def test_bad_fields_are_named(tmp_path, edit, says):
     with pytest.raises(LayersearchError, match=says.replace("(", r"\(").replace(")", r"\)")):

@@ -1,36 +1,76 @@
-"""``layersearch demo``: a short vanilla-vs-speculative run on a few prompts of the embedded model."""
+"""``layersearch demo``: ``tune`` on the embedded model with a small budget, on code prompts.
+
+Code is where prompt lookup pays (a function's body repeats names from its signature and
+docstring), so the demo shows a speedup found, checked on held-out prompts and written as a
+spec that ``generate --spec`` runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
-from layersearch.commands import bench
 from layersearch.commands.args import model_args
+
+DEMO_PROMPTS = 40  # code prompts written to the demo's prompt file (about 8 land in the test split)
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``demo``: its arguments."""
-    p = sub.add_parser("demo", help="short demo on the embedded model: vanilla vs speculative")
-    model_args(p)
+    p = sub.add_parser("demo", help="short demo on the embedded model: tune on code prompts, held-out speedup, a spec")
+    model_args(p, threads=1)
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--budget", type=float, default=60.0, help="search seconds (default 60)")
+    p.add_argument("--out-dir", default="demo", help="folder for the prompt file, spec and report (default demo/)")
     p.set_defaults(command="demo")
 
 
 def run(args: Any) -> int:
-    """The benchmark with small settings: 2 domains x 2 prompts, no peers, one ratio."""
-    quick = bench_args(
-        "--domains", "summarization,code", "--prompts-per-domain", "2", "--skip-ratios", "0.15",
-        "--repeats", "1", "--out", "demo.json", "--no-peers", "--drafters", "",
-        "--max-draft", "6", "--draft-threshold", "0.5",
-    )
+    """Write code prompts to a file, tune on them with a small budget, print the held-out table."""
+    from layersearch.commands import tune
+    from layersearch.tune import TuneSettings
+
+    from layersearch.commands.common import positive_int
+
+    TuneSettings("-", args.budget, "demo", max_new_tokens=args.max_new_tokens)  # checks the numbers before any work
+    if args.threads is not None:
+        positive_int(args.threads, "--threads")
+    folder = Path(args.out_dir)
+    prompts = folder / "code_prompts.jsonl"
+    _write_prompts(prompts)
+    quick = tune_args("--prompts", str(prompts), "--budget", str(args.budget), "--out", str(folder / "spec.json"),
+                      "--name", "demo", "--storage", f"sqlite:///{folder / 'demo.db'}", "--train-prompts", "2",
+                      "--test-prompts", "3", "--repeats", "1", "--finalists", "2")
     for name in ("model", "device", "dtype", "threads", "max_new_tokens"):
         setattr(quick, name, getattr(args, name))
-    return bench.run(quick)
+    print(f"tuning on {prompts} for {args.budget:g} s (layersearch tune --prompts FILE does this on yours)", file=sys.stderr)
+    result = tune.tune_from_args(quick)
+    print(tune.held_out_table(result), flush=True)
+    print(f"run it: layersearch generate --spec {folder / 'spec.json'} --prompt \"def fib(n):\"", flush=True)
+    return 0
 
 
-def bench_args(*argv: str) -> argparse.Namespace:
-    """``bench``'s arguments as its own parser reads ``argv`` (its defaults for the rest)."""
+def _write_prompts(path: Path) -> None:
+    """HumanEval-style code prompts from the built-in code set (an existing file is kept)."""
+    from layersearch.data import load_prompts
+
+    if path.exists():
+        return
+    rows = [json.dumps({"prompt": p.text}) for p in load_prompts("code", DEMO_PROMPTS, seed=0, split=None)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(rows) + "\n")
+    tmp.replace(path)
+
+
+def tune_args(*argv: str) -> argparse.Namespace:
+    """``tune``'s arguments as its own parser reads ``argv`` (its defaults for the rest)."""
+    from layersearch.commands import tune
+
     parser = argparse.ArgumentParser(prog="layersearch")
-    bench.add_parser(parser.add_subparsers(dest="command"), argparse.ArgumentParser)
-    return parser.parse_args(["bench", *argv])
+    tune.add_parser(parser.add_subparsers(dest="command"), argparse.ArgumentParser)
+    return parser.parse_args(["tune", *argv])
+

@@ -32,11 +32,11 @@ def test_study_defaults_are_the_objectives_defaults():
     assert (args.max_draft, args.draft_threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
 
 
-def test_demo_runs_bench_with_its_own_parser():
-    from layersearch.commands.demo import bench_args
+def test_demo_runs_tune_with_its_own_parser():
+    from layersearch.commands.demo import tune_args
 
-    quick = bench_args("--repeats", "1")
-    assert quick.repeats == 1 and quick.domains == "summarization,math,code" and quick.max_draft == MAX_DRAFT
+    quick = tune_args("--prompts", "p.jsonl", "--budget", "5", "--out", "s.json")
+    assert (quick.budget, quick.repeats, quick.train_prompts, quick.report, quick.name) == (5.0, 2, 4, None, None)
 
 
 def test_study_help_names_every_registered_strategy(capsys):

@@ -46,6 +46,35 @@ DRAFTERS: dict[str, Callable[..., Any]] = {
 DRAFTER_NAMES = tuple(DRAFTERS)
 
 
+def _model(model, vocab=None) -> Any:
+    from layersearch.runtime.drafters.model import ModelDrafter
+
+    return ModelDrafter(model, vocab=vocab)
+
+
+def _hybrid_model(model, vocab=None) -> Any:
+    from layersearch.runtime.drafters.hybrid import HybridDrafter
+
+    return HybridDrafter(fallback=_model(model, vocab))
+
+
+#: Drafters that run an independent draft model (the spec's ``drafter.model``): name ->
+#: factory(model, vocab) -> Drafter. ``layer-skip`` is replaced by the model; ``hybrid``
+#: looks the continuation up in the context first and falls back to the model.
+MODEL_DRAFTERS: dict[str, Callable[..., Any]] = {
+    "layer-skip": _model,
+    "hybrid": _hybrid_model,
+}
+
+
+def drafter_with_model(name: str, model: Any, *, vocab=None) -> Any:
+    """The drafter ``name`` (one of :data:`MODEL_DRAFTERS`) drafting with the independent ``model``."""
+    factory = MODEL_DRAFTERS.get(name)
+    if factory is None:
+        raise LayersearchError(f"drafter {name!r} takes no draft model (choose from {', '.join(MODEL_DRAFTERS)})")
+    return factory(model, vocab)
+
+
 def drafter_named(name: str, branching=None, *, vocab=None) -> Any:
     """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`);
     ``branching`` widens the layer-skip drafts into token trees; ``vocab`` (a VocabSubset)
@@ -78,4 +107,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-__all__ = ["DRAFTERS", "DRAFTER_NAMES", "drafter_named", *sorted(_LAZY)]
+__all__ = ["DRAFTERS", "DRAFTER_NAMES", "MODEL_DRAFTERS", "drafter_named", "drafter_with_model", *sorted(_LAZY)]

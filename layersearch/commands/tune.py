@@ -1,0 +1,137 @@
+"""``layersearch tune``: the fastest lossless configuration for your prompts, written as a spec.
+
+This module parses and prints; the work is :mod:`layersearch.tune`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from layersearch.commands.args import model_args, storage_arg
+
+
+def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``tune``: its arguments."""
+    p = sub.add_parser("tune", help="search every drafter, mask, lookahead and verifier for your prompts; write the best spec")
+    p.add_argument("--prompts", required=True, metavar="FILE",
+                   help="your prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} per line); train split searched, test split held out")
+    model_args(p)
+    p.add_argument("--draft-model", metavar="MODEL", help="an independent draft model sharing the tokenizer (searched as well)")
+    p.add_argument("--budget", type=float, required=True, metavar="SECONDS",
+                   help="search time: the mask pre-search and the study (the held-out re-measurement comes after)")
+    p.add_argument("--out", required=True, metavar="SPEC", help="the chosen decoder spec (JSON; runs with generate --spec)")
+    p.add_argument("--report", metavar="FILE", help="markdown report (default: --out with .md); a .png beside it")
+    p.add_argument("--name", help="study name: the same name resumes the search (default: the prompt file's name)")
+    storage_arg(p, "Optuna storage URL (default sqlite:///studies/tune-<name>.db)")
+    p.add_argument("--train-prompts", type=int, default=4, help="train prompts each trial decodes (default 4)")
+    p.add_argument("--test-prompts", type=int, default=4, help="held-out prompts the finalists decode (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=2, help="held-out repeats (default 2)")
+    p.add_argument("--finalists", type=int, default=3, help="configurations re-measured on held-out prompts (default 3)")
+    p.add_argument("--quiet", action="store_true", help="no per-trial progress")
+    p.set_defaults(command="tune")
+
+
+def run(args: Any) -> int:
+    """Check everything, load the model(s), tune, print the held-out table, write spec and report."""
+    result = tune_from_args(args)
+    print(held_out_table(result), flush=True)
+    return 0
+
+
+def tune_from_args(args: Any) -> Any:
+    """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
+    from layersearch.build import load_draft_model
+    from layersearch.commands.common import load
+    from layersearch.outputs import announce, check_output, write_outputs
+    from layersearch.plots import check_png_output
+    from layersearch.spec import ModelRef, ModelSpec
+    from layersearch.tune import TuneSettings
+    from layersearch.tune.report import curve_png, markdown, report_paths
+    from layersearch.tune.run import prepare, tune
+
+    settings = TuneSettings(args.prompts, args.budget, args.name or default_name(args.prompts), args.storage,
+                            args.train_prompts, args.test_prompts, args.max_new_tokens, args.repeats, args.finalists)
+    out = check_output(args.out)
+    md_path, png_path = report_paths(args.out, args.report)
+    md, png = check_output(md_path, "--report"), check_png_output(png_path)
+    if args.draft_model is not None and not args.draft_model.strip():
+        from layersearch.errors import LayersearchError
+
+        raise LayersearchError("--draft-model is empty: name a model")
+    draft_ref = ModelRef.given(args.draft_model) if args.draft_model else None
+    prepared = prepare(settings, draft_ref)
+    loaded = load(args)
+    draft = None
+    if draft_ref is not None:
+        _say(f"loading draft model {draft_ref.ref}")
+        draft = load_draft_model(draft_ref.ref, loaded, args.device, args.dtype)
+    model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)
+    with _Progress(args.quiet) as progress, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
+        result = tune(loaded, prepared, model, draft=draft, say=_say if not args.quiet else (lambda m: None),
+                      on_trial=progress.update)
+    write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")
+    result.spec.save(args.out)
+    announce(out, f"wrote {out.given} ({'plain decoding' if result.selection.plain_chosen else result.selection.winner}), "
+                  f"{md_path} and {png_path}")
+    return result
+
+
+def held_out_table(result: Any) -> str:
+    """The held-out rows as aligned text, and the choice."""
+    from layersearch.tune.report import describe
+
+    lines = [f"{'config':34} {'train':>7} {'speedup':>8} {'M':>5} {'alpha':>6} identical"]
+    for row in result.selection.rows:
+        if row.error:
+            lines.append(f"{row.label[:34]:34} failed: {row.error}")
+            continue
+        train = "-" if row.train_speedup is None else f"{row.train_speedup:.2f}x"
+        m = "-" if row.M is None else f"{row.M:.2f}"
+        alpha = "-" if row.alpha is None else f"{row.alpha:.2f}"
+        lines.append(f"{row.label[:34]:34} {train:>7} {row.speedup:>7.2f}x {m:>5} {alpha:>6} {'yes' if row.identical else 'NO'}")
+    chosen = "plain decoding (nothing beat it on held-out prompts)" if result.selection.plain_chosen else \
+        f"{result.selection.winner}: {describe(result.spec)}"
+    lines.append(f"chosen: {chosen}")
+    return "\n".join(lines)
+
+
+def default_name(prompts: str) -> str:
+    """A study name from the prompt file's name (letters, digits and ._+- kept)."""
+    stem = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(prompts).stem).lstrip("._+-")[:100]
+    return stem or "prompts"
+
+
+class _Progress:
+    """Per-trial progress on stderr: a bar on a terminal, else one line per trial."""
+
+    def __init__(self, quiet: bool) -> None:
+        from layersearch.progress import TrialProgress
+
+        self.quiet = quiet
+        self.bar = TrialProgress(quiet=quiet, desc="tune")
+
+    def __enter__(self) -> "_Progress":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.close()
+
+    def update(self, p: Any) -> None:
+        """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
+        self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
+        if not self.quiet and not self.bar.enabled:
+            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
+            best = "-" if p.best is None else f"{p.best:.2f}x"
+            _say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,70 @@
+"""One configuration's measured speedup: its decoder against plain ``generate``, interleaved.
+
+Every measurement goes through the benchmark's machinery (:func:`layersearch.bench.run_domain`:
+prompts interleaved, the order rotated, prefill timed apart; :func:`layersearch.bench.summarize`:
+the decode-phase speedup), so a trial's score and a ``bench`` row are the same quantity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from layersearch.errors import LayersearchError
+from layersearch.spec import DecoderSpec
+
+CANDIDATE = "candidate"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A configuration's measured figures against plain ``generate`` on the same prompts."""
+
+    speedup: float  # decode phase (prefill excluded), median over repeats
+    end_to_end: float  # prefill included
+    M: float | None  # mean tokens per verification
+    alpha: float | None  # draft acceptance rate
+    identical: bool  # greedy output equal to plain generate's, token for token
+    tokens_per_second: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (trial user attributes)."""
+        return asdict(self)
+
+
+def spec_config(loaded: Any, spec: DecoderSpec, label: str, draft: Any = None) -> Any:
+    """A :class:`layersearch.bench.Config` running the decoder ``spec`` describes (``draft``: the
+    draft model, loaded once)."""
+    from layersearch.bench import Config
+    from layersearch.build import build_decoder
+
+    built = build_decoder(loaded, spec, draft=draft)
+    return Config(label, lambda ids, n: built.run(ids, n))
+
+
+def plain_config(loaded: Any) -> Any:
+    """The benchmark's plain ``generate`` row."""
+    from layersearch.bench import configs
+    from layersearch.runtime.drafting import DraftPolicy
+
+    return configs(loaded.model, [], DraftPolicy(), peers=())[0]
+
+
+def figures_of(row: dict[str, Any]) -> Figures:
+    """A :func:`layersearch.bench.summarize` row as Figures (the decode-phase speedup where the
+    prefill was timed, else the end-to-end one)."""
+    return Figures(float(row.get("decode_speedup", row["speedup"])), float(row["speedup"]), row["M"], row["alpha"],
+                   bool(row["identical_to_plain"]), float(row["tokens_per_second"]))
+
+
+def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: int, *, repeats: int = 1,
+            draft: Any = None) -> Figures:
+    """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each)."""
+    from layersearch.bench import PLAIN, run_domain, summarize
+
+    configs = [plain_config(loaded), spec_config(loaded, spec, CANDIDATE, draft)]
+    measured = run_domain(configs, list(prompts), new_tokens, repeats, lambda message: None, device=loaded.model.device)
+    for name in (PLAIN, CANDIDATE):
+        if measured[name].error:
+            raise LayersearchError(f"{name} failed: {measured[name].error}")
+    return figures_of(summarize(CANDIDATE, measured[CANDIDATE], None, 0, None, plain=measured[PLAIN]))

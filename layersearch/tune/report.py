@@ -1,0 +1,134 @@
+"""The tune report: markdown (what was tried, the held-out table, the chosen spec in words) and
+a PNG of the search curve (best train speedup against wall time) beside it."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+from layersearch.spec import DecoderSpec
+from layersearch.tune.study import TrialRecord
+
+
+def report_paths(out: str, report: str | None) -> tuple[str, str]:
+    """(markdown, PNG) paths: ``report`` (default: ``out`` with .md) and the same name with .png."""
+    markdown = report if report else str(Path(out).with_suffix(".md"))
+    return markdown, str(Path(markdown).with_suffix(".png"))
+
+
+def describe(spec: DecoderSpec) -> str:
+    """The spec in words, one sentence."""
+    if spec.plain:
+        return "plain decoding with transformers' generate (no drafting)"
+    name, model = spec.drafter.name, spec.drafter.model
+    if model is not None:
+        drafts = f"draft model {model.ref}" if name == "layer-skip" else f"prompt lookup, else draft model {model.ref}"
+    elif name == "prompt-lookup":
+        drafts = "prompt lookup (n-grams of the context)"
+    else:
+        mask = spec.mask_source.mask
+        skipped = f"skipping {len(mask.attention)} attention and {len(mask.mlp)} MLP sub-layers of {mask.num_layers} layers " \
+                  f"({mask.skip_ratio:.0%})" if mask is not None else "the default mask"
+        label = mask.provenance.get("label") if mask is not None else None
+        layer_skip = f"the model itself {skipped}" + (f", mask {label!r}" if label else "")
+        drafts = layer_skip if name == "layer-skip" else f"prompt lookup, else {layer_skip}"
+    rule = spec.lookahead
+    length = f"{rule.name} draft length (at most {rule.max_draft}" + (
+        f", threshold {rule.threshold:.2f})" if rule.name in ("confidence", "adaptive") else ")")
+    head = f", draft head over the {spec.drafter.vocab} most frequent tokens" if spec.drafter.vocab else ""
+    return f"drafts from {drafts}{head}; {length}; {spec.verifier} verification; greedy, lossless"
+
+
+def best_curve(records: Sequence[TrialRecord]) -> tuple[list[float], list[float]]:
+    """(seconds, best train speedup so far) at each completed trial."""
+    xs, ys, best = [], [], float("-inf")
+    for record in records:
+        if record.value is None:
+            continue
+        best = max(best, record.value)
+        xs.append(record.elapsed)
+        ys.append(best)
+    return xs, ys
+
+
+def curve_png(records: Sequence[TrialRecord], title: str) -> bytes:
+    """The search curve as PNG bytes: every trial's train speedup and the best so far."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    done = [r for r in records if r.value is not None]
+    for kind in sorted({r.kind for r in done}):
+        points = [r for r in done if r.kind == kind]
+        ax.scatter([r.elapsed for r in points], [r.value for r in points], s=14, label=kind, alpha=0.7)
+    xs, ys = best_curve(records)
+    ax.step(xs, ys, where="post", color="black", label="best so far")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("wall time of the search (s)")
+    ax.set_ylabel("train decode-phase speedup vs plain")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
+
+
+def markdown(result: Any, png_name: str) -> str:
+    """The report's text (``result``: a :class:`layersearch.tune.run.TuneResult`)."""
+    records, selection = result.records, result.selection
+    kinds = Counter(r.kind for r in records)
+    failed = sum(1 for r in records if r.value is None)
+    lines = [
+        f"# Tune report: {result.prompts}",
+        "",
+        f"Model {result.model}" + (f", draft model {result.draft_model}" if result.draft_model else "") +
+        f"; study {result.study!r} in {result.storage}.",
+        "",
+        "## What was tried",
+        "",
+        f"{len(records)} trials ({result.new_trials} in this run, {failed} failed or pruned) over "
+        f"{result.search_seconds:.0f} s of search: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ".",
+        f"Mask pool: {len(result.pool)} masks after the profile's pruning"
+        + (": " + ", ".join(f"{c.label} (matchness {c.matchness:.2f}, predicted {c.predicted:.2f}x)" for c in result.pool)
+           if result.pool else "") + ".",
+        f"Each trial decoded {result.train_prompts} train prompts x {result.max_new_tokens} new tokens beside plain generate.",
+        "",
+        f"![search curve]({png_name})",
+        "",
+        "## Held-out prompts",
+        "",
+        f"{result.test_prompts} test prompts, {result.repeats} repeats (medians); speedups are decode-phase against plain "
+        "generate; `vs X` is our speedup over peer X's.",
+        "",
+    ]
+    peers = [r.label for r in selection.rows if r.spec is None and r.label != selection.rows[0].label]
+    header = ["config", "train", "speedup", "end-to-end", *(f"vs {p}" for p in peers), "M", "alpha", "identical"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in selection.rows:
+        if row.error:
+            lines.append(f"| {row.label} | failed: {row.error} |")
+            continue
+        cells = [row.label + (" (chosen)" if row.label == selection.winner else ""), _num(row.train_speedup, "x"),
+                 _num(row.speedup, "x"), _num(row.end_to_end, "x"), *(_num(row.vs_peers.get(p), "x") for p in peers),
+                 _num(row.M), _num(row.alpha), "yes" if row.identical else "NO"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Chosen", ""]
+    for row in selection.rows:
+        if row.spec is not None:
+            lines.append(f"- {row.label}: {describe(row.spec)}")
+    lines.append("")
+    if selection.plain_chosen:
+        lines.append("Nothing beat plain decoding on the held-out prompts, so the spec written is plain decoding.")
+    else:
+        best = next(r for r in selection.rows if r.label == selection.winner)
+        lines.append(f"**{selection.winner}**, {best.speedup:.2f}x decode-phase speedup on held-out prompts: "
+                     f"{describe(selection.spec)}.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _num(value: float | None, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.2f}{suffix}"

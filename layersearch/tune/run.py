@@ -1,0 +1,197 @@
+"""A whole tune run: check, pool, search, re-measure on held-out prompts, choose.
+
+:func:`prepare` does every check that needs no model (prompt file and its splits, the study's
+storage), :func:`tune` the rest on a loaded model. The budget covers the mask pool's short
+pre-search and the study; the quick latency profile and the held-out re-measurement come on top.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from layersearch.errors import LayersearchError
+from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+from layersearch.study.storage import StorageLocation
+from layersearch.tune.pool import Candidate
+from layersearch.tune.select import Selection
+from layersearch.tune.settings import TuneSettings
+from layersearch.tune.study import TrialRecord
+
+PRESEARCH_SHARE = 0.1  # of the budget, for the mask pool's matchness searches
+PROFILE_MAX_VERIFY = 16
+PROFILE_CONTEXTS = (64, 512)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare` checked: the settings, the prompt domain, the storage, the draft model."""
+
+    settings: TuneSettings
+    domain: str
+    location: StorageLocation
+    draft_model: ModelRef | None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """A finished run: the chosen spec, the held-out table and the search that led there."""
+
+    spec: DecoderSpec
+    selection: Selection
+    records: tuple[TrialRecord, ...]
+    pool: tuple[Candidate, ...]
+    new_trials: int
+    search_seconds: float
+    prompts: str
+    model: str
+    draft_model: str | None
+    study: str
+    storage: str
+    train_prompts: int
+    test_prompts: int
+    max_new_tokens: int
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One finished trial: trials finished in this run, the study's best, this trial's value, seconds left."""
+
+    done: int
+    best: float | None
+    last: float | None
+    seconds_left: float
+
+
+def prepare(settings: TuneSettings, draft_model: ModelRef | None = None) -> Prepared:
+    """Every check that needs no model: the prompt file has enough train and test rows, the
+    storage is usable and any study of that name was made for these prompts."""
+    from layersearch.data.user import choose_rows, domain_for
+    from layersearch.tune.study import locate
+
+    domain = domain_for(settings.prompts)
+    choose_rows(settings.prompts, settings.train_prompts, settings.seed, "train")
+    choose_rows(settings.prompts, settings.test_prompts, settings.seed, "test")
+    location = locate(settings, _identity(settings, domain, draft_model))
+    return Prepared(settings, domain, location, draft_model)
+
+
+def _identity(settings: TuneSettings, domain: str, draft_model: ModelRef | None, fingerprint: str | None = None) -> dict[str, Any]:
+    identity = {"prompts": domain, "draft_model": None if draft_model is None else draft_model.ref,
+                "max_new_tokens": settings.max_new_tokens, "train_prompts": settings.train_prompts, "seed": settings.seed}
+    if fingerprint is not None:
+        identity["model"] = fingerprint
+    return identity
+
+
+def tune(
+    loaded: Any, prepared: Prepared, model: ModelSpec, *, draft: Any = None, say: Callable[[str], None] = lambda m: None,
+    on_trial: Callable[[Progress], None] = lambda p: None,
+) -> TuneResult:
+    """Search, re-measure and choose (``loaded``: the model; ``draft``: the draft model, loaded)."""
+    import optuna
+
+    from layersearch.data import load_prompts
+    from layersearch.tune import select
+    from layersearch.tune.objective import measure
+    from layersearch.tune.space import Space, starting_points, suggest_spec
+    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, trial_records
+
+    settings = prepared.settings
+    if (draft is None) != (prepared.draft_model is None):
+        raise LayersearchError("the draft model must be loaded when the study drafts with one (and only then)")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    train_texts = [p.text for p in load_prompts(prepared.domain, settings.train_prompts, seed=settings.seed, split="train",
+                                                tokenizer=loaded.tokenizer)]
+    train = _ids(loaded, train_texts)
+    test = _ids(loaded, [p.text for p in load_prompts(prepared.domain, settings.test_prompts, seed=settings.seed, split="test",
+                                                       tokenizer=loaded.tokenizer)])
+    identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
+    study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
+    pool = stored_pool(study)
+    profile = _profile(loaded, say) if pool is None else None
+    start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
+    deadline = start + settings.budget
+    if pool is None:
+        pool = _pool(loaded, train_texts, train, profile, settings, say)
+        store_pool(study, pool)
+    model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
+    space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens)
+    if fresh:
+        for params in starting_points(space):
+            study.enqueue_trial(params, skip_if_exists=True)
+
+    def objective(trial: Any) -> float:
+        spec = suggest_spec(trial, space)
+        trial.set_user_attr(SPEC_ATTR, spec.to_dict())
+        if spec.plain and _plain_measured(study):  # plain decoding has no parameters: once is enough
+            trial.set_user_attr("error", "plain decoding was measured already")
+            raise optuna.TrialPruned("plain decoding was measured already")
+        try:
+            figures = measure(loaded, spec, train, settings.max_new_tokens, draft=draft)
+        except LayersearchError as exc:  # a configuration this model cannot run: recorded, not fatal
+            trial.set_user_attr("error", str(exc))
+            raise optuna.TrialPruned(str(exc)) from None
+        for key, value in figures.to_dict().items():
+            trial.set_user_attr(key, value)
+        return figures.speedup if figures.identical else 0.0  # never happens for greedy: a bug, never a winner
+
+    done = 0
+
+    def after_trial(study: Any, trial: Any) -> None:
+        nonlocal done
+        done += 1
+        best = _best(study)
+        on_trial(Progress(done, best, trial.value, max(0.0, deadline - time.monotonic())))
+
+    say(f"searching for {max(0.0, deadline - time.monotonic()):.0f} s ({len(pool)} masks in the pool)")
+    run_trials(study, objective, deadline - time.monotonic(), after_trial)
+    new_trials = done
+    search_seconds = time.monotonic() - start
+    chosen = select.finalists(study, settings.finalists)
+    rows = select.remeasure(loaded, chosen, test, settings.max_new_tokens, settings.repeats, draft=draft,
+                            draft_ref=None if prepared.draft_model is None else prepared.draft_model.ref, say=say)
+    plain = DecoderSpec(model=model, plain=True, max_new_tokens=settings.max_new_tokens)
+    selection = select.choose(rows, plain)
+    return TuneResult(selection.spec, selection, tuple(trial_records(study)), pool, new_trials, search_seconds,
+                      settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,
+                      settings.name, prepared.location.url, settings.train_prompts, settings.test_prompts,
+                      settings.max_new_tokens, settings.repeats)
+
+
+def _profile(loaded: Any, say: Callable[[str], None]) -> Any:
+    """A quick latency profile of this machine (the pool's pruning and ranking)."""
+    from layersearch.runtime.profiler import quick_profile
+
+    say("measuring a quick latency profile")
+    return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=PROFILE_MAX_VERIFY, repeats=1)
+
+
+def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, settings: TuneSettings,
+          say: Callable[[str], None]) -> tuple[Candidate, ...]:
+    """The mask pool from the short pre-search (:mod:`layersearch.tune.pool`)."""
+    from layersearch.tune.pool import candidate_pool
+
+    context = int(sum(ids.shape[1] for ids in train) / len(train)) + settings.max_new_tokens // 2
+    return candidate_pool(loaded, texts, profile, context, settings.budget * PRESEARCH_SHARE, seed=settings.seed, say=say)
+
+
+def _ids(loaded: Any, texts: list[str]) -> list[Any]:
+    """Token ids ``[1, n]`` of each prompt, on the model's device (as ``bench`` tokenizes them)."""
+    return [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in texts]
+
+
+def _plain_measured(study: Any) -> bool:
+    """Whether a complete trial of the study decoded plain."""
+    import optuna
+
+    return any(t.params.get("drafter") == "plain" for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _best(study: Any) -> float | None:
+    try:
+        return float(study.best_value)
+    except ValueError:  # no complete trial yet
+        return None

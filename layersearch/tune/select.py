@@ -1,0 +1,116 @@
+"""The choice: the study's best few configurations measured again on held-out prompts.
+
+The finalists (the best distinct specs by train speedup) decode the prompt file's test split
+beside plain ``generate``, transformers' prompt lookup and, with a draft model, its assisted
+generation, all in one interleaved :func:`layersearch.bench.run_domain`. The winner is the
+fastest finalist whose output equals plain decoding's; when none beats plain decoding on the
+held-out prompts, plain decoding is chosen.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from layersearch.spec import DecoderSpec
+from layersearch.tune.study import SPEC_ATTR
+
+PLAIN_LABEL = "plain generate"
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A configuration the study found, to be measured on held-out prompts."""
+
+    label: str
+    spec: DecoderSpec
+    train_speedup: float
+    trial: int
+
+
+@dataclass(frozen=True)
+class HeldOutRow:
+    """One configuration's held-out figures (``spec`` None for plain generate and the peers)."""
+
+    label: str
+    speedup: float | None  # decode phase, against plain generate (None: the configuration failed)
+    end_to_end: float | None
+    M: float | None
+    alpha: float | None
+    identical: bool
+    vs_peers: Mapping[str, float] = field(default_factory=dict)  # peer label -> our speedup / the peer's
+    spec: DecoderSpec | None = None
+    train_speedup: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The held-out table and the configuration chosen from it."""
+
+    rows: tuple[HeldOutRow, ...]
+    winner: str  # a row's label
+    spec: DecoderSpec
+    plain_chosen: bool
+
+
+def finalists(study: Any, count: int) -> list[Finalist]:
+    """The ``count`` best complete trials with distinct specs, plain decoding left out (it is the reference)."""
+    import optuna
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if SPEC_ATTR in t.user_attrs]
+    chosen: list[Finalist] = []
+    seen: set[str] = set()
+    for trial in sorted(done, key=lambda t: -t.value):
+        spec = DecoderSpec.from_dict(trial.user_attrs[SPEC_ATTR])
+        key = json.dumps(trial.user_attrs[SPEC_ATTR], sort_keys=True)
+        if spec.plain or key in seen or trial.user_attrs.get("identical") is False:
+            continue
+        seen.add(key)
+        chosen.append(Finalist(f"trial {trial.number}", spec, float(trial.value), trial.number))
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], new_tokens: int, repeats: int, *,
+              draft: Any = None, draft_ref: str | None = None, say=lambda message: None) -> list[HeldOutRow]:
+    """Plain generate, the peers and the finalists on the held-out ``prompts``, interleaved."""
+    from layersearch.bench import PLAIN, configs, run_domain, summarize
+    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.tune.objective import spec_config
+
+    peers = ("prompt-lookup", *((f"assisted:{draft_ref}",) if draft is not None else ()))
+    base = configs(loaded.model, [], DraftPolicy(), peers=peers, draft_models={draft_ref: draft.model} if draft is not None else {})
+    ours = [spec_config(loaded, f.spec, f.label, draft) for f in chosen]
+    say(f"held-out: {len(prompts)} test prompts x {len(base) + len(ours)} configurations x {repeats} repeats")
+    measured = run_domain(base + ours, list(prompts), new_tokens, repeats, say, device=loaded.model.device)
+    summary = {c.name: summarize(c.name, measured[c.name], None, 0, None, plain=measured[PLAIN]) for c in base + ours}
+    peer_rows = {c.name: summary[c.name] for c in base[1:]}
+    rows = [_row(PLAIN, summary[PLAIN], {})]
+    rows += [_row(name, row, {}) for name, row in peer_rows.items()]
+    for finalist in chosen:
+        rows.append(_row(finalist.label, summary[finalist.label], peer_rows, finalist))
+    return rows
+
+
+def _row(label: str, row: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]], finalist: Finalist | None = None) -> HeldOutRow:
+    spec = finalist.spec if finalist else None
+    train = finalist.train_speedup if finalist else None
+    if "error" in row:
+        return HeldOutRow(label, None, None, None, None, False, spec=spec, train_speedup=train, error=row["error"])
+    speedup = float(row.get("decode_speedup", row["speedup"]))
+    vs = {name: speedup / float(p.get("decode_speedup", p["speedup"])) for name, p in peers.items() if "error" not in p}
+    return HeldOutRow(label, speedup, float(row["speedup"]), row["M"], row["alpha"], bool(row["identical_to_plain"]),
+                      vs, spec, train)
+
+
+def choose(rows: Sequence[HeldOutRow], plain_spec: DecoderSpec) -> Selection:
+    """The fastest finalist (a row with a spec) that is identical to plain decoding and faster
+    than it on the held-out prompts; plain decoding when there is none."""
+    eligible = [r for r in rows if r.spec is not None and r.identical and r.speedup is not None and r.speedup > 1.0]
+    if not eligible:
+        return Selection(tuple(rows), PLAIN_LABEL, plain_spec, True)
+    best = max(eligible, key=lambda r: r.speedup)
+    return Selection(tuple(rows), best.label, best.spec, False)

@@ -1,0 +1,114 @@
+"""The configuration space of a tune study as Optuna suggestions, each trial one DecoderSpec.
+
+Define-by-run and conditional (parameter names as the dashboard shows them):
+
+=========  ===============================================  ==================================
+name       values                                           asked when
+=========  ===============================================  ==================================
+drafter    plain, layer-skip, prompt-lookup, hybrid          always
+           (+ model, hybrid-model with a draft model)
+mask       labels of the candidate pool (:mod:`.pool`)      layer-skip, hybrid
+vocab      0 (full head), 8192, 32768, below the vocabulary  the drafter runs a head
+lookahead  static, confidence, adaptive, heuristic          not plain
+max_draft  1..16                                            not plain
+threshold  0.3..0.95                                        confidence, adaptive
+verifier   chain, tree                                      layer-skip
+=========  ===============================================  ==================================
+
+``model`` drafts with the draft model alone; ``hybrid-model`` looks the continuation up in the
+context first and falls back to the draft model (the spec's ``hybrid`` drafter with a model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from layersearch.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+from layersearch.tune.pool import Candidate
+
+PLAIN = "plain"
+SELF_DRAFTERS = ("layer-skip", "prompt-lookup", "hybrid")
+MODEL_KINDS = {"model": "layer-skip", "hybrid-model": "hybrid"}  # kind -> the spec's drafter name with a model
+MASKED = ("layer-skip", "hybrid")
+RULES = ("static", "confidence", "adaptive", "heuristic")
+THRESHOLD_RULES = ("confidence", "adaptive")
+VOCABS = (0, 8192, 32768)
+MAX_DRAFT = (1, 16)
+THRESHOLD = (0.3, 0.95)
+
+
+@dataclass(frozen=True)
+class Space:
+    """What a study may choose from: the bound model, the mask pool, the draft model, the vocabulary."""
+
+    model: ModelSpec
+    masks: tuple[Candidate, ...]
+    draft_model: ModelRef | None
+    vocab_size: int
+    max_new_tokens: int
+
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The drafter kinds (masked ones only when a mask survived the profile's pruning)."""
+        own = tuple(kind for kind in SELF_DRAFTERS if kind not in MASKED or self.masks)
+        return (PLAIN, *own, *(MODEL_KINDS if self.draft_model is not None else ()))
+
+    @property
+    def vocabs(self) -> tuple[int, ...]:
+        """Draft-head sizes: the full head and the reduced ones smaller than the vocabulary."""
+        return tuple(n for n in VOCABS if n < self.vocab_size)
+
+    def mask(self, label: str) -> Any:
+        """The pool's mask called ``label``."""
+        return next(c.mask for c in self.masks if c.label == label)
+
+
+def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
+    """The spec ``trial`` (an Optuna trial, or a FixedTrial of recorded params) chooses."""
+    kind = trial.suggest_categorical("drafter", space.drafters)
+    if kind == PLAIN:
+        return DecoderSpec(model=space.model, plain=True, max_new_tokens=space.max_new_tokens)
+    source = MaskSourceSpec("none")
+    if kind in MASKED:
+        source = MaskSourceSpec("mask", mask=space.mask(trial.suggest_categorical("mask", [c.label for c in space.masks])))
+    vocab = 0
+    if kind != "prompt-lookup" and len(space.vocabs) > 1:
+        vocab = trial.suggest_categorical("vocab", space.vocabs)
+    rule = trial.suggest_categorical("lookahead", RULES)
+    max_draft = trial.suggest_int("max_draft", *MAX_DRAFT)
+    threshold = trial.suggest_float("threshold", *THRESHOLD) if rule in THRESHOLD_RULES else LookaheadSpec.threshold
+    verifier = trial.suggest_categorical("verifier", ("chain", "tree")) if kind == "layer-skip" else "chain"
+    drafter = DrafterSpec(MODEL_KINDS.get(kind, kind), space.draft_model if kind in MODEL_KINDS else None, vocab)
+    return DecoderSpec(model=space.model, drafter=drafter, mask_source=source,
+                       lookahead=LookaheadSpec(rule, max_draft, threshold), verifier=verifier,
+                       max_new_tokens=space.max_new_tokens)
+
+
+def starting_points(space: Space) -> list[dict[str, Any]]:
+    """Params enqueued before the search, so even a short budget measures them, cheapest and
+    likeliest first: prompt lookup with HF's heuristic length rule, the draft model with the
+    heuristic rule, plain decoding (the noise level of a train score), then the best predicted
+    mask with the confidence rule (alone and in the hybrid) and the hybrid with the draft model."""
+    head = {"vocab": 0} if len(space.vocabs) > 1 else {}
+    points: list[dict[str, Any]] = [{"drafter": "prompt-lookup", "lookahead": "heuristic", "max_draft": 4}]
+    if space.draft_model is not None:
+        points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head})
+    points.append({"drafter": PLAIN})
+    if space.masks:
+        best = space.masks[0].label
+        confident = {"lookahead": "confidence", "max_draft": 8, "threshold": 0.8, **head}
+        points.append({"drafter": "layer-skip", "mask": best, "verifier": "chain", **confident})
+        points.append({"drafter": "hybrid", "mask": best, **confident})
+    if space.draft_model is not None:
+        points.append({"drafter": "hybrid-model", "lookahead": "heuristic", "max_draft": 8, **head})
+    return points
+
+
+def kind_of(spec: DecoderSpec) -> str:
+    """The drafter kind of a spec, as the ``drafter`` parameter names it."""
+    if spec.plain:
+        return PLAIN
+    if spec.drafter.model is not None:
+        return next(kind for kind, name in MODEL_KINDS.items() if name == spec.drafter.name)
+    return spec.drafter.name

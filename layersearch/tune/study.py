@@ -1,0 +1,117 @@
+"""The tune study: one Optuna study per ``--name``, resumable, in any layersearch storage.
+
+The study records what it was made for (study attribute :data:`IDENTITY_ATTR`: the prompt
+file, the model's fingerprint, the draft model, the measurement sizes) and its mask pool
+(:data:`POOL_ATTR`), so the same ``--name`` continues the same search with the same choices
+and a mismatch is one error line. Each trial records its spec (``spec``, the DecoderSpec's
+JSON) and measured figures as user attributes; optuna-dashboard shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from layersearch.errors import LayersearchError
+from layersearch.study.storage import StorageLocation, check_name, open_storage, quiet_warnings, storage_location
+from layersearch.tune.pool import Candidate
+from layersearch.tune.settings import TuneSettings
+
+IDENTITY_ATTR = "layersearch_tune"
+POOL_ATTR = "tune_pool"
+SPEC_ATTR = "spec"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A finished trial as the report shows it."""
+
+    number: int
+    kind: str  # the drafter kind
+    value: float | None  # train decode-phase speedup (None: failed or pruned)
+    elapsed: float  # seconds from the study's first trial start to this trial's end
+    spec: Mapping[str, Any] | None
+
+
+def locate(settings: TuneSettings, identity: Mapping[str, Any]) -> StorageLocation:
+    """The study's storage, checked before the model loads: a malformed URL, a file that is no
+    Optuna storage, a study of that name made for other prompts or by another tool, or a folder
+    that cannot hold a new file is one error line; nothing is created."""
+    check_name(settings.name)
+    location = storage_location(settings.storage, settings.study_storage_name)
+    if location.exists():
+        import optuna
+
+        storage = open_storage(location)
+        try:
+            study = optuna.load_study(study_name=settings.name, storage=storage)
+        except KeyError:
+            return location
+        check_identity(study, identity, location)
+    else:
+        location.check_creatable()
+    return location
+
+
+def open_study(settings: TuneSettings, location: StorageLocation, identity: Mapping[str, Any], seed: int) -> tuple[Any, bool]:
+    """(study, fresh): the study named ``settings.name``, created when absent (``fresh``)."""
+    import optuna
+
+    storage = open_storage(location, create=True)
+    with quiet_warnings():
+        study = optuna.create_study(study_name=settings.name, storage=storage, direction="maximize",
+                                    sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=8), load_if_exists=True)
+    fresh = IDENTITY_ATTR not in study.user_attrs
+    if fresh and study.trials:
+        raise LayersearchError(f"study {settings.name!r} in {location.url} was not made by layersearch tune")
+    if fresh:
+        study.set_user_attr(IDENTITY_ATTR, dict(identity))
+    check_identity(study, identity, location)
+    return study, fresh
+
+
+def check_identity(study: Any, identity: Mapping[str, Any], location: StorageLocation) -> None:
+    """Raise unless ``study`` is a tune study made for ``identity`` (fields absent from either are not compared)."""
+    theirs = study.user_attrs.get(IDENTITY_ATTR)
+    if not isinstance(theirs, dict):
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch tune; choose another --name")
+    for key, value in identity.items():
+        if key in theirs and theirs[key] != value:
+            raise LayersearchError(
+                f"study {study.study_name!r} in {location.url} was made with {key} {theirs[key]!r}, not {value!r}; "
+                "choose another --name to start a new search"
+            )
+
+
+def stored_pool(study: Any) -> tuple[Candidate, ...] | None:
+    """The mask pool a study was made with (None before it has one)."""
+    data = study.user_attrs.get(POOL_ATTR)
+    return None if data is None else tuple(Candidate.from_dict(item) for item in data)
+
+
+def store_pool(study: Any, pool: tuple[Candidate, ...]) -> None:
+    """Record the mask pool on the study (made once, reused when the study resumes)."""
+    study.set_user_attr(POOL_ATTR, [c.to_dict() for c in pool])
+
+
+def trial_records(study: Any) -> list[TrialRecord]:
+    """Every finished trial, in order, with its elapsed time since the study's first trial."""
+    import optuna
+
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.datetime_complete]
+    if not finished:
+        return []
+    start = min(t.datetime_start for t in finished if t.datetime_start)
+    records = []
+    for t in sorted(finished, key=lambda t: t.number):
+        value = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
+        records.append(TrialRecord(t.number, str(t.params.get("drafter", "?")), value,
+                                   (t.datetime_complete - start).total_seconds(), t.user_attrs.get(SPEC_ATTR)))
+    return records
+
+
+def run_trials(study: Any, objective: Callable[[Any], float], seconds: float, on_trial: Callable[[Any, Any], None]) -> None:
+    """Optimize until ``seconds`` of wall time have passed (Optuna's timeout: the trial running
+    then finishes); ``on_trial(study, trial)`` after each."""
+    with quiet_warnings():
+        study.optimize(objective, timeout=max(seconds, 1e-3), callbacks=[on_trial], gc_after_trial=False)

@@ -1,0 +1,39 @@
+"""The mask pool: scored by matchness, pruned and ranked by the latency profile's prediction."""
+
+from __future__ import annotations
+
+import pytest
+
+from layersearch.profile import LatencyProfile
+from layersearch.tune.pool import candidate_pool, predicted_speedup
+
+
+def _profile(info, base):
+    return LatencyProfile(model=info, device="cpu", dtype="float32", torch_version="test", attention_slope=0.0,
+                          attention_intercept=1e-3, mlp_seconds=1e-3, base_seconds=base, verify_ratios=(1.0, 1.0, 1.0, 1.0))
+
+
+@pytest.fixture
+def loaded(tiny_model_dir):
+    from layersearch.models.loading import load_model
+
+    return load_model(str(tiny_model_dir))
+
+
+TEXTS = ["def add(a, b):\n    return a + b\n\ndef add(a, b):", "x = 1\ny = 2\nx = 1\n"]
+
+
+def test_masks_that_cannot_pay_are_pruned_before_decoding(loaded):
+    # Every forward costs its fixed base, so no draft is cheaper than a verification: nothing can pay.
+    assert candidate_pool(loaded, TEXTS, _profile(loaded.info, base=10.0), 32, 0.5) == ()
+
+
+def test_the_pool_is_ranked_by_the_prediction_at_matchness(loaded):
+    profile = _profile(loaded.info, base=0.0)
+    pool = candidate_pool(loaded, TEXTS, profile, 32, 0.5, size=4)
+    assert 1 <= len(pool) <= 4
+    assert [c.predicted for c in pool] == sorted((c.predicted for c in pool), reverse=True)
+    for c in pool:
+        assert c.ceiling > 1.0 and 0.0 <= c.matchness <= 1.0 and c.mask.provenance["label"] == c.label
+        assert c.predicted == pytest.approx(predicted_speedup(profile, c.mask, c.matchness, 32))
+    assert len({c.mask.to_flat() for c in pool}) == len(pool)  # distinct masks

@@ -1,0 +1,86 @@
+"""The tune space's specs (every drafter kind, with a draft model) decode exactly as plain
+generate, and the choice falls back to plain decoding when nothing beats it."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from layersearch.mask import SkipMask
+from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+from layersearch.tune.pool import Candidate
+from layersearch.tune.select import HeldOutRow, choose
+from layersearch.tune.space import Space, kind_of, starting_points, suggest_spec
+
+
+def _space(loaded, draft_ref=None):
+    info = loaded.info
+    mask = SkipMask.uniform(info.num_layers, 0.25, info).with_provenance(label="uniform 0.25")
+    pool = (Candidate("uniform 0.25", mask, 0.5, 1.5, 1.1),)
+    return Space(ModelSpec(ModelRef("verifier"), info), pool, draft_ref, 128, 10)
+
+
+@pytest.fixture(scope="module")
+def word_models(tiny_word_models):
+    from layersearch.models.loading import load_model
+
+    verifier, drafter = tiny_word_models
+    return load_model(str(verifier)), load_model(str(drafter)), str(drafter)
+
+
+def test_every_starting_point_and_kind_decodes_like_plain_generate(word_models):
+    """Each kind the space offers (plain, layer-skip with tree, prompt lookup, hybrid, the draft
+    model and the hybrid with the draft model) builds from a FixedTrial and is lossless."""
+    from layersearch.build import build_decoder
+    from layersearch.runtime.baseline import hf_generate
+
+    loaded, draft, draft_path = word_models
+    space = _space(loaded, ModelRef(draft_path, True))
+    points = starting_points(space) + [{"drafter": "layer-skip", "mask": "uniform 0.25", "lookahead": "static", "max_draft": 3,
+                                        "verifier": "tree"}]
+    assert {p["drafter"] for p in points} == set(space.drafters)
+    prompt = [[5, 9, 5, 9, 5, 9, 5, 7, 3]]
+    import torch
+
+    ids = torch.tensor(prompt)
+    plain = list(hf_generate(loaded.model, ids, 10).token_ids)
+    for params in points:
+        spec = suggest_spec(optuna.trial.FixedTrial(params), space)
+        assert kind_of(spec) == params["drafter"]
+        assert DecoderSpec.from_dict(spec.to_dict()) == spec  # what the trial records parses back
+        built = build_decoder(loaded, spec, draft=draft)
+        assert list(built.run(ids, 10).token_ids) == plain, params
+
+
+def test_space_without_masks_or_draft_model_offers_only_what_can_run(word_models):
+    loaded, _, _ = word_models
+    space = Space(_space(loaded).model, (), None, 128, 10)
+    assert space.drafters == ("plain", "prompt-lookup")
+    assert space.vocabs == (0,)  # 8192 and 32768 are not below a vocabulary of 128
+
+
+def _row(label, speedup, identical=True, spec=None):
+    return HeldOutRow(label, speedup, speedup, 2.0, 0.5, identical, {}, spec, 1.2)
+
+
+def test_nothing_faster_than_plain_chooses_plain():
+    plain = DecoderSpec(model=ModelSpec(ModelRef("m")), plain=True)
+    other = DecoderSpec(model=ModelSpec(ModelRef("m")))
+    rows = [_row("plain generate", 1.0), _row("hf prompt-lookup (10)", 1.3), _row("trial 3", 0.97, spec=other)]
+    chosen = choose(rows, plain)
+    assert chosen.plain_chosen and chosen.spec == plain and chosen.winner == "plain generate"
+
+
+def test_the_fastest_identical_finalist_wins():
+    plain = DecoderSpec(model=ModelSpec(ModelRef("m")), plain=True)
+    a, b = DecoderSpec(model=ModelSpec(ModelRef("a"))), DecoderSpec(model=ModelSpec(ModelRef("b")))
+    rows = [_row("plain generate", 1.0), _row("trial 1", 1.4, spec=a), _row("trial 2", 2.0, identical=False, spec=b)]
+    chosen = choose(rows, plain)
+    assert not chosen.plain_chosen and chosen.winner == "trial 1" and chosen.spec == a
+
+
+def test_plain_label_is_the_benchmarks():
+    from layersearch.bench import PLAIN
+    from layersearch.tune.select import PLAIN_LABEL
+
+    assert PLAIN_LABEL == PLAIN
