@@ -233,12 +233,13 @@ def _converted_copy(
     """``target`` if it holds a complete conversion matching ``marker``, else convert into it."""
     if _is_current(target, marker):
         return target
-    size = (gguf_dir / gguf_name).stat().st_size
-    if progress is not None:
-        progress(f"converting {gguf_name} ({size / 2**30:.2f} GiB) to float32 safetensors in {target} "
-                 "(once per file; a minute or more for a 1 GiB GGUF)")
     started = time.perf_counter()
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)  # an unwritable cache fails before any message
+        if progress is not None:
+            size = (gguf_dir / gguf_name).stat().st_size
+            progress(f"converting {gguf_name} ({size / 2**30:.2f} GiB) to float32 safetensors in {target} "
+                     "(once per file; a minute or more for a 1 GiB GGUF)")
         _convert_gguf(gguf_dir, gguf_name, target, marker)
     except OSError as exc:  # LAYERSEARCH_CACHE a file, read-only, on a full disk...
         raise LayersearchError(
