@@ -20,57 +20,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from layersearch.checks import check_fraction, check_int
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import check_kind, read_json_file, write_json_atomic
+from layersearch.jsonfile import check_kind
+from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
 
 SCHEMA_VERSION = 1
 #: Most decoder layers a mask may describe: far beyond any real model, small enough that a
 #: hostile file cannot make drawing or checking a mask take unbounded time or memory.
 MAX_LAYERS = 4096
 PROVENANCE_KEYS = ("strategy", "objective", "score", "study", "trial", "created")
+MASK_FILE = FileKind(tag=None, called="mask", made_for="mask was made for", schema_version=SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
-class ModelInfo:
-    """What identifies a model for a mask: its name and structure fingerprint."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    fingerprint: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return {
-            "name": self.name,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "fingerprint": self.fingerprint,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "model") -> "ModelInfo":
-        """Parse and validate the ``model`` object of a mask file."""
-        if not isinstance(data, dict):
-            raise LayersearchError(f"{where}: expected an object with name, num_layers, hidden_size, fingerprint")
-        missing = [k for k in ("name", "num_layers", "hidden_size", "fingerprint") if k not in data]
-        if missing:
-            raise LayersearchError(f"{where}: missing {', '.join(missing)}")
-        _require_int(data["num_layers"], f"{where}.num_layers", minimum=1)
-        _require_int(data["hidden_size"], f"{where}.hidden_size", minimum=1)
-        if not isinstance(data["name"], str) or not isinstance(data["fingerprint"], str):
-            raise LayersearchError(f"{where}: name and fingerprint must be strings")
-        return cls(data["name"], data["num_layers"], data["hidden_size"], data["fingerprint"])
-
-
-@dataclass(frozen=True)
-class SkipMask:
+class SkipMask(ModelBoundJson):
     """Skipped sub-layers of a decoder with ``num_layers`` layers (0-based, sorted, unique)."""
+
+    FILE = MASK_FILE
 
     num_layers: int
     attention: tuple[int, ...] = ()
@@ -172,11 +142,8 @@ class SkipMask:
             raise LayersearchError(
                 f"mask is for {self.num_layers} layers but model {model.name!r} has {model.num_layers}"
             )
-        if self.model is not None and self.model.fingerprint != model.fingerprint:
-            raise LayersearchError(
-                f"mask was made for model {self.model.name!r} (fingerprint {self.model.fingerprint}), "
-                f"not {model.name!r} (fingerprint {model.fingerprint})"
-            )
+        if self.model is not None:  # an unbound mask fits any model of its depth
+            self.FILE.check_model(self.model, model)
 
     # ----- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -184,7 +151,7 @@ class SkipMask:
         provenance = {key: self.provenance.get(key) for key in PROVENANCE_KEYS}
         provenance.update({k: v for k, v in self.provenance.items() if k not in provenance})
         return {
-            "schema_version": SCHEMA_VERSION,
+            **self.FILE.header(),
             "model": self.model.to_dict() if self.model else None,
             "num_layers": self.num_layers,
             "attention": list(self.attention),
@@ -198,9 +165,7 @@ class SkipMask:
         check_kind(data, "a mask file")
         if not isinstance(data, dict):
             raise LayersearchError("mask file must hold a JSON object")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise LayersearchError(f"unsupported schema_version {version!r} (expected {SCHEMA_VERSION})")
+        cls.FILE.check_version(data)
         for key in ("num_layers", "attention", "mlp"):
             if key not in data:
                 raise LayersearchError(f"mask file is missing {key!r}")
@@ -212,23 +177,6 @@ class SkipMask:
             if not isinstance(data[key], list):
                 raise LayersearchError(f"{key} must be a list of layer indices")
         return cls(data["num_layers"], tuple(data["attention"]), tuple(data["mlp"]), model, provenance)
-
-    def save(self, path: str | Path) -> Path:
-        """Write the mask file atomically (a crash never leaves a partial file)."""
-        return write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path, model: ModelInfo | None = None) -> "SkipMask":
-        """Read and validate a mask file; with ``model``, also check it was made for that model."""
-        path = Path(path)
-        data = read_json_file(path, "mask")
-        try:
-            mask = cls.from_dict(data)
-            if model is not None:
-                mask.check_model(model)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{path}: {exc}") from None
-        return mask
 
 
 def parse_index_list(text: str, what: str) -> tuple[int, ...]:

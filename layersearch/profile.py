@@ -41,15 +41,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import read_json_file, write_json_atomic
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.mask import SkipMask
+from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
 
 SCHEMA_VERSION = 1
 KIND = "latency-profile"
+PROFILE_FILE = FileKind(tag=KIND, called="profile", made_for="profile was measured for", schema_version=SCHEMA_VERSION)
 _TIME_FIELDS = ("attention_slope", "attention_intercept", "mlp_seconds", "base_seconds")
 _REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify_ratios")
 
@@ -103,8 +103,10 @@ def pick_kernels(timings: Sequence[KernelTiming], baseline: str = "stock") -> st
 
 
 @dataclass(frozen=True)
-class LatencyProfile:
+class LatencyProfile(ModelBoundJson):
     """Per-sub-layer forward costs (seconds, one token) of ``model`` on ``device`` in ``dtype``."""
+
+    FILE = PROFILE_FILE
 
     model: ModelInfo
     device: str
@@ -285,8 +287,7 @@ class LatencyProfile:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the profile file."""
         return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": KIND,
+            **self.FILE.header(),
             "model": self.model.to_dict(),
             "device": self.device,
             "dtype": self.dtype,
@@ -311,10 +312,9 @@ class LatencyProfile:
         check_kind(data, "a latency profile")
         if not isinstance(data, dict):
             raise LayersearchError("profile file must hold a JSON object")
-        if data.get("kind", KIND) != KIND:
+        if data.get("kind", KIND) != KIND:  # files from before the tag have none
             raise LayersearchError(f"not a latency profile (kind {data.get('kind')!r})")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise LayersearchError(f"unsupported schema_version {data.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+        cls.FILE.check_version(data)
         missing = [key for key in _REQUIRED if key not in data]
         if missing:
             raise LayersearchError(f"profile file is missing {', '.join(repr(k) for k in missing)}")
@@ -334,31 +334,6 @@ class LatencyProfile:
             kernels=data.get("kernels", "stock"),
             kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
         )
-
-    def save(self, path: str | Path) -> Path:
-        """Write the profile file atomically (a crash never leaves a partial file)."""
-        return write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path, model: ModelInfo | None = None) -> "LatencyProfile":
-        """Read and validate a profile file; with ``model``, also check it was measured for that model."""
-        path = Path(path)
-        data = read_json_file(path, "profile")
-        try:
-            profile = cls.from_dict(data)
-            if model is not None:
-                profile.check_model(model)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{path}: {exc}") from None
-        return profile
-
-    def check_model(self, model: ModelInfo) -> None:
-        """Raise if this profile was measured on another model than ``model``."""
-        if self.model.fingerprint != model.fingerprint:
-            raise LayersearchError(
-                f"profile was measured for model {self.model.name!r} (fingerprint {self.model.fingerprint}), "
-                f"not {model.name!r} (fingerprint {model.fingerprint})"
-            )
 
     # ----- helpers ------------------------------------------------------------------------
     def _check_mask(self, mask: SkipMask) -> None:

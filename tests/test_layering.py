@@ -55,7 +55,7 @@ FORBIDDEN = {
     "specbench.py": BELOW_METHODS,
     # Mask proposals (random, GP) for the strategies and SWIFT on the fly: no Optuna, no runtime.
     "proposals.py": (*CORE, "layersearch.models", "layersearch.data"),
-    **{f"{name}.py": CORE for name in ("mask", "mask_formats", "checks", "errors", "inputs", "jsonfile", "outputs",
+    **{f"{name}.py": CORE for name in ("mask", "mask_formats", "modelfile", "checks", "errors", "inputs", "jsonfile", "outputs",
                                          "profile", "progress")},
     # The pictures read studies' trials (Optuna's), never run anything.
     "plots.py": (*ABOVE, "layersearch.study", "layersearch.strategies", "layersearch.runtime", *METHODS),

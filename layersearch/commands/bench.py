@@ -10,7 +10,8 @@ from layersearch.commands.args import draft_args, model_args
 from layersearch.checks import check_int
 from layersearch.commands.common import bench_masks, load, positive_int
 from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask, write_json_atomic
+from layersearch.jsonfile import write_json_atomic
+from layersearch.mask import SkipMask
 
 
 class _Default(str):

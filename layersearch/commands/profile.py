@@ -9,7 +9,8 @@ from typing import Any
 from layersearch.commands.args import model_args
 from layersearch.commands.common import check_context, load
 from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask, parse_index_list, write_json_atomic
+from layersearch.jsonfile import write_json_atomic
+from layersearch.mask import SkipMask, parse_index_list
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

@@ -14,7 +14,6 @@ LayersearchError naming the file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -23,16 +22,19 @@ from layersearch.disco.classifier import Classifier
 from layersearch.disco.features import FEATURE_SPEC, check_spec
 from layersearch.disco.lookahead import DiscoLookahead
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import read_json_file, write_json_atomic
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.mask import SkipMask
+from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
 
 SCHEMA_VERSION = 1
 KIND = "disco-classifier"
+DISCO_FILE = FileKind(tag=KIND, called="DISCO classifier", made_for="classifier was trained for", schema_version=SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
-class DiscoFile:
+class DiscoFile(ModelBoundJson):
     """A trained, tuned DISCO rule for one model and mask."""
+
+    FILE = DISCO_FILE
 
     model: ModelInfo
     mask: SkipMask
@@ -49,18 +51,10 @@ class DiscoFile:
         """The lookahead rule this file describes."""
         return DiscoLookahead(self.classifier, self.tau, self.sl_max)
 
-    def check_model(self, model: ModelInfo) -> None:
-        """Raise unless the file was trained for ``model``."""
-        if self.model.fingerprint != model.fingerprint or self.model.num_layers != model.num_layers:
-            raise LayersearchError(
-                f"classifier was trained for model {self.model.name!r} (fingerprint {self.model.fingerprint}), "
-                f"not {model.name!r} (fingerprint {model.fingerprint})"
-            )
-
     def to_dict(self) -> dict[str, Any]:
         """The file's JSON object."""
         return {
-            "schema_version": SCHEMA_VERSION, "kind": KIND, "model": self.model.to_dict(),
+            **self.FILE.header(), "model": self.model.to_dict(),
             "mask": self.mask.to_dict(), "features": dict(FEATURE_SPEC), "classifier": self.classifier.to_dict(),
             "tau": self.tau, "sl_max": self.sl_max, "training": dict(self.training),
         }
@@ -68,10 +62,8 @@ class DiscoFile:
     @classmethod
     def from_dict(cls, data: Any) -> "DiscoFile":
         """Parse and validate; raises LayersearchError naming the problem."""
-        if not isinstance(data, dict) or data.get("kind") != KIND:
-            raise LayersearchError(f"not a DISCO classifier file (expected \"kind\": \"{KIND}\")")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise LayersearchError(f"unsupported schema_version {data.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+        cls.FILE.check_tag(data)
+        cls.FILE.check_version(data)
         missing = [k for k in ("model", "mask", "features", "classifier", "tau", "sl_max") if k not in data]
         if missing:
             raise LayersearchError(f"missing {', '.join(missing)}")
@@ -88,19 +80,3 @@ class DiscoFile:
         if not isinstance(training, dict):
             raise LayersearchError("training must be an object")
         return cls(model, mask, Classifier.from_dict(data["classifier"]), tau, sl_max, training)
-
-    def save(self, path: str | Path) -> Path:
-        """Write atomically (never a partial file)."""
-        return write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path, model: ModelInfo | None = None) -> "DiscoFile":
-        """Read and validate a DISCO file; with ``model``, check it was trained for that model."""
-        data = read_json_file(path, "DISCO classifier")
-        try:
-            loaded = cls.from_dict(data)
-            if model is not None:
-                loaded.check_model(model)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{path}: {exc}") from None
-        return loaded

@@ -389,7 +389,7 @@ def format_table(report) -> str:
 
 def write_report(path, report) -> None:
     """``report`` as JSON at ``path`` (atomic; masks as their short strings)."""
-    from layersearch.mask import write_json_atomic
+    from layersearch.jsonfile import write_json_atomic
 
     write_json_atomic(path, json.loads(json.dumps(report, default=_plain)))
 

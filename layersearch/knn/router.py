@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 
 from layersearch.errors import LayersearchError
-from layersearch.jsonfile import read_json_file, write_json_atomic
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.mask import SkipMask
+from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
 
 SCHEMA_VERSION = 1
 KIND = "knn-router"
+ROUTER_FILE = FileKind(tag=KIND, called="KNN-SSD router", made_for="router was built for", schema_version=SCHEMA_VERSION)
 #: Most anchors a file may hold (the paper keeps 10 per cluster): bounds a hostile file's cost.
 MAX_ANCHORS = 100_000
 
@@ -65,8 +65,10 @@ class Route:
 
 
 @dataclass(frozen=True, eq=False)  # arrays inside: identity, not element-wise ==
-class Router:
+class Router(ModelBoundJson):
     """Per-domain masks, anchors ``[A, d]`` with their domain indices ``[A]``, the OOD threshold."""
+
+    FILE = ROUTER_FILE
 
     model: ModelInfo
     domains: tuple[DomainMask, ...]
@@ -130,21 +132,11 @@ class Router:
         entry = self.domains[int(self.anchor_domains[nearest])]
         return Route(entry.name, distance, entry.mask)
 
-    def check_model(self, model: ModelInfo) -> None:
-        """Raise unless the router was built for ``model``."""
-        if self.model.fingerprint != model.fingerprint or self.model.num_layers != model.num_layers or (
-            self.model.hidden_size != model.hidden_size
-        ):
-            raise LayersearchError(
-                f"router was built for model {self.model.name!r} (fingerprint {self.model.fingerprint}), "
-                f"not {model.name!r} (fingerprint {model.fingerprint})"
-            )
-
     # ----- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The file's JSON object."""
         return {
-            "schema_version": SCHEMA_VERSION, "kind": KIND, "model": self.model.to_dict(),
+            **self.FILE.header(), "model": self.model.to_dict(),
             "domains": [{"name": d.name, "mask": d.mask.to_dict()} for d in self.domains],
             "anchors": [[float(x) for x in row] for row in self.anchors],
             "anchor_domains": [int(i) for i in self.anchor_domains],
@@ -156,10 +148,8 @@ class Router:
     @classmethod
     def from_dict(cls, data: Any) -> "Router":
         """Parse and validate; raises LayersearchError naming the problem."""
-        if not isinstance(data, dict) or data.get("kind") != KIND:
-            raise LayersearchError(f"not a KNN-SSD router file (expected \"kind\": \"{KIND}\")")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise LayersearchError(f"unsupported schema_version {data.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+        cls.FILE.check_tag(data)
+        cls.FILE.check_version(data)
         missing = [k for k in ("model", "domains", "anchors", "anchor_domains", "threshold") if k not in data]
         if missing:
             raise LayersearchError(f"missing {', '.join(missing)}")
@@ -178,22 +168,6 @@ class Router:
         if not isinstance(build, dict):
             raise LayersearchError("build must be an object")
         return cls(model, domains, anchors, np.asarray(labels, dtype=np.int64).reshape(-1), data["threshold"], fallback, build)
-
-    def save(self, path: str | Path) -> Path:
-        """Write atomically (never a partial file)."""
-        return write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path, model: ModelInfo | None = None) -> "Router":
-        """Read and validate a router file; with ``model``, check it was built for that model."""
-        data = read_json_file(path, "KNN-SSD router")
-        try:
-            router = cls.from_dict(data)
-            if model is not None:
-                router.check_model(model)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{path}: {exc}") from None
-        return router
 
 
 def _domain_from_dict(item: Any, index: int) -> DomainMask:

@@ -22,12 +22,16 @@ from typing import Any, Mapping
 import torch
 
 from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.mask import SkipMask
+from layersearch.modelfile import FileKind, ModelInfo, naming
 from layersearch.outputs import write_output
 from layersearch.steer.params import SteeringParams
 
 SCHEMA_VERSION = 1
 KIND = "sd2-steering"
+#: The header's metadata is this kind's JSON object; the container is safetensors, so the
+#: file has its own reading and writing (of bytes) around the shared checks.
+STEERING_FILE = FileKind(tag=KIND, called="steering", made_for="steering was trained for", schema_version=SCHEMA_VERSION)
 MAX_FILE_BYTES = 512 * 1024 * 1024
 
 
@@ -69,7 +73,7 @@ class SteeringFile:
             trained = "the layer-skip self-drafter" if self.drafter is None else f"draft model {self.drafter.name!r}"
             raise LayersearchError(f"steering was trained for {trained}")
         if drafter is not None:
-            _same(self.drafter, drafter, "draft model")
+            STEERING_FILE.check_model(self.drafter, drafter, "draft model")
         if drafter_model is not None:
             self.check_drafter_weights(drafter_model)
 
@@ -102,12 +106,12 @@ class SteeringFile:
 
     def check_verifier(self, verifier: ModelInfo) -> None:
         """Raise unless this steering was trained for ``verifier`` (any drafter)."""
-        _same(self.verifier, verifier, "verifier")
+        STEERING_FILE.check_model(self.verifier, verifier, "verifier")
 
     def metadata(self) -> dict[str, Any]:
         """The header's JSON object."""
         return {
-            "schema_version": SCHEMA_VERSION, "kind": KIND, "verifier": self.verifier.to_dict(),
+            **STEERING_FILE.header(), "verifier": self.verifier.to_dict(),
             "drafter": None if self.drafter is None else self.drafter.to_dict(), "layers": list(self.params.layers),
             "mask": None if self.mask is None else self.mask.to_dict(), "training": dict(self.training),
         }
@@ -150,12 +154,10 @@ class SteeringFile:
     def load(cls, path: str | Path, verifier: ModelInfo | None = None, drafter: ModelInfo | None = None) -> "SteeringFile":
         """Read and validate a steering file; with ``verifier``, check it was trained for it (and ``drafter``)."""
         data = _read(path)
-        try:
+        with naming(path):
             loaded = cls.from_bytes(data)
             if verifier is not None:
                 loaded.check_models(verifier, drafter)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{path}: {exc}") from None
         return loaded
 
 
@@ -177,14 +179,6 @@ def weights_digest(model: torch.nn.Module, samples: int = 4096) -> str:
             digest.update(f"{name}:{tuple(weight.shape)}".encode())
             digest.update(picked.numpy().tobytes())
     return digest.hexdigest()[:16]
-
-
-def _same(trained: ModelInfo, given: ModelInfo, what: str) -> None:
-    if trained.fingerprint != given.fingerprint or trained.num_layers != given.num_layers:
-        raise LayersearchError(
-            f"steering was trained for {what} {trained.name!r} (fingerprint {trained.fingerprint}), "
-            f"not {given.name!r} (fingerprint {given.fingerprint})"
-        )
 
 
 def _read(path: str | Path) -> bytes:
@@ -221,8 +215,7 @@ def _metadata(data: bytes) -> dict[str, Any]:
     info = _json(raw, "metadata") if isinstance(raw, str) else None
     if not isinstance(info, dict) or info.get("kind") != KIND:
         raise LayersearchError(f"not a steering file (no layersearch {KIND!r} metadata)")
-    if info.get("schema_version") != SCHEMA_VERSION or isinstance(info.get("schema_version"), bool):
-        raise LayersearchError(f"unsupported schema_version {info.get('schema_version')!r} (expected {SCHEMA_VERSION})")
+    STEERING_FILE.check_version(info)
     missing = [k for k in ("verifier", "drafter", "layers", "mask") if k not in info]
     if missing:
         raise LayersearchError(f"missing {', '.join(missing)}")
