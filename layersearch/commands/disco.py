@@ -183,17 +183,20 @@ def _load(args, mask_file):
 
 
 def _check_domains(domains) -> None:
-    from layersearch.data import DOMAINS
+    from layersearch.data import DOMAINS, user
 
-    unknown = [d for d in domains if d not in DOMAINS]
+    unknown = [d for d in domains if d not in DOMAINS and not user.is_user_domain(d)]
     if unknown:
-        raise LayersearchError(f"unknown domain {unknown[0]!r}: choose one of {', '.join(DOMAINS)}")
+        raise LayersearchError(f"unknown domain {unknown[0]!r}: choose one of {', '.join(DOMAINS)} (or file:PROMPTS.jsonl)")
+    for domain in domains:
+        if user.is_user_domain(domain):
+            user.read_rows(domain[len(user.PREFIX):])  # a bad prompt file fails before the model loads
 
 
 def _prompts(loaded, domain: str, n: int, seed: int, split: str) -> list[list[int]]:
     from layersearch.data import load_prompts
 
-    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split)]
+    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split, tokenizer=loaded.tokenizer)]
     return [loaded.tokenizer(t, return_tensors="pt").input_ids[0].tolist() for t in texts]
 
 

@@ -82,8 +82,18 @@ def _build(args: Any) -> int:
     sources = domain_options(args.domain, "--domain", "NAME=MASK.json or NAME=study:STUDY[@STORAGE]")
     masks = {name: _mask_source(name, source) for name, source in sources.items()}  # bad files fail before the load
     fallback = SkipMask.load(args.fallback) if args.fallback else None
-    texts = {name: [p.text for p in load_prompts(name, args.samples, seed=args.seed, split="train")] for name in sources}
+    from layersearch.data import user
+
+    def texts_of(name: str, tokenizer=None) -> list[str]:
+        return [p.text for p in load_prompts(name, args.samples, seed=args.seed, split="train", tokenizer=tokenizer)]
+
+    # A bad domain or prompt file fails before the model loads; a prompt file's chat rows need its tokenizer.
+    texts = {name: [] if user.is_user_domain(name) else texts_of(name) for name in sources}
+    for name in sources:
+        if user.is_user_domain(name):
+            user.choose_rows(name[len(user.PREFIX):], args.samples, args.seed, "train")
     loaded = load(args)
+    texts.update({name: texts_of(name, loaded.tokenizer) for name in sources if user.is_user_domain(name)})
     for name, mask in masks.items():
         _check_mask(mask, loaded.info, f"--domain {name}")
     if fallback is not None:

@@ -73,10 +73,12 @@ def run(args: Any) -> int:
         check_int(args.seeds, "--seeds", maximum=MAX_SEEDS)
     if args.action == "shrink":
         return _shrink(args)
-    from layersearch.data import DOMAINS
+    from layersearch.data import DOMAINS, user
 
-    if args.domain not in DOMAINS:
-        raise LayersearchError(f"unknown domain {args.domain!r}: choose one of {', '.join(DOMAINS)}")
+    if args.domain not in DOMAINS and not user.is_user_domain(args.domain):
+        raise LayersearchError(f"unknown domain {args.domain!r}: choose one of {', '.join(DOMAINS)} (or file:PROMPTS.jsonl)")
+    if user.is_user_domain(args.domain):
+        user.read_rows(args.domain[len(user.PREFIX):])  # a bad prompt file fails before the model loads
     return _train(args) if args.action == "train" else _eval(args)
 
 
@@ -207,7 +209,7 @@ def _load_drafter(args: Any, name: str, loaded):
 def _prompts(loaded, domain: str, n: int, seed: int, split: str, max_tokens: int):
     from layersearch.data import load_prompts
 
-    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split)]
+    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split, tokenizer=loaded.tokenizer)]
     return [loaded.tokenizer(t, return_tensors="pt").input_ids[0][-max_tokens:] for t in texts]
 
 
