@@ -158,7 +158,8 @@ def check_shared_options(args: Any) -> None:
         elif name == "max_draft":
             max_draft(value, option)
         elif name in ("draft_threshold", "skip_ratio"):
-            finite(value, option, low=0.0, high=1.0)
+            # "--skip-ratio (the skip ratio)": the option and the quantity it sets, as the messages before
+            finite(value, f"{option} (the {name.replace('_', ' ')})", low=0.0, high=1.0)
         elif name in ("lr", "drafter_lr"):
             learning_rate(value, option)
         elif name == "threads":
