@@ -259,7 +259,7 @@ COMMANDS: dict[str, Command] = {
     "generate --spec": Command(
         ("generate", "--spec", "{spec}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
         (("--mask", "mask.json"), ("--draft-vocab", "4"), ("--kernels", "gpu"), ("--max-new-tokens", "0"),
-         ("--save-spec", "missing/spec.json"), ("--save-spec", "adir"), ("--threads", "0")),
+         ("--save-spec", "missing/spec.json"), ("--threads", "0")),
     ),
     "bench --prompts": Command(
         ("bench", "--model", MODEL, "--prompts", "{user_prompts}", "--prompts-per-domain", "1", "--max-new-tokens", "2",
@@ -693,6 +693,7 @@ BAD_SPECS: dict[str, Maker] = {
     "temperature infinite": _spec("temp.json", lambda d: json.dumps(d).replace('"temperature": 0.0', '"temperature": Infinity')),
     "negative seed": _spec("seed.json", _set("sampling", "seed", -1)),
     "seed 2**80": _spec("seed80.json", _set("sampling", "seed", 2**80)),
+    "seed 2**40": _spec("seed40.json", _set("sampling", "seed", 2**40)),
     "device tpu": _spec("tpu.json", _set("model", "device", "tpu")),
     "dtype float8": _spec("dtype.json", _set("model", "dtype", "float8")),
     "plain a string": _spec("plain.json", _set("plain", "false")),
