@@ -54,8 +54,13 @@ COMMANDS: dict[str, Command] = {
                    ("--max-draft", "0"), ("--draft-threshold", "2"), ("--max-new-tokens", "100000"), ("--temperature", "nan"),
                    ("--top-p", "nan"), ("--seed", "-1"), ("--seed", str(2**40)), ("--draft-threshold", "nan"),
                    ("--max-draft", "100000"), ("--threads", "-1"),
-                   ("--draft-vocab", "-1"), ("--draft-vocab", str(10**12)), ("--draft-vocab", "4", "--baseline"),
-                   ("--draft-vocab", "4", "--drafter", "prompt-lookup"), ("--kernels", "gpu"), ("--kernels", "NUMBA")),
+                   ("--kernels", "gpu"), ("--kernels", "NUMBA")),
+    ),
+    # FR-Spec's reduced draft head: no mask option, so each refusal is the --draft-vocab value's.
+    "generate --draft-vocab": Command(
+        ("generate", "--model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--draft-vocab", "-1"), ("--draft-vocab", str(10**12)), ("--draft-vocab", "128"), ("--draft-vocab", "4", "--baseline"),
+         ("--draft-vocab", "4", "--drafter", "prompt-lookup"), ("--draft-vocab", "x"), ("--draft-vocab", "4", "--kernels", "gpu")),
     ),
     "generate --profile": Command(
         ("generate", "--model", MODEL, "--skip-ratio", "0.5", "--prompt", "w1 w2", "--profile", "{profile}",
@@ -162,11 +167,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "demo": Command(("demo", "--model", MODEL), NUMBERS + (("--budget", "0"), ("--budget", "nan"))),
     "tune": Command(
-        ("tune", "--model", MODEL, "--prompts", "{prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}"),
+        ("tune", "--model", MODEL, "--prompts", "{user_prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}"),
         NUMBERS + (("--budget", "0"), ("--budget", "nan"), ("--train-prompts", "0"), ("--repeats", "0"),
                    ("--report", "report.md/x.md"), ("--name", "no/such name"), ("--budget", "inf"),
-                   ("--budget", "-1"), ("--budget", "1e308"), ("--budget", "-inf"), ("--kernels", "gpu")),
-        kinds={"storage": "new_storage", "prompts": "user_prompts"},
+                   ("--budget", "-1"), ("--budget", "1e308"), ("--budget=-inf",), ("--budget", "1e-300")),
+        kinds={"storage": "new_storage"},
     ),
     "study create": Command(
         ("study", "create", "--name", "{name}", "--model", MODEL, "--domain", "translation", "--strategy", "random", "--objective", "matchness",
@@ -565,8 +570,10 @@ BAD_MODEL_DIRS: dict[str, Maker] = {
 }
 
 # ----- issue 26, round two: GGUF files, decoder specs, prompt files with chat rows -------------------
-def _gguf_bytes(arch: str = "llama", tensors: int = 1) -> bytes:
-    """A small GGUF file written by the gguf package's own writer: ``arch``, ``tensors`` float32 tensors."""
+def _gguf_bytes(arch: str = "llama", tensors: int = 1, layers: int = 1, complete: bool = True) -> bytes:
+    """A small GGUF file written by the gguf package's own writer: ``arch``, ``layers`` claimed,
+    ``tensors`` layer tensors and (``complete``) the width, vocabulary and embedding a model needs.
+    Its numbers are no real model: every case using it must be refused before a conversion."""
     import tempfile
 
     import numpy as np
@@ -575,9 +582,13 @@ def _gguf_bytes(arch: str = "llama", tensors: int = 1) -> bytes:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "m.gguf"
         writer = GGUFWriter(path, arch)
-        writer.add_block_count(4)
+        writer.add_block_count(layers)
+        if complete:
+            writer.add_embedding_length(8)
+            writer.add_token_list(["a", "b", "c", "d"])
+            writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
         for index in range(tensors):
-            writer.add_tensor(f"blk.{index}.attn_norm.weight", np.ones(4, dtype=np.float32))
+            writer.add_tensor(f"blk.{index}.attn_norm.weight", np.ones(8, dtype=np.float32))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -628,11 +639,11 @@ BAD_GGUF: dict[str, Maker] = {
     "empty": _file("empty.gguf", b""),
     "not GGUF": _file("text.gguf", "hello\n" * 50),
     "truncated header": _gguf("cut.gguf", lambda: _gguf_bytes()[:30]),
-    "truncated tensors": _gguf("cut2.gguf", lambda: _gguf_bytes()[:-8]),
+    "truncated tensor table": _gguf("cut2.gguf", lambda: _gguf_bytes()[:260]),
     "huge string length": _gguf("str.gguf", lambda: _gguf_header(rest=struct.pack("<Q", 2**62) + b"general")),
     "huge key count": _gguf("keys.gguf", lambda: _gguf_header(kv=2**63)),
     "huge array": _gguf("arr.gguf", lambda: _gguf_header(rest=_gguf_key("general.x", 9, struct.pack("<IQ", 8, 2**60)))),
-    "huge tensor count": _gguf("tensors.gguf", lambda: _gguf_bytes().replace(struct.pack("<Q", 1), struct.pack("<Q", 2**62), 1)),
+    "huge tensor count": _gguf("tensors.gguf", lambda: _gguf_bytes()[:8] + struct.pack("<Q", 2**62) + _gguf_bytes()[16:]),
     "wrong version": _gguf("v99.gguf", lambda: _gguf_bytes().replace(struct.pack("<I", 3), struct.pack("<I", 99), 1)),
     "version 1": _gguf("v1.gguf", lambda: _gguf_header(version=1)),
     "zero tensors": _gguf("zero.gguf", lambda: _gguf_bytes(tensors=0)),
@@ -642,7 +653,9 @@ BAD_GGUF: dict[str, Maker] = {
     "architecture not UTF-8": _gguf("utf.gguf", lambda: _gguf_header(rest=_gguf_key("general.architecture", 8, _gguf_string(b"\xff\xfe")))),
     "no architecture": _gguf("none.gguf", lambda: _gguf_header(rest=_gguf_key("general.name", 8, _gguf_string(b"x")))),
     "unknown value type": _gguf("type.gguf", lambda: _gguf_header(rest=_gguf_key("general.x", 99, b""))),
-    "llama header, no weights": _gguf("llama.gguf", lambda: _gguf_bytes("llama")),
+    "llama header, no weights": _gguf("llama.gguf", lambda: _gguf_bytes("llama", complete=False)),
+    "layers claimed, not held": _gguf("layers.gguf", lambda: _gguf_bytes("llama", layers=4)),
+    "tensor data cut short": _gguf("short.gguf", lambda: _gguf_bytes()[:-8]),
     "a directory named x.gguf": _dir("x.gguf"),
     "dangling link": _link("dangling.gguf", "nowhere.gguf"),
     "link loop": _link("loop.gguf", "loop.gguf"),
@@ -661,12 +674,12 @@ BAD_SPECS: dict[str, Maker] = {
     "a profile": _value("profile.json"),
     "a list": _file("list.json", "[]"),
     "wrong kind": _spec("kind.json", _set("kind", "layersearch-mask")),
-    "no kind": _spec("nokind.json", lambda d: d.pop("kind")),
+    "no kind": _spec("nokind.json", lambda d: d.pop("kind") and None),
     "format 2": _spec("fmt.json", _set("format", 2)),
     "format a string": _spec("fmtstr.json", _set("format", "1")),
     "unknown field": _spec("extra.json", _set("extra", 1)),
     "unknown lookahead field": _spec("lafield.json", _set("lookahead", "window", 3)),
-    "missing field": _spec("nomax.json", lambda d: d.pop("max_new_tokens")),
+    "missing field": _spec("nomax.json", lambda d: d.pop("max_new_tokens") and None),
     "unknown drafter": _spec("drafter.json", _set("drafter", "name", "magic")),
     "unknown lookahead": _spec("look.json", _set("lookahead", "name", "magic")),
     "unknown verifier": _spec("verifier.json", _set("verifier", "magic")),

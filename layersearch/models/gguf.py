@@ -243,6 +243,10 @@ class _Reader:
             self.string()
         elif value_type == _ARRAY:
             item_type, count = self.scalar("I"), self.scalar("Q")
+            if item_type not in _SCALARS and count > (self.size - self.handle.tell()) // 8:
+                # every item of a string or array array takes at least 8 bytes: refuse a count the
+                # rest of the file cannot hold now, not after skipping through a large file
+                raise LayersearchError(f"{self.path}: the GGUF header is damaged (an array of {count} items)")
             if item_type in _SCALARS:  # fixed width: skip in one seek, bounds-checked
                 width = struct.calcsize("<" + _SCALARS[item_type])
                 self.handle.seek(self._checked_end(count * width))
