@@ -419,6 +419,33 @@ def cases() -> list[Case]:
                         "nested prompt": '{"prompt": ' + _nested(5000) + "}\n"}.items():
         add(f"generate --prompts: {label}", ("generate", *M, "--prompts", "p.jsonl", "--max-new-tokens", "2"),
             lambda w, text=text: (w / "p.jsonl").write_text(text))
+    # round two (issue 26): this turn's new inputs, each name starting "new:"
+    gguf_head = lambda version=3, tensors=1, kv=1, rest=b"": b"GGUF" + struct.pack("<IQQ", version, tensors, kv) + rest
+    for label, data in {"not GGUF": b"hello\n" * 50, "truncated header": gguf_head()[:12],
+                        "huge string length": gguf_head(rest=struct.pack("<Q", 2**62)), "wrong version": gguf_head(version=99),
+                        "zero tensors": gguf_head(tensors=0, kv=0), "huge tensor count": gguf_head(tensors=2**62, kv=0)}.items():
+        add(f"new: generate --model GGUF {label}", ("generate", "--model", "m.gguf", "--prompt", "w1 w2", "--max-new-tokens", "2"),
+            lambda w, data=data: (w / "m.gguf").write_bytes(data))
+    add("new: generate --model missing .gguf", ("generate", "--model", "nope.gguf", "--prompt", "w1 w2", "--max-new-tokens", "2"))
+    add("new: generate --draft-model a directory x.gguf", (*gen, "--draft-model", "x.gguf"), lambda w: (w / "x.gguf").mkdir())
+    spec = ("generate", "--spec", "s.json", "--prompt", "w1 w2", "--max-new-tokens", "2")
+    for label, text in {"malformed": '{"kind": ', "a mask": None, "format 2": '{"kind": "layersearch-decoder-spec", "format": 2}',
+                        "unknown field": '{"kind": "layersearch-decoder-spec", "format": 1, "extra": 1}'}.items():
+        add(f"new: generate --spec {label}", spec, lambda w, text=text: (w / "s.json").write_text(text if text is not None else (w / "mask.json").read_text()))
+    add("new: generate --spec a symlink to a directory", spec, lambda w: (w / "d").mkdir() or os.symlink("d", w / "s.json"))
+    user = lambda text: (lambda w: (w / "u.jsonl").write_text(text))
+    for label, text in {"wrong role": '{"messages": [{"role": "robot", "content": "hi"}]}\n',
+                        "chat rows without a chat template": "".join(f'{{"messages": [{{"role": "user", "content": "q{i}"}}]}}\n' for i in range(40)),
+                        "empty file": "", "too few rows": '{"prompt": "a b"}\n'}.items():
+        add(f"new: bench --prompts {label}", ("bench", *M, "--prompts", "u.jsonl", "--prompts-per-domain", "1", "--max-new-tokens", "2",
+                                              "--repeats", "1", "--no-peers", "--drafters", "", "--out", "b.json"), user(text))
+        add(f"new: tune --prompts {label}", ("tune", *M, "--prompts", "u.jsonl", "--budget", "1", "--out", "t.json"), user(text))
+    forty = user("".join(f'{{"prompt": "w{i} w{i + 1}"}}\n' for i in range(40)))
+    for value in ("-1", str(10**12), "128"):
+        add(f"new: generate --draft-vocab {value}", (*gen, "--draft-vocab", value))
+    add("new: generate --kernels gpu", (*gen, "--kernels", "gpu"))
+    for value in ("1e308", "inf", "-1"):
+        add(f"new: tune --budget {value}", ("tune", *M, "--prompts", "u.jsonl", "--budget", value, "--out", "t.json"), forty)
     # masks and profiles with non-finite numbers
     add("mask show: NaN num_layers", ("mask", "show", "m.json"),
         lambda w: (w / "m.json").write_text('{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}'))

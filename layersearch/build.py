@@ -110,6 +110,7 @@ def build_decoder(
     files = read_spec_files(spec) if files is None else files
     info = loaded.info
     spec.check_model(info)
+    _check_length(loaded, spec)
     if files.router is not None:
         _prefixed(spec.mask_source.file, files.router.check_model, info)
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
@@ -132,6 +133,14 @@ def build_decoder(
     speculative = _speculative(loaded, spec, files, source, steering, draft)
     profile = _profile(spec.profile, info) if "mask" in source else None
     return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen)
+
+
+def _check_length(loaded: Any, spec: DecoderSpec) -> None:
+    """The spec's default length must fit the model's context (a spec file may claim anything)."""
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < spec.max_new_tokens:
+        raise LayersearchError(f"the spec's max_new_tokens ({spec.max_new_tokens}) exceeds model {loaded.info.name!r}'s "
+                               f"context length of {limit}")
 
 
 def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from layersearch.checks import check_fraction, check_int
+from layersearch.checks import check_draft_length, check_fraction, check_int, check_seed
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 
@@ -164,7 +164,7 @@ class LookaheadSpec:
 
     def __post_init__(self) -> None:
         _require_name(self.name, lookahead_names(), "lookahead")
-        check_int(self.max_draft, "max draft tokens")
+        check_draft_length(self.max_draft, "max draft tokens")  # the bound --max-draft has
         check_fraction(self.threshold, "draft threshold")
         if (self.name in FILE_LOOKAHEADS) != (self.file is not None):
             raise LayersearchError(f"lookahead {self.name!r} " + ("needs a file" if self.file is None else "takes no file"))
@@ -192,7 +192,7 @@ class SamplingSpec:
         if not 0 < self.top_p <= 1:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.seed is not None:
-            check_int(self.seed, "sampling.seed", minimum=0, maximum=2**64 - 1)
+            check_seed(self.seed, "sampling.seed")  # the bound --seed has
 
     @property
     def temperature_used(self) -> float:

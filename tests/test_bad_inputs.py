@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -52,7 +53,14 @@ COMMANDS: dict[str, Command] = {
         NUMBERS + (("--temperature", "inf"), ("--temperature", "1", "--seed", str(2**80)), ("--top-p", "0"),
                    ("--max-draft", "0"), ("--draft-threshold", "2"), ("--max-new-tokens", "100000"), ("--temperature", "nan"),
                    ("--top-p", "nan"), ("--seed", "-1"), ("--seed", str(2**40)), ("--draft-threshold", "nan"),
-                   ("--max-draft", "100000"), ("--threads", "-1")),
+                   ("--max-draft", "100000"), ("--threads", "-1"),
+                   ("--kernels", "gpu"), ("--kernels", "NUMBA")),
+    ),
+    # FR-Spec's reduced draft head: no mask option, so each refusal is the --draft-vocab value's.
+    "generate --draft-vocab": Command(
+        ("generate", "--model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--draft-vocab", "-1"), ("--draft-vocab", str(10**12)), ("--draft-vocab", "128"), ("--draft-vocab", "4", "--baseline"),
+         ("--draft-vocab", "4", "--drafter", "prompt-lookup"), ("--draft-vocab", "x"), ("--draft-vocab", "4", "--kernels", "gpu")),
     ),
     "generate --profile": Command(
         ("generate", "--model", MODEL, "--skip-ratio", "0.5", "--prompt", "w1 w2", "--profile", "{profile}",
@@ -159,9 +167,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "demo": Command(("demo", "--model", MODEL), NUMBERS + (("--budget", "0"), ("--budget", "nan"))),
     "tune": Command(
-        ("tune", "--model", MODEL, "--prompts", "{prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}"),
+        ("tune", "--model", MODEL, "--prompts", "{user_prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}"),
         NUMBERS + (("--budget", "0"), ("--budget", "nan"), ("--train-prompts", "0"), ("--repeats", "0"),
-                   ("--report", "report.md/x.md"), ("--name", "no/such name")),
+                   ("--report", "report.md/x.md"), ("--name", "no/such name"), ("--budget", "inf"),
+                   ("--budget", "-1"), ("--budget", "1e308"), ("--budget=-inf",)),
         kinds={"storage": "new_storage"},
     ),
     "study create": Command(
@@ -246,13 +255,41 @@ COMMANDS: dict[str, Command] = {
         (("--contexts", "100000"), ("--contexts", "4"), ("--interval", "0"), ("--check-candidates", "-1")),
         kinds={"profile": "existing_profile"},
     ),
+    # Issue 26, round two: this turn's new inputs. A GGUF file as --model or --draft-model (refused
+    # from its header, before any conversion, and with no cache folder made), a decoder spec, and
+    # prompt files with chat rows wherever a command takes --prompts FILE.
+    "generate --model gguf": Command(("generate", "--model", "{gguf}", "--prompt", "w1 w2", "--max-new-tokens", "2")),
+    "generate --draft-model gguf": Command(
+        ("generate", "--model", MODEL, "--draft-model", "{gguf}", "--prompt", "w1 w2", "--max-new-tokens", "2")),
+    "generate --spec": Command(
+        ("generate", "--spec", "{spec}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--mask", "mask.json"), ("--draft-vocab", "4"), ("--kernels", "gpu"), ("--max-new-tokens", "0"),
+         ("--save-spec", "missing/spec.json"), ("--threads", "0")),
+    ),
+    "bench --prompts": Command(
+        ("bench", "--model", MODEL, "--prompts", "{user_prompts}", "--prompts-per-domain", "1", "--max-new-tokens", "2",
+         "--repeats", "1", "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--profile", "profile.json",
+         "--out", "bench_out.json"),
+        (("--draft-vocab", "-1"), ("--draft-vocab", str(10**12)), ("--draft-vocab", "x"), ("--kernels", "gpu"),
+         ("--kernels", "")),
+    ),
+    "study create --prompts": Command(
+        ("study", "create", "--name", "chat", "--model", MODEL, "--prompts", "{user_prompts}", "--strategy", "random",
+         "--objective", "matchness", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
+         "--storage", "studies.db"),
+    ),
+    "study head-to-head --prompts": Command(
+        ("study", "head-to-head", "--model", MODEL, "--prompts", "{user_prompts}", "--budget", "1", "--samples", "1",
+         "--max-new-tokens", "2", "--prefix", "h2h", "--profile", "profile.json", "--storage", "h2h.db",
+         "--out-prefix", "h2h_table"),
+    ),
 }
 
 #: Good values of each placeholder, relative to the working folder built by ``base``.
 GOOD = {"paper": "paper.json", "mask": "mask.json", "prompts": "prompts.jsonl", "profile": "profile.json", "out": "out.json",
         "png": "out.png", "prefix": "table", "storage": "studies.db", "name": "ok",
         "steering": "steer.safetensors", "model_out": "small", "disco": "disco:disco.json", "rows": "rows.npz",
-        "router": "router.json", "draft_model": "draft"}
+        "router": "router.json", "draft_model": "draft", "spec": "spec.json", "user_prompts": "user.jsonl"}
 
 Maker = Callable[[Path], str]
 
@@ -531,12 +568,190 @@ BAD_MODEL_DIRS: dict[str, Maker] = {
     "missing folder": _value("nope/small"),
     "name too long": _value("x" * 300),
 }
+
+# ----- issue 26, round two: GGUF files, decoder specs, prompt files with chat rows -------------------
+def _gguf_bytes(arch: str = "llama", tensors: int = 1, layers: int = 1, complete: bool = True) -> bytes:
+    """A small GGUF file written by the gguf package's own writer: ``arch``, ``layers`` claimed,
+    ``tensors`` layer tensors and (``complete``) the width, vocabulary and embedding a model needs.
+    Its numbers are no real model: every case using it must be refused before a conversion."""
+    import tempfile
+
+    import numpy as np
+    from gguf import GGUFWriter
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.gguf"
+        writer = GGUFWriter(path, arch)
+        writer.add_block_count(layers)
+        if complete:
+            writer.add_embedding_length(8)
+            writer.add_token_list(["a", "b", "c", "d"])
+            writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+        for index in range(tensors):
+            writer.add_tensor(f"blk.{index}.attn_norm.weight", np.ones(8, dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+
+def _gguf(name: str, make_bytes: Callable[[], bytes]) -> Maker:
+    def make(work: Path) -> str:
+        (work / name).write_bytes(make_bytes())
+        return name
+    return make
+
+
+def _gguf_header(version: int = 3, tensors: int = 1, kv: int = 1, rest: bytes = b"") -> bytes:
+    """A GGUF header by hand: magic, version, tensor and key/value counts, then ``rest``."""
+    return b"GGUF" + struct.pack("<IQQ", version, tensors, kv) + rest
+
+
+def _gguf_key(key: str, value_type: int, value: bytes) -> bytes:
+    raw = key.encode()
+    return struct.pack("<Q", len(raw)) + raw + struct.pack("<I", value_type) + value
+
+
+def _gguf_string(text: bytes) -> bytes:
+    return struct.pack("<Q", len(text)) + text
+
+
+def _link(name: str, target: str) -> Maker:
+    def make(work: Path) -> str:
+        os.symlink(target, work / name)
+        return name
+    return make
+
+
+def _unreadable(name: str, data: bytes) -> Maker:
+    """A file without read permission (root reads it anyway: then its content, not GGUF, is refused)."""
+    def make(work: Path) -> str:
+        (work / name).write_bytes(data)
+        (work / name).chmod(0)
+        return name
+    return make
+
+
+BAD_GGUF: dict[str, Maker] = {
+    "missing": _value("nope.gguf"),
+    "missing in a folder": _value("folder/nope.gguf"),
+    "empty": _file("empty.gguf", b""),
+    "not GGUF": _file("text.gguf", "hello\n" * 50),
+    "truncated header": _gguf("cut.gguf", lambda: _gguf_bytes()[:30]),
+    "truncated tensor table": _gguf("cut2.gguf", lambda: _gguf_bytes()[:260]),
+    "huge string length": _gguf("str.gguf", lambda: _gguf_header(rest=struct.pack("<Q", 2**62) + b"general")),
+    "huge key count": _gguf("keys.gguf", lambda: _gguf_header(kv=2**63)),
+    "huge array": _gguf("arr.gguf", lambda: _gguf_header(rest=_gguf_key("general.x", 9, struct.pack("<IQ", 8, 2**60)))),
+    "huge tensor count": _gguf("tensors.gguf", lambda: _gguf_bytes()[:8] + struct.pack("<Q", 2**62) + _gguf_bytes()[16:]),
+    "wrong version": _gguf("v99.gguf", lambda: _gguf_bytes().replace(struct.pack("<I", 3), struct.pack("<I", 99), 1)),
+    "version 1": _gguf("v1.gguf", lambda: _gguf_header(version=1)),
+    "zero tensors": _gguf("zero.gguf", lambda: _gguf_bytes(tensors=0)),
+    "architecture mamba": _gguf("mamba.gguf", lambda: _gguf_bytes("mamba")),
+    "architecture empty": _gguf("noarch.gguf", lambda: _gguf_header(rest=_gguf_key("general.architecture", 8, _gguf_string(b"")))),
+    "architecture a number": _gguf("num.gguf", lambda: _gguf_header(rest=_gguf_key("general.architecture", 4, b"\0\0\0\0"))),
+    "architecture not UTF-8": _gguf("utf.gguf", lambda: _gguf_header(rest=_gguf_key("general.architecture", 8, _gguf_string(b"\xff\xfe")))),
+    "no architecture": _gguf("none.gguf", lambda: _gguf_header(rest=_gguf_key("general.name", 8, _gguf_string(b"x")))),
+    "unknown value type": _gguf("type.gguf", lambda: _gguf_header(rest=_gguf_key("general.x", 99, b""))),
+    "llama header, no weights": _gguf("llama.gguf", lambda: _gguf_bytes("llama", complete=False)),
+    "layers claimed, not held": _gguf("layers.gguf", lambda: _gguf_bytes("llama", layers=4)),
+    "tensor data cut short": _gguf("short.gguf", lambda: _gguf_bytes()[:-8]),
+    "a directory named x.gguf": _dir("x.gguf"),
+    "dangling link": _link("dangling.gguf", "nowhere.gguf"),
+    "link loop": _link("loop.gguf", "loop.gguf"),
+    "unreadable": _unreadable("locked.gguf", b"not a GGUF file, and not readable"),
+}
+
+
+def _spec(name: str, change) -> Maker:
+    return _json_variant("spec.json", name, change)
+
+
+BAD_SPECS: dict[str, Maker] = {
+    **{k: v for k, v in BAD_JSON_FILES.items() if k != "empty prompt"},
+    "truncated": lambda work: (work / "cut.json").write_text((work / "spec.json").read_text()[:200]) and "cut.json",
+    "a mask": _value("mask.json"),
+    "a profile": _value("profile.json"),
+    "a list": _file("list.json", "[]"),
+    "wrong kind": _spec("kind.json", _set("kind", "layersearch-mask")),
+    "no kind": _spec("nokind.json", lambda d: d.pop("kind") and None),
+    "format 2": _spec("fmt.json", _set("format", 2)),
+    "format a string": _spec("fmtstr.json", _set("format", "1")),
+    "unknown field": _spec("extra.json", _set("extra", 1)),
+    "unknown lookahead field": _spec("lafield.json", _set("lookahead", "window", 3)),
+    "missing field": _spec("nomax.json", lambda d: d.pop("max_new_tokens") and None),
+    "unknown drafter": _spec("drafter.json", _set("drafter", "name", "magic")),
+    "unknown lookahead": _spec("look.json", _set("lookahead", "name", "magic")),
+    "unknown verifier": _spec("verifier.json", _set("verifier", "magic")),
+    "unknown mask source": _spec("source.json", _set("mask_source", {"kind": "magic"})),
+    "negative vocab": _spec("vocab.json", _set("drafter", "vocab", -1)),
+    "vocab a float": _spec("vocabf.json", _set("drafter", "vocab", 4.5)),
+    "vocab a string": _spec("vocabs.json", _set("drafter", "vocab", "4")),
+    "vocab enormous": _spec("vocabbig.json", _set("drafter", "vocab", 10**12)),
+    "another model's": _spec("other.json", _set("model", "info", "fingerprint", "0123456789abcdef")),
+    "another model's mask": _spec("othermask.json", _set("mask_source", "mask", "num_layers", 5)),
+    "model folder missing": _spec("nomodel.json", _set("model", "ref", "no_such_model")),
+    "model ref empty": _spec("emptyref.json", _set("model", "ref", "")),
+    "missing router file": _spec("router_missing.json", _set("mask_source", {"kind": "router", "file": "nope.json"})),
+    "missing steering file": _spec("steer_missing.json", _set("steering", "nope.safetensors")),
+    "missing profile file": _spec("profile_missing.json", _set("profile", "nope.json")),
+    "missing DISCO file": _spec("disco_missing.json", lambda d: d["lookahead"].update(name="disco", file="nope.json")),
+    "missing draft model": _spec("draft_missing.json", lambda d: d.update(
+        mask_source={"kind": "default"}, drafter={"name": "layer-skip", "model": {"ref": "no_such_draft", "path": True}, "vocab": 0})),
+    "a symlink to a directory": lambda work: (work / "sdir").mkdir() or _link("link.json", "sdir")(work),
+    "max_new_tokens enormous": _spec("long.json", _set("max_new_tokens", 10**12)),
+    "max_new_tokens zero": _spec("zero.json", _set("max_new_tokens", 0)),
+    "max_draft enormous": _spec("draft.json", _set("lookahead", "max_draft", 10**9)),
+    "threshold NaN": _spec("nan.json", lambda d: json.dumps(d).replace('"threshold": 0.8', '"threshold": NaN')),
+    "temperature infinite": _spec("temp.json", lambda d: json.dumps(d).replace('"temperature": 0.0', '"temperature": Infinity')),
+    "negative seed": _spec("seed.json", _set("sampling", "seed", -1)),
+    "seed 2**80": _spec("seed80.json", _set("sampling", "seed", 2**80)),
+    "seed 2**40": _spec("seed40.json", _set("sampling", "seed", 2**40)),
+    "device tpu": _spec("tpu.json", _set("model", "device", "tpu")),
+    "dtype float8": _spec("dtype.json", _set("model", "dtype", "float8")),
+    "plain a string": _spec("plain.json", _set("plain", "false")),
+    "swift nested deep": _spec("swift.json", lambda d: json.dumps(d).replace('"verifier": "chain"', '"verifier": ' + "[" * 3000 + "]" * 3000)),
+}
+
+
+def _chat(name: str, *rows) -> Maker:
+    """A prompt file of ``rows`` (objects, or raw lines when strings)."""
+    return _file(name, "".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+
+
+_HI = {"role": "user", "content": "hi"}
+BAD_USER_PROMPTS: dict[str, Maker] = {
+    **BAD_JSON_FILES,
+    "a mask": _value("mask.json"),
+    "empty file": _file("none.jsonl", b""),
+    "blank lines only": _file("blank.jsonl", "\n \n\t\n"),
+    "binary": _file("bin.jsonl", bytes(range(256)) * 4),
+    "a row that is a list": _chat("list.jsonl", [1, 2]),
+    "neither prompt nor messages": _chat("neither.jsonl", {"text": "hi"}),
+    "both prompt and messages": _chat("both.jsonl", {"prompt": "hi", "messages": [_HI]}),
+    "messages empty": _chat("nomsg.jsonl", {"messages": []}),
+    "messages a string": _chat("msgstr.jsonl", {"messages": "hi"}),
+    "message not an object": _chat("msgobj.jsonl", {"messages": ["hi"]}),
+    "message without content": _chat("nocontent.jsonl", {"messages": [{"role": "user"}]}),
+    "content a number": _chat("num.jsonl", {"messages": [{"role": "user", "content": 3}]}),
+    "role unknown": _chat("robot.jsonl", {"messages": [{"role": "robot", "content": "hi"}]}),
+    "role a number": _chat("rolenum.jsonl", {"messages": [{"role": 1, "content": "hi"}]}),
+    "messages nested deep": _chat("deep.jsonl", '{"messages": ' + "[" * 5000 + "]" * 5000 + "}"),
+    "chat rows, model without a chat template": _chat("chat.jsonl", *({"messages": [{"role": "user", "content": f"q{i}"}]}
+                                                                      for i in range(40))),
+    "one good row, then a broken one": _chat("half.jsonl", {"prompt": "w1 w2"}, '{"prompt": '),
+    "too few rows for a split": _chat("few.jsonl", {"prompt": "a b"}),
+}
+
 BAD_KINDS: dict[str, dict[str, Maker]] = {
     "steering": BAD_STEERING,
     "disco": BAD_DISCO,
     "router": BAD_ROUTERS,
     "rows": BAD_ROWS,
     "draft_model": BAD_DRAFT_MODELS,
+    "gguf": BAD_GGUF,
+    "spec": BAD_SPECS,
+    "user_prompts": BAD_USER_PROMPTS,
     "model_out": BAD_MODEL_DIRS,
     "mask": {**BAD_JSON_FILES, "a profile": _value("profile.json")},
     "prompts": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
@@ -613,12 +828,24 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
                      "--strategy", "random", "--objective", "matchness", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
                      "--storage", "studies.db"]) == 0
         assert main(["study", "run", "--name", "ok", "--storage", "studies.db", "--trials", "1", "--quiet"]) == 0
+        _spec_and_user_prompts(work, model_dir)
     finally:
         os.chdir(cwd)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     theirs = optuna.create_study(study_name="theirs", storage=f"sqlite:///{work / 'studies.db'}")
     theirs.set_user_attr("owner", "another tool")
     return work, model_dir
+
+
+def _spec_and_user_prompts(work: Path, model_dir: Path) -> None:
+    """A decoder spec saved by ``generate --save-spec`` (its model an absolute path, so the copies
+    of the working folder find it) and a prompt file of 40 distinct rows (enough for every split)."""
+    assert main(["generate", "--model", str(model_dir), "--mask", "mask.json", "--prompt", "w1 w2", "--max-new-tokens", "2",
+                 "--save-spec", "spec.json"]) == 0
+    spec = json.loads((work / "spec.json").read_text())
+    spec["model"]["ref"] = str(model_dir)
+    (work / "spec.json").write_text(json.dumps(spec))
+    (work / "user.jsonl").write_text("".join(json.dumps({"prompt": f"w{i} w{i + 1}"}) + "\n" for i in range(40)))
 
 
 def _method_files(work: Path, info, model_dir: Path) -> None:
@@ -656,7 +883,8 @@ def test_the_method_files_are_good(base, work, capsys):
                   "--max-new-tokens", "2"],
                  ["generate", "--model", model, "--router", "router.json", "--prompt", "w1 w2", "--max-new-tokens", "2"],
                  ["generate", "--model", model, "--draft-model", "draft", "--prompt", "w1 w2", "--max-new-tokens", "2"],
-                 ["generate", "--model", model, "--steering", "steer.safetensors", "--prompt", "w1 w2", "--max-new-tokens", "2"]):
+                 ["generate", "--model", model, "--steering", "steer.safetensors", "--prompt", "w1 w2", "--max-new-tokens", "2"],
+                 ["generate", "--spec", "spec.json", "--prompt", "w1 w2", "--max-new-tokens", "2"]):
         assert main(argv) == 0, capsys.readouterr().err
     from layersearch.disco.collect import Rows
 
@@ -685,6 +913,8 @@ def work(base, tmp_path, monkeypatch) -> Path:
     shutil.copytree(base[0], folder)
     monkeypatch.chdir(folder)
     monkeypatch.setattr("layersearch.inputs.MAX_INPUT_BYTES", 4096)
+    # The model cache inside the working folder: a refused GGUF file must not leave a cache folder.
+    monkeypatch.setenv("LAYERSEARCH_CACHE", str(folder / "cache"))
     return folder
 
 

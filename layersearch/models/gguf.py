@@ -82,6 +82,115 @@ def check_supported(path: Path) -> GGUFHeader:
     return header
 
 
+def check_convertible(path: Path) -> GGUFHeader:
+    """:func:`check_supported`, then the whole file's layout, before a conversion is tried: every
+    key/value pair and tensor entry parsed with its lengths checked, every tensor's data inside
+    the file, and the keys and tensors a conversion needs present. A damaged, truncated or
+    empty-bodied file is one LayersearchError here, so it leaves no cache folder and no partial copy."""
+    header = check_supported(path)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            layout = _layout(_Reader(handle, size, path))
+    except OSError as exc:
+        raise LayersearchError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
+    _check_contents(layout, header.architecture, path)
+    return header
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What :func:`_layout` found: the few key values checked, and each tensor's name and data size."""
+
+    values: dict
+    tensors: dict  # name -> byte size of its data
+
+
+# Keys whose values check_convertible reads (any other is skipped).
+_ALIGNMENT_KEY = "general.alignment"
+_TOKENS_KEY = "tokenizer.ggml.tokens"
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+
+
+def _layout(reader: "_Reader") -> _Layout:
+    reader.take(4)
+    reader.scalar("I")
+    tensor_count, kv_count = reader.scalar("Q"), reader.scalar("Q")
+    # A key/value pair takes at least 13 bytes, a tensor entry at least 24: counts beyond what the
+    # file can hold are damage, refused before any loop runs that long.
+    if kv_count > reader.size // 13 or tensor_count > reader.size // 24:
+        raise LayersearchError(f"{reader.path}: the GGUF header is damaged (it claims {kv_count} keys and {tensor_count} "
+                               f"tensors in {reader.size} bytes)")
+    values = {}
+    for _ in range(kv_count):
+        key = reader.string()
+        value_type = reader.scalar("I")
+        if value_type in _SCALARS and not key.startswith("tokenizer."):
+            values[key] = reader.scalar(_SCALARS[value_type])
+        elif key == _TOKENS_KEY and value_type == _ARRAY:
+            start = reader.handle.tell()
+            reader.scalar("I")
+            values[key] = reader.scalar("Q")  # the vocabulary's size
+            reader.handle.seek(start)
+            reader.skip_value(value_type)
+        else:
+            reader.skip_value(value_type)
+    tensors, ends = {}, []
+    for _ in range(tensor_count):
+        name = reader.string()
+        dims = reader.scalar("I")
+        if not 1 <= dims <= _MAX_DIMS:
+            raise LayersearchError(f"{reader.path}: the GGUF file is damaged (tensor {name!r} has {dims} dimensions)")
+        shape = [reader.scalar("Q") for _ in range(dims)]
+        tensors[name] = _tensor_bytes(name, shape, reader.scalar("I"), reader.path)
+        ends.append(reader.scalar("Q") + tensors[name])
+    alignment = values.get(_ALIGNMENT_KEY, 32)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1 or alignment & (alignment - 1):
+        raise LayersearchError(f"{reader.path}: the GGUF file is damaged (alignment {alignment!r})")
+    data_start = -(-reader.handle.tell() // alignment) * alignment
+    if len(tensors) != tensor_count:
+        raise LayersearchError(f"{reader.path}: the GGUF file is damaged (two tensors share a name)")
+    if ends and data_start + max(ends) > reader.size:
+        raise LayersearchError(f"{reader.path}: the GGUF file is truncated (its tensor data runs past the end)")
+    return _Layout(values, tensors)
+
+
+def _tensor_bytes(name: str, shape: list[int], type_code: int, path: Path) -> int:
+    """The byte size of a tensor's data, from its shape and GGML type (gguf's block sizes)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(type_code)]
+    except (ValueError, KeyError):
+        raise LayersearchError(f"{path}: the GGUF file is damaged (tensor {name!r} has unknown type {type_code})") from None
+    if any(n == 0 for n in shape) or shape[0] % block:
+        raise LayersearchError(f"{path}: the GGUF file is damaged (tensor {name!r} has shape {shape})")
+    count = 1
+    for n in shape:
+        count *= n
+    return count // block * block_bytes
+
+
+def _check_contents(layout: _Layout, architecture: str, path: Path) -> None:
+    """The keys and tensors every conversion needs: a layer count, a width, a vocabulary, the
+    embedding, and tensors for each layer the file claims."""
+    def positive(key: str) -> int:
+        value = layout.values.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LayersearchError(f"{path}: the GGUF file has no valid {key} ({value!r}); it is not a complete model")
+        return value
+
+    layers = positive(f"{architecture}.block_count")
+    positive(f"{architecture}.embedding_length")
+    positive(_TOKENS_KEY)
+    if "token_embd.weight" not in layout.tensors:
+        raise LayersearchError(f"{path}: the GGUF file holds no token_embd.weight; it is not a complete model")
+    found = {name.split(".")[1] for name in layout.tensors if name.startswith("blk.") and name.count(".") >= 2}
+    missing = [index for index in range(layers) if str(index) not in found]
+    if missing:
+        raise LayersearchError(f"{path}: the GGUF file claims {layers} layers but holds no tensors for layer {missing[0]}")
+
+
 def _parse(handle: BinaryIO, size: int, path: Path) -> GGUFHeader:
     reader = _Reader(handle, size, path)
     if reader.take(4) != MAGIC:
@@ -134,6 +243,10 @@ class _Reader:
             self.string()
         elif value_type == _ARRAY:
             item_type, count = self.scalar("I"), self.scalar("Q")
+            if item_type not in _SCALARS and count > (self.size - self.handle.tell()) // 8:
+                # every item of a string or array array takes at least 8 bytes: refuse a count the
+                # rest of the file cannot hold now, not after skipping through a large file
+                raise LayersearchError(f"{self.path}: the GGUF header is damaged (an array of {count} items)")
             if item_type in _SCALARS:  # fixed width: skip in one seek, bounds-checked
                 width = struct.calcsize("<" + _SCALARS[item_type])
                 self.handle.seek(self._checked_end(count * width))

@@ -53,7 +53,7 @@ from transformers import (
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.models.families import layout_for
-from layersearch.models.gguf import check_supported, is_gguf_path
+from layersearch.models.gguf import check_convertible, is_gguf_path
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def load_model(
     device = resolve_device(device)  # checked before any slow load
     if name == EMBEDDED_MODEL:
         model, tokenizer = _load_directory(embedded_model_dir(progress), name, torch_dtype)
-    elif is_gguf_path(name) and os.path.isfile(os.path.expanduser(name)):
+    elif is_gguf_path(name):  # a file by its suffix: missing, a folder or a broken link is refused here, not sent to the hub
         model, tokenizer = _load_directory(gguf_model_dir(Path(os.path.expanduser(name)), progress), name, torch_dtype)
     elif os.path.exists(os.path.expanduser(name)):
         model, tokenizer = _load_directory(Path(os.path.expanduser(name)), name, torch_dtype)
@@ -218,8 +218,8 @@ def gguf_model_dir(path: Path, progress: Callable[[str], None] | None = None) ->
     the same name do not share one; the marker records size, mtime and a sampled digest, so an
     edited or replaced file is converted again.
     """
+    check_convertible(path)  # missing, damaged, truncated, unsupported or incomplete: refused in ms, before the cache
     path = path.resolve()
-    check_supported(path)  # bad magic, truncated header, unsupported architecture: refused in ms
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
     target = cache_root() / "models" / "gguf" / f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     marker = {**_conversion_marker(path), "source_path": str(path), "source_mtime_ns": path.stat().st_mtime_ns,
@@ -296,6 +296,7 @@ def _is_current(target: Path, expected: dict[str, Any]) -> bool:
 
 def _convert_gguf(gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str, Any]) -> None:
     """Dequantise a GGUF model and install its safetensors copy at ``target`` atomically."""
+    created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(target)
     logger.info("converting %s to %s (one-time)", gguf_name, target)
@@ -308,6 +309,10 @@ def _convert_gguf(gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str
         _write_converted(model, tokenizer, temp, marker)
         del model  # free the dequantised copy before the caller loads the saved one
         _install(temp, target, marker)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        _remove_empty(created)  # a failed conversion leaves no cache folder it made
+        raise
     finally:
         shutil.rmtree(temp, ignore_errors=True)  # a no-op after a successful install
     logger.info("converted %s in %.1f s", gguf_name, time.perf_counter() - started)
@@ -350,6 +355,15 @@ def _install(temp: Path, target: Path, marker: dict[str, Any]) -> None:
             return  # another process finished first; the caller deletes our copy
         _move_aside(target)  # a partial or outdated copy: replace it
     raise LayersearchError(f"cannot install the converted model at {target}; delete that directory and retry")
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Delete ``folders`` (innermost first) that are still empty; another process's files stay."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _move_aside(target: Path) -> None:

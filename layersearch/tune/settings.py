@@ -9,6 +9,10 @@ from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 
 
+#: The longest search tune takes (30 days of seconds); a resumed study can run again.
+MAX_BUDGET = 30 * 24 * 3600.0
+
+
 @dataclass(frozen=True)
 class TuneSettings:
     """One ``layersearch tune`` run (model references live in the specs it writes)."""
@@ -28,6 +32,8 @@ class TuneSettings:
         budget = self.budget
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
             raise LayersearchError(f"--budget must be a number of seconds > 0, got {budget!r}")
+        if budget > MAX_BUDGET:  # 1e308 is a typo, not a plan: it would search until killed
+            raise LayersearchError(f"--budget must be at most {MAX_BUDGET:.0f} seconds (30 days), got {budget:g}")
         for name, what in (("train_prompts", "--train-prompts"), ("test_prompts", "--test-prompts"),
                            ("max_new_tokens", "--max-new-tokens"), ("repeats", "--repeats"), ("finalists", "--finalists")):
             check_int(getattr(self, name), what)

@@ -22,7 +22,7 @@ from layersearch.cli import main
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.models import build_tiny_model, load_model, loading
-from layersearch.models.gguf import ARCHITECTURES, check_supported, read_header
+from layersearch.models.gguf import ARCHITECTURES, check_convertible, check_supported, read_header
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
@@ -171,7 +171,7 @@ def test_a_truncated_gguf_leaves_nothing_in_the_cache(tmp_path: Path, empty_cach
     with pytest.raises(LayersearchError) as excinfo:
         load_model(str(path))
     one_line(excinfo, "cut.gguf")
-    assert leftovers(empty_cache) == ["gguf"]  # the folder for converted files, and nothing in it
+    assert leftovers(empty_cache) == []  # refused from its layout (tensor data past the end), before any cache folder
 
 
 # ----- real models (fetched by ../shared/models/fetch.sh; skipped when absent) -----------------
@@ -194,3 +194,49 @@ def test_real_gguf_models_decode_losslessly(path: Path, family: str) -> None:
     with torch.inference_mode():
         ours = SpeculativeDecoder(loaded.model, mask, policy=DraftPolicy(4, 0.0)).generate(ids, 8)  # always drafts
     assert ours.token_ids == plain and ours.stats.drafted > 0
+
+
+# ----- the whole layout, before any conversion (issue 26, round two) -------------------------------
+
+
+def write_complete_gguf(path: Path) -> Path:
+    """A small GGUF file with everything :func:`check_convertible` asks for (not real weights)."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_embedding_length(8)
+    writer.add_token_list(["a", "b", "c", "d"])
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_complete_layout_is_accepted(tmp_path: Path) -> None:
+    assert check_convertible(write_complete_gguf(tmp_path / "ok.gguf")).architecture == "llama"
+
+
+@pytest.mark.parametrize("cut, fragment", [(8, "truncated"), (None, "no tensors for layer 1")])
+def test_an_incomplete_layout_is_refused(tmp_path: Path, cut, fragment: str) -> None:
+    path = write_complete_gguf(tmp_path / "bad.gguf")
+    data = path.read_bytes()
+    if cut is None:  # claim two layers while holding tensors for one
+        data = data.replace(b"llama.block_count\x04\x00\x00\x00\x01", b"llama.block_count\x04\x00\x00\x00\x02")
+    else:
+        data = data[:-cut]
+    path.write_bytes(data)
+    with pytest.raises(LayersearchError) as excinfo:
+        check_convertible(path)
+    one_line(excinfo, fragment)
+
+
+def test_a_failed_conversion_leaves_no_cache_folder(tmp_path: Path, empty_cache: Path, monkeypatch) -> None:
+    def fail(*args):
+        raise LayersearchError("cannot read it")
+
+    monkeypatch.setattr(loading, "_load_gguf", fail)
+    with pytest.raises(LayersearchError):
+        load_model(str(write_complete_gguf(tmp_path / "ok.gguf")))
+    assert not empty_cache.exists()
