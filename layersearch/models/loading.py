@@ -234,13 +234,15 @@ def _converted_copy(
     if _is_current(target, marker):
         return target
     started = time.perf_counter()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)  # an unwritable cache fails before any message
+
+    def announce() -> None:  # called once the cache folder exists: an unwritable cache fails before any message
         if progress is not None:
             size = (gguf_dir / gguf_name).stat().st_size
             progress(f"converting {gguf_name} ({size / 2**30:.2f} GiB) to float32 safetensors in {target} "
                      "(once per file; a minute or more for a 1 GiB GGUF)")
-        _convert_gguf(gguf_dir, gguf_name, target, marker)
+
+    try:
+        _convert_gguf(gguf_dir, gguf_name, target, marker, announce)
     except OSError as exc:  # LAYERSEARCH_CACHE a file, read-only, on a full disk...
         raise LayersearchError(
             f"cannot write the model cache {target.parent}: {exc.strerror or exc} "
@@ -294,10 +296,14 @@ def _is_current(target: Path, expected: dict[str, Any]) -> bool:
     return isinstance(found, dict) and all(found.get(k) == v for k, v in expected.items())
 
 
-def _convert_gguf(gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str, Any]) -> None:
-    """Dequantise a GGUF model and install its safetensors copy at ``target`` atomically."""
+def _convert_gguf(
+    gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str, Any], started_hook: Callable[[], None] = lambda: None
+) -> None:
+    """Dequantise a GGUF model and install its safetensors copy at ``target`` atomically
+    (``started_hook`` runs once the cache folder is there, before the slow part)."""
     created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
+    started_hook()
     _remove_stale_temps(target)
     logger.info("converting %s to %s (one-time)", gguf_name, target)
     started = time.perf_counter()
@@ -309,9 +315,9 @@ def _convert_gguf(gguf_dir: Path, gguf_name: str, target: Path, marker: dict[str
         _write_converted(model, tokenizer, temp, marker)
         del model  # free the dequantised copy before the caller loads the saved one
         _install(temp, target, marker)
-    except BaseException:
+    except LayersearchError:
         shutil.rmtree(temp, ignore_errors=True)
-        _remove_empty(created)  # a failed conversion leaves no cache folder it made
+        _remove_empty(created)  # a refused file leaves no cache folder it made (an interrupted run keeps them)
         raise
     finally:
         shutil.rmtree(temp, ignore_errors=True)  # a no-op after a successful install
