@@ -49,18 +49,6 @@ class Case:
 
 
 # ----- the working folder ------------------------------------------------------------------------
-def char_tokenizer():
-    """One id per printable ASCII character (0-2: unk, bos, eos)."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    chars = ["\n", "\t"] + [chr(code) for code in range(32, 127)]
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-
-
 def build_base(folder: Path) -> None:
     """The good files every case starts from."""
     import numpy as np
@@ -73,7 +61,7 @@ def build_base(folder: Path) -> None:
     from layersearch.knn.router import DomainMask, Router
     from layersearch.mask import SkipMask
     from layersearch.models.loading import load_model
-    from layersearch.models.tiny import build_tiny_model
+    from layersearch.models.tiny import build_tiny_model, char_tokenizer
     from layersearch.steer import SteeringFile, SteeringParams, default_layers
     from layersearch.steer.hooks import intermediate_size
 

@@ -256,15 +256,15 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any =
     return drafter
 
 
-def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None) -> Any:
+def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None, progress: Any = None) -> Any:
     """Draft model ``ref`` on ``device`` / ``dtype`` (None: the device's default), its vocabulary
-    checked against the verifier's."""
+    checked against the verifier's; ``progress`` hears about a one-time GGUF conversion."""
     from layersearch.models.loading import default_dtype, load_model
     from layersearch.runtime.drafters import ModelDrafter
     from layersearch.steer.modeldir import check_model_config
 
     check_model_config(ref, "draft model")  # sizes checked before transformers allocates from them
-    drafter = load_model(ref, device=device, dtype=dtype or default_dtype(device))
+    drafter = load_model(ref, device=device, dtype=dtype or default_dtype(device), progress=progress)
     ModelDrafter(drafter.model).check_target(loaded.model)
     return drafter
 

@@ -170,17 +170,14 @@ def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
     """The draft models that ``--peers`` and ``--drafters`` name, each loaded once in the target's
     dtype and checked against its vocabulary."""
     from layersearch.bench import split_named
-    from layersearch.models.loading import default_dtype, load_model
-    from layersearch.runtime.drafters import ModelDrafter
+    from layersearch.build import load_draft_model
 
     models: dict[str, Any] = {}
     for item in items:
         name = split_named(item)[1]
         if name is not None and name not in models:
             _say(f"loading draft model {name}")
-            draft = load_model(name, device=args.device, dtype=args.dtype or default_dtype(args.device), progress=_say)
-            ModelDrafter(draft.model).check_target(loaded.model)
-            models[name] = draft.model
+            models[name] = load_draft_model(name, loaded, args.device, args.dtype, progress=_say).model
     return models
 
 
