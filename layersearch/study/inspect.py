@@ -107,23 +107,18 @@ def search_seconds(trials: Sequence[Any]) -> float:
 def best_curve(study: Any) -> list[tuple[float, float]]:
     """``(seconds since the first trial started, best objective so far)`` at each completed
     trial, in completion order: how soon a search got where it got."""
-    import math
-
     from optuna.trial import TrialState
+
+    from layersearch.plots import best_so_far
 
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.datetime_complete]
     starts = [t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]
     if not trials or not starts:
         return []
     origin = min(starts)
-    maximize = study.direction.name == "MAXIMIZE"
-    curve, best = [], math.nan
-    for trial in sorted(trials, key=lambda t: (t.datetime_complete, t.number)):
-        value = float(trial.value)
-        if not math.isnan(value) and (math.isnan(best) or (value > best if maximize else value < best)):
-            best = value
-        curve.append(((trial.datetime_complete - origin).total_seconds(), best))
-    return curve
+    trials.sort(key=lambda t: (t.datetime_complete, t.number))
+    bests = best_so_far([float(t.value) for t in trials], study.direction)
+    return [((t.datetime_complete - origin).total_seconds(), best) for t, best in zip(trials, bests)]
 
 
 def time_to_fraction(curve: Sequence[tuple[float, float]], maximize: bool, fraction: float = 0.95) -> float | None:
