@@ -35,6 +35,14 @@ def split_named(item: str) -> tuple[str, str | None]:
     return kind, (name if sep else None)
 
 
+def split_quant(name: str) -> tuple[str, str | None]:
+    """``"small@int8"`` -> ``("small", "int8")`` (a draft model with quantized weights); ``"small"`` -> ``("small", None)``."""
+    from layersearch.models.quantize import QUANT_SCHEMES
+
+    ref, sep, quant = name.rpartition("@")
+    return (ref, quant) if sep and ref and quant in QUANT_SCHEMES else (name, None)
+
+
 # The harness's configuration and measurement, under the names this module has always used.
 Config = Configuration
 
@@ -129,7 +137,9 @@ def _with_rule(label: str, rule: str | None, count: int) -> str:
 
 def _short(name: str) -> str:
     """A model reference short enough for a table: a path's file or folder name."""
-    return name.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
+    ref, quant = split_quant(name)
+    short = ref.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
+    return short if quant is None else f"{short} {quant}"
 
 
 def run_domain(

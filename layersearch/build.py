@@ -245,7 +245,13 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any =
     drafter = None
     if ref is not None:
         drafter = preloaded if preloaded is not None and spec.drafter.model is not None else \
-            load_draft_model(ref, loaded, spec.model.device, spec.model.dtype)
+            load_draft_model(ref, loaded, spec.model.device, spec.model.dtype, quant=spec.drafter.quant)
+    if drafter is not None and preloaded is drafter:
+        from layersearch.models.quantize import is_quantized
+
+        if is_quantized(drafter.model) != (spec.drafter.quant is not None):
+            raise LayersearchError(f"the preloaded draft model is {'' if is_quantized(drafter.model) else 'not '}"
+                                   f"quantized, but the spec's drafter.quant is {spec.drafter.quant!r}")
     if steering is not None:
         def check(_: Any) -> None:
             if drafter is not None:
@@ -256,16 +262,22 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any =
     return drafter
 
 
-def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None, progress: Any = None) -> Any:
+def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None, progress: Any = None,
+                     quant: str | None = None) -> Any:
     """Draft model ``ref`` on ``device`` / ``dtype`` (None: the device's default), its vocabulary
-    checked against the verifier's; ``progress`` hears about a one-time GGUF conversion."""
+    checked against the verifier's; ``progress`` hears about a one-time GGUF conversion;
+    ``quant`` ("int8"): its weights quantized (:mod:`layersearch.models.quantize`)."""
     from layersearch.models.loading import default_dtype, load_model
+    from layersearch.models.quantize import check_quant, quantize_draft
     from layersearch.runtime.drafters import ModelDrafter
     from layersearch.steer.modeldir import check_model_config
 
+    check_quant(quant, device, dtype)
     check_model_config(ref, "draft model")  # sizes checked before transformers allocates from them
     drafter = load_model(ref, device=device, dtype=dtype or default_dtype(device), progress=progress)
     ModelDrafter(drafter.model).check_target(loaded.model)
+    if quant is not None:
+        quantize_draft(drafter.model, quant)
     return drafter
 
 

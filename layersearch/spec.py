@@ -11,7 +11,7 @@ File format (``format`` 1)::
     {"kind": "layersearch-decoder-spec", "format": 1,
      "model": {"ref": "smollm2-135m", "path": false, "info": {...} | null, "device": "cpu", "dtype": null},
      "plain": false,
-     "drafter": {"name": "layer-skip", "model": null | {"ref": ..., "path": ...}, "vocab": 0},
+     "drafter": {"name": "layer-skip", "model": null | {"ref": ..., "path": ...}, "vocab": 0, "quant": null},
      "mask_source": {"kind": "mask", "mask": {<mask file>}, "file": "mask.json"},
      "steering": null, "profile": null,
      "lookahead": {"name": "confidence", "max_draft": 8, "threshold": 0.8, "file": null},
@@ -102,6 +102,7 @@ class DrafterSpec:
     name: str = "layer-skip"
     model: ModelRef | None = None  # an independent draft model sharing the tokenizer (layer-skip: replaced by it; hybrid: its fallback)
     vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
+    quant: str | None = None  # the draft model's weights quantized ("int8"; None: as loaded)
 
     def __post_init__(self) -> None:
         from layersearch.runtime.drafters import DRAFTERS
@@ -115,6 +116,12 @@ class DrafterSpec:
 
         if self.model is not None and self.name not in MODEL_DRAFTERS:
             raise LayersearchError(f"drafter {self.name!r} takes no draft model (only {', '.join(MODEL_DRAFTERS)} draft with one)")
+        if self.quant is not None:
+            from layersearch.models.quantize import check_quant
+
+            check_quant(self.quant)
+            if self.model is None:
+                raise LayersearchError("drafter.quant quantizes an independent draft model; this drafter has none")
 
 
 @dataclass(frozen=True)
@@ -255,7 +262,8 @@ class DecoderSpec:
             "model": {"ref": model.ref.ref, "path": model.ref.path, "info": model.info.to_dict() if model.info else None,
                       "device": model.device, "dtype": model.dtype},
             "plain": self.plain,
-            "drafter": {"name": self.drafter.name, "model": _ref_dict(self.drafter.model), "vocab": self.drafter.vocab},
+            "drafter": {"name": self.drafter.name, "model": _ref_dict(self.drafter.model), "vocab": self.drafter.vocab,
+                        "quant": self.drafter.quant},
             "mask_source": source,
             "steering": self.steering,
             "profile": self.profile,
@@ -278,7 +286,7 @@ class DecoderSpec:
             raise LayersearchError(f"unsupported spec format {data.get('format')!r} (this version reads {SPEC_FORMAT})")
         body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format"))
         model = _object(body["model"], "model", required=("ref", "path", "info", "device", "dtype"))
-        drafter = _object(body["drafter"], "drafter", required=("name", "model"), optional=("vocab",))
+        drafter = _object(body["drafter"], "drafter", required=("name", "model"), optional=("vocab", "quant"))
         source = _object(body["mask_source"], "mask_source", required=("kind",),
                          optional=("mask", "file", "skip_ratio", "reselect_every", "swift"))
         if "mask" in source:
@@ -290,7 +298,7 @@ class DecoderSpec:
             model=ModelSpec(_nested(lambda d: ModelRef(d["ref"], d["path"]), model, "model"), info, model["device"], model["dtype"]),
             plain=body["plain"],
             drafter=DrafterSpec(drafter["name"], None if drafter["model"] is None else _ref(drafter["model"], "drafter.model"),
-                                drafter.get("vocab", 0)),
+                                drafter.get("vocab", 0), drafter.get("quant")),
             mask_source=MaskSourceSpec(**source),
             steering=body["steering"],
             lookahead=LookaheadSpec(**lookahead),

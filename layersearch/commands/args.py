@@ -19,6 +19,10 @@ MAX_DRAFT = 8
 DRAFT_THRESHOLD = 0.8
 
 
+# --draft-quant choices; equal to layersearch.models.quantize.QUANT_SCHEMES (tests/commands/test_args.py checks).
+QUANT_CHOICES = ("int8",)
+
+
 # --kernels choices; equal to layersearch.runtime.kernels.CHOICES (tests/commands/test_args.py checks).
 KERNEL_CHOICES = ("auto", "stock", "numba")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from typing import Any
 
@@ -39,10 +40,11 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-peers", action="store_true", help="skip HF's prompt lookup / early exit peers")
     p.add_argument("--peers", default="prompt-lookup,early-exit",
                    help="transformers' peers to run: prompt-lookup, early-exit, assisted:MODEL (assisted generation "
-                        "with that draft model; default prompt-lookup,early-exit)")
+                        "with that draft model; MODEL@int8: its weights in int8; default prompt-lookup,early-exit)")
     p.add_argument("--drafters", default="prompt-lookup,hybrid",
                    help="our other drafters to run beside the layer-skip masks: prompt-lookup, hybrid, model:MODEL "
-                        "(an independent draft model), hybrid:MODEL (lookup, else that draft model) "
+                        "(an independent draft model), hybrid:MODEL (lookup, else that draft model); MODEL@int8 "
+                        "drafts with that model's weights in int8 (CPU) "
                         "(default prompt-lookup,hybrid; '' for none)")
     p.add_argument("--lookaheads", default="",
                    help="comma-separated lookahead rules (static, confidence, adaptive, heuristic): one row per rule for "
@@ -76,6 +78,7 @@ def run(args: Any) -> int:
     check_int(args.draft_vocab, "--draft-vocab", minimum=0)
     domains = _domains(args)
     drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
+    _check_quantized(args, peers + tuple(drafters))  # before the model loads
     loaded = load(args)
     draft_models = _draft_models(args, loaded, peers + tuple(drafters))
     from layersearch.vocab import draft_vocabulary
@@ -166,18 +169,40 @@ def _lookaheads(args: Any) -> tuple[str, ...]:
     return names
 
 
+def _model_names(items) -> list[str]:
+    from layersearch.bench import split_named
+
+    return list(dict.fromkeys(name for name in (split_named(item)[1] for item in items) if name is not None))
+
+
+def _check_quantized(args: Any, items) -> None:
+    """Each ``MODEL@int8`` of ``items`` can be quantized on this device and dtype."""
+    from layersearch.bench import split_quant
+    from layersearch.models.quantize import check_quant
+
+    for name in _model_names(items):
+        check_quant(split_quant(name)[1], args.device, args.dtype)
+
+
 def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
     """The draft models that ``--peers`` and ``--drafters`` name, each loaded once in the target's
-    dtype and checked against its vocabulary."""
-    from layersearch.bench import split_named
+    dtype and checked against its vocabulary; ``MODEL@int8`` is that model with int8 weights."""
+    from layersearch.bench import split_quant
     from layersearch.build import load_draft_model
+    from layersearch.models.quantize import quantize_draft
 
+    names = _model_names(items)
     models: dict[str, Any] = {}
-    for item in items:
-        name = split_named(item)[1]
-        if name is not None and name not in models:
-            _say(f"loading draft model {name}")
-            models[name] = load_draft_model(name, loaded, args.device, args.dtype, progress=_say).model
+    for name in names:
+        ref, quant = split_quant(name)
+        plain = models.get(ref)
+        if plain is None:
+            _say(f"loading draft model {ref}")
+            plain = load_draft_model(ref, loaded, args.device, args.dtype, progress=_say).model
+            if ref in names:
+                models[ref] = plain
+        if quant is not None:
+            models[name] = quantize_draft(copy.deepcopy(plain) if ref in names else plain, quant)
     return models
 
 

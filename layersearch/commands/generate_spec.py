@@ -39,7 +39,8 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     return DecoderSpec(
         model=ModelSpec(ModelRef.given(args.model), None, args.device, args.dtype),
         plain=args.baseline,
-        drafter=DrafterSpec(args.drafter, ModelRef.given(args.draft_model) if args.draft_model else None, args.draft_vocab),
+        drafter=DrafterSpec(args.drafter, ModelRef.given(args.draft_model) if args.draft_model else None, args.draft_vocab,
+                            _draft_quant(args)),
         mask_source=source,
         steering=args.steering,
         lookahead=_lookahead(args),
@@ -48,6 +49,19 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
         profile=args.profile,
         max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
     )
+
+
+def _draft_quant(args: Any) -> str | None:
+    """``--draft-quant``: quantizes the ``--draft-model`` (checked before the model loads)."""
+    from layersearch.models.quantize import check_quant
+
+    quant = getattr(args, "draft_quant", None)
+    if quant is None:
+        return None
+    if args.draft_model is None:
+        raise LayersearchError(f"--draft-quant {quant} quantizes a --draft-model; give one")
+    check_quant(quant, args.device, args.dtype)
+    return quant
 
 
 def _check_draft_vocab(args: Any) -> None:

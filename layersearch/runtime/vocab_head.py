@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from layersearch.errors import LayersearchError
+from layersearch.models.quantize import is_quantized_linear, quantized_like
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class SubsetHead:
 
     def __init__(self, model: torch.nn.Module, subset: VocabSubset) -> None:
         head = model.get_output_embeddings()
-        weight = head.weight  # [vocab, hidden]
+        quantized = is_quantized_linear(head)  # an int8 draft model's head (models/quantize.py)
+        weight = head.weight().dequantize() if quantized else head.weight  # [vocab, hidden]
         self.vocab = int(weight.shape[0])
         if subset.token_ids[-1] >= self.vocab:
             raise LayersearchError(
@@ -62,27 +64,43 @@ class SubsetHead:
                 f"{self.vocab} ids: it was counted for another tokenizer"
             )
         self.subset = subset
-        self.source = weight  # the full head this was sliced from (a changed model is re-sliced)
+        self.module = head  # the full head this was sliced from (a changed model is re-sliced)
+        self.source = weight
         self.ids = torch.tensor(subset.token_ids, device=weight.device)  # [N]
         self.weight = weight.detach().index_select(0, self.ids).contiguous()  # [N, hidden]
-        bias = getattr(head, "bias", None)
+        bias = head.bias() if quantized else getattr(head, "bias", None)
         self.bias = None if bias is None else bias.detach().index_select(0, self.ids)  # [N]
+        self._quantized = _quantized_rows(self.weight, self.bias) if quantized else None
         config = getattr(model, "config", None)
         # Gemma 2 (and Gemma 3 where set) squash the final logits: tanh(x / cap) * cap.
         self.softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
 
     def fits(self, model: torch.nn.Module) -> bool:
         """True when this head was sliced from ``model``'s own LM head."""
-        return model.get_output_embeddings().weight is self.source
+        head = model.get_output_embeddings()
+        return head is self.module and (self._quantized is not None or head.weight is self.source)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits ``[n, vocab]`` from final-norm states ``hidden`` [n, hidden]:
         the subset's scores in their columns, ``-inf`` everywhere else."""
-        scores = torch.nn.functional.linear(hidden, self.weight, self.bias)  # [n, N]
+        if self._quantized is not None:
+            scores = self._quantized(hidden)  # [n, N]
+        else:
+            scores = torch.nn.functional.linear(hidden, self.weight, self.bias)  # [n, N]
         if self.softcap:
             scores = torch.tanh(scores / self.softcap) * self.softcap
         full = scores.new_full((scores.shape[0], self.vocab), float("-inf"))  # [n, vocab]
         return full.index_copy_(1, self.ids, scores)
+
+
+def _quantized_rows(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Module:
+    """The sliced rows ``weight`` [N, hidden] as an int8 Linear, like the head they came from."""
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if bias is not None:
+            linear.bias.copy_(bias)
+    return quantized_like(linear)
 
 
 class DraftHeads:

@@ -61,6 +61,31 @@ def test_bench_with_a_draft_model_end_to_end(capsys, tiny_with_embedded_tokenize
     assert "ours: model (small) [heuristic]" in stdout
 
 
+def test_bench_with_int8_draft_models(capsys, tiny_with_embedded_tokenizer, tmp_path):
+    """``MODEL@int8`` rows beside the fp32 ones: the same model loaded once, outputs still exact."""
+    _, _, verifier = tiny_with_embedded_tokenizer(0)
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli(
+        capsys, "bench", "--model", verifier, "--domains", "code", "--prompts-per-domain", 1, "--max-new-tokens", 8,
+        "--repeats", 1, "--skip-ratios", "", "--peers", f"assisted:{verifier}@int8",
+        "--drafters", f"model:{verifier},model:{verifier}@int8,hybrid:{verifier}@int8", "--lookaheads", "static",
+        "--out", out,
+    )
+    assert code == 0, err
+    rows = {r["config"]: r for r in json.loads(out.read_text())["domains"]["code"]["rows"]}
+    for label in ("hf assisted (tiny int8)", "ours: model (tiny) [static]", "ours: model (tiny int8) [static]",
+                  "ours: hybrid (tiny int8) [static]"):
+        assert rows[label]["identical_to_plain"] is True, label
+    assert rows["ours: model (tiny int8) [static]"]["alpha"] > 0.5  # an int8 copy of the target mostly agrees with it
+    assert err.count("loading draft model") == 1
+
+
+def test_an_int8_draft_in_half_precision_is_refused_before_loading(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "bench", "--model", tmp_path / "nowhere", "--dtype", "bfloat16",
+                           "--drafters", "model:small@int8", "--out", tmp_path / "b.json")
+    assert code == 2 and "quantizes float32 weights" in err and err.strip().count("\n") == 0, err
+
+
 def test_bench_on_the_users_own_prompts(capsys, tiny_with_embedded_tokenizer, tmp_path):
     _, _, verifier = tiny_with_embedded_tokenizer(0)
     rows = [{"prompt": f"def f{i}(x): return x + {i}"} for i in range(20)]
