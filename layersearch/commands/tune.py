@@ -20,8 +20,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("tune", help="search every drafter, mask, lookahead and verifier for your prompts; write the best spec")
     p.add_argument("--prompts", required=True, metavar="FILE",
                    help="your prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} per line); train split searched, test split held out")
-    model_args(p)
-    p.add_argument("--draft-model", metavar="MODEL", help="an independent draft model sharing the tokenizer (searched as well)")
+    model_args(p, kernels=True)
+    p.add_argument("--draft-model", metavar="MODEL", help="an independent draft model sharing the tokenizer (searched as well; "
+                   "on CPU also with int8 weights)")
     p.add_argument("--budget", type=float, required=True, metavar="SECONDS",
                    help="search time: the mask pre-search and the study (the held-out re-measurement comes after)")
     p.add_argument("--out", required=True, metavar="SPEC", help="the chosen decoder spec (JSON; runs with generate --spec)")
@@ -67,20 +68,39 @@ def tune_from_args(args: Any) -> Any:
     draft_ref = ModelRef.given(args.draft_model) if args.draft_model else None
     prepared = prepare(settings, draft_ref)
     loaded = load(args)
-    draft = None
+    drafts = {}
     if draft_ref is not None:
         _say(f"loading draft model {draft_ref.ref}")
-        draft = load_draft_model(draft_ref.ref, loaded, args.device, args.dtype)
+        drafts[None] = load_draft_model(draft_ref.ref, loaded, args.device, args.dtype)
+        drafts.update(_quantized_drafts(drafts[None], args))
     model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)
     with _Progress(args.quiet) as progress, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
-        result = tune(loaded, prepared, model, draft=draft, say=_say if not args.quiet else (lambda m: None),
-                      on_trial=progress.update)
+        result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(args, "kernels", "auto"),
+                      say=_say if not args.quiet else (lambda m: None), on_trial=progress.update)
     write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")
     result.spec.save(args.out)
     announce(out, f"wrote {out.given} ({'plain decoding' if result.selection.plain_chosen else result.selection.winner}), "
                   f"{md_path} and {png_path}")
     return result
+
+
+def _quantized_drafts(draft: Any, args: Any) -> dict[str, Any]:
+    """The draft model's int8 copy where it can run (CPU, float32), for the study to choose from."""
+    import copy
+    from dataclasses import replace
+
+    from layersearch.errors import LayersearchError
+    from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantize_draft
+
+    out = {}
+    for scheme in QUANT_SCHEMES:
+        try:
+            check_quant(scheme, args.device, args.dtype)
+        except LayersearchError:
+            continue  # e.g. a GPU: the draft model is searched with its own weights only
+        out[scheme] = replace(draft, model=quantize_draft(copy.deepcopy(draft.model), scheme))
+    return out
 
 
 def held_out_table(result: Any) -> str:

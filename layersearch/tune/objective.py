@@ -8,7 +8,7 @@ the decode-phase speedup), so a trial's score and a ``bench`` row are the same q
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from layersearch.errors import LayersearchError
 from layersearch.spec import DecoderSpec
@@ -32,22 +32,44 @@ class Figures:
         return asdict(self)
 
 
-def spec_config(loaded: Any, spec: DecoderSpec, label: str, draft: Any = None) -> Any:
-    """A :class:`layersearch.bench.Config` running the decoder ``spec`` describes (``draft``: the
-    draft model, loaded once)."""
+def draft_for(drafts: Mapping[str | None, Any] | None, spec: DecoderSpec) -> Any:
+    """The loaded draft model ``spec`` drafts with, from ``drafts`` (quantization -> LoadedModel)."""
+    if not drafts or spec.drafter.model is None:
+        return None
+    return drafts[spec.drafter.quant]
+
+
+def spec_config(loaded: Any, spec: DecoderSpec, label: str, drafts: Mapping[str | None, Any] | None = None,
+                kernels: str = "stock") -> Any:
+    """A :class:`layersearch.bench.Config` running the decoder ``spec`` describes (``drafts``: the
+    draft model loaded once per quantization; ``kernels``: the CPU kernels every run uses)."""
     from layersearch.bench import Config
     from layersearch.build import build_decoder
 
-    built = build_decoder(loaded, spec, draft=draft)
+    built = build_decoder(loaded, spec, draft=draft_for(drafts, spec), kernels=kernels)
     return Config(label, lambda ids, n: built.run(ids, n))
 
 
-def plain_config(loaded: Any) -> Any:
-    """The benchmark's plain ``generate`` row."""
+def with_kernels(config: Any, model: Any, kernels: str) -> Any:
+    """``config`` with every run inside ``model_kernels(model, kernels)`` (a peer or plain row
+    timed with the kernels the candidates run)."""
+    from dataclasses import replace
+
+    from layersearch.runtime.kernels import model_kernels
+
+    def generate(ids: Any, n: int, inner=config.generate) -> Any:
+        with model_kernels(model, kernels):
+            return inner(ids, n)
+
+    return replace(config, generate=generate)
+
+
+def plain_config(loaded: Any, kernels: str = "stock") -> Any:
+    """The benchmark's plain ``generate`` row (with ``kernels``)."""
     from layersearch.bench import configs
     from layersearch.runtime.drafting import DraftPolicy
 
-    return configs(loaded.model, [], DraftPolicy(), peers=())[0]
+    return with_kernels(configs(loaded.model, [], DraftPolicy(), peers=())[0], loaded.model, kernels)
 
 
 def figures_of(row: dict[str, Any]) -> Figures:
@@ -58,11 +80,12 @@ def figures_of(row: dict[str, Any]) -> Figures:
 
 
 def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: int, *, repeats: int = 1,
-            draft: Any = None) -> Figures:
-    """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each)."""
+            drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock") -> Figures:
+    """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each),
+    both with ``kernels``."""
     from layersearch.bench import PLAIN, run_domain, summarize
 
-    configs = [plain_config(loaded), spec_config(loaded, spec, CANDIDATE, draft)]
+    configs = [plain_config(loaded, kernels), spec_config(loaded, spec, CANDIDATE, drafts, kernels)]
     measured = run_domain(configs, list(prompts), new_tokens, repeats, lambda message: None, device=loaded.model.device)
     for name in (PLAIN, CANDIDATE):
         if measured[name].error:

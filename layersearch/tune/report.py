@@ -38,6 +38,8 @@ def describe(spec: DecoderSpec) -> str:
     length = f"{rule.name} draft length (at most {rule.max_draft}" + (
         f", threshold {rule.threshold:.2f})" if rule.name in ("confidence", "adaptive") else ")")
     head = f", draft head over the {spec.drafter.vocab} most frequent tokens" if spec.drafter.vocab else ""
+    if spec.drafter.quant:
+        head += f", draft weights {spec.drafter.quant}"
     return f"drafts from {drafts}{head}; {length}; {spec.verifier} verification; greedy, lossless"
 
 

@@ -53,6 +53,8 @@ class TuneResult:
     test_prompts: int
     max_new_tokens: int
     repeats: int
+    kernels: str = "stock"  # the CPU kernels every measurement ran with
+    quants: tuple[str, ...] = ()  # the draft model's quantizations searched beside its own weights
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,13 @@ def _identity(settings: TuneSettings, domain: str, draft_model: ModelRef | None,
 
 
 def tune(
-    loaded: Any, prepared: Prepared, model: ModelSpec, *, draft: Any = None, say: Callable[[str], None] = lambda m: None,
-    on_trial: Callable[[Progress], None] = lambda p: None,
+    loaded: Any, prepared: Prepared, model: ModelSpec, *, drafts: dict[str | None, Any] | None = None,
+    kernels: str = "stock", say: Callable[[str], None] = lambda m: None, on_trial: Callable[[Progress], None] = lambda p: None,
 ) -> TuneResult:
-    """Search, re-measure and choose (``loaded``: the model; ``draft``: the draft model, loaded)."""
+    """Search, re-measure and choose (``loaded``: the model; ``drafts``: the draft model loaded per
+    quantization, None for its own weights; ``kernels``: auto, stock or numba, every measurement's
+    CPU kernels, auto the profile's choice)."""
+    from layersearch.runtime.kernels import choose_kernels
     import optuna
 
     from layersearch.data import load_prompts
@@ -100,7 +105,8 @@ def tune(
     from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, trial_records
 
     settings = prepared.settings
-    if (draft is None) != (prepared.draft_model is None):
+    drafts = dict(drafts or {})
+    if bool(drafts) != (prepared.draft_model is not None) or (drafts and None not in drafts):
         raise LayersearchError("the draft model must be loaded when the study drafts with one (and only then)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     train_texts = [p.text for p in load_prompts(prepared.domain, settings.train_prompts, seed=settings.seed, split="train",
@@ -111,14 +117,18 @@ def tune(
     identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
     pool = stored_pool(study)
-    profile = _profile(loaded, say) if pool is None else None
+    profile = _profile(loaded, say, kernels) if pool is None or kernels == "auto" else None
+    kernels = choose_kernels(kernels, profile)
+    say(f"kernels: {kernels}")
     start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
     deadline = start + settings.budget
     if pool is None:
         pool = _pool(loaded, train_texts, train, profile, settings, say)
         store_pool(study, pool)
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
-    space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens)
+    quants = ("none", *(q for q in drafts if q is not None))
+    space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens,
+                  quants)
     if fresh:
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)
@@ -130,7 +140,7 @@ def tune(
             trial.set_user_attr("error", "plain decoding was measured already")
             raise optuna.TrialPruned("plain decoding was measured already")
         try:
-            figures = measure(loaded, spec, train, settings.max_new_tokens, draft=draft)
+            figures = measure(loaded, spec, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
         except LayersearchError as exc:  # a configuration this model cannot run: recorded, not fatal
             trial.set_user_attr("error", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
@@ -151,22 +161,25 @@ def tune(
     new_trials = done
     search_seconds = time.monotonic() - start
     chosen = select.finalists(study, settings.finalists)
-    rows = select.remeasure(loaded, chosen, test, settings.max_new_tokens, settings.repeats, draft=draft,
-                            draft_ref=None if prepared.draft_model is None else prepared.draft_model.ref, say=say)
+    rows = select.remeasure(loaded, chosen, test, settings.max_new_tokens, settings.repeats, drafts=drafts,
+                            draft_ref=None if prepared.draft_model is None else prepared.draft_model.ref, kernels=kernels,
+                            say=say)
     plain = DecoderSpec(model=model, plain=True, max_new_tokens=settings.max_new_tokens)
     selection = select.choose(rows, plain)
     return TuneResult(selection.spec, selection, tuple(trial_records(study)), pool, new_trials, search_seconds,
                       settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,
                       settings.name, prepared.location.url, settings.train_prompts, settings.test_prompts,
-                      settings.max_new_tokens, settings.repeats)
+                      settings.max_new_tokens, settings.repeats, kernels, quants[1:])
 
 
-def _profile(loaded: Any, say: Callable[[str], None]) -> Any:
-    """A quick latency profile of this machine (the pool's pruning and ranking)."""
+def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock") -> Any:
+    """A quick latency profile of this machine (the pool's pruning and ranking; with ``auto``
+    kernels, which kernel set measured faster)."""
     from layersearch.runtime.profiler import quick_profile
 
     say("measuring a quick latency profile")
-    return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=PROFILE_MAX_VERIFY, repeats=1)
+    return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=PROFILE_MAX_VERIFY, repeats=1,
+                         kernels=kernels)
 
 
 def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, settings: TuneSettings,

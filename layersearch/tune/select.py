@@ -75,15 +75,18 @@ def finalists(study: Any, count: int) -> list[Finalist]:
 
 
 def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], new_tokens: int, repeats: int, *,
-              draft: Any = None, draft_ref: str | None = None, say=lambda message: None) -> list[HeldOutRow]:
-    """Plain generate, the peers and the finalists on the held-out ``prompts``, interleaved."""
+              drafts: Mapping[str | None, Any] | None = None, draft_ref: str | None = None, kernels: str = "stock",
+              say=lambda message: None) -> list[HeldOutRow]:
+    """Plain generate, the peers (transformers' assisted generation with each loaded form of the
+    draft model) and the finalists on the held-out ``prompts``, interleaved, all with ``kernels``."""
     from layersearch.bench import PLAIN, configs, run_domain, summarize
     from layersearch.runtime.drafting import DraftPolicy
-    from layersearch.tune.objective import spec_config
+    from layersearch.tune.objective import spec_config, with_kernels
 
-    peers = ("prompt-lookup", *((f"assisted:{draft_ref}",) if draft is not None else ()))
-    base = configs(loaded.model, [], DraftPolicy(), peers=peers, draft_models={draft_ref: draft.model} if draft is not None else {})
-    ours = [spec_config(loaded, f.spec, f.label, draft) for f in chosen]
+    named = {draft_ref if quant is None else f"{draft_ref}@{quant}": d.model for quant, d in (drafts or {}).items()}
+    peers = ("prompt-lookup", *(f"assisted:{name}" for name in named))
+    base = [with_kernels(c, loaded.model, kernels) for c in configs(loaded.model, [], DraftPolicy(), peers=peers, draft_models=named)]
+    ours = [spec_config(loaded, f.spec, f.label, drafts, kernels) for f in chosen]
     say(f"held-out: {len(prompts)} test prompts x {len(base) + len(ours)} configurations x {repeats} repeats")
     measured = run_domain(base + ours, list(prompts), new_tokens, repeats, say, device=loaded.model.device)
     summary = {c.name: summarize(c.name, measured[c.name], None, 0, None, plain=measured[PLAIN]) for c in base + ours}

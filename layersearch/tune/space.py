@@ -9,6 +9,7 @@ drafter    plain, layer-skip, prompt-lookup, hybrid          always
            (+ model, hybrid-model with a draft model)
 mask       labels of the candidate pool (:mod:`.pool`)      layer-skip, hybrid
 vocab      0 (full head), 8192, 32768, below the vocabulary  the drafter runs a head
+draft_quant  none, int8 (the draft model's weights)         model, hybrid-model, on CPU
 lookahead  static, confidence, adaptive, heuristic          not plain
 max_draft  1..16                                            not plain
 threshold  0.3..0.95                                        confidence, adaptive
@@ -47,6 +48,7 @@ class Space:
     draft_model: ModelRef | None
     vocab_size: int
     max_new_tokens: int
+    quants: tuple[str, ...] = ("none",)  # the draft model's weights: as loaded, or quantized (CPU)
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -79,7 +81,9 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
     max_draft = trial.suggest_int("max_draft", *MAX_DRAFT)
     threshold = trial.suggest_float("threshold", *THRESHOLD) if rule in THRESHOLD_RULES else LookaheadSpec.threshold
     verifier = trial.suggest_categorical("verifier", ("chain", "tree")) if kind == "layer-skip" else "chain"
-    drafter = DrafterSpec(MODEL_KINDS.get(kind, kind), space.draft_model if kind in MODEL_KINDS else None, vocab)
+    quant = trial.suggest_categorical("draft_quant", space.quants) if kind in MODEL_KINDS and len(space.quants) > 1 else "none"
+    drafter = DrafterSpec(MODEL_KINDS.get(kind, kind), space.draft_model if kind in MODEL_KINDS else None, vocab,
+                          None if quant == "none" else quant)
     return DecoderSpec(model=space.model, drafter=drafter, mask_source=source,
                        lookahead=LookaheadSpec(rule, max_draft, threshold), verifier=verifier,
                        max_new_tokens=space.max_new_tokens)
@@ -92,8 +96,11 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
     mask with the confidence rule (alone and in the hybrid) and the hybrid with the draft model."""
     head = {"vocab": 0} if len(space.vocabs) > 1 else {}
     points: list[dict[str, Any]] = [{"drafter": "prompt-lookup", "lookahead": "heuristic", "max_draft": 4}]
+    quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
     if space.draft_model is not None:
-        points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head})
+        points.append({"drafter": "model", "lookahead": "static", "max_draft": 4, **head, **quant})
+        points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head,
+                       **({"draft_quant": "none"} if quant else {})})
     points.append({"drafter": PLAIN})
     if space.masks:
         best = space.masks[0].label
@@ -101,7 +108,7 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
         points.append({"drafter": "layer-skip", "mask": best, "verifier": "chain", **confident})
         points.append({"drafter": "hybrid", "mask": best, **confident})
     if space.draft_model is not None:
-        points.append({"drafter": "hybrid-model", "lookahead": "heuristic", "max_draft": 8, **head})
+        points.append({"drafter": "hybrid-model", "lookahead": "heuristic", "max_draft": 8, **head, **quant})
     return points
 
 

@@ -13,11 +13,11 @@ from layersearch.tune.select import HeldOutRow, choose
 from layersearch.tune.space import Space, kind_of, starting_points, suggest_spec
 
 
-def _space(loaded, draft_ref=None):
+def _space(loaded, draft_ref=None, quants=("none",)):
     info = loaded.info
     mask = SkipMask.uniform(info.num_layers, 0.25, info).with_provenance(label="uniform 0.25")
     pool = (Candidate("uniform 0.25", mask, 0.5, 1.5, 1.1),)
-    return Space(ModelSpec(ModelRef("verifier"), info), pool, draft_ref, 128, 10)
+    return Space(ModelSpec(ModelRef("verifier"), info), pool, draft_ref, 128, 10, quants)
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +34,19 @@ def test_every_starting_point_and_kind_decodes_like_plain_generate(word_models):
     from layersearch.build import build_decoder
     from layersearch.runtime.baseline import hf_generate
 
+    import copy
+    from dataclasses import replace
+
+    from layersearch.models.quantize import quantize_draft
+    from layersearch.tune.objective import draft_for
+
     loaded, draft, draft_path = word_models
-    space = _space(loaded, ModelRef(draft_path, True))
+    drafts = {None: draft, "int8": replace(draft, model=quantize_draft(copy.deepcopy(draft.model)))}
+    space = _space(loaded, ModelRef(draft_path, True), ("none", "int8"))
     points = starting_points(space) + [{"drafter": "layer-skip", "mask": "uniform 0.25", "lookahead": "static", "max_draft": 3,
                                         "verifier": "tree"}]
     assert {p["drafter"] for p in points} == set(space.drafters)
+    assert any(p.get("draft_quant") == "int8" for p in points)  # the cheap int8 drafts are measured first
     prompt = [[5, 9, 5, 9, 5, 9, 5, 7, 3]]
     import torch
 
@@ -48,8 +56,20 @@ def test_every_starting_point_and_kind_decodes_like_plain_generate(word_models):
         spec = suggest_spec(optuna.trial.FixedTrial(params), space)
         assert kind_of(spec) == params["drafter"]
         assert DecoderSpec.from_dict(spec.to_dict()) == spec  # what the trial records parses back
-        built = build_decoder(loaded, spec, draft=draft)
+        built = build_decoder(loaded, spec, draft=draft_for(drafts, spec))
         assert list(built.run(ids, 10).token_ids) == plain, params
+
+
+def test_a_preloaded_draft_must_match_the_specs_quantization(word_models):
+    from layersearch.build import build_decoder
+    from layersearch.errors import LayersearchError
+
+    loaded, draft, draft_path = word_models
+    spec = suggest_spec(optuna.trial.FixedTrial({"drafter": "model", "lookahead": "static", "max_draft": 3, "draft_quant": "int8"}),
+                        _space(loaded, ModelRef(draft_path, True), ("none", "int8")))
+    assert spec.drafter.quant == "int8"
+    with pytest.raises(LayersearchError, match="not quantized"):
+        build_decoder(loaded, spec, draft=draft)
 
 
 def test_space_without_masks_or_draft_model_offers_only_what_can_run(word_models):
