@@ -196,6 +196,25 @@ def test_real_gguf_models_decode_losslessly(path: Path, family: str) -> None:
     assert ours.token_ids == plain and ours.stats.drafted > 0
 
 
+@pytest.mark.realmodels
+def test_an_int8_copy_of_a_real_model_drafts_for_it_losslessly() -> None:
+    """Qwen2.5-Coder-0.5B verifying its own int8 copy (down projections kept fp32): exact output,
+    and the copy agrees with the fp32 model on most tokens (the point of quantizing a drafter)."""
+    import copy
+
+    from layersearch.models.quantize import quantize_draft
+    from layersearch.runtime.drafters import ModelDrafter
+    from layersearch.runtime.lookahead import StaticLookahead
+
+    loaded = real_model(QWEN_05B)
+    ids = loaded.tokenizer("def fibonacci(n):", return_tensors="pt").input_ids
+    plain = hf_generate(loaded.model, ids, 12).token_ids
+    drafter = ModelDrafter(quantize_draft(copy.deepcopy(loaded.model)))
+    with torch.inference_mode():
+        ours = SpeculativeDecoder(loaded.model, drafter=drafter, lookahead=StaticLookahead(4)).generate(ids, 12)
+    assert ours.token_ids == plain and ours.stats.accepted >= 0.7 * ours.stats.drafted
+
+
 # ----- the whole layout, before any conversion (issue 26, round two) -------------------------------
 
 
