@@ -42,7 +42,7 @@ def forward_tokens(
         input_ids=ids,
         position_ids=positions.to(device).view(1, -1),  # [1, n]
         attention_mask=None if attention_mask is None else attention_mask.to(device),
-        past_key_values=cache,
+        cache=cache,  # transformers 5.x: past_key_values is deprecated
         use_cache=True,
         output_hidden_states=bool(hidden_layers),
     )
