@@ -309,11 +309,12 @@ class DecoderSpec:
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write the spec file atomically, its file paths made relative to the file's folder."""
+        """Write the spec file atomically: paths inside the file's folder relative to it (the folder
+        moves as a whole), paths elsewhere (a model in the cache) absolute."""
         from layersearch.jsonfile import write_json_atomic
 
         folder = _folder_of(path)
-        return write_json_atomic(path, self.with_paths(lambda p: os.path.relpath(os.path.abspath(p), folder)).to_dict())
+        return write_json_atomic(path, self.with_paths(lambda p: _portable(p, folder)).to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> "DecoderSpec":
@@ -349,6 +350,13 @@ class DecoderSpec:
 
 _TOP_KEYS = ("model", "plain", "drafter", "mask_source", "steering", "profile", "lookahead", "verifier", "sampling",
              "max_new_tokens")
+
+
+def _portable(path: str, folder: str) -> str:
+    """``path`` relative to ``folder`` when it lies inside it, else absolute."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute, folder)
+    return absolute if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
 
 
 def _folder_of(path: str | Path) -> str:

@@ -38,9 +38,14 @@ def test_json_round_trip_and_relative_paths(tmp_path):
     spec.save(path)
     data = json.loads(path.read_text())
     assert data["kind"] == "layersearch-decoder-spec" and data["format"] == 1
-    assert data["steering"] == os.path.join("..", "sub", "steer.safetensors")  # relative to the spec's folder
-    assert data["model"]["ref"] == os.path.join("..", "model") and data["mask_source"]["mask"]["mlp"] == [2, 3]
-    assert DecoderSpec.load(path) == spec  # resolved from the spec's folder, wherever we run
+    assert data["steering"] == str(tmp_path / "sub" / "steer.safetensors")  # outside the spec's folder: absolute
+    assert data["model"]["ref"] == str(tmp_path / "model") and data["mask_source"]["mask"]["mlp"] == [2, 3]
+    assert DecoderSpec.load(path) == spec
+    inside = tmp_path / "spec.json"  # beside the files: relative, so the folder moves as a whole
+    spec.save(inside)
+    data = json.loads(inside.read_text())
+    assert data["steering"] == os.path.join("sub", "steer.safetensors") and data["model"]["ref"] == "model"
+    assert DecoderSpec.load(inside) == spec  # resolved from the spec's folder, wherever we run
 
 
 def test_a_hub_id_is_not_a_path(tmp_path):

@@ -99,14 +99,14 @@ def run(args: Any) -> int:
     report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
         options = dict(peers=peers, drafters=drafters, draft_models=draft_models, lookaheads=lookaheads, vocab=vocab)
-        _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report)
-    write_json_atomic(out, report)
+        _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report, out)
     announce(out, f"wrote {out}")
     return 0
 
 
-def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, options: dict[str, Any], report) -> None:
-    """Measure every domain's configurations and print its table, filling ``report``; ``options``:
+def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, options: dict[str, Any], report, out) -> None:
+    """Measure every domain's configurations and print its table, filling ``report`` and writing
+    it to ``out`` after each domain (a long run stopped later keeps what it measured); ``options``:
     the keyword arguments of :func:`layersearch.bench.configs` beyond the masks (peers, drafters...)."""
     from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
 
@@ -120,6 +120,7 @@ def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, op
         rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain) for c in cfgs]
         report["domains"][domain] = {"context": context, "rows": rows}
         print(format_table(domain, rows), flush=True)
+        write_json_atomic(out, report)
 
 
 def _domains(args: Any) -> list[str]:
