@@ -99,6 +99,8 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
     quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
     if space.draft_model is not None:
         points.append({"drafter": "model", "lookahead": "static", "max_draft": 4, **head, **quant})
+        # transformers' assisted-generation defaults: draft while the draft model's top-1 is >= 0.4
+        points.append({"drafter": "model", "lookahead": "confidence", "max_draft": 12, "threshold": 0.4, **head, **quant})
         points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head,
                        **({"draft_quant": "none"} if quant else {})})
     points.append({"drafter": PLAIN})
