@@ -128,7 +128,7 @@ def tune(
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
     quants = ("none", *(q for q in drafts if q is not None))
     space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens,
-                  quants)
+                  quants, cheap_draft(profile))
     if fresh:
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)
@@ -170,6 +170,19 @@ def tune(
                       settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,
                       settings.name, prepared.location.url, settings.train_prompts, settings.test_prompts,
                       settings.max_new_tokens, settings.repeats, kernels, quants[1:])
+
+
+def cheap_draft(profile: Any, tolerance: float = 1.1) -> int:
+    """The longest draft (1..MAX_DRAFT) whose verification forward (draft + 1 tokens) costs at
+    most ``tolerance`` one-token forwards on the profile's curve (4 without a profile). With
+    stock CPU kernels the curve rises in steps (every 3 tokens with MKL, every 4 with numba's
+    token block): a draft that crosses a step pays a whole extra pass over the weights."""
+    from layersearch.tune.space import MAX_DRAFT
+
+    if profile is None:
+        return 4
+    fitting = [d for d in range(MAX_DRAFT[0], MAX_DRAFT[1] + 1) if profile.verify_ratio(d + 1) <= tolerance]
+    return max(fitting, default=MAX_DRAFT[0])
 
 
 def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock") -> Any:

@@ -49,6 +49,7 @@ class Space:
     vocab_size: int
     max_new_tokens: int
     quants: tuple[str, ...] = ("none",)  # the draft model's weights: as loaded, or quantized (CPU)
+    cheap_draft: int = 4  # the longest draft whose verification costs about one forward (the profile's curve)
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -98,7 +99,7 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = [{"drafter": "prompt-lookup", "lookahead": "heuristic", "max_draft": 4}]
     quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
     if space.draft_model is not None:
-        points.append({"drafter": "model", "lookahead": "static", "max_draft": 4, **head, **quant})
+        points.append({"drafter": "model", "lookahead": "static", "max_draft": space.cheap_draft, **head, **quant})
         # transformers' assisted-generation defaults: draft while the draft model's top-1 is >= 0.4
         points.append({"drafter": "model", "lookahead": "confidence", "max_draft": 12, "threshold": 0.4, **head, **quant})
         points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head,

@@ -104,3 +104,15 @@ def test_plain_label_is_the_benchmarks():
     from layersearch.tune.select import PLAIN_LABEL
 
     assert PLAIN_LABEL == PLAIN
+
+
+def test_the_cheap_draft_length_follows_the_verification_curve():
+    from types import SimpleNamespace
+
+    from layersearch.tune.run import cheap_draft
+
+    steps = [1.0, 0.99, 1.0, 1.02, 1.48, 1.48, 1.49, 1.48, 1.95]  # numba on the 1.5B: a step every 4 tokens
+    profile = SimpleNamespace(verify_ratio=lambda k: steps[min(k, len(steps)) - 1])
+    assert cheap_draft(profile) == 3  # 3 drafted + 1 verified = 4 tokens, before the step
+    assert cheap_draft(SimpleNamespace(verify_ratio=lambda k: 1.0)) == 16  # a GPU-like flat curve
+    assert cheap_draft(None) == 4
