@@ -86,7 +86,8 @@ def transfer_matrix(
     for mask in masks.values():
         mask.check_model(loaded.info)
     # Every domain's prompts first: a missing package or file fails before any timing.
-    texts = {d: [p.text for p in load_prompts(d, samples, seed=prompt_seed, split=split, spec_bench=spec_bench)]
+    texts = {d: [p.text for p in load_prompts(d, samples, seed=prompt_seed, split=split, spec_bench=spec_bench,
+                                              tokenizer=loaded.tokenizer)]  # chat rows of a file: domain
              for d in domains}
     configurations = plain_and_masks(loaded.model, dict(masks), max_draft=max_draft, draft_threshold=draft_threshold)
     cells = []

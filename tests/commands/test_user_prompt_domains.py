@@ -69,3 +69,18 @@ def test_a_bad_prompt_file_is_one_line_before_the_model_loads(tmp_path, capsys, 
     (tmp_path / "bad.jsonl").write_text('{"text": "no prompt key"}\n')
     code, _, err = run_cli(capsys, *command[:2], "--model", tmp_path / "no-model", "--domain", "file:bad.jsonl", *command[2:])
     assert code == 2 and err.count("\n") == 1 and 'either a "prompt" string' in err, err
+
+
+def test_transfer_on_chat_rows_uses_the_chat_template(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    """transfer formats a file: domain's chat rows with the model's chat template (it refused them before)."""
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    rows = [{"messages": [{"role": "user", "content": f"Write function number {i}."}]} for i in range(40)]
+    prompts = tmp_path / "chat.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = load_model(str(folder)).info
+    mask = tmp_path / "m.json"
+    SkipMask(4, (1,), (2,), info).save(mask)
+    code, out, err = run_cli(capsys, "transfer", "--model", folder, "--mask", f"code={mask}", "--domains", f"file:{prompts}",
+                             "--samples", 2, "--max-new-tokens", 4, "--repeats", 1, "--out-prefix", tmp_path / "t")
+    assert code == 0, err
+    assert "chat.jsonl" in out
