@@ -195,7 +195,7 @@ class _Run:
         sequence = self.ids[: position + 1]  # [position + 1]
         return DraftRequest(
             self.model, self.cache, sequence, position, limit, self.mask, self.lookahead,
-            self.sampling, self.generator, self._forward,
+            self.sampling, self.generator, self._forward, self.forward_timer.region,
         )
 
     def _feed_back(self, proposal: Proposal, verdict: Verdict, position: int, emitted: int, draft_s: float, verify_s: float) -> None:

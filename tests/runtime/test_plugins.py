@@ -312,3 +312,23 @@ def test_verifier_hidden_states_reach_the_drafter(tiny_llama, tree):
     assert len(drafter.received) == len(lengths)
     for got, length in zip(drafter.received, lengths):
         torch.testing.assert_close(got, expected[length - 2], rtol=1e-4, atol=1e-4)
+
+
+def test_a_draft_models_forwards_count_as_model_time(tiny_llama, draft_model, monkeypatch):
+    """The loop's forward clock times the draft model's forwards too, so bookkeeping (time
+    outside model forwards) does not absorb them."""
+    from layersearch.runtime import timing
+
+    entered = []
+    region = timing.RegionTimer.region
+
+    def counted(self):
+        entered.append(1)
+        return region(self)
+
+    monkeypatch.setattr(timing.RegionTimer, "region", counted)
+    result = SpeculativeDecoder(tiny_llama, drafter=ModelDrafter(draft_model), lookahead=StaticLookahead(3)).generate(
+        repetitive_prompt(1), 12)
+    draft_forwards = sum(s.draft_forwards for s in result.stats.steps)
+    assert draft_forwards > 0
+    assert len(entered) >= result.stats.target_forwards + draft_forwards

@@ -10,8 +10,9 @@ deterministic proposal), which is all speculative sampling needs to stay exact.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
@@ -38,6 +39,9 @@ class DraftRequest:
     sampling: SamplingConfig
     generator: torch.Generator | None
     forward: Forward
+    # A drafter running its own model times each of its forwards in this region, so the loop's
+    # clock counts them as model time, not bookkeeping (the target's forwards are timed already).
+    timed: Callable[[], ContextManager] = contextlib.nullcontext
 
     @property
     def last_token(self) -> int:

@@ -61,7 +61,8 @@ class ModelDrafter(StatelessDrafter):
         def next_logits(token: int, index: int) -> torch.Tensor:
             fed = sequence[keep:] if index == 0 else [token]
             start = len(self._ids)
-            logits = forward_tokens(self.model, fed, start, self._cache, keep=1, **options)[-1]  # [vocab]
+            with request.timed():
+                logits = forward_tokens(self.model, fed, start, self._cache, keep=1, **options)[-1]  # [vocab]
             self._ids.extend(fed)
             return logits
 
