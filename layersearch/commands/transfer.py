@@ -24,6 +24,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--mask", action="append", required=True, metavar="DOMAIN=FILE",
                    help="a mask file and the domain it was searched on (repeat the option)")
     p.add_argument("--domains", help="comma-separated domains to evaluate on (default: the masks' domains)")
+    p.add_argument("--prompts", metavar="FILE", help="your own prompts (JSONL: {\"prompt\": ...} or {\"messages\": [...]} per "
+                   "line) as one more domain to evaluate on (the same as file:FILE in --domains)")
     p.add_argument("--samples", type=int, default=4, help="prompts per domain (default 4)")
     p.add_argument("--prompt-seed", type=int, default=0, help="which prompts of the split (default 0)")
     p.add_argument("--split", default="test", choices=("train", "validation", "test"), help="prompt split (default test)")
@@ -47,6 +49,11 @@ def run(args: Any) -> int:
         positive_int(value, name)
     named = domain_options(args.mask, "--mask", "DOMAIN=FILE")
     domains = [d for d in (args.domains or ",".join(named)).split(",") if d]
+    if args.prompts:
+        from layersearch.data.user import choose_rows, domain_for
+
+        choose_rows(args.prompts, args.samples, args.prompt_seed, args.split)  # a bad file fails before the model loads
+        domains.append(domain_for(args.prompts))
     loaded = load(args)
     masks = {domain: SkipMask.load(path, model=loaded.info) for domain, path in named.items()}
     result = transfer_matrix(

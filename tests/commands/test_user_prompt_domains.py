@@ -80,7 +80,8 @@ def test_transfer_on_chat_rows_uses_the_chat_template(tiny_with_embedded_tokeniz
     info = load_model(str(folder)).info
     mask = tmp_path / "m.json"
     SkipMask(4, (1,), (2,), info).save(mask)
-    code, out, err = run_cli(capsys, "transfer", "--model", folder, "--mask", f"code={mask}", "--domains", f"file:{prompts}",
-                             "--samples", 2, "--max-new-tokens", 4, "--repeats", 1, "--out-prefix", tmp_path / "t")
-    assert code == 0, err
-    assert "chat.jsonl" in out
+    for where in (("--domains", f"file:{prompts}"), ("--domains", "code", "--prompts", prompts)):
+        code, out, err = run_cli(capsys, "transfer", "--model", folder, "--mask", f"code={mask}", *where,
+                                 "--samples", 2, "--max-new-tokens", 4, "--repeats", 1, "--out-prefix", tmp_path / "t")
+        assert code == 0, err
+        assert "chat.jsonl" in out
