@@ -23,7 +23,7 @@ import torch
 
 from layersearch.data import load_prompts
 from layersearch.models.loading import load_model
-from layersearch.models.quantize import is_quantized_linear, quantized_like
+from layersearch.models.quantize import quantize_draft
 
 VARIANTS = {  # label -> Linear names left in fp32 (None: no quantization)
     "fp32": None,
@@ -34,14 +34,8 @@ VARIANTS = {  # label -> Linear names left in fp32 (None: no quantization)
 
 
 def quantized(model: torch.nn.Module, kept: tuple[str, ...]) -> torch.nn.Module:
-    """A copy of ``model`` with every Linear not named in ``kept`` int8 (as models/quantize.py does)."""
-    model = copy.deepcopy(model)
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear and name not in kept:
-                setattr(parent, name, quantized_like(child))
-    assert any(is_quantized_linear(m) for m in model.modules())
-    return model
+    """A copy of ``model`` with every Linear not named in ``kept`` int8."""
+    return quantize_draft(copy.deepcopy(model), keep=kept)
 
 
 def one_token_seconds(model: torch.nn.Module, context: int = 300, repeats: int = 7) -> float:

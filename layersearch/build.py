@@ -249,8 +249,9 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any =
     if drafter is not None and preloaded is drafter:
         from layersearch.models.quantize import is_quantized
 
-        if is_quantized(drafter.model) != (spec.drafter.quant is not None):
-            raise LayersearchError(f"the preloaded draft model is {'' if is_quantized(drafter.model) else 'not '}"
+        quantized = is_quantized(drafter.model)
+        if quantized != (spec.drafter.quant is not None):
+            raise LayersearchError(f"the preloaded draft model is {'' if quantized else 'not '}"
                                    f"quantized, but the spec's drafter.quant is {spec.drafter.quant!r}")
     if steering is not None:
         def check(_: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from typing import Any
 
@@ -190,7 +189,7 @@ def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
     dtype and checked against its vocabulary; ``MODEL@int8`` is that model with int8 weights."""
     from layersearch.bench import split_quant
     from layersearch.build import load_draft_model
-    from layersearch.models.quantize import quantize_draft
+    from layersearch.models.quantize import quantize_draft, quantized_copy
 
     names = _model_names(items)
     models: dict[str, Any] = {}
@@ -203,7 +202,7 @@ def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
             if ref in names:
                 models[ref] = plain
         if quant is not None:
-            models[name] = quantize_draft(copy.deepcopy(plain) if ref in names else plain, quant)
+            models[name] = quantized_copy(plain, quant) if ref in names else quantize_draft(plain, quant)
     return models
 
 

@@ -87,11 +87,10 @@ def tune_from_args(args: Any) -> Any:
 
 def _quantized_drafts(draft: Any, args: Any) -> dict[str, Any]:
     """The draft model's int8 copy where it can run (CPU, float32), for the study to choose from."""
-    import copy
     from dataclasses import replace
 
     from layersearch.errors import LayersearchError
-    from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantize_draft
+    from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantized_copy
 
     out = {}
     for scheme in QUANT_SCHEMES:
@@ -99,7 +98,7 @@ def _quantized_drafts(draft: Any, args: Any) -> dict[str, Any]:
             check_quant(scheme, args.device, args.dtype)
         except LayersearchError:
             continue  # e.g. a GPU: the draft model is searched with its own weights only
-        out[scheme] = replace(draft, model=quantize_draft(copy.deepcopy(draft.model), scheme))
+        out[scheme] = replace(draft, model=quantized_copy(draft.model, scheme))
     return out
 
 

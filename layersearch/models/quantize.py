@@ -17,6 +17,7 @@ time for one token); where torch drops it, ``--draft-quant`` becomes one clear e
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
@@ -43,16 +44,21 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
         raise LayersearchError(f"--draft-quant {scheme} quantizes float32 weights, not {dtype}")
 
 
-def quantize_draft(model: torch.nn.Module, scheme: str = "int8") -> torch.nn.Module:
-    """``model`` with its Linear layers (but the MLP down projections) replaced in place by
-    dynamically quantized int8 ones; returns ``model``. For draft models only: the result is
-    approximate."""
+def quantize_draft(model: torch.nn.Module, scheme: str = "int8", keep: tuple[str, ...] = _KEPT_FP32) -> torch.nn.Module:
+    """``model`` with its Linear layers (but those named in ``keep``: the MLP down projections)
+    replaced in place by dynamically quantized int8 ones; returns ``model``. For draft models
+    only: the result is approximate."""
     check_quant(scheme, str(next(model.parameters()).device))
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear and name not in _KEPT_FP32:
+            if type(child) is torch.nn.Linear and name not in keep:
                 setattr(parent, name, quantized_like(child))
     return model
+
+
+def quantized_copy(model: torch.nn.Module, scheme: str = "int8") -> torch.nn.Module:
+    """A quantized copy of ``model`` (:func:`quantize_draft`); ``model`` stays as it is."""
+    return quantize_draft(copy.deepcopy(model), scheme)
 
 
 def is_quantized_linear(module: torch.nn.Module) -> bool:
