@@ -130,6 +130,32 @@ def _drafter_configs(
     return result
 
 
+def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Config]:
+    """One row per decoder spec: ``specs`` holds (label, DecoderSpec, SpecFiles) for each file;
+    the row is ``spec: <label>``, decoding greedily (the bench checks outputs against plain
+    ``generate``) with whatever kernels the bench has switched on for every row."""
+    from layersearch.build import build_decoder
+
+    result = []
+    for label, spec, files in specs:
+        built = build_decoder(loaded, spec, files, kernels="stock")  # the bench switches kernels around every row
+        greedy = built.sampling(do_sample=False)
+        if built.speculative is None:  # a plain spec: transformers' generate
+            generate = lambda ids, n, s=greedy: hf_generate(loaded.model, ids, n, sampling=s)  # noqa: E731
+        else:
+            generate = lambda ids, n, d=built.speculative, s=greedy: d.generate(ids, n, sampling=s)  # noqa: E731
+        result.append(Config(f"spec: {label}", generate, _fixed_mask(built.spec), loaded.model))
+    return result
+
+
+def _fixed_mask(spec) -> SkipMask | None:
+    """The mask a layer-skip spec always drafts with (the profile predicts its row), else None."""
+    source = spec.mask_source
+    if spec.drafter.name != "layer-skip" or spec.drafter.model is not None or source.kind != "mask":
+        return None
+    return source.mask
+
+
 def _with_rule(label: str, rule: str | None, count: int) -> str:
     """A row's label, naming its lookahead rule where several are compared."""
     return label if rule is None or count == 1 and rule == "confidence" else f"{label} [{rule}]"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from layersearch.commands.args import draft_args, model_args
@@ -48,6 +50,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--lookaheads", default="",
                    help="comma-separated lookahead rules (static, confidence, adaptive, heuristic): one row per rule for "
                         "each mask that skips something and each draft model (default: the confidence rule)")
+    p.add_argument("--specs", default="", metavar="FILES",
+                   help="comma-separated decoder spec files (from generate --save-spec or tune): one row each, "
+                        "decoding greedily with the bench's kernels (any drafter, mask, steering, lookahead or DISCO "
+                        "file a spec names)")
     p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
                    help="also run each draft-model row and each mask that skips something with a draft head that "
                         "scores only the tokenizer's N most frequent tokens (FR-Spec; default 0: no such rows)")
@@ -78,7 +84,9 @@ def run(args: Any) -> int:
     domains = _domains(args)
     drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
     _check_quantized(args, peers + tuple(drafters))  # before the model loads
+    specs = _read_specs(args.specs, args.model)  # a bad spec or file it names fails before the model load
     loaded = load(args)
+    spec_rows = _spec_rows(loaded, specs)
     draft_models = _draft_models(args, loaded, peers + tuple(drafters))
     from layersearch.vocab import draft_vocabulary
 
@@ -98,21 +106,23 @@ def run(args: Any) -> int:
     report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
         options = dict(peers=peers, drafters=drafters, draft_models=draft_models, lookaheads=lookaheads, vocab=vocab)
-        _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report, out)
+        _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report, out, spec_rows)
     announce(out, f"wrote {out}")
     return 0
 
 
-def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, options: dict[str, Any], report, out) -> None:
+def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, options: dict[str, Any], report, out,
+                 extra=()) -> None:
     """Measure every domain's configurations and print its table, filling ``report`` and writing
     it to ``out`` after each domain (a long run stopped later keeps what it measured); ``options``:
-    the keyword arguments of :func:`layersearch.bench.configs` beyond the masks (peers, drafters...)."""
+    the keyword arguments of :func:`layersearch.bench.configs` beyond the masks (peers, drafters...);
+    ``extra``: more configurations (the spec rows), after those."""
     from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
 
     for domain in domains:
         ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
         context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
-        cfgs = configs(loaded.model, masks, policy, **options)
+        cfgs = configs(loaded.model, masks, policy, **options) + list(extra)
         _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
         measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
         loop, plain = measured.get(LOOP), measured.get(PLAIN)
@@ -167,6 +177,50 @@ def _lookaheads(args: Any) -> tuple[str, ...]:
     if unknown:
         raise LayersearchError(f"--lookaheads: unknown rule {unknown[0]!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
     return names
+
+
+def _read_specs(text: str, model: str) -> list[tuple[str, str, Any, Any]]:
+    """(file, row label, DecoderSpec, SpecFiles) for each file of ``--specs``, every file it names
+    read and checked; a spec bound to a model is checked against it once loaded (:func:`_spec_rows`)."""
+    from layersearch.build import read_spec_files
+    from layersearch.spec import DecoderSpec
+
+    paths = [p.strip() for p in text.split(",") if p.strip()]
+    stems = [Path(p).stem for p in paths]
+    specs = []
+    for path, stem in zip(paths, stems):
+        spec = DecoderSpec.load(path)
+        _check_spec_model(path, spec, model)
+        specs.append((path, stem if stems.count(stem) == 1 else path, spec, read_spec_files(spec)))
+    return specs
+
+
+def _check_spec_model(path: str, spec: Any, model: str) -> None:
+    """A spec not yet bound to a model (no fingerprint) must name the bench's ``--model``."""
+    if spec.model.info is not None:
+        return
+    ref = spec.model.ref
+    same = ref.ref == model or ref.path and _real(ref.ref) == _real(model)
+    if not same:
+        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not --model {model!r}")
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _spec_rows(loaded, specs) -> list[Any]:
+    """The bench rows of the ``--specs`` files, each checked against the loaded model first."""
+    from layersearch.bench import spec_configs
+
+    for path, _, spec, _ in specs:
+        try:
+            spec.check_model(loaded.info)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{path}: {exc}") from None
+    if specs:
+        _say(f"building {len(specs)} decoder spec(s)")
+    return spec_configs(loaded, [(label, spec, files) for _, label, spec, files in specs])
 
 
 def _model_names(items) -> list[str]:
