@@ -273,6 +273,13 @@ COMMANDS: dict[str, Command] = {
         (("--draft-vocab", "-1"), ("--draft-vocab", str(10**12)), ("--draft-vocab", "x"), ("--kernels", "gpu"),
          ("--kernels", "")),
     ),
+    "bench --specs": Command(
+        ("bench", "--model", MODEL, "--specs", "{spec}", "--domains", "code", "--prompts-per-domain", "1",
+         "--max-new-tokens", "2", "--repeats", "1", "--skip-ratios", "", "--no-peers", "--drafters", "",
+         "--profile", "profile.json", "--out", "bench_out.json"),
+        (("--specs", ","),),
+        kinds={"spec": "bench_spec"},
+    ),
     "study create --prompts": Command(
         ("study", "create", "--name", "chat", "--model", MODEL, "--prompts", "{user_prompts}", "--strategy", "random",
          "--objective", "matchness", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
@@ -751,6 +758,8 @@ BAD_KINDS: dict[str, dict[str, Maker]] = {
     "draft_model": BAD_DRAFT_MODELS,
     "gguf": BAD_GGUF,
     "spec": BAD_SPECS,
+    # bench runs a spec on its own --model: a spec bound to that model (by fingerprint) may name it otherwise
+    "bench_spec": {k: v for k, v in BAD_SPECS.items() if k != "model folder missing"},
     "user_prompts": BAD_USER_PROMPTS,
     "model_out": BAD_MODEL_DIRS,
     "mask": {**BAD_JSON_FILES, "a profile": _value("profile.json")},

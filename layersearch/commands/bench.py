@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -186,11 +187,14 @@ def _read_specs(text: str, model: str) -> list[tuple[str, str, Any, Any]]:
     from layersearch.spec import DecoderSpec
 
     paths = [p.strip() for p in text.split(",") if p.strip()]
+    if text.strip() and not paths:
+        raise LayersearchError("--specs: no spec file named")
     stems = [Path(p).stem for p in paths]
     specs = []
     for path, stem in zip(paths, stems):
         spec = DecoderSpec.load(path)
         _check_spec_model(path, spec, model)
+        _check_placement(path, spec)
         specs.append((path, stem if stems.count(stem) == 1 else path, spec, read_spec_files(spec)))
     return specs
 
@@ -205,22 +209,34 @@ def _check_spec_model(path: str, spec: Any, model: str) -> None:
         raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not --model {model!r}")
 
 
+def _check_placement(path: str, spec: Any) -> None:
+    """The spec's device and dtype must be names we know, though the bench runs on its own."""
+    from layersearch.models.loading import DTYPES
+
+    device, dtype = spec.model.device, spec.model.dtype
+    if re.fullmatch(r"cpu|cuda(:\d+)?", device.strip().lower()) is None:
+        raise LayersearchError(f"{path}: unknown device {device!r}; use cpu, cuda or cuda:N")
+    if dtype is not None and dtype not in DTYPES:
+        raise LayersearchError(f"{path}: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
 def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
 def _spec_rows(loaded, specs) -> list[Any]:
-    """The bench rows of the ``--specs`` files, each checked against the loaded model first."""
+    """The bench rows of the ``--specs`` files, each checked against the loaded model first; an
+    error names its file."""
     from layersearch.bench import spec_configs
 
-    for path, _, spec, _ in specs:
+    rows = []
+    for path, label, spec, files in specs:
         try:
             spec.check_model(loaded.info)
+            rows += spec_configs(loaded, [(label, spec, files)])
         except LayersearchError as exc:
             raise LayersearchError(f"{path}: {exc}") from None
-    if specs:
-        _say(f"building {len(specs)} decoder spec(s)")
-    return spec_configs(loaded, [(label, spec, files) for _, label, spec, files in specs])
+    return rows
 
 
 def _model_names(items) -> list[str]:
