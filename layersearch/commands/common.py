@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from layersearch.checks import check_draft_length, check_int, check_real, check_seed
@@ -131,7 +132,8 @@ def note_old_spelling(old: str, new: str) -> None:
 
 def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
     """``bench``'s masks: an evenly spread one per ``--skip-ratios`` value (labelled ``uniform R``),
-    then the files of ``--masks`` (each checked against the model)."""
+    then the files of ``--masks`` (each checked against the model; labelled by file name unless
+    the file carries a label)."""
     from layersearch.mask import SkipMask
 
     ratios = []
@@ -141,7 +143,9 @@ def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
         except ValueError:
             raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
     result = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
-    result += [SkipMask.load(path, model=info) for path in filter(None, masks.split(","))]
+    for path in filter(None, masks.split(",")):
+        mask = SkipMask.load(path, model=info)
+        result.append(mask if mask.provenance.get("label") else mask.with_provenance(label=Path(path).stem))
     return result
 
 
