@@ -243,9 +243,14 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any =
     if ref is None and steering is not None and steering.drafter is not None:
         ref = steering.drafter.name
     drafter = None
+    # a steering file checks the weights it was trained with: quantize only after that check
+    quant_after = spec.drafter.quant if steering is not None else None
     if ref is not None:
         drafter = preloaded if preloaded is not None and spec.drafter.model is not None else \
-            load_draft_model(ref, loaded, spec.model.device, spec.model.dtype, quant=spec.drafter.quant)
+            load_draft_model(ref, loaded, spec.model.device, spec.model.dtype,
+                             quant=None if quant_after else spec.drafter.quant)
+        if drafter is preloaded:
+            quant_after = None
     if drafter is not None and preloaded is drafter:
         from layersearch.models.quantize import is_quantized
 
@@ -260,6 +265,10 @@ def _draft_model(spec: DecoderSpec, loaded: Any, steering: Any, preloaded: Any =
             steering.check_params(loaded.model if drafter is None else drafter.model)  # matrices vs the real drafter
 
         _prefixed(spec.steering, check, None)
+    if quant_after is not None and drafter is not None:
+        from layersearch.models.quantize import quantize_draft
+
+        quantize_draft(drafter.model, quant_after)
     return drafter
 
 

@@ -21,8 +21,10 @@ from layersearch.models.skipping import decoder_layers
 
 def up_projections(model: nn.Module) -> list[nn.Module]:
     """Every decoder layer's ``mlp.up_proj``; refuses a model without a separate up projection."""
+    from layersearch.models.quantize import is_quantized_linear
+
     projections = [getattr(layer.mlp, "up_proj", None) for layer in decoder_layers(model)]
-    if any(not isinstance(p, nn.Linear) for p in projections):
+    if any(not (isinstance(p, nn.Linear) or is_quantized_linear(p)) for p in projections):  # int8 drafts: quantized
         raise LayersearchError(
             f"{type(model).__name__}: steering needs gated MLPs with a separate up_proj (Llama, Qwen, Mistral, Gemma)"
         )

@@ -85,6 +85,15 @@ def test_train_and_eval_an_independent_drafter(tiny_with_embedded_tokenizer, tmp
     )
     assert code == 0, err
     assert "steered M=" in stdout and "unsteered M=" in stdout
+    # Steering an int8 copy of the drafter: the weights are checked before quantizing, the output
+    # stays identical to plain decoding.
+    common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 8, "--json")
+    code, stdout, err = run_cli(capsys, *common, "--steering", out, "--draft-model", small_dir, "--draft-quant", "int8",
+                                "--draft-threshold", 0)
+    assert code == 0, err
+    steered = json.loads(stdout)
+    code, stdout, err = run_cli(capsys, *common, "--baseline")
+    assert steered["token_ids"] == json.loads(stdout)["token_ids"] and steered["stats"]["drafted"] > 0
     # The self-drafter's steering is refused for a draft model, in one line.
     code, stdout, err = run_cli(capsys, "generate", "--model", small_dir, "--steering", out, "--prompt", "x")
     assert code == 2 and err.startswith("layersearch: error: ") and len(err.strip().splitlines()) == 1
@@ -127,6 +136,7 @@ def test_shrink_finetune_and_generate_with_the_finetuned_drafter(tiny_with_embed
     # The drafter before fine-tuning has the same structure (fingerprint) but not the weights the
     # steering was trained with: refused in one line, by generate and by steer eval.
     for argv in ((*common, "--steering", out, "--draft-model", small),
+                 (*common, "--steering", out, "--draft-model", small, "--draft-quant", "int8"),
                  ("steer", "eval", "--model", folder, "--steering", out, "--drafter", small, "--domain", "code",
                   "--prompts", 1, "--max-new-tokens", 2, "--seeds", 1)):
         code, _, err = run_cli(capsys, *argv)
