@@ -218,6 +218,36 @@ def plot_head_to_head(strategies: dict[str, dict[str, Any]], out: "str | Path | 
     return _save_atomic(fig, out)
 
 
+def plot_bench(domains: dict[str, list[dict[str, Any]]], out: "str | Path | OutputTarget") -> Path:
+    """One panel per domain of a ``bench`` report: each row's end-to-end and decode-phase speedup
+    over plain ``generate`` as horizontal bars, fastest first, a line at 1.0; rows whose output
+    differed from plain are marked. ``domains`` maps a domain to its report rows (``config``,
+    ``speedup``, ``decode_speedup``, ``identical_to_plain``)."""
+    domains = {name: rows for name, rows in domains.items() if rows}
+    if not domains:
+        raise LayersearchError("nothing to plot: the report has no rows")
+    heights = [len(rows) for rows in domains.values()]
+    fig = _figure_class()(figsize=(10.0, 1.0 + 0.28 * sum(heights) + 0.6 * len(heights)))
+    axes = fig.subplots(len(domains), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for ax, (domain, rows) in zip(axes, domains.items()):
+        rows = sorted(rows, key=lambda r: r.get("speedup") or 0.0)
+        ys = range(len(rows))
+        ends = [r.get("speedup") or 0.0 for r in rows]
+        decodes = [r.get("decode_speedup") or 0.0 for r in rows]
+        ax.barh([y + 0.2 for y in ys], decodes, height=0.4, color="#9ecae1", label="decode phase")
+        ax.barh([y - 0.2 for y in ys], ends, height=0.4, color="#3182bd", label="end to end")
+        for y, value in zip(ys, ends):
+            ax.text(value, y - 0.2, f" {value:.2f}", va="center", fontsize=7)
+        labels = [r["config"] + ("" if r.get("identical_to_plain", True) else "  (output differs)") for r in rows]
+        ax.set_yticks(list(ys), labels=labels, fontsize=7)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_title(f"{domain}: speedup over plain generate", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return _save_atomic(fig, out)
+
+
 def default_plot_path(kind: str, name: str) -> Path:
     """Where a plot goes by default: ``plots/<kind>-<name>.png`` (unsafe characters become ``_``)."""
     if not kind or not name:
