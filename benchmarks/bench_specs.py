@@ -4,7 +4,8 @@ Each file is what ``layersearch generate ... --save-spec FILE`` would write for 
 (the spec is not bound to the model yet: ``bench`` checks that it names its ``--model``):
 
 * the draft model in int8 with static drafts of 3, a confidence rule (threshold 0.4) capped at 7
-  and at 20 (transformers' assisted defaults), the reduced 32,768-token head, and SD² steering;
+  and at 20, transformers' assisted rule (``roc``: the 0.4 threshold learned along an ROC curve)
+  capped at 20 (its default) and at 7, the reduced 32,768-token head, and SD² steering;
 * each searched mask with a lower confidence threshold (0.5), HF's heuristic schedule, and DISCO
   trained on that mask (``layersearch disco train --mask MASK``).
 
@@ -30,6 +31,9 @@ def draft_model_specs(draft: ModelRef, steering: str | None) -> dict[str, dict]:
         "q05-int8-conf0.4-max7": dict(drafter=int8, lookahead=LookaheadSpec("confidence", max_draft=7, threshold=0.4)),
         "q05-int8-conf0.4-max20": dict(drafter=int8, lookahead=LookaheadSpec("confidence", max_draft=20, threshold=0.4)),
         "q05-int8-static3-vocab32k": dict(drafter=DrafterSpec(model=draft, quant="int8", vocab=32768), lookahead=static3),
+        # transformers' own assisted rule in our loop: threshold 0.4 learned along an ROC curve
+        "q05-int8-roc-max20": dict(drafter=int8, lookahead=LookaheadSpec("roc", max_draft=20, threshold=0.4)),
+        "q05-int8-roc-max7": dict(drafter=int8, lookahead=LookaheadSpec("roc", max_draft=7, threshold=0.4)),
     }
     if steering:
         specs["q05-int8-static3-sd2"] = dict(drafter=int8, lookahead=static3, steering=steering)

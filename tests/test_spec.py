@@ -58,7 +58,7 @@ def test_a_hub_id_is_not_a_path(tmp_path):
 def test_registries_give_the_names():
     names = registry_names()
     assert names["drafter"] == ("layer-skip", "prompt-lookup", "hybrid")
-    assert names["lookahead"] == ("static", "confidence", "adaptive", "heuristic")
+    assert names["lookahead"] == ("static", "confidence", "adaptive", "heuristic", "roc")
     assert names["verifier"] == ("chain", "tree")
     assert names["dynamic"] == ("knapsack",) and names["on_the_fly"] == ("swift",)
 

@@ -49,7 +49,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                         "drafts with that model's weights in int8 (CPU) "
                         "(default prompt-lookup,hybrid; '' for none)")
     p.add_argument("--lookaheads", default="",
-                   help="comma-separated lookahead rules (static, confidence, adaptive, heuristic): one row per rule for "
+                   help="comma-separated lookahead rules (static, confidence, adaptive, heuristic, roc): one row per rule for "
                         "each mask that skips something and each draft model (default: the confidence rule)")
     p.add_argument("--specs", default="", metavar="FILES",
                    help="comma-separated decoder spec files (from generate --save-spec or tune): one row each, "

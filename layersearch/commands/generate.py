@@ -51,7 +51,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    "sampling verifies the chain) (default chain)")
     p.add_argument("--lookahead", default=None, metavar="{" + ",".join(names["lookahead"]) + ",disco:FILE}",
                    help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
-                   "threshold, HF's heuristic schedule, or a DISCO classifier file (its mask unless --mask is given) "
+                   "threshold, HF's heuristic schedule, roc (transformers' assisted default: the threshold learned "
+                   "from an ROC curve of past drafts), or a DISCO classifier file (its mask unless --mask is given) "
                    "(default: confidence, adaptive with --adaptive-threshold)")
     # SWIFT on the fly (issue 12): --skip-ratio is then SWIFT's r (default 0.45).
     p.add_argument("--on-the-fly", choices=names["on_the_fly"], default=None,

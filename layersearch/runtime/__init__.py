@@ -36,12 +36,19 @@ def _heuristic(max_tokens: int, threshold: float) -> Any:
     return HeuristicLookahead(max_tokens, ceiling=max(32, max_tokens))
 
 
+def _roc(max_tokens: int, threshold: float) -> Any:
+    from layersearch.runtime.roc_lookahead import ROCLookahead
+
+    return ROCLookahead(max_tokens, threshold)
+
+
 #: Lookahead rules: name -> factory(max_tokens, threshold) -> Lookahead.
 LOOKAHEADS: dict[str, Callable[[int, float], Any]] = {
     "static": _static,
     "confidence": _confidence,
     "adaptive": _adaptive,
     "heuristic": _heuristic,
+    "roc": _roc,
 }
 
 

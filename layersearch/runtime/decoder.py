@@ -204,6 +204,7 @@ class _Run:
             step=len(self.outcomes), position=position, drafted=len(proposal.tokens), accepted=verdict.num_accepted,
             emitted=emitted, drafter=proposal.drafter, mask=self.mask, lookahead=f"{rule}:{self.lookahead.max_tokens}",
             draft_forwards=proposal.forwards, draft_seconds=draft_s, verify_seconds=verify_s,
+            confidences=proposal.confidences,
         )
         self.outcomes.append(outcome)
         self.lookahead = self.lookahead.update(outcome)

@@ -14,6 +14,8 @@ Rules here:
 * :class:`AdaptiveLookahead`    Self-SD's adaptive threshold, moved by the acceptance rate.
 * :class:`HeuristicLookahead`   transformers' "heuristic" schedule: +2 after a fully accepted
   draft, -1 otherwise.
+* :class:`~layersearch.runtime.roc_lookahead.ROCLookahead`  transformers' assisted-generation
+  default: stop after a token below a threshold learned from an ROC curve of past drafts.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ LOOKAHEAD_NAMES = tuple(LOOKAHEADS)
 
 @dataclass(frozen=True)
 class DraftPosition:
-    """The draft's view of the next position: ``index`` tokens drafted so far, its logits."""
+    """The draft's view of the next position: ``index`` tokens drafted so far, its logits, and
+    the top-1 probability the draft had at the previous position (1.0 before the first token)."""
 
     index: int
     logits: torch.Tensor  # [vocab]
     sampling: SamplingConfig
+    previous_confidence: float = 1.0
 
     @cached_property
     def probs(self) -> torch.Tensor:

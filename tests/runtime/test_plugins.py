@@ -89,6 +89,7 @@ LOOKAHEADS = [
     ConfidenceLookahead(6, 0.05),
     lookahead_named("adaptive", 5, 0.02),
     HeuristicLookahead(2, ceiling=7),
+    lookahead_named("roc", 6, 0.3),
 ]
 
 
@@ -212,7 +213,7 @@ def test_lookahead_caps_and_names(tiny_llama):
     assert max(result.stats.draft_lengths) == 3
     assert all(d == 3 for d in result.stats.draft_lengths[:-2])  # static: always the cap (room allowing)
     assert {type(lookahead_named(n)).__name__ for n in LOOKAHEAD_NAMES} == {
-        "StaticLookahead", "ConfidenceLookahead", "AdaptiveLookahead", "HeuristicLookahead"
+        "StaticLookahead", "ConfidenceLookahead", "AdaptiveLookahead", "HeuristicLookahead", "ROCLookahead"
     }
     with pytest.raises(LayersearchError, match="unknown lookahead"):
         lookahead_named("sometimes")

@@ -59,6 +59,7 @@ class Proposal:
     forwards: int = 0  # draft forwards spent (incl. one whose low confidence stopped the draft)
     # A token tree (SWIFT): for each chain position, other candidates to verify as leaves there.
     branches: tuple[tuple[int, ...], ...] | None = None
+    confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
 
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":
@@ -118,10 +119,11 @@ def draft_chain(
     branching = branching if request.sampling.greedy else None
     token = request.last_token
     forwards = 0
+    confidences: list[float] = []  # top-1 probability at each drafted position (rules learn from them)
     for index in range(request.limit):
         logits = next_logits(token, index)  # [vocab]
         forwards += 1
-        view = DraftPosition(index, logits, request.sampling)
+        view = DraftPosition(index, logits, request.sampling, confidences[-1] if confidences else 1.0)
         if not request.lookahead.keep_drafting(view):
             break
         if request.sampling.greedy:
@@ -132,9 +134,10 @@ def draft_chain(
             token = sample(view.probs, request.generator)
             probs.append(view.probs)
         tokens.append(token)
+        confidences.append(view.confidence)
     return Proposal(
         tuple(tokens), torch.stack(probs) if probs else None, name, forwards,
-        tuple(branches) if branching is not None else None,
+        tuple(branches) if branching is not None else None, tuple(confidences),
     )
 
 
