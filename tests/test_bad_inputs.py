@@ -204,6 +204,7 @@ COMMANDS: dict[str, Command] = {
     "plot mask": Command(("plot", "mask", "{mask}", "--out", "{png}")),
     "plot history": Command(("plot", "history", "--name", "{name}", "--storage", "{storage}", "--out", "{png}")),
     "plot compare": Command(("plot", "compare", "--names", "{name}", "--storage", "{storage}", "--out", "{png}")),
+    "plot bench": Command(("plot", "bench", "{bench_report}", "--out", "{png}")),
     # SD² steering (issue 15).
     "steer train": Command(
         ("steer", "train", "--model", MODEL, "--mask", "{mask}", "--domain", "translation", "--prompts", "1",
@@ -296,7 +297,8 @@ COMMANDS: dict[str, Command] = {
 GOOD = {"paper": "paper.json", "mask": "mask.json", "prompts": "prompts.jsonl", "profile": "profile.json", "out": "out.json",
         "png": "out.png", "prefix": "table", "storage": "studies.db", "name": "ok",
         "steering": "steer.safetensors", "model_out": "small", "disco": "disco:disco.json", "rows": "rows.npz",
-        "router": "router.json", "draft_model": "draft", "spec": "spec.json", "user_prompts": "user.jsonl"}
+        "router": "router.json", "draft_model": "draft", "spec": "spec.json", "user_prompts": "user.jsonl",
+        "bench_report": "bench_report.json"}
 
 Maker = Callable[[Path], str]
 
@@ -763,6 +765,7 @@ BAD_KINDS: dict[str, dict[str, Maker]] = {
     "user_prompts": BAD_USER_PROMPTS,
     "model_out": BAD_MODEL_DIRS,
     "mask": {**BAD_JSON_FILES, "a profile": _value("profile.json")},
+    "bench_report": {**BAD_JSON_FILES, "a mask": _value("mask.json"), "a profile": _value("profile.json")},
     "prompts": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
     "profile": {**BAD_JSON_FILES, "a mask": _value("mask.json")},
     "existing_profile": {k: v for k, v in {**BAD_JSON_FILES, "a mask": _value("mask.json")}.items() if k != "missing"},
@@ -854,6 +857,8 @@ def _spec_and_user_prompts(work: Path, model_dir: Path) -> None:
     spec = json.loads((work / "spec.json").read_text())
     spec["model"]["ref"] = str(model_dir)
     (work / "spec.json").write_text(json.dumps(spec))
+    (work / "bench_report.json").write_text(json.dumps(
+        {"domains": {"code": {"rows": [{"config": "plain generate", "speedup": 1.0, "decode_speedup": 1.0}]}}}))
     (work / "user.jsonl").write_text("".join(json.dumps({"prompt": f"w{i} w{i + 1}"}) + "\n" for i in range(40)))
 
 
