@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -211,13 +210,14 @@ def _check_spec_model(path: str, spec: Any, model: str) -> None:
 
 def _check_placement(path: str, spec: Any) -> None:
     """The spec's device and dtype must be names we know, though the bench runs on its own."""
-    from layersearch.models.loading import DTYPES
+    from layersearch.models.loading import check_device_name, resolve_dtype
 
-    device, dtype = spec.model.device, spec.model.dtype
-    if re.fullmatch(r"cpu|cuda(:\d+)?", device.strip().lower()) is None:
-        raise LayersearchError(f"{path}: unknown device {device!r}; use cpu, cuda or cuda:N")
-    if dtype is not None and dtype not in DTYPES:
-        raise LayersearchError(f"{path}: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    try:
+        check_device_name(spec.model.device)
+        if spec.model.dtype is not None:
+            resolve_dtype(spec.model.dtype)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{path}: {exc}") from None
 
 
 def _real(path: str) -> str:

@@ -165,12 +165,18 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def check_device_name(device: str) -> re.Match:
+    """The match of a device name ("cpu", "cuda", "cuda:N"; group 1: N), whatever this machine has."""
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", device.strip().lower())
+    if match is None:
+        raise LayersearchError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    return match
+
+
 def resolve_device(device: str) -> str:
     """Check a device name ("cpu", "cuda", "cuda:N") against this machine; returns it normalised."""
     normal = device.strip().lower()
-    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", normal)
-    if match is None:
-        raise LayersearchError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    match = check_device_name(normal)
     if normal.startswith("cuda"):
         if not torch.cuda.is_available():
             raise LayersearchError(f"device {device!r} requested but CUDA is not available on this machine")
