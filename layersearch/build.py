@@ -117,6 +117,9 @@ def build_decoder(
     draft = _draft_model(spec, loaded, steering, draft)  # an independent drafter (or None)
     if draft is not None and spec.profile:
         raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
+    if steering is not None and _self_int8(spec, draft):
+        raise LayersearchError(f"{spec.steering}: steering hooks the drafter's full-precision sub-layers; "
+                               "it takes no int8 self-draft (drafter.quant without a draft model)")
     if steering is not None and files.router is not None:
         raise LayersearchError("--steering was trained for one mask; it takes no --router (which switches masks)")
     if files.disco is not None:
@@ -124,15 +127,33 @@ def build_decoder(
         if file_mask is None and spec.mask_source.kind == "default":
             file_mask = files.disco.mask  # the mask the classifier was trained for
     kind = "none" if spec.plain or draft is not None else spec.mask_source.kind
+    if _self_int8(spec, draft) and kind == "default" and file_mask is None:
+        from layersearch.mask import SkipMask
+
+        file_mask = SkipMask.none(info.num_layers, info)  # the int8 self-draft skips nothing unless told to
     policy = _policy(spec)
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
     resolved = _resolved(spec, info, kind, source.get("mask"))
     chosen = choose_kernels(kernels, _profile(spec.profile, info))  # after every check that names an option
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen)
+    if not spec.plain and (_self_int8(spec, draft) or (source.get("mask") is not None and source["mask"].has_int8)):
+        _int8_twins(loaded)  # built once, now: not inside the first generation's timing
     speculative = _speculative(loaded, spec, files, source, steering, draft)
     profile = _profile(spec.profile, info) if "mask" in source else None
     return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen)
+
+
+def _self_int8(spec: DecoderSpec, draft: Any) -> bool:
+    """True when the spec drafts with the model itself in int8 (``drafter.quant`` without a draft model)."""
+    return spec.drafter.quant is not None and draft is None and spec.drafter.model is None
+
+
+def _int8_twins(loaded: Any) -> Any:
+    """The int8 twins of the model's sub-layers (one error line where its device cannot run them)."""
+    from layersearch.models.precision import int8_twins
+
+    return int8_twins(loaded.model)
 
 
 def _check_length(loaded: Any, spec: DecoderSpec) -> None:
@@ -164,7 +185,7 @@ def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[
     if draft is not None:
         drafter = drafter_with_model(spec.drafter.name, draft.model, vocab=vocab)
     else:
-        drafter = drafter_named(spec.drafter.name, branching, vocab=vocab)
+        drafter = drafter_named(spec.drafter.name, branching, vocab=vocab, quant=spec.drafter.quant)
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 

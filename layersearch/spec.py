@@ -102,7 +102,7 @@ class DrafterSpec:
     name: str = "layer-skip"
     model: ModelRef | None = None  # an independent draft model sharing the tokenizer (layer-skip: replaced by it; hybrid: its fallback)
     vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
-    quant: str | None = None  # the draft model's weights quantized ("int8"; None: as loaded)
+    quant: str | None = None  # "int8": the draft model's weights, or (no draft model) every sub-layer the plan keeps and the head, in int8
 
     def __post_init__(self) -> None:
         from layersearch.runtime.drafters import DRAFTERS
@@ -120,8 +120,8 @@ class DrafterSpec:
             from layersearch.models.quantize import check_quant
 
             check_quant(self.quant)
-            if self.model is None:
-                raise LayersearchError("drafter.quant quantizes an independent draft model; this drafter has none")
+            if self.model is None and self.name == "prompt-lookup":
+                raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.quant has nothing to quantize")
 
 
 @dataclass(frozen=True)

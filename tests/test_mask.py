@@ -39,7 +39,7 @@ def test_value_is_immutable():
         ('{"schema_version": 1, "num_layers": 4, "attention": [1, 1], "mlp": []}', "duplicate layer index 1"),
         ('{"schema_version": 1, "num_layers": 4, "attention": [-1], "mlp": []}', "out of range"),
         ('{"schema_version": 1, "num_layers": 4, "attention": ["2"], "mlp": []}', "not an integer"),
-        ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": []}', "schema_version"),
+        ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": []}', "schema_version"),
         ('{"schema_version": 1, "num_layers": 4, "attention": []}', "missing 'mlp'"),
         ('[1, 2]', "JSON object"),
     ],

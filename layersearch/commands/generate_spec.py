@@ -52,14 +52,16 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
 
 
 def _draft_quant(args: Any) -> str | None:
-    """``--draft-quant``: quantizes the ``--draft-model`` (checked before the model loads)."""
+    """``--draft-quant``: quantizes the ``--draft-model``, or without one the model's own draft
+    (every sub-layer the mask keeps, and the head); checked before the model loads."""
     from layersearch.models.quantize import check_quant
 
     quant = getattr(args, "draft_quant", None)
     if quant is None:
         return None
-    if args.draft_model is None:
-        raise LayersearchError(f"--draft-quant {quant} quantizes a --draft-model; give one")
+    if args.draft_model is None and (args.baseline or args.drafter == "prompt-lookup"):
+        raise LayersearchError(f"--draft-quant {quant} quantizes a draft; "
+                               f"{'--baseline' if args.baseline else '--drafter prompt-lookup'} runs none")
     check_quant(quant, args.device, args.dtype)
     return quant
 

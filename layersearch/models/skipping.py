@@ -1,4 +1,8 @@
-"""Apply a SkipMask to a transformers decoder, only inside a context manager.
+"""Apply a draft plan (a SkipMask) to a transformers decoder, only inside a context manager.
+
+An int8 sub-layer runs its int8 twin (:mod:`layersearch.models.precision`) in its place: the
+sub-module's forward becomes the twin's for the block, with the same inputs and the same KV
+cache layer, so nothing else in the model changes.
 
 Skipping a sub-layer means the residual stream passes through it unchanged. For the
 families we support (:mod:`layersearch.models.families`: pre-norm Llama, Mistral, Qwen2/3,
@@ -66,8 +70,8 @@ def _branch_norms(layer: nn.Module, names: tuple[str, ...]) -> list[nn.Module]:
     return [getattr(layer, name) for name in names if isinstance(getattr(layer, name, None), nn.Module)]
 
 
-def _overrides(layers: nn.ModuleList, mask: SkipMask, layout: LayerLayout) -> list[tuple[nn.Module, Any]]:
-    """(module, replacement forward) pairs that skip ``mask``'s sub-layers."""
+def _overrides(model: nn.Module, layers: nn.ModuleList, mask: SkipMask, layout: LayerLayout) -> list[tuple[nn.Module, Any]]:
+    """(module, replacement forward) pairs that skip ``mask``'s sub-layers and run its int8 ones."""
     whole = set(mask.attention) & set(mask.mlp)
     overrides: list[tuple[nn.Module, Any]] = [(layers[i], _skipped_layer) for i in sorted(whole)]
     for i in mask.attention:
@@ -78,16 +82,24 @@ def _overrides(layers: nn.ModuleList, mask: SkipMask, layout: LayerLayout) -> li
         if i not in whole:
             overrides.append((layers[i].mlp, _skipped_mlp))
             overrides += [(norm, _bypassed_norm) for norm in _branch_norms(layers[i], layout.mlp_norms)]
+    if mask.num_int8:
+        from layersearch.models.precision import int8_twins
+
+        twins = int8_twins(model)
+        overrides += [(layers[i].self_attn, twins.attention[i].forward) for i in mask.int8_attention]
+        overrides += [(layers[i].mlp, twins.mlp[i].forward) for i in mask.int8_mlp]
     return overrides
 
 
 @contextmanager
 def skipping(model: nn.Module, mask: SkipMask) -> Iterator[nn.Module]:
-    """Run ``model`` with the sub-layers of ``mask`` skipped for the duration of the block."""
+    """Run ``model`` with ``mask``'s plan applied for the duration of the block: its skipped
+    sub-layers skipped, its int8 sub-layers run by their int8 twins (its int8 head is the
+    drafter's to pass to the forward: the target's head module is shared with verification)."""
     layers = decoder_layers(model)
     if mask.num_layers != len(layers):
         raise LayersearchError(f"mask is for {mask.num_layers} layers but the model has {len(layers)}")
-    overrides = _overrides(layers, mask, layout_for(model.config))
+    overrides = _overrides(model, layers, mask, layout_for(model.config))
     applied: list[nn.Module] = []
     try:
         for module, replacement in overrides:

@@ -53,9 +53,10 @@ class VocabSubset:
 class SubsetHead:
     """The LM head of ``model`` restricted to ``subset``: its rows sliced once, kept contiguous."""
 
-    def __init__(self, model: torch.nn.Module, subset: VocabSubset) -> None:
+    def __init__(self, model: torch.nn.Module, subset: VocabSubset, int8: bool = False) -> None:
         head = model.get_output_embeddings()
         quantized = is_quantized_linear(head)  # an int8 draft model's head (models/quantize.py)
+        self.int8 = int8
         weight = head.weight().dequantize() if quantized else head.weight  # [vocab, hidden]
         self.vocab = int(weight.shape[0])
         if subset.token_ids[-1] >= self.vocab:
@@ -70,7 +71,8 @@ class SubsetHead:
         self.weight = weight.detach().index_select(0, self.ids).contiguous()  # [N, hidden]
         bias = head.bias() if quantized else getattr(head, "bias", None)
         self.bias = None if bias is None else bias.detach().index_select(0, self.ids)  # [N]
-        self._quantized = _quantized_rows(self.weight, self.bias) if quantized else None
+        # The rows run in int8 when the head they came from is int8, or the plan asks for it.
+        self._quantized = _quantized_rows(self.weight, self.bias) if quantized or int8 else None
         config = getattr(model, "config", None)
         # Gemma 2 (and Gemma 3 where set) squash the final logits: tanh(x / cap) * cap.
         self.softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
@@ -78,7 +80,7 @@ class SubsetHead:
     def fits(self, model: torch.nn.Module) -> bool:
         """True when this head was sliced from ``model``'s own LM head."""
         head = model.get_output_embeddings()
-        return head is self.module and (self._quantized is not None or head.weight is self.source)
+        return head is self.module and (is_quantized_linear(head) or head.weight is self.source)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits ``[n, vocab]`` from final-norm states ``hidden`` [n, hidden]:
@@ -111,8 +113,8 @@ class DraftHeads:
         self.subset = subset
         self._head: SubsetHead | None = None
 
-    def for_model(self, model: torch.nn.Module) -> SubsetHead:
-        """The subset head of ``model``'s LM head."""
-        if self._head is None or not self._head.fits(model):
-            self._head = SubsetHead(model, self.subset)
+    def for_model(self, model: torch.nn.Module, int8: bool = False) -> SubsetHead:
+        """The subset head of ``model``'s LM head (its rows in int8 when ``int8``)."""
+        if self._head is None or not self._head.fits(model) or self._head.int8 != int8:
+            self._head = SubsetHead(model, self.subset, int8)
         return self._head

@@ -31,8 +31,37 @@ def test_an_int8_draft_model_keeps_greedy_output_and_its_spec(tiny_with_embedded
     assert again["token_ids"] == baseline and again["stats"]["accepted"] == result["stats"]["accepted"]
 
 
+def test_the_model_drafts_for_itself_in_int8(tiny_with_embedded_tokenizer, capsys, tmp_path):
+    """``--draft-quant int8`` without ``--draft-model``: the whole model in int8 drafts, output exact;
+    the spec keeps it, and a plan file written from it runs the same through ``--mask``."""
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--threads", 1)
+    baseline = generated(capsys, *common, "--baseline")["token_ids"]
+    spec = tmp_path / "spec.json"
+    result = generated(capsys, *common, "--draft-quant", "int8", "--lookahead", "static", "--max-draft", 3,
+                       "--save-spec", spec)
+    assert result["token_ids"] == baseline
+    stats = result["stats"]
+    assert stats["drafted"] and stats["accepted"] > stats["drafted"] // 2
+    saved = json.loads(spec.read_text())
+    assert saved["drafter"]["quant"] == "int8" and saved["drafter"]["model"] is None
+    assert saved["mask_source"]["mask"]["attention"] == [] and saved["mask_source"]["mask"]["mlp"] == []  # nothing skipped
+    again = generated(capsys, "generate", "--spec", spec, "--prompt", "def add(a, b):", "--max-new-tokens", 12)
+    assert again["token_ids"] == baseline and again["stats"]["accepted"] == stats["accepted"]
+    from layersearch.mask import SkipMask
+
+    plan = SkipMask(4, (1,), (), None, {}, (0, 2, 3), (0, 1, 2, 3), True)
+    plan_file = tmp_path / "plan.json"
+    plan.save(plan_file)
+    assert json.loads(plan_file.read_text())["schema_version"] == 2
+    from_file = generated(capsys, *common, "--mask", plan_file, "--lookahead", "static", "--max-draft", 3)
+    assert from_file["token_ids"] == baseline and from_file["stats"]["drafted"]
+
+
 @pytest.mark.parametrize("argv, message", [
-    (("--draft-quant", "int8"), "quantizes a --draft-model; give one"),
+    (("--draft-quant", "int8", "--baseline"), "--baseline runs none"),
+    (("--draft-quant", "int8", "--drafter", "prompt-lookup"), "--drafter prompt-lookup runs none"),
+    (("--draft-quant", "int8", "--dtype", "bfloat16"), "quantizes float32 weights"),
     (("--draft-model", "x", "--draft-quant", "int8", "--dtype", "bfloat16"), "quantizes float32 weights"),
 ])
 def test_bad_draft_quant_is_one_error_line(capsys, tmp_path, argv, message):

@@ -14,28 +14,31 @@ from typing import Any, Callable
 from layersearch.errors import LayersearchError
 
 
-def _layer_skip(branching=None, vocab=None) -> Any:
+def _layer_skip(branching=None, vocab=None, quant=None) -> Any:
     from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 
-    return LayerSkipDrafter(branching, vocab=vocab)
+    return LayerSkipDrafter(branching, vocab=vocab, quant=quant)
 
 
-def _prompt_lookup(branching=None, vocab=None) -> Any:
+def _prompt_lookup(branching=None, vocab=None, quant=None) -> Any:
     from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
 
     if vocab is not None:
         raise LayersearchError("prompt lookup runs no model, so a reduced draft vocabulary has nothing to restrict")
+    if quant is not None:
+        raise LayersearchError("prompt lookup runs no model, so it has nothing to quantize")
     return PromptLookupDrafter()
 
 
-def _hybrid(branching=None, vocab=None) -> Any:
+def _hybrid(branching=None, vocab=None, quant=None) -> Any:
     from layersearch.runtime.drafters.hybrid import HybridDrafter
 
-    return HybridDrafter(fallback=_layer_skip(branching, vocab))
+    return HybridDrafter(fallback=_layer_skip(branching, vocab, quant))
 
 
-#: Drafters that need no extra model: name -> factory(branching, vocab) (``branching`` widens
-#: layer-skip drafts into token trees; ``vocab``, a VocabSubset, gives the draft a reduced head).
+#: Drafters that need no extra model: name -> factory(branching, vocab, quant) (``branching``
+#: widens layer-skip drafts into token trees; ``vocab``, a VocabSubset, gives the draft a reduced
+#: head; ``quant="int8"`` runs every sub-layer the plan keeps, and the head, in int8).
 #: The independent draft model (:class:`ModelDrafter`) takes its model instead: it is the
 #: spec's ``drafter.model``.
 DRAFTERS: dict[str, Callable[..., Any]] = {
@@ -75,14 +78,15 @@ def drafter_with_model(name: str, model: Any, *, vocab=None) -> Any:
     return factory(model, vocab)
 
 
-def drafter_named(name: str, branching=None, *, vocab=None) -> Any:
+def drafter_named(name: str, branching=None, *, vocab=None, quant=None) -> Any:
     """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`);
     ``branching`` widens the layer-skip drafts into token trees; ``vocab`` (a VocabSubset)
-    gives the draft a reduced head (prompt lookup runs no head: it refuses one)."""
+    gives the draft a reduced head; ``quant`` ("int8") runs the plan's kept sub-layers and the
+    head in int8 (prompt lookup runs neither: it refuses both)."""
     factory = DRAFTERS.get(name)
     if factory is None:
         raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
-    return factory(branching, vocab)
+    return factory(branching, vocab, quant)
 
 
 # Public name -> the module defining it, imported on first access (PEP 562).

@@ -99,7 +99,7 @@ class HybridDrafter:
             return lookup if lookup.tokens else self.fallback.propose(request)
         fallback = self.fallback.name
         available = ((PromptLookupDrafter.name,) if lookup.tokens else ()) + (fallback, PLAIN)
-        if request.mask.is_empty and isinstance(self.fallback, LayerSkipDrafter):
+        if isinstance(self.fallback, LayerSkipDrafter) and self.fallback.plan(request.mask).is_empty:
             available = tuple(a for a in available if a != fallback)  # an empty mask drafts with the full model
         arm = self.rates.choose(available)
         if arm == PromptLookupDrafter.name:

@@ -1,0 +1,128 @@
+"""int8 twins of a model's sub-layers: what a draft plan's ``int8`` sub-layers and head run.
+
+A twin is the sub-layer (an attention or MLP module, or the LM head) with every Linear replaced
+by torch's dynamic int8 Linear (fbgemm: weights int8 per output channel, activations quantized
+on the fly with one scale per call, so per token in a one-token draft step). It shares
+everything else with the original (norms, rotary settings, ``layer_idx``, the config): an int8
+attention twin reads and writes the target's KV cache exactly as the full sub-layer does, so a
+plan draft still shares the target's cache (the loop overwrites draft entries on verification).
+
+Why the whole model is twinned once, not per plan: quantizing a Linear takes a pass over its
+weights (about 5 s for the 1.5B's every Linear on this CPU), while a search tries hundreds of
+plans. :func:`int8_twins` builds them on first use and keeps them for the model's lifetime
+(``nbytes`` reports their memory); the target's own weights are never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from layersearch.errors import LayersearchError
+from layersearch.models.quantize import check_quant, is_quantized_linear, quantized_like
+
+_TWINS: "weakref.WeakKeyDictionary[nn.Module, Int8Twins]" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Int8Twins:
+    """The int8 twins of one model: per decoder layer an attention and an MLP twin, and the head."""
+
+    attention: tuple[nn.Module, ...]
+    mlp: tuple[nn.Module, ...]
+    head: "Int8Head"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the twins hold (int8 weights, scales and biases)."""
+        modules = (*self.attention, *self.mlp, self.head.linear)
+        return sum(_quantized_bytes(m) for m in modules)
+
+
+class Int8Head:
+    """The LM head in int8: final-norm states -> logits, as ``forward_tokens(head=...)`` takes."""
+
+    def __init__(self, linear: nn.Module, softcap: float | None) -> None:
+        self.linear = linear
+        self.softcap = softcap
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``[n, vocab]`` from final-norm states ``hidden`` [n, hidden]."""
+        scores = self.linear(hidden)
+        if self.softcap:  # Gemma 2/3 squash the final logits: tanh(x / cap) * cap
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        return scores
+
+
+def int8_twins(model: nn.Module) -> Int8Twins:
+    """The int8 twins of ``model``'s sub-layers and head, built on first use and kept."""
+    twins = _TWINS.get(model)
+    if twins is None:
+        twins = _build(model)
+        _TWINS[model] = twins
+    return twins
+
+
+def check_int8_device(model: nn.Module) -> None:
+    """One error line where ``model``'s weights cannot take the int8 twins (CUDA, bf16...)."""
+    weight = next(model.parameters())
+    if weight.device.type != "cpu":
+        raise LayersearchError(
+            f"int8 sub-layers run on CPU only (torch's dynamic int8 kernels); the model is on {weight.device} — "
+            "use a skip-only plan there"
+        )
+    check_quant("int8", "cpu", str(weight.dtype).removeprefix("torch."))
+
+
+def _build(model: nn.Module) -> Int8Twins:
+    from layersearch.models.skipping import decoder_layers  # the checked layer list (no cycle: a function import)
+
+    check_int8_device(model)
+    layers = decoder_layers(model)
+    head = model.get_output_embeddings()
+    config = model.config
+    softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
+    with torch.no_grad():
+        return Int8Twins(
+            attention=tuple(_twin(layer.self_attn) for layer in layers),
+            mlp=tuple(_twin(layer.mlp) for layer in layers),
+            head=Int8Head(quantized_like(_plain_linear(head)), softcap),
+        )
+
+
+def _twin(module: nn.Module) -> nn.Module:
+    """A shallow copy of ``module`` whose Linears are int8 (its other children are shared)."""
+    twin = copy.copy(module)
+    twin.__dict__.pop("forward", None)  # never inherit a skip or kernel override
+    twin._modules = dict(module._modules)
+    for name, child in module.named_children():
+        if isinstance(child, nn.Linear):
+            twin._modules[name] = quantized_like(_plain_linear(child))
+    return twin
+
+
+def _plain_linear(linear: nn.Module) -> nn.Linear:
+    """``linear`` as a fresh nn.Linear over the same tensors: no kernel override is carried into
+    the quantized copy, and a tied head (the embedding matrix) is not touched."""
+    if not isinstance(linear, nn.Linear):
+        raise LayersearchError(f"an int8 twin needs Linear layers, not {type(linear).__name__}")
+    plain = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+    plain.weight = nn.Parameter(linear.weight.detach(), requires_grad=False)
+    if linear.bias is not None:
+        plain.bias = nn.Parameter(linear.bias.detach(), requires_grad=False)
+    return plain
+
+
+def _quantized_bytes(module: nn.Module) -> int:
+    """Bytes of the int8 Linears inside ``module``: int8 weights, fp32 per-channel scales, biases."""
+    total = 0
+    for child in module.modules():
+        if is_quantized_linear(child):  # torch.ao's dynamic quantized Linear
+            weight, bias = child.weight(), child.bias()
+            total += weight.numel() + 8 * weight.shape[0]  # int8 values; a scale and a zero point a row
+            total += 0 if bias is None else bias.numel() * bias.element_size()
+    return total

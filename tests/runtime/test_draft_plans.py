@@ -1,0 +1,129 @@
+"""Draft plans: every sub-layer full, int8 or skipped, the head full or int8. Greedy output stays
+plain ``generate``'s token for token under random plans; sampled output follows the exact law;
+the int8 twins change nothing outside the plan's block."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from layersearch.errors import LayersearchError
+from layersearch.mask import SkipMask
+from layersearch.models.precision import check_int8_device, int8_twins
+from layersearch.models.skipping import skipping
+from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.drafters import LayerSkipDrafter, drafter_named
+from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
+from layersearch.runtime.sampling import SamplingConfig
+from tests.runtime.test_plugins import NEW, plain_generate, repetitive_prompt
+
+
+def random_plan(num_layers: int, seed: int) -> SkipMask:
+    """Each sub-layer full, int8 or skipped at random; the head int8 half the time."""
+    rng = random.Random(seed)
+    choice = {kind: [rng.choice(("full", "int8", "skip")) for _ in range(num_layers)] for kind in ("attention", "mlp")}
+    pick = lambda kind, what: [i for i, c in enumerate(choice[kind]) if c == what]  # noqa: E731
+    return SkipMask(num_layers, pick("attention", "skip"), pick("mlp", "skip"), None, {},
+                    pick("attention", "int8"), pick("mlp", "int8"), rng.random() < 0.5)
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2"])
+@pytest.mark.parametrize("seed", range(6))
+def test_random_plans_keep_greedy_output(request, family, seed):
+    model = request.getfixturevalue(family)
+    plan = random_plan(4, seed)
+    prompt = repetitive_prompt(seed)
+    lookahead = StaticLookahead(3) if seed % 2 else ConfidenceLookahead(5, 0.05)
+    result = SpeculativeDecoder(model, plan, lookahead=lookahead).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(model, prompt)
+    if not plan.is_empty:
+        assert result.stats.draft_forwards > 0  # the plan really ran draft forwards
+    assert {s.mask for s in result.stats.steps} == {plan}
+
+
+@pytest.mark.parametrize("skip_ratio", [0.0, 0.25])
+@pytest.mark.parametrize("drafter_name", ["layer-skip", "hybrid"])
+def test_int8_self_draft_keeps_greedy_output_and_agrees(tiny_llama, skip_ratio, drafter_name):
+    """``--draft-quant int8`` without a draft model: every kept sub-layer and the head in int8."""
+    prompt = repetitive_prompt(7)
+    drafter = drafter_named(drafter_name, quant="int8")
+    mask = SkipMask.uniform(4, skip_ratio)
+    result = SpeculativeDecoder(tiny_llama, mask, drafter=drafter, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    if skip_ratio == 0.0 and drafter_name == "layer-skip":
+        stats = result.stats
+        assert stats.drafted > 0 and stats.accepted / stats.drafted > 0.8  # int8 agrees with its full model
+
+
+def test_quant_turns_the_kept_sub_layers_into_int8():
+    drafter = LayerSkipDrafter(quant="int8")
+    plan = drafter.plan(SkipMask(4, (1,), (2, 3)))
+    assert plan.int8_attention == (0, 2, 3) and plan.int8_mlp == (0, 1) and plan.int8_head
+    assert plan.attention == (1,) and plan.mlp == (2, 3)
+    assert LayerSkipDrafter().plan(SkipMask(4, (1,), ())) == SkipMask(4, (1,), ())
+
+
+def test_a_plan_is_applied_only_inside_its_block(tiny_qwen2):
+    ids = torch.tensor([[3, 9, 27, 81, 5, 7]])
+    plan = SkipMask(4, (0,), (), None, {}, (1, 2, 3), (0, 1, 2, 3), True)
+    with torch.no_grad():
+        before = tiny_qwen2(ids).logits
+        with skipping(tiny_qwen2, plan):
+            during = tiny_qwen2(ids).logits
+        after = tiny_qwen2(ids).logits
+    assert not torch.equal(before, during)  # int8 and the skip did change the draft
+    assert torch.equal(before, after)  # and nothing is left behind
+    assert not any("forward" in vars(m) for m in tiny_qwen2.modules())
+
+
+def test_int8_sub_layers_differ_from_full_ones_only_by_rounding(tiny_llama):
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    with torch.no_grad():
+        full = tiny_llama(ids).logits
+        with skipping(tiny_llama, SkipMask.none(4).kept_in_int8(head=False)):
+            int8 = tiny_llama(ids).logits
+    error = (full - int8).abs().max() / full.abs().max()
+    assert 0 < error < 0.05
+
+
+def test_twins_are_built_once_and_report_their_memory(tiny_llama):
+    twins = int8_twins(tiny_llama)
+    assert int8_twins(tiny_llama) is twins
+    linear_weights = sum(m.weight.numel() for m in tiny_llama.modules() if isinstance(m, torch.nn.Linear))
+    assert linear_weights <= twins.nbytes < 2 * linear_weights  # about one byte a weight
+
+
+def test_sampling_with_an_int8_plan_follows_the_exact_law(exact_three_token_law):
+    """Tokens 2 and 3 come from an int8 plan's draft + verification: chi-square against the law."""
+    from scipy.stats import chisquare
+
+    target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21)
+    target.generation_config.eos_token_id = None
+    prompt = [1, 2, 1, 2]
+    exact = exact_three_token_law(target, prompt)
+    plan = SkipMask(2, (), (1,), None, {}, (0, 1), (0,), True)
+    runs, observed, drafted = 1500, np.zeros(216), 0
+    for seed in range(runs):
+        decoder = SpeculativeDecoder(target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed))
+        result = decoder.generate(prompt, 3)
+        a, b, c = result.token_ids
+        observed[a * 36 + b * 6 + c] += 1
+        drafted += result.stats.drafted
+    assert drafted > runs // 5
+    keep = exact * runs >= 5
+    expected = np.append(exact[keep], exact[~keep].sum()) * runs
+    counts = np.append(observed[keep], observed[~keep].sum())
+    assert chisquare(counts, expected * counts.sum() / expected.sum()).pvalue > 1e-3
+
+
+def test_a_device_without_int8_kernels_is_one_error_line():
+    model = build_tiny_model("llama", num_layers=2, seed=3).to(torch.bfloat16)
+    with pytest.raises(LayersearchError, match="quantizes float32 weights"):
+        check_int8_device(model)
+    with pytest.raises(LayersearchError, match="float32"):
+        with skipping(model, SkipMask(2, (), (), None, {}, (0,), ())):
+            pass
