@@ -198,6 +198,11 @@ def summarize(
         # Share of wall time outside model forwards (our loop only; generate() is not instrumented).
         "overhead_share": (pooled.bookkeeping_seconds / pooled.total_seconds) if pooled.bookkeeping_seconds is not None else None,
         "memory_ratio": m.peak_ratio,
+        # vLLM's phases, one definition for every row (DecodeStats): time to first token, time per
+        # output token after it, and a draft model's own prompt forward (its own column).
+        "ttft_ms": 1e3 * statistics.median(s.ttft for s in m.stats),
+        "tpot_ms": _median_ms([s.tpot for s in m.stats]),
+        "draft_prefill_ms": 1e3 * statistics.median(s.draft_prefill_seconds / max(s.generations, 1) for s in m.stats),
         **{k: v for k, v in acceptance_per_position(pooled.steps).items() if k != "drafted_per_position"},
     }
     if plain is not None and (ratio := median_speedup(plain, m, decode=True)) is not None:
@@ -234,6 +239,11 @@ def _step_prediction(profile: LatencyProfile, steps) -> dict[str, Any]:
     return out
 
 
+def _median_ms(seconds: list[float | None]) -> float | None:
+    """The median in milliseconds, None where any is missing."""
+    return None if any(v is None for v in seconds) else 1e3 * statistics.median(seconds)
+
+
 def _cell(value: float | None, width: int, decimals: int = 2) -> str:
     """A right-aligned number, or '-' where there is none."""
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
@@ -241,7 +251,8 @@ def _cell(value: float | None, width: int, decimals: int = 2) -> str:
 
 def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
     """A plain-text table of one domain's rows."""
-    head = f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}{'same':>6}{'ovh%':>6}{'mem':>6}"
+    head = (f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}"
+            f"{'same':>6}{'ovh%':>6}{'mem':>6}{'TTFT':>7}{'TPOT':>7}{'dpre':>6}")
     lines = [f"== {domain}", head]
     for r in rows:
         if "error" in r:
@@ -252,12 +263,15 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
             f"{_cell(r.get('speedup_vs_loop'), 8)}{_cell(r.get('decode_speedup_vs_loop'), 9)}{_cell(r.get('predicted_speedup'), 7)}"
             f"{r['M']:>6.2f}{_cell(r['alpha'], 7)}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
             f"{_cell(r['overhead_share'] and 100 * r['overhead_share'], 6, 1)}{_cell(r['memory_ratio'], 6)}"
+            f"{_cell(r.get('ttft_ms'), 7, 0)}{_cell(r.get('tpot_ms'), 7, 0)}{_cell(r.get('draft_prefill_ms'), 6, 0)}"
         )
     lines.append(
-        "speedup: time of plain generate / this, same repeat (median); decode: the same after the prefill (time to the "
-        "first new token); vs loop, dec/loop: the same against our loop with nothing skipped; pred.: what the latency "
+        "speedup: time of plain generate / this, same repeat (median); decode: the same for the decode phase (after the "
+        "first delivered tokens, which are left out with their time, and without a draft model's prompt forward); vs loop, dec/loop: the same against our loop with nothing skipped; pred.: what the latency "
         "profile predicts for the dec/loop "
         "ratio from the run's own steps; "
-        "same: tokens identical to plain; ovh%: time outside model forwards; mem: (weights + peak growth) / (weights + KV cache)"
+        "same: tokens identical to plain; ovh%: time outside model forwards; mem: (weights + peak growth) / (weights + KV cache); "
+        "TTFT, TPOT: time to first token and per output token after it (ms, vLLM's definitions); dpre: the draft model's prompt "
+        "forward (ms)"
     )
     return "\n".join(lines)

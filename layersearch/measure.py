@@ -8,9 +8,13 @@ acceptance per draft position from here, so a figure means the same thing in eve
   both pooled over the prompts of one repeat (:func:`speedup`); with identical outputs (greedy
   decoding is lossless) it is simply baseline seconds / configuration seconds. Over repeats it is
   the median of the per-repeat ratios (:func:`median_speedup`).
-* **decode-phase speedup**: the same after each generation's prefill (time to the first new
-  token, the first token itself excluded; :func:`decode_speedup`); on long prompts the shared
-  prefill dilutes the end-to-end ratio towards 1.
+* **decode-phase speedup**: the same after each generation's first delivery (the phases of
+  :class:`~layersearch.runtime.stats.DecodeStats`, one definition for our loop and every
+  transformers peer: the time to the first delivered token(s) and those tokens excluded, and a
+  draft model's own prompt forward excluded too, reported as its own column;
+  :func:`decode_speedup`); on long prompts the shared prefill dilutes the end-to-end ratio
+  towards 1. TTFT and TPOT (vLLM's time to first token and time per output token) come from
+  the same definitions.
 * **M**: decode-phase tokens per target forward, **alpha**: accepted / drafted
   (:class:`~layersearch.runtime.stats.DecodeStats` defines both).
 * **acceptance per draft position** (:func:`acceptance_per_position`): as vLLM's
@@ -89,8 +93,8 @@ def decode_speedup(base: "DecodeStats", run: "DecodeStats") -> float | None:
 def decode_tokens_per_second(stats: "DecodeStats", exclude_seconds: float = 0.0) -> float:
     """Decode-phase tokens per second (the rate behind :func:`decode_speedup`), ``exclude_seconds``
     taken out of the time (e.g. an analysis run inside the loop); 0 when nothing was decoded."""
-    seconds = stats.total_seconds - stats.prefill_seconds - exclude_seconds
-    tokens = _decode_tokens(stats)
+    seconds = stats.decode_seconds - exclude_seconds
+    tokens = stats.decode_tokens
     return tokens / seconds if seconds > 0 and tokens > 0 else 0.0
 
 
@@ -100,13 +104,13 @@ def rate_speedup(base_rate: float, rate: float) -> float | None:
 
 
 def _decode_seconds(stats: "DecodeStats") -> float:
-    """Seconds after the prefill (all generations pooled in ``stats``)."""
-    return max(stats.total_seconds - stats.prefill_seconds, 1e-9)
+    """Seconds of the decode phase (all generations pooled in ``stats``)."""
+    return max(stats.decode_seconds, 1e-9)
 
 
 def _decode_tokens(stats: "DecodeStats") -> int:
-    """Tokens after each generation's first (the prefill produces the first)."""
-    return max(stats.new_tokens - stats.generations, 1)
+    """Tokens of the decode phase: those delivered after each generation's first delivery."""
+    return max(stats.decode_tokens, 1)
 
 
 def acceptance_per_position(steps: Sequence["StepOutcome"]) -> dict[str, Any]:

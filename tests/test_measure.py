@@ -94,3 +94,31 @@ def test_compare_rotates_the_order_and_takes_ratios_against_the_baseline(tiny_ll
     assert ours.speedups == [b.total_seconds / o.total_seconds for b, o in zip(measured["base"].stats, ours.stats)]
     assert ours.stats[0].drafted > 0 and (ours.peak_ratio is None or ours.peak_ratio > 0)
     assert figures(ours.stats)["drafts"] > 0
+
+
+def test_phases_are_defined_the_same_for_transformers_peers_and_our_loop(tiny_llama):
+    """transformers' prompt lookup and assisted generation deliver a whole verification step in
+    one ``put``: those first tokens leave the decode phase with their time; an assistant's (and
+    our draft model's) prompt forward is its own column, in neither phase."""
+    import torch
+
+    from layersearch.models.tiny import build_tiny_model
+    from layersearch.runtime.baseline import hf_generate
+    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.drafters import ModelDrafter
+    from layersearch.runtime.lookahead import StaticLookahead
+
+    prompt = torch.tensor([[5, 6, 7, 8, 9] * 6])
+    plain = hf_generate(tiny_llama, prompt, 12).stats
+    assert plain.first_tokens == 1 and plain.draft_prefill_seconds == 0.0
+    assert plain.decode_tokens == plain.new_tokens - 1
+    lookup = hf_generate(tiny_llama, prompt, 12, prompt_lookup_num_tokens=4).stats
+    assert 1 <= lookup.first_tokens <= 5 and lookup.decode_tokens == lookup.new_tokens - lookup.first_tokens
+    assistant = build_tiny_model("llama", num_layers=2, seed=11)
+    assisted = hf_generate(tiny_llama, prompt, 12, assistant_model=assistant).stats
+    assert assisted.draft_prefill_seconds > 0
+    assert abs(assisted.decode_seconds - (assisted.total_seconds - assisted.prefill_seconds - assisted.draft_prefill_seconds)) < 1e-9
+    ours = SpeculativeDecoder(tiny_llama, drafter=ModelDrafter(assistant), lookahead=StaticLookahead(3)).generate(prompt, 12).stats
+    assert ours.first_tokens == 1 and ours.draft_prefill_seconds > 0
+    assert ours.tpot == ours.decode_seconds / (ours.new_tokens - 1)
+    assert ours.decode_seconds < ours.total_seconds - ours.prefill_seconds  # the draft prefill is out of the decode phase

@@ -147,7 +147,7 @@ class _Run:
         self.tokens: list[int] = []
         self.outcomes: list[StepOutcome] = []
         self.selections: list[dict[str, Any]] = []
-        self.seconds = dict(prefill=0.0)
+        self.seconds = dict(prefill=0.0, draft_prefill=0.0)
         self.prompt = prompt
         self.prompt_hidden: torch.Tensor | None = None
         self.num_layers = decoder.num_layers
@@ -185,6 +185,7 @@ class _Run:
         if self.hidden_layers:  # the states at the input whose output gave the returned token
             self.drafter.observe_hidden(self.captured[verdict.source_node])
         t2 = self.clock.now()
+        self.seconds["draft_prefill"] += proposal.prefill_seconds
         emitted = self._emit([*verdict.accepted_tokens(proposal.tokens), verdict.next_token])
         self._feed_back(proposal, verdict, position, emitted, t1 - t0, t2 - t1)
 
@@ -298,6 +299,7 @@ class _Run:
             forward_seconds=self.forward_timer.total(),
             steps=steps,
             selections=tuple(self.selections),
+            draft_prefill_seconds=self.seconds["draft_prefill"],
         )
 
 

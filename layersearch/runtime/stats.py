@@ -16,6 +16,14 @@ class DecodeStats:
     ``target_forwards`` counts verification forwards after the prefill; ``M`` is the number of
     tokens produced per such forward, ``alpha`` the share of drafted tokens the target
     accepted (None when nothing was drafted, e.g. with an empty mask).
+
+    The phases, defined once for every row (our loop and transformers' peers alike):
+    ``prefill_seconds`` is the time to the first delivered token(s) without any draft-side
+    prefill (the target's prompt forward; for transformers' assisted generation also its first
+    verification, which delivers ``first_tokens`` tokens at once); ``draft_prefill_seconds`` is
+    the draft model's own prompt forward, a column of its own; the decode phase is everything
+    else, and its tokens are those delivered after the first delivery (:attr:`decode_seconds`,
+    :attr:`decode_tokens`, and vLLM's TTFT / TPOT: :attr:`ttft`, :attr:`tpot`).
     """
 
     new_tokens: int
@@ -31,6 +39,28 @@ class DecodeStats:
     forward_seconds: float = 0.0  # inside model forwards (prefill, draft, verify)
     steps: tuple[StepOutcome, ...] = field(default=(), repr=False)  # one per decoding step, in order
     selections: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    first_tokens: int = 1  # tokens delivered with the first new token (pooled: summed over generations)
+    draft_prefill_seconds: float = 0.0  # the draft model's own prompt forward (in neither phase)
+
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds after the first delivery, the draft model's prefill taken out."""
+        return max(self.total_seconds - self.prefill_seconds - self.draft_prefill_seconds, 0.0)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens delivered after each generation's first delivery."""
+        return max(self.new_tokens - self.first_tokens, 0)
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token (seconds, mean over the pooled generations): the prefill."""
+        return self.prefill_seconds / self.generations if self.generations else 0.0
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first delivery (seconds), as vLLM reports it."""
+        return self.decode_seconds / self.decode_tokens if self.decode_tokens else None
 
     @property
     def draft_lengths(self) -> tuple[int, ...]:
@@ -86,6 +116,10 @@ class DecodeStats:
             "acceptance_rate": self.acceptance_rate,
             "tokens_per_second": self.tokens_per_second,
             "prefill_seconds": self.prefill_seconds,
+            "draft_prefill_seconds": self.draft_prefill_seconds,
+            "ttft": self.ttft,
+            "tpot": self.tpot,
+            "first_tokens": self.first_tokens,
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
             "other_seconds": self.other_seconds,
@@ -117,4 +151,6 @@ def combine(stats: list[DecodeStats]) -> DecodeStats:
         draft_forwards=sum(s.draft_forwards for s in stats),
         forward_seconds=sum(s.forward_seconds for s in stats),
         steps=tuple(step for s in stats for step in s.steps),
+        first_tokens=sum(s.first_tokens for s in stats),
+        draft_prefill_seconds=sum(s.draft_prefill_seconds for s in stats),
     )

@@ -60,6 +60,7 @@ class Proposal:
     # A token tree (SWIFT): for each chain position, other candidates to verify as leaves there.
     branches: tuple[tuple[int, ...], ...] | None = None
     confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
+    prefill_seconds: float = 0.0  # a draft model's forward over the prompt inside this proposal (its own phase)
 
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":

@@ -9,12 +9,15 @@ the draft model's own LM head is a quarter of a 0.5B Qwen's weights).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from layersearch.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, draft_chain
 from layersearch.runtime.forward import forward_tokens
+from layersearch.runtime.timing import Clock
 from layersearch.runtime.vocab_head import DraftHeads, VocabSubset
 
 
@@ -58,16 +61,23 @@ class ModelDrafter(StatelessDrafter):
         truncate_cache(self._cache, keep)
         self._ids = sequence[:keep]
 
+        clock = Clock(self.model.device)
+        prefill = [0.0]
+
         def next_logits(token: int, index: int) -> torch.Tensor:
             fed = sequence[keep:] if index == 0 else [token]
             start = len(self._ids)
+            t0 = clock.now() if start == 0 else 0.0
             with request.timed():
                 logits = forward_tokens(self.model, fed, start, self._cache, keep=1, **options)[-1]  # [vocab]
+            if start == 0:  # the draft model's prompt forward: the draft-side prefill, a phase of its own
+                prefill[0] = clock.now() - t0
             self._ids.extend(fed)
             return logits
 
         with torch.inference_mode():
-            return draft_chain(request, next_logits, self.name)
+            proposal = draft_chain(request, next_logits, self.name)
+        return replace(proposal, prefill_seconds=prefill[0]) if prefill[0] else proposal
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
