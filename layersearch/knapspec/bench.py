@@ -100,8 +100,8 @@ def prompt_ids(tokenizer, n: int, seed: int):
 def _decode_rates(stats, select_seconds: float, exclude: float = 0.0) -> dict[str, float]:
     from layersearch.measure import decode_tokens_per_second
 
-    decode = stats.total_seconds - stats.prefill_seconds - exclude
-    tokens = stats.new_tokens - 1  # the prefill's token is not a decode-phase token
+    decode = stats.decode_seconds - exclude
+    tokens = stats.decode_tokens  # the first delivery's tokens are not decode-phase tokens
     steady = max(decode - select_seconds, 1e-9)
     return {
         "decode_tokens_per_second": decode_tokens_per_second(stats, exclude),

@@ -83,11 +83,11 @@ def compare(
 
 
 def _arm(name: str, temperature: float, seed: int, stats: DecodeStats) -> ArmResult:
-    decode_seconds = stats.total_seconds - stats.prefill_seconds
+    decode_seconds = stats.decode_seconds
     return ArmResult(
         name, temperature, seed,
         block_efficiency=stats.new_tokens / max(1, stats.target_forwards),
-        tokens_per_second=stats.new_tokens / decode_seconds if decode_seconds > 0 else 0.0,
+        tokens_per_second=stats.decode_tokens / decode_seconds if decode_seconds > 0 else 0.0,
         # 0 without draft forwards (the plain arm's empty proposals cost only loop overhead)
         draft_ms_per_forward=1000 * stats.draft_seconds / stats.draft_forwards if stats.draft_forwards else 0.0,
         new_tokens=stats.new_tokens, verifications=stats.target_forwards,
