@@ -35,6 +35,13 @@ File format (schema_version 1)::
 ``kernels`` names the CPU kernels every timing of the profile was measured with, and the ones
 ``--kernels auto`` then runs; ``kernel_timings`` holds the verification sweep of each kernel set
 that was timed to make that choice (:func:`pick_kernels`).
+
+Precision (draft plans, :class:`~layersearch.mask.SkipMask` with int8 sub-layers): where the
+device runs int8 twins, the profile also holds one int8 attention sub-layer's cost
+(``int8_attention_slope``, ``int8_attention_intercept``), one int8 MLP sub-layer's
+(``int8_mlp_seconds``) and what the int8 LM head saves on the base (``int8_head_saving``); all
+``null`` where not measured (older files, GPU profiles), and a plan with int8 sub-layers then
+cannot be costed (one error line naming ``layersearch profile``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ SCHEMA_VERSION = 1
 KIND = "latency-profile"
 PROFILE_FILE = FileKind(tag=KIND, called="profile", made_for="profile was measured for", schema_version=SCHEMA_VERSION)
 _TIME_FIELDS = ("attention_slope", "attention_intercept", "mlp_seconds", "base_seconds")
+#: The int8 timings (optional: None where the profile did not measure int8 twins).
+INT8_FIELDS = ("int8_attention_slope", "int8_attention_intercept", "int8_mlp_seconds", "int8_head_saving")
 _REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify_ratios")
 
 
@@ -122,6 +131,10 @@ class LatencyProfile(ModelBoundJson):
     attention_windows: tuple[int | None, ...] = ()  # [L] per-layer window, None = full; () = all full
     kernels: str = "stock"  # the CPU kernels these timings were measured with
     kernel_timings: tuple[KernelTiming, ...] = ()  # each kernel set's verification sweep (the choice)
+    int8_attention_slope: float | None = None  # an int8 attention sub-layer: seconds per context token
+    int8_attention_intercept: float | None = None  # ... and at context 0
+    int8_mlp_seconds: float | None = None  # an int8 MLP sub-layer, one token
+    int8_head_saving: float | None = None  # seconds the int8 LM head saves on base_seconds, one token
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelInfo):
@@ -139,6 +152,9 @@ class LatencyProfile(ModelBoundJson):
         object.__setattr__(self, "kernel_timings", tuple(self.kernel_timings))
         if any(not isinstance(t, KernelTiming) for t in self.kernel_timings):
             raise LayersearchError("profile kernel_timings must hold KernelTiming values")
+        for name in INT8_FIELDS:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _non_negative(getattr(self, name), name))
         if self.target_seconds(0) <= 0:
             raise LayersearchError("profile has zero cost for a full forward (all times are 0)")
 
@@ -165,16 +181,41 @@ class LatencyProfile(ModelBoundJson):
             raise LayersearchError(f"layer must be in 0..{self.num_layers - 1}, got {layer!r}")
         return self.attention_slope * self.effective_context(context, layer) + self.attention_intercept
 
+    @property
+    def has_int8(self) -> bool:
+        """True when the profile measured int8 sub-layers (it can cost plans with int8)."""
+        return all(getattr(self, name) is not None for name in INT8_FIELDS)
+
+    def sublayer_seconds(self, kind: str, precision: str, context: int, layer: int | None = None) -> float:
+        """One sub-layer's cost (one token after ``context``): ``kind`` attention or mlp at
+        ``precision`` full, int8 or skip (0); ``layer`` matters for sliding-window attention."""
+        if precision == "skip":
+            return 0.0
+        if precision == "int8":
+            self._check_int8()
+            if kind == "mlp":
+                return self.int8_mlp_seconds
+            full_intercept = self.attention_seconds(context, layer) - self.attention_intercept
+            scale = self.int8_attention_slope / self.attention_slope if self.attention_slope else 1.0
+            return full_intercept * scale + self.int8_attention_intercept
+        if precision != "full":
+            raise LayersearchError(f"unknown precision {precision!r} (full, int8 or skip)")
+        return self.mlp_seconds if kind == "mlp" else self.attention_seconds(context, layer)
+
     def draft_seconds(self, mask: SkipMask, context: int) -> float:
-        """One draft forward (one token): base plus the attention and MLP sub-layers ``mask`` runs."""
+        """One draft forward (one token): base (with the int8 head's saving where the plan asks
+        for it) plus every sub-layer at the plan's precision."""
         self._check_mask(mask)
-        skipped = set(mask.attention)
-        kept_mlp = self.num_layers - len(mask.mlp)
-        if self.attention_windows:
-            attention = sum(self.attention_seconds(context, i) for i in range(self.num_layers) if i not in skipped)
-        else:
-            attention = (self.num_layers - len(skipped)) * self.attention_seconds(context)
-        return self.base_seconds + attention + kept_mlp * self.mlp_seconds
+        head = 0.0
+        if mask.int8_head:
+            self._check_int8()
+            head = self.int8_head_saving
+        if mask.is_skip_only and not self.attention_windows:  # the common case, in closed form
+            attention = (self.num_layers - len(mask.attention)) * self.attention_seconds(context)
+            return self.base_seconds + attention + (self.num_layers - len(mask.mlp)) * self.mlp_seconds
+        per_layer = (self.sublayer_seconds(kind, mask.precision(kind, i), context, i)
+                     for i in range(self.num_layers) for kind in ("attention", "mlp"))
+        return max(self.base_seconds - head, 0.0) + sum(per_layer)
 
     def target_seconds(self, context: int) -> float:
         """One full forward (one token): base plus every sub-layer."""
@@ -302,6 +343,7 @@ class LatencyProfile(ModelBoundJson):
             "attention_windows": list(self.attention_windows),
             "kernels": self.kernels,
             "kernel_timings": [t.to_dict() for t in self.kernel_timings],
+            **{name: getattr(self, name) for name in INT8_FIELDS},
         }
 
     @classmethod
@@ -333,11 +375,17 @@ class LatencyProfile(ModelBoundJson):
             attention_windows=tuple(data.get("attention_windows", ())),
             kernels=data.get("kernels", "stock"),
             kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
+            **{name: data.get(name) for name in INT8_FIELDS},
         )
 
     # ----- helpers ------------------------------------------------------------------------
     def _check_mask(self, mask: SkipMask) -> None:
         mask.check_model(self.model)
+
+    def _check_int8(self) -> None:
+        if not self.has_int8:
+            raise LayersearchError("this latency profile has no int8 timings (measured before plans, or on a device "
+                                   "without int8 twins): measure it again with `layersearch profile` to cost int8 plans")
 
     @staticmethod
     def _drafts_per_cycle(M: float, alpha: float) -> float:

@@ -26,6 +26,11 @@ profile (:attr:`LatencyProfile.attention_windows`): attention cost stops growing
 A sliding layer keeps only its window, so it cannot be cropped back to a shorter context once
 committed; such models get one prefill per measured context.
 
+Precision: where the model can run int8 twins (:mod:`layersearch.models.precision`: CPU,
+float32), four more settings are timed in the same interleaved rounds: every sub-layer int8,
+int8 with every attention skipped, int8 with every MLP skipped, and ``nothing`` with the int8
+LM head. The same differences give one int8 sub-layer's cost and the int8 head's saving.
+
 Kernels (:mod:`layersearch.runtime.kernels`): with ``kernels="auto"`` the verification sweep is
 first timed under every kernel set, interleaved round by round, at the middle context; the
 choice (:func:`~layersearch.profile.pick_kernels`) and every sweep are recorded in the profile,
@@ -52,6 +57,8 @@ from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
 
 SETTINGS = ("full", "no_attention", "no_mlp", "nothing")
+#: The int8 settings, timed where the model can run int8 twins.
+INT8_SETTINGS = ("int8", "int8_no_attention", "int8_no_mlp", "int8_head")
 
 
 def measure_profile(
@@ -123,7 +130,7 @@ def _measure(
     model: torch.nn.Module, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report
 ) -> LatencyProfile:
     """The profile's timings with whatever kernels the model runs now."""
-    masks = _setting_masks(len(decoder_layers(model)))
+    masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model))
     clock = Clock(model.device)
     timings: dict[int, dict[str, float]] = {}
     ratios: tuple[float, ...] = ()
@@ -145,14 +152,34 @@ def _measure(
 
 
 # ----- measurement ----------------------------------------------------------------------------
-def _setting_masks(num_layers: int) -> dict[str, SkipMask]:
+def _setting_masks(num_layers: int, int8: bool = False) -> dict[str, SkipMask]:
+    """The plan of each timed setting (the int8 ones only with ``int8``)."""
     every = tuple(range(num_layers))
-    return {
+    masks = {
         "full": SkipMask.none(num_layers),
         "no_attention": SkipMask(num_layers, attention=every),
         "no_mlp": SkipMask(num_layers, mlp=every),
         "nothing": SkipMask.everything(num_layers),
     }
+    if int8:
+        masks.update({
+            "int8": SkipMask.none(num_layers).kept_in_int8(head=False),
+            "int8_no_attention": SkipMask(num_layers, attention=every).kept_in_int8(head=False),
+            "int8_no_mlp": SkipMask(num_layers, mlp=every).kept_in_int8(head=False),
+            "int8_head": SkipMask.everything(num_layers).with_int8((), (), True),
+        })
+    return masks
+
+
+def _can_run_int8(model: torch.nn.Module) -> bool:
+    """True where the model can run int8 twins (CPU, float32, torch's int8 engine present)."""
+    from layersearch.models.precision import check_int8_device
+
+    try:
+        check_int8_device(model)
+    except LayersearchError:
+        return False
+    return True
 
 
 def _prefilled_cache(model: torch.nn.Module, length: int) -> DynamicCache:
@@ -165,10 +192,11 @@ def _prefilled_cache(model: torch.nn.Module, length: int) -> DynamicCache:
     return cache
 
 
-def _timed_forward(model: torch.nn.Module, cache: DynamicCache, n: int, tokens: list[int], clock: Clock) -> float:
-    """Seconds of one forward of ``tokens`` at position ``n``; the cache is cut back to ``n`` after."""
+def _timed_forward(model: torch.nn.Module, cache: DynamicCache, n: int, tokens: list[int], clock: Clock, head=None) -> float:
+    """Seconds of one forward of ``tokens`` at position ``n`` (``head``: a draft head in place of
+    the LM head); the cache is cut back to ``n`` after."""
     start = clock.now()
-    forward_tokens(model, tokens, n, cache)
+    forward_tokens(model, tokens, n, cache, **({} if head is None else {"head": head, "keep": 1}))
     seconds = clock.now() - start
     # Outside the timed region: the decoder crops once per verification, not per draft step.
     truncate_cache(cache, n)
@@ -180,13 +208,20 @@ def _time_settings(
 ) -> dict[str, float]:
     """Median one-token forward time at context ``n`` under each mask of :data:`SETTINGS`."""
     token = [n % model.get_input_embeddings().num_embeddings]
-    samples: dict[str, list[float]] = {name: [] for name in SETTINGS}
+    names = tuple(masks)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    head = None
+    if any(mask.int8_head for mask in masks.values()):
+        from layersearch.models.precision import int8_twins
+
+        head = int8_twins(model).head
     # Round 0 is the warm-up. Settings are interleaved, in a rotating order, so slow drift and
-    # bursts of load on a shared machine hit all four alike instead of biasing one difference.
+    # bursts of load on a shared machine hit them all alike instead of biasing one difference.
     for round_ in range(repeats + 1):
-        for name in SETTINGS[round_ % 4 :] + SETTINGS[: round_ % 4]:
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
             with skipping(model, masks[name]):
-                seconds = _timed_forward(model, cache, n, token, clock)
+                seconds = _timed_forward(model, cache, n, token, clock, head if masks[name].int8_head else None)
             if round_:
                 samples[name].append(seconds)
     return {name: statistics.median(values) for name, values in samples.items()}
@@ -227,6 +262,13 @@ def _profile(
     windows = windows if any(w is not None for w in windows) else ()
     effective = [mean_effective_context(n, windows) for n in contexts]
     slope, intercept = fit_line(effective, [attention for attention, _ in per_context])
+    int8: dict[str, float] = {}
+    if all("int8" in timings[n] for n in contexts):
+        per_context8 = [_sublayer_seconds(_as_full_settings(timings[n]), info.num_layers) for n in contexts]
+        slope8, intercept8 = fit_line(effective, [attention for attention, _ in per_context8])
+        int8 = dict(int8_attention_slope=slope8, int8_attention_intercept=intercept8,
+                    int8_mlp_seconds=statistics.fmean(mlp for _, mlp in per_context8),
+                    int8_head_saving=max(0.0, statistics.fmean(timings[n]["nothing"] - timings[n]["int8_head"] for n in contexts)))
     return LatencyProfile(
         model=info,
         device=device_name(model.device),
@@ -240,7 +282,14 @@ def _profile(
         contexts=tuple(contexts),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         attention_windows=windows,
+        **int8,
     )
+
+
+def _as_full_settings(times: dict[str, float]) -> dict[str, float]:
+    """The int8 timings under the names :func:`_sublayer_seconds` reads (``nothing`` is shared)."""
+    return {"full": times["int8"], "no_attention": times["int8_no_attention"], "no_mlp": times["int8_no_mlp"],
+            "nothing": times["nothing"]}
 
 
 def mean_effective_context(context: int, windows: Sequence[int | None]) -> float:
@@ -307,6 +356,7 @@ def _describe(n: int, times: dict[str, float]) -> str:
     return (
         f"context {n}: full {ms['full']:.2f} ms, no attention {ms['no_attention']:.2f} ms, "
         f"no MLP {ms['no_mlp']:.2f} ms, embedding+head {ms['nothing']:.2f} ms"
+        + (f"; int8 {ms['int8']:.2f} ms, int8 head saves {ms['nothing'] - ms['int8_head']:.2f} ms" if "int8" in ms else "")
     )
 
 

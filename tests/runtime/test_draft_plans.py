@@ -127,3 +127,26 @@ def test_a_device_without_int8_kernels_is_one_error_line():
     with pytest.raises(LayersearchError, match="float32"):
         with skipping(model, SkipMask(2, (), (), None, {}, (0,), ())):
             pass
+
+
+def test_the_profile_times_int8_sub_layers_and_costs_plans(tiny_llama):
+    from layersearch.mask import ModelInfo
+    from layersearch.profile import LatencyProfile
+    from layersearch.runtime.profiler import measure_profile
+
+    info = ModelInfo("tiny", 4, tiny_llama.config.hidden_size, "f")
+    profile = measure_profile(tiny_llama, info, contexts=(8, 16), max_verify=2, repeats=2)
+    assert profile.has_int8 and profile.int8_mlp_seconds >= 0 and profile.int8_head_saving >= 0
+    again = LatencyProfile.from_dict(profile.to_dict())
+    assert again == profile
+    plan = SkipMask(4, (0,), (), info, {}, (1, 2), (0, 1, 2, 3), True)
+    costed = profile.base_seconds - profile.int8_head_saving + sum(
+        profile.sublayer_seconds(kind, plan.precision(kind, i), 16, i) for i in range(4) for kind in ("attention", "mlp"))
+    assert abs(profile.draft_seconds(plan, 16) - costed) < 1e-12
+    skip_only = SkipMask(4, (0,), (), info)
+    expected = profile.base_seconds + 3 * profile.attention_seconds(16) + 4 * profile.mlp_seconds
+    assert abs(profile.draft_seconds(skip_only, 16) - expected) < 1e-12
+    older = LatencyProfile.from_dict({k: v for k, v in profile.to_dict().items() if not k.startswith("int8_")})
+    assert not older.has_int8 and older.draft_seconds(skip_only, 16) == profile.draft_seconds(skip_only, 16)
+    with pytest.raises(LayersearchError, match="no int8 timings"):
+        older.draft_seconds(plan, 16)
