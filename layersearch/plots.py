@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # imported lazily at run time
 KEPT_COLOUR = "#bdbdbd"
 ATTENTION_COLOUR = "#d62728"
 MLP_COLOUR = "#1f77b4"
+INT8_COLOUR = "#ffbf00"  # an int8 sub-layer of a draft plan (amber: run, but cheaper)
 
 PLOTS_DIR = Path("plots")
 
@@ -279,10 +280,10 @@ def _draw_mask_grid(ax: Any, mask: SkipMask) -> None:
     """One square per sub-layer: row 0 attention, row 1 MLP, column = layer index."""
     from matplotlib.patches import Rectangle
 
-    rows = ((0, set(mask.attention), ATTENTION_COLOUR), (1, set(mask.mlp), MLP_COLOUR))
-    for row, skipped, colour in rows:
+    rows = ((0, "attention", ATTENTION_COLOUR), (1, "mlp", MLP_COLOUR))
+    for row, kind, colour in rows:
         for layer in range(mask.num_layers):
-            face = colour if layer in skipped else KEPT_COLOUR
+            face = {"skip": colour, "int8": INT8_COLOUR, "full": KEPT_COLOUR}[mask.precision(kind, layer)]
             # Inset squares leave a white gap so neighbouring squares stay distinguishable.
             ax.add_patch(Rectangle((layer + 0.06, row + 0.06), 0.88, 0.88, facecolor=face,
                                    edgecolor="none"))
@@ -304,8 +305,10 @@ def _mask_legend_handles(mask: SkipMask) -> list[Any]:
     from matplotlib.patches import Patch
 
     handles = []
-    if len(mask.attention) + len(mask.mlp) < 2 * mask.num_layers:
-        handles.append(Patch(facecolor=KEPT_COLOUR, label="kept"))
+    if mask.num_skipped + mask.num_int8 < 2 * mask.num_layers:
+        handles.append(Patch(facecolor=KEPT_COLOUR, label="full" if mask.has_int8 else "kept"))
+    if mask.num_int8:
+        handles.append(Patch(facecolor=INT8_COLOUR, label=f"int8 ({mask.num_int8})"))
     if mask.attention:
         handles.append(Patch(facecolor=ATTENTION_COLOUR, label=f"skipped attention ({len(mask.attention)})"))
     if mask.mlp:
@@ -319,6 +322,8 @@ def _mask_title(mask: SkipMask) -> str:
              f"({mask.num_skipped} of {2 * mask.num_layers} sub-layers)")
     parts = [mask.model.name] if mask.model is not None else []
     parts.append(ratio)
+    if mask.has_int8:
+        parts.append(f"{mask.num_int8} sub-layers int8, LM head {'int8' if mask.int8_head else 'full'}")
     extra = [f"{k} {mask.provenance[k]}" for k in ("strategy", "objective") if mask.provenance.get(k)]
     if extra:
         parts.append(", ".join(extra))

@@ -98,3 +98,38 @@ def test_flat_conversion_is_interleaved():
     assert mask.to_flat() == (True, False, False, True, True, False)
     assert SkipMask.from_flat(mask.to_flat()) == mask
     assert mask.short_string() == "A:0,2 M:1"
+
+
+def test_a_plan_round_trips_as_schema_2_and_a_skip_mask_stays_schema_1(tmp_path):
+    plan = SkipMask(6, (1,), (4,), None, {}, (0, 2), (0, 1, 2), True)
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 2 and data["int8"] == {"attention": [0, 2], "mlp": [0, 1, 2], "head": True}
+    assert SkipMask.load(path) == plan and plan.precision("attention", 2) == "int8" and plan.precision("mlp", 4) == "skip"
+    assert plan.skips_only() == SkipMask(6, (1,), (4,)) and not plan.is_empty and plan.skips_only().is_skip_only
+    assert SkipMask(6, (1,), (4,)).to_dict()["schema_version"] == 1 and "int8" not in SkipMask(6, (1,), (4,)).to_dict()
+    assert plan.short_string() == "A:1 M:4 int8 A:0,2 M:0-2 H"
+    assert SkipMask.none(6).kept_in_int8(head=False).short_string() == "A:- M:- int8 A:0-5 M:0-5"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schema_version": 1, "num_layers": 4, "attention": [], "mlp": [], "int8": {"attention": [1]}}', "need schema_version 2"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [1], "mlp": [], "int8": {"attention": [1]}}', "both skipped and int8"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"mlp": [9]}}', "out of range"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"head": "yes"}}', "int8 head must be true or false"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"heads": true}}', "unknown key 'heads'"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": [1]}', "int8 must be an object"),
+])
+def test_bad_plan_files_are_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    with pytest.raises(LayersearchError, match=message):
+        SkipMask.load(path)
+
+
+def test_mask_show_draws_each_sub_layers_precision():
+    from layersearch.commands.mask import render
+
+    text = render(SkipMask(4, (1,), (), None, {}, (0, 2), (0, 1, 2, 3), True))
+    assert "attn  8 x 8 ." in text and "mlp   8 8 8 8" in text and "LM head int8" in text and "8 = int8" in text

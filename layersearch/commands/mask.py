@@ -92,20 +92,24 @@ def _show(args: Any) -> int:
 
 
 def render(mask: SkipMask) -> str:
-    """A text drawing: one column per layer, rows for attention and MLP (x = skipped)."""
+    """A text drawing: one column per layer, rows for attention and MLP (x = skipped, 8 = int8)."""
     width = len(str(mask.num_layers - 1))
     header = " ".join(str(i).rjust(width) for i in range(mask.num_layers))
-    skipped_attention, skipped_mlp = set(mask.attention), set(mask.mlp)
-    attn = " ".join(("x" if i in skipped_attention else ".").rjust(width) for i in range(mask.num_layers))
-    mlp = " ".join(("x" if i in skipped_mlp else ".").rjust(width) for i in range(mask.num_layers))
+    marks = {"skip": "x", "int8": "8", "full": "."}
+
+    def row(kind: str) -> str:
+        return " ".join(marks[mask.precision(kind, i)].rjust(width) for i in range(mask.num_layers))
+
     model = mask.model.name if mask.model else "unknown model"
+    summary = f"{mask.num_skipped} of {2 * mask.num_layers} sub-layers skipped (ratio {mask.skip_ratio:.2f})"
+    if mask.has_int8:
+        summary += f", {mask.num_int8} int8, LM head {'int8' if mask.int8_head else 'full'}"
     lines = [
-        f"{model}: {mask.num_layers} layers, {mask.num_skipped} of {2 * mask.num_layers} sub-layers skipped "
-        f"(ratio {mask.skip_ratio:.2f})",
+        f"{model}: {mask.num_layers} layers, {summary}",
         f"layer {header}",
-        f"attn  {attn}",
-        f"mlp   {mlp}",
-        "x = skipped, . = kept",
+        f"attn  {row('attention')}",
+        f"mlp   {row('mlp')}",
+        "x = skipped, 8 = int8, . = full" if mask.has_int8 else "x = skipped, . = kept",
     ]
     strategy = mask.provenance.get("strategy")
     if strategy:
