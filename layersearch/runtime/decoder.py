@@ -203,7 +203,8 @@ class _Run:
         rule = type(self.lookahead).__name__.removesuffix("Lookahead").lower()
         outcome = StepOutcome(
             step=len(self.outcomes), position=position, drafted=len(proposal.tokens), accepted=verdict.num_accepted,
-            emitted=emitted, drafter=proposal.drafter, mask=self.mask, lookahead=f"{rule}:{self.lookahead.max_tokens}",
+            emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or self.mask,  # the plan the draft really ran
+            lookahead=f"{rule}:{self.lookahead.max_tokens}",
             draft_forwards=proposal.forwards, draft_seconds=draft_s, verify_seconds=verify_s,
             confidences=proposal.confidences,
         )

@@ -24,7 +24,7 @@ class StepOutcome:
     accepted: int  # of them accepted by the target
     emitted: int  # tokens this step added (accepted + the target's own, EOS / max_new may cut)
     drafter: str  # which drafter produced the draft ("layer-skip", "prompt-lookup", ...)
-    mask: SkipMask | None  # the controller's mask in force (None: the drafter uses none)
+    mask: SkipMask | None  # the plan the draft ran: the controller's mask, or the drafter's plan of it (None: none)
     lookahead: str = ""  # the rule and its cap in force, e.g. "confidence:8"
     draft_forwards: int = 0  # draft model forwards spent (incl. the one whose low confidence stopped it)
     draft_seconds: float = 0.0

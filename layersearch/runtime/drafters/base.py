@@ -61,6 +61,7 @@ class Proposal:
     branches: tuple[tuple[int, ...], ...] | None = None
     confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
     prefill_seconds: float = 0.0  # a draft model's forward over the prompt inside this proposal (its own phase)
+    plan: SkipMask | None = None  # the draft plan the target ran (None: the controller's mask, or no self-draft)
 
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":

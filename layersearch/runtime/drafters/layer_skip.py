@@ -15,6 +15,8 @@ draft is made and the step is a plain target step. With ``vocab`` (a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from layersearch.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, draft_chain
@@ -52,7 +54,8 @@ class LayerSkipDrafter(StatelessDrafter):
             return request.forward([token], request.position + index, keep=1, **options)[-1]  # [vocab]
 
         with skipping(request.model, plan):
-            return draft_chain(request, next_logits, self.name, self.branching)
+            proposal = draft_chain(request, next_logits, self.name, self.branching)
+        return proposal if plan is request.mask else replace(proposal, plan=plan)
 
     def _head_option(self, model, plan: SkipMask) -> dict:
         """The draft's head: a reduced one (FR-Spec), the int8 twin, or the model's own (no option)."""
