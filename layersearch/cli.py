@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from layersearch.commands.common import check_shared_options
 
         check_shared_options(args)  # seeds, draft lengths, ratios, learning rates: before any work
+        from layersearch.commands.requires import check_extras
+
+        check_extras(args)  # the optional packages this command needs (search, plots, kernels)
         module = importlib.import_module(f"layersearch.commands.{args.command}")
         return int(module.run(args) or 0)
     except LayersearchError as exc:
@@ -80,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the promise is one line, never a traceback, even for our own bugs
         if os.environ.get(TRACEBACK_ENV):
             raise
+        from layersearch.extras import extra_of, missing_message
+
+        if isinstance(exc, ModuleNotFoundError) and extra_of(exc.name):  # an extra reached by a path requires.py misses
+            return _fail(missing_message(exc.name), 2)
         lines = str(exc).strip().splitlines()
         first = lines[0] if lines else type(exc).__name__
         return _fail(f"{first[:300]} ({type(exc).__name__}; {TRACEBACK_ENV}=1 shows the traceback)", 1)

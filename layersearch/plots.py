@@ -427,9 +427,11 @@ def _safe_name(text: str) -> str:
 
 # ----- matplotlib plumbing ------------------------------------------------------------------
 def _figure_class() -> type["Figure"]:
-    """matplotlib's Figure with the Agg backend selected (no display needed)."""
-    import matplotlib
+    """matplotlib's Figure with the Agg backend selected (no display needed); one error line naming
+    the plots extra where matplotlib is not installed."""
+    from layersearch.extras import require_extra
 
+    matplotlib = require_extra("matplotlib", "plots")
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
@@ -449,7 +451,10 @@ def _save_atomic(fig: "Figure", out: "str | Path | OutputTarget") -> Path:
 
 def check_png_output(out: "str | Path | OutputTarget", *, default: bool = False) -> "OutputTarget":
     """``out`` checked as a PNG output (suffix .png, writable) before any drawing; ``default``:
-    our own default path (its missing ``plots/`` folder is made when the file is written)."""
+    our own default path (its missing ``plots/`` folder is made when the file is written).
+    Without matplotlib (the plots extra) nothing could be drawn: one error line, before any work."""
+    from layersearch.extras import require_extras
     from layersearch.outputs import check_output
 
+    require_extras("plots")
     return check_output(out, "--out", suffixes=(".png",), default=default)

@@ -65,6 +65,10 @@ def propose_bits(
     least two observations.
     """
     import torch
+
+    from layersearch.extras import require_extras
+
+    require_extras("search")  # BoTorch and GPyTorch: one line naming the install when missing
     from botorch.utils.sampling import manual_seed
 
     if acquisition not in ACQUISITIONS:

@@ -86,6 +86,7 @@ def _router(inputs: SourceInputs) -> dict[str, Any]:
 
 
 def _swift(inputs: SourceInputs) -> dict[str, Any]:
+    from layersearch.extras import require_extras
     from layersearch.models.skipping import decoder_layers
     from layersearch.runtime.cache import sliding_windows
     from layersearch.swift import SwiftConfig
@@ -97,6 +98,7 @@ def _swift(inputs: SourceInputs) -> dict[str, Any]:
             "SWIFT's on-the-fly matchness hides generated positions with a full-attention mask; this model uses "
             "sliding-window attention: use a fixed mask (e.g. from a study with the swift strategy)"
         )
+    require_extras("search")  # its BO steps fit BoTorch's GP: say so before decoding, not at the first one
     return {"controller": SwiftController(len(decoder_layers(model)), SwiftConfig(**dict(inputs.source.swift)))}
 
 

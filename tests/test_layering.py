@@ -56,7 +56,7 @@ FORBIDDEN = {
     # Mask proposals (random, GP) for the strategies and SWIFT on the fly: no Optuna, no runtime.
     "proposals.py": (*CORE, "layersearch.models", "layersearch.data"),
     **{f"{name}.py": CORE for name in ("mask", "mask_formats", "modelfile", "checks", "errors", "inputs", "jsonfile", "outputs",
-                                         "profile", "progress")},
+                                         "profile", "progress", "extras")},
     # The pictures read studies' trials (Optuna's), never run anything.
     "plots.py": (*ABOVE, "layersearch.study", "layersearch.strategies", "layersearch.runtime", *METHODS),
     # FR-Spec's vocabulary file is fitted with the runtime's decoder: it sits above the runtime.

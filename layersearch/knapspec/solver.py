@@ -8,7 +8,8 @@ items gives the largest total value within latency ``k``" for every ``k`` in
 
 Public API:
 
-* :func:`solve_all_budgets` -- the fast solver (numba core, compiled once and cached).
+* :func:`solve_all_budgets` -- the fast solver (numba core, compiled once and cached; without
+  numba, the ``kernels`` extra, it answers with the reference solver and says so once).
 * :func:`solve_all_budgets_reference` -- a pure-Python solver with the same contract,
   kept as the oracle for tests.
 * :func:`benchmark_solver` / :func:`format_benchmark` -- timing of the two
@@ -36,9 +37,14 @@ import time
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from layersearch.errors import LayersearchError
+from layersearch.extras import install_command, note_once
+
+try:
+    from numba import njit
+except ModuleNotFoundError:  # the kernels extra is missing: solve_all_budgets uses the reference
+    njit = None
 
 __all__ = [
     "solve_all_budgets",
@@ -131,7 +137,12 @@ def _validate_values(values: Any) -> np.ndarray:
 # and ``cache=True`` keeps the machine code on disk across processes.
 
 
-@njit(cache=True)
+def _jit(function):
+    """``function`` compiled by numba (lazily, on first call; cached on disk), or as is without numba."""
+    return njit(cache=True)(function) if njit is not None else function
+
+
+@_jit
 def _fill_table(weights, values, capacity):  # pragma: no cover - compiled by numba
     """dp[i, k]: best value using items 0..i-1 within budget k, shape (n+1, capacity+1)."""
     n = weights.shape[0]
@@ -154,7 +165,7 @@ def _fill_table(weights, values, capacity):  # pragma: no cover - compiled by nu
     return dp
 
 
-@njit(cache=True)
+@_jit
 def _take_table(dp):  # pragma: no cover - compiled by numba
     """take[i, k]: item i is in the best solution over items 0..i with budget k.
 
@@ -169,7 +180,7 @@ def _take_table(dp):  # pragma: no cover - compiled by numba
     return take
 
 
-@njit(cache=True)
+@_jit
 def _backtrack(weights, take):  # pragma: no cover - compiled by numba
     """chosen[k]: walk items from last to first, from budget k, following the take table."""
     n = take.shape[0]
@@ -184,7 +195,7 @@ def _backtrack(weights, take):  # pragma: no cover - compiled by numba
     return chosen
 
 
-@njit(cache=True)
+@_jit
 def _solve_core(weights, values, capacity):  # pragma: no cover - compiled by numba
     """Fill the DP table, derive the take table, backtrack every budget."""
     dp = _fill_table(weights, values, capacity)
@@ -205,6 +216,10 @@ def solve_all_budgets(weights: Any, values: Any, capacity: Any) -> tuple[np.ndar
     docstring for the rules on zero weights, non-positive values and ties. Bad input
     raises :class:`LayersearchError`.
     """
+    if njit is None:
+        note_once(f"numba is not installed, so KnapSpec's knapsack runs in pure Python (same choices, slower; "
+                  f"{install_command('kernels')} adds the fast solver)")
+        return solve_all_budgets_reference(weights, values, capacity)
     w, v, cap = _validate(weights, values, capacity)
     return _solve_core(w, v, np.int64(cap))
 

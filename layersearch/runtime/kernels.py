@@ -14,7 +14,8 @@ outputs are checked against plain decoding as before).
 
 Whether ``numba`` is used is decided from the latency profile
 (:func:`choose_kernels`): only where it measured faster, never where the one-token forward got
-slower.
+slower. numba is the ``kernels`` extra: without it ``auto`` runs ``stock`` (said once) and
+``numba`` is one error line naming the install.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Iterator
 import torch
 
 from layersearch.errors import LayersearchError
+from layersearch.extras import has_module, install_command, note_once, require_extra
 
 #: Kernel sets, in the order a profile times them.
 KERNELS = ("stock", "numba")
@@ -60,6 +62,7 @@ def model_kernels(model: torch.nn.Module, kernels: str) -> Iterator[int]:
     if kernels == "stock" or model.device.type != "cpu":  # the kernels are CPU kernels
         yield 0
         return
+    require_extra("numba", "kernels")
     from layersearch.runtime import rowwise_attention
 
     if getattr(model, "_layersearch_kernels", None):
@@ -83,10 +86,20 @@ def model_kernels(model: torch.nn.Module, kernels: str) -> Iterator[int]:
 
 def choose_kernels(requested: str, profile=None) -> str:
     """The kernel set to run: ``requested`` unless it is ``auto``; then the profile's choice
-    (``stock`` without a profile: nothing was measured, so nothing is switched)."""
+    (``stock`` without a profile: nothing was measured, so nothing is switched; ``stock`` also
+    where the profile chose numba and numba is not installed here)."""
     if requested == "auto":
-        return profile.kernels if profile is not None else "stock"
+        chosen = profile.kernels if profile is not None else "stock"
+        return "stock" if chosen == "numba" and not numba_available() else chosen
     return check_kernels(requested)
+
+
+def numba_available() -> bool:
+    """Whether the numba kernels can run here; says once that ``auto`` runs stock when they cannot."""
+    if has_module("numba"):
+        return True
+    note_once(f"numba is not installed, so --kernels auto runs the stock kernels ({install_command('kernels')} adds them)")
+    return False
 
 
 def warm_up() -> None:

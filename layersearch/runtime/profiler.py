@@ -51,7 +51,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.profile import KernelTiming, LatencyProfile, pick_kernels
-from layersearch.runtime.kernels import KERNELS, check_kernels, model_kernels
+from layersearch.runtime.kernels import KERNELS, check_kernels, model_kernels, numba_available
 from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
@@ -98,9 +98,10 @@ def measure_profile(
 
 
 def _candidates(model: torch.nn.Module, kernels: str) -> tuple[str, ...]:
-    """The kernel sets to time: all of them for ``auto`` on CPU (stock first, the baseline)."""
+    """The kernel sets to time: all of them for ``auto`` on CPU (stock first, the baseline), stock
+    alone where numba is not installed."""
     if kernels == "auto":
-        return KERNELS if model.device.type == "cpu" else ("stock",)
+        return KERNELS if model.device.type == "cpu" and numba_available() else ("stock",)
     return (check_kernels(kernels),)
 
 
