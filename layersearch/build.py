@@ -54,12 +54,14 @@ class BuiltDecoder:
     set every run uses (``stock`` or ``numba``: :mod:`layersearch.runtime.kernels`).
     """
 
-    def __init__(self, loaded: Any, spec: DecoderSpec, speculative: Any, profile: Any = None, kernels: str = "stock") -> None:
+    def __init__(self, loaded: Any, spec: DecoderSpec, speculative: Any, profile: Any = None, kernels: str = "stock",
+                 twins: Any = None) -> None:
         self.loaded = loaded
         self.spec = spec
         self.speculative = speculative
         self.profile = profile
         self.kernels = kernels
+        self.twins = twins  # the int8 twins its draft plans run (None: the drafts need none)
 
     @property
     def controller(self) -> Any:
@@ -137,11 +139,12 @@ def build_decoder(
     chosen = choose_kernels(kernels, _profile(spec.profile, info))  # after every check that names an option
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen)
+    twins = None
     if not spec.plain and (_self_int8(spec, draft) or (source.get("mask") is not None and source["mask"].has_int8)):
-        _int8_twins(loaded)  # built once, now: not inside the first generation's timing
+        twins = _int8_twins(loaded)  # built once, now: not inside the first generation's timing
     speculative = _speculative(loaded, spec, files, source, steering, draft)
     profile = _profile(spec.profile, info) if "mask" in source else None
-    return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen)
+    return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen, twins=twins)
 
 
 def _self_int8(spec: DecoderSpec, draft: Any) -> bool:

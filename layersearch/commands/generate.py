@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -92,6 +93,8 @@ def run(args: Any) -> int:
     model = spec.model
     loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
     decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
+    if decoder.twins is not None:
+        print(decoder.twins.describe(), file=sys.stderr)
     max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):  # every prompt checked before any output

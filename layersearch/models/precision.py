@@ -16,6 +16,7 @@ plans. :func:`int8_twins` builds them on first use and keeps them for the model'
 from __future__ import annotations
 
 import copy
+import time
 import weakref
 from dataclasses import dataclass
 
@@ -35,6 +36,11 @@ class Int8Twins:
     attention: tuple[nn.Module, ...]
     mlp: tuple[nn.Module, ...]
     head: "Int8Head"
+    seconds: float = 0.0  # how long building them took
+
+    def describe(self) -> str:
+        """One line for the user: their memory and build time."""
+        return f"int8 twins: {self.nbytes / 2**20:.0f} MiB, built in {self.seconds:.1f} s"
 
     @property
     def nbytes(self) -> int:
@@ -82,16 +88,16 @@ def _build(model: nn.Module) -> Int8Twins:
     from layersearch.models.skipping import decoder_layers  # the checked layer list (no cycle: a function import)
 
     check_int8_device(model)
+    start = time.perf_counter()
     layers = decoder_layers(model)
     head = model.get_output_embeddings()
     config = model.config
     softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
     with torch.no_grad():
-        return Int8Twins(
-            attention=tuple(_twin(layer.self_attn) for layer in layers),
-            mlp=tuple(_twin(layer.mlp) for layer in layers),
-            head=Int8Head(quantized_like(_plain_linear(head)), softcap),
-        )
+        attention = tuple(_twin(layer.self_attn) for layer in layers)
+        mlp = tuple(_twin(layer.mlp) for layer in layers)
+        quantized_head = Int8Head(quantized_like(_plain_linear(head)), softcap)
+    return Int8Twins(attention, mlp, quantized_head, time.perf_counter() - start)
 
 
 def _twin(module: nn.Module) -> nn.Module:

@@ -38,8 +38,11 @@ def test_the_model_drafts_for_itself_in_int8(tiny_with_embedded_tokenizer, capsy
     common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--threads", 1)
     baseline = generated(capsys, *common, "--baseline")["token_ids"]
     spec = tmp_path / "spec.json"
-    result = generated(capsys, *common, "--draft-quant", "int8", "--lookahead", "static", "--max-draft", 3,
-                       "--save-spec", spec)
+    code = main([str(a) for a in (*common, "--draft-quant", "int8", "--lookahead", "static", "--max-draft", 3,
+                                  "--save-spec", spec, "--json")])
+    out, err = capsys.readouterr()
+    assert code == 0 and "int8 twins:" in err and "MiB, built in" in err  # their memory and build time reported
+    result = json.loads(out)
     assert result["token_ids"] == baseline
     stats = result["stats"]
     assert stats["drafted"] and stats["accepted"] > stats["drafted"] // 2
