@@ -150,3 +150,24 @@ def test_the_profile_times_int8_sub_layers_and_costs_plans(tiny_llama):
     assert not older.has_int8 and older.draft_seconds(skip_only, 16) == profile.draft_seconds(skip_only, 16)
     with pytest.raises(LayersearchError, match="no int8 timings"):
         older.draft_seconds(plan, 16)
+
+
+def test_an_int8_linear_scales_each_token_on_its_own():
+    """Several tokens at once give what each token gives alone (decoding runs one at a time), up
+    to the rounding of the two int8 paths."""
+    from layersearch.models.precision import Int8Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    int8 = Int8Linear(linear)
+    x = torch.randn(1, 6, 64)
+    x[0, 2] *= 100  # one token with outliers must not flatten the others' scales
+    with torch.no_grad():
+        together = int8(x)
+        alone = torch.cat([int8(x[:, i : i + 1]) for i in range(6)], dim=1)
+        exact = linear(x)
+    assert together.shape == (1, 6, 32)
+    for i in (0, 1, 3, 4, 5):
+        error = (together[0, i] - exact[0, i]).abs().max() / exact[0, i].abs().max()
+        assert error < 0.05
+        assert (together[0, i] - alone[0, i]).abs().max() / exact[0, i].abs().max() < 0.05
