@@ -1,8 +1,10 @@
-"""The layer-skip masks a tune study chooses among, made before the search.
+"""The draft plans a tune study chooses among, made before the search.
 
 Uniform masks at several ratios, plus the best masks of a short matchness search by the
 registry's strategies (SWIFT's random-subset + GP-UCB sampler at two skip ratios) on the
-train prompts. The latency profile then prices each one: a mask whose draft is too slow to pay
+train prompts; and, where the latency profile timed int8 sub-layers (CPU, float32), the int8
+self-draft plans: the whole model in int8 (:data:`INT8_RATIOS` 0) and the uniform masks with
+every kept sub-layer and the head in int8. The latency profile then prices each one: a mask whose draft is too slow to pay
 even when every draft token is accepted is dropped before anything is decoded, and the rest
 are ranked by the speedup the profile predicts at their matchness (SWIFT's stand-in for the
 acceptance rate). Matchness runs one teacher-forced forward per prompt, so the pre-search
@@ -18,6 +20,8 @@ from typing import Any, Callable, Sequence
 from layersearch.mask import SkipMask
 
 UNIFORM_RATIOS = (0.1, 0.15, 0.2, 0.3, 0.45)
+#: Skip ratios of the int8 self-draft plans (0: nothing skipped, every sub-layer int8).
+INT8_RATIOS = (0.0, 0.1)
 #: (strategy, skip ratio) of each short matchness search; the time is shared equally.
 PRESEARCH = (("swift", 0.15), ("swift", 0.3))
 BEST_PER_SEARCH = 3
@@ -75,6 +79,9 @@ def candidate_pool(
     found: dict[str, SkipMask] = {}
     for ratio in UNIFORM_RATIOS:
         _add(found, f"uniform {ratio:g}", SkipMask.uniform(info.num_layers, ratio, info))
+    if getattr(profile, "has_int8", False):  # the profile can cost int8 plans: the model drafts for itself in int8
+        for ratio in INT8_RATIOS:
+            _add(found, f"int8 uniform {ratio:g}", SkipMask.uniform(info.num_layers, ratio, info).kept_in_int8())
     scores = {label: objective.evaluate(runtime, mask).value for label, mask in found.items() if pays(mask)}
     searches = [(s, r) for s, r in PRESEARCH if pays(SkipMask.uniform(info.num_layers, r, info))]
     for strategy, ratio in searches:
@@ -91,11 +98,16 @@ def candidate_pool(
 
 
 def _add(found: dict[str, SkipMask], label: str, mask: SkipMask) -> bool:
-    """Add ``mask`` under ``label`` unless an equal mask is there already; whether it was added."""
-    if any(mask.to_flat() == other.to_flat() for other in found.values()):
+    """Add ``mask`` under ``label`` unless an equal plan is there already; whether it was added."""
+    if any(_sublayers(mask) == _sublayers(other) for other in found.values()):
         return False
     found[label] = mask
     return True
+
+
+def _sublayers(mask: SkipMask) -> tuple:
+    """What a plan does with each sub-layer and the head (its model and provenance aside)."""
+    return mask.attention, mask.mlp, mask.int8_attention, mask.int8_mlp, mask.int8_head
 
 
 def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: float, seed: int) -> list[tuple[str, SkipMask, float]]:

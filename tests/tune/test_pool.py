@@ -37,3 +37,15 @@ def test_the_pool_is_ranked_by_the_prediction_at_matchness(loaded):
         assert c.ceiling > 1.0 and 0.0 <= c.matchness <= 1.0 and c.mask.provenance["label"] == c.label
         assert c.predicted == pytest.approx(predicted_speedup(profile, c.mask, c.matchness, 32))
     assert len({c.mask.to_flat() for c in pool}) == len(pool)  # distinct masks
+
+
+def test_a_profile_with_int8_timings_puts_int8_self_drafts_in_the_pool(loaded):
+    from dataclasses import replace
+
+    profile = replace(_profile(loaded.info, base=0.0), int8_attention_slope=0.0, int8_attention_intercept=2.5e-4,
+                      int8_mlp_seconds=2.5e-4, int8_head_saving=0.0)
+    pool = candidate_pool(loaded, TEXTS, profile, 32, 0.5, size=8)
+    whole = next(c for c in pool if c.label == "int8 uniform 0")  # the whole model in int8
+    assert whole.mask.num_skipped == 0 and whole.mask.num_int8 == 2 * loaded.info.num_layers and whole.mask.int8_head
+    assert whole.matchness > 0.5 and whole is pool[0]  # it agrees most, at a quarter of the cost: predicted best
+    assert not any(c.label.startswith("int8") for c in candidate_pool(loaded, TEXTS, _profile(loaded.info, base=0.0), 32, 0.5, size=8))
