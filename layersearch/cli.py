@@ -19,7 +19,7 @@ from layersearch.errors import LayersearchError
 #: The commands, one module each under layersearch/commands/ with ``add_parser(sub,
 #: parser_class)`` and ``run(args)``; the order is the order of ``--help``.
 COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "knapspec", "transfer", "disco",
-            "knn", "swift", "steer", "tune", "knapspec_bench", "swift_stream")  # the last two: old spellings
+            "knn", "swift", "steer", "tune")
 
 
 class Parser(argparse.ArgumentParser):

@@ -69,7 +69,7 @@ def storage_arg(parser: argparse.ArgumentParser, help: str = STORAGE_HELP) -> No
     parser.add_argument("--storage", help=help)
 
 
-# ----- SWIFT on the fly (generate --on-the-fly swift, swift-stream) ---------------------------
+# ----- SWIFT on the fly (generate --on-the-fly swift, swift stream) ---------------------------
 # Defaults repeated from layersearch.swift.SwiftConfig (tests/swift/test_swift_cli.py checks).
 SWIFT_DEFAULTS = dict(window=32, bo_interval=25, kappa=2.5, target=0.95, patience=300, max_steps=1000, tolerance=0.7)
 

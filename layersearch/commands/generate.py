@@ -16,7 +16,7 @@ from layersearch.build import build_decoder, load_or_measure_profile, read_spec_
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.commands.generate_spec import spec_from_args
-from layersearch.commands.onthefly import dynamic_decoder, input_summary  # noqa: F401 (dynamic_decoder re-exported)
+from layersearch.commands.onthefly import input_summary
 from layersearch.outputs import check_output
 from layersearch.spec import registry_names
 

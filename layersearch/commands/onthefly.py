@@ -59,20 +59,3 @@ def input_summary(controller: Any, stats: Any) -> dict[str, Any]:
         **({"stopped": controller.stop_reason} if controller.stop_reason else {}),
     }
 
-
-def dynamic_decoder(args: Any, loaded: Any, *, policy: Any, sampling: Any, **plugins: Any):
-    """The decoder of ``generate --dynamic knapsack`` from ``args.profile`` / ``args.reselect_every``
-    (kept for callers of the old CLI helper; :func:`layersearch.build.build_decoder` builds it from a spec)."""
-    from layersearch.checks import check_int
-    from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.sources import MASK_SOURCES, SourceInputs
-    from layersearch.spec import MaskSourceSpec
-
-    kind = getattr(args, "dynamic", "knapsack") or "knapsack"
-    if kind != "knapsack":
-        raise LayersearchError(f"unknown dynamic mode {kind!r} (only 'knapsack')")
-    interval = check_int(getattr(args, "reselect_every", 64), "--reselect-every")
-    source = MaskSourceSpec("knapsack", reselect_every=interval)
-    controller = MASK_SOURCES["knapsack"].build(SourceInputs(loaded, source, policy, getattr(args, "profile", None)))
-    plugins.setdefault("lookahead", policy.lookahead())
-    return SpeculativeDecoder(loaded.model, sampling=sampling, **controller, **plugins)
