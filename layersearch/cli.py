@@ -52,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     turn into a precise message (out of memory, an I/O error, a bug), still told in one line;
     130: interrupted.
     """
+    from layersearch.commands.renamed import renamed_command
+
+    renamed = renamed_command(sys.argv[1:] if argv is None else list(argv))
+    if renamed:  # an old command spelling: one line naming the new one
+        return _fail(renamed, 2)
     args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
     try:
         from layersearch.commands.common import check_shared_options

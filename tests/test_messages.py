@@ -89,7 +89,7 @@ def test_generate_arguments_are_checked_before_the_model_loads(monkeypatch, caps
     import layersearch.commands.generate as generate
 
     monkeypatch.setattr(generate, "load", lambda args: pytest.fail("the model loaded before the arguments were checked"))
-    for argv in (["--max-draft", "0"], ["--skip-ratio", "1.5"], ["--threads", "0"], ["--temperature", "nan"],
-                 ["--adaptive-threshold", "--lookahead", "static"]):
+    for argv in (["--max-draft", "0"], ["--mask", "uniform:1.5"], ["--threads", "0"], ["--temperature", "nan"],
+                 ["--mask", "swift:x"]):
         assert main(["generate", "--prompt", "x", *argv]) == 2
         error_line(capsys)

@@ -39,7 +39,7 @@ def stream_args(p: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="prompt choice and optimizer seed (default 0)")
     p.add_argument("--out", default="swift_stream.json", help="JSON report (default swift_stream.json)")
     p.add_argument("--plot", default=DEFAULT_PLOT, help="PNG of speedup and matchness over the stream")
-    draft_args(p, adaptive=False)
+    draft_args(p)
     swift_args(p)
 
 

@@ -153,7 +153,7 @@ def test_generate_cli_dynamic_knapsack(tmp_path, capsys, tiny_with_embedded_toke
 
     model, tokenizer, folder = tiny_with_embedded_tokenizer(seed=4)
     profile = tiny_profile(describe_model(model, str(folder))).save(tmp_path / "p.json")
-    argv = ["generate", "--model", str(folder), "--dynamic", "knapsack", "--profile", str(profile),
+    argv = ["generate", "--model", str(folder), "--mask", "knapsack", "--profile", str(profile),
             "--prompt", "The quick brown fox", "--max-new-tokens", "6", "--reselect-every", "2", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
