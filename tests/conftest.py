@@ -1,6 +1,23 @@
-"""Shared fixtures: tiny random models built from configs (fast, real transformers code)."""
+"""Shared fixtures: tiny random models built from configs (fast, real transformers code), and
+the ``slow`` marker of the developers' inner loop (``pytest -m "not slow"``).
+
+A test is ``slow`` when it loads the embedded model (it is marked ``embedded`` or
+``realmodels``, or uses the ``embedded_dir`` fixture, which every fixture built on the embedded
+model's files goes through), needs the private PostgreSQL server (the ``postgres`` fixture), or
+starts processes: its own code, a fixture it uses, or a helper function of the module either
+defines (one level or more) mentions ``subprocess``, ``Popen``, ``multiprocessing`` or
+``os.fork``. The rule is read from the code, so a new test is marked without anyone
+remembering to; and a test the rule leaves fast fails when it starts a subprocess or loads the
+embedded model anyway (:func:`_slow_rule_holds`), so a gap in the rule shows in the fast run.
+"""
 
 from __future__ import annotations
+
+import functools
+import inspect
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +26,97 @@ from layersearch.models.tiny import build_tiny_model
 
 # Tiny models run fastest on one thread; several threads only contend on a shared 2-core box.
 torch.set_num_threads(1)
+
+SLOW_MARKS = ("embedded", "realmodels")
+SLOW_FIXTURES = ("embedded_dir", "postgres")
+TESTS = str(Path(__file__).parent)
+STARTS_PROCESSES = re.compile(r"\bsubprocess\b|\bPopen\b|\bmultiprocessing\b|\bos\.fork\b")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests (see the module docstring for the rule)."""
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def _is_slow(item) -> bool:
+    if any(item.get_closest_marker(name) for name in SLOW_MARKS):
+        return True
+    if set(SLOW_FIXTURES) & set(getattr(item, "fixturenames", ())):
+        return True
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name, definitions in (info.name2fixturedefs.items() if info is not None else ()):
+        if name != "_slow_rule_holds":  # the guard below names subprocess without starting one
+            functions += [definition.func for definition in definitions if _is_ours(definition.func)]
+    return any(_starts_processes(function) for function in functions if function is not None)
+
+
+def _is_ours(function) -> bool:
+    """A fixture of this test suite (pytest's own, such as ``tmp_path``, start nothing)."""
+    return str(getattr(inspect.getmodule(function), "__file__", "")).startswith(TESTS)
+
+
+def _starts_processes(function) -> bool:
+    """Whether ``function``'s source, or a helper of its module that it calls, starts processes."""
+    source = _source(function)
+    helpers = _process_helpers(inspect.getmodule(function))
+    return bool(STARTS_PROCESSES.search(source)) or any(re.search(rf"\b{name}\(", source) for name in helpers)
+
+
+@functools.lru_cache(maxsize=None)
+def _process_helpers(module) -> frozenset[str]:
+    """The module's functions that start processes, directly or through each other."""
+    if module is None:
+        return frozenset()
+    sources = {name: _source(value) for name, value in vars(module).items()
+               if inspect.isfunction(value) and getattr(value, "__module__", None) == module.__name__}
+    found = {name for name, source in sources.items() if STARTS_PROCESSES.search(source)}
+    while True:  # helpers calling helpers
+        more = {name for name, source in sources.items() if name not in found
+                and any(re.search(rf"\b{helper}\(", source) for helper in found)}
+        if not more:
+            return frozenset(found)
+        found |= more
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(inspect.unwrap(function))
+    except (OSError, TypeError):
+        return ""
+
+
+@pytest.fixture(autouse=True)
+def _slow_rule_holds(request, monkeypatch):
+    """A test the rule leaves fast may neither start a subprocess nor load the embedded model."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    from layersearch.models import loading
+
+    def refuse(what: str):
+        # pytest.fail raises a BaseException: the CLI's catch-all for Exception cannot swallow it.
+        pytest.fail(f"{request.node.nodeid} {what}: mark it slow (the rule is in tests/conftest.py)")
+
+    real_load, real_dir = loading.load_model, loading.embedded_model_dir
+
+    def load_model(name=loading.EMBEDDED_MODEL, *args, **kwargs):
+        result = real_load(name, *args, **kwargs)
+        if name == loading.EMBEDDED_MODEL:
+            refuse("loads the embedded model")
+        return result
+
+    def embedded_model_dir(*args, **kwargs):
+        result = real_dir(*args, **kwargs)
+        refuse("uses the embedded model's files")
+        return result
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", lambda self, *args, **kwargs: refuse("starts a subprocess"))
+    monkeypatch.setattr(loading, "load_model", load_model)
+    monkeypatch.setattr(loading, "embedded_model_dir", embedded_model_dir)
+    yield
 
 
 @pytest.fixture(scope="session")

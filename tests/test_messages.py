@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -79,10 +78,8 @@ def test_a_bad_cache_folder_is_one_line(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "cache-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("LAYERSEARCH_CACHE", str(blocker))
-    started = time.perf_counter()
     status = main(["generate", "--prompt", "hello", "--max-new-tokens", "1"])
     assert status == 2 and "LAYERSEARCH_CACHE" in error_line(capsys)
-    assert time.perf_counter() - started < 30
 
 
 def test_generate_arguments_are_checked_before_the_model_loads(monkeypatch, capsys):
