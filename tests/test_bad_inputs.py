@@ -124,7 +124,7 @@ COMMANDS: dict[str, Command] = {
          "--max-new-tokens", "2", "--out-prefix", "{prefix}"),
         NUMBERS + (("--samples", "0"), ("--domains", "nope"), ("--split", "dev"), ("--repeats", "0")),
     ),
-    # KNN-SSD: a mask file is no router, so every --router case fails; the mask slots try the bad files.
+    # KNN-SSD: a mask file is no router, so every router case fails; the mask slots try the bad files.
     "knn build": Command(
         ("knn", "build", "--model", MODEL, "--domain", "translation=mask.json", "--samples", "1", "--fallback", "{mask}",
          "--out", "{out}"),

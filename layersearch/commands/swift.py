@@ -1,6 +1,6 @@
 """``layersearch swift stream``: on-the-fly SWIFT against a fixed mask and plain decoding over a
 stream of held-out prompts that switches domain every ``--per-domain`` inputs (SWIFT Fig. 7),
-plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. SWIFT on the fly in generation is ``generate --on-the-fly swift``."""
+plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. SWIFT on the fly in generation is ``generate --mask swift``."""
 
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def test_knapsack_mask_source(tiny_llama, tmp_path, capsys):
 
 @pytest.mark.embedded
 def test_generate_cli_dynamic_knapsack(tmp_path, capsys, tiny_with_embedded_tokenizer):
-    """``layersearch generate --dynamic knapsack`` end to end, on a tiny model saved with a real tokenizer."""
+    """``layersearch generate --mask knapsack`` end to end, on a tiny model saved with a real tokenizer."""
     from layersearch.cli import main
     from layersearch.models.loading import describe_model
 
