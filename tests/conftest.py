@@ -1,14 +1,22 @@
 """Shared fixtures: tiny random models built from configs (fast, real transformers code), and
 the ``slow`` marker of the developers' inner loop (``pytest -m "not slow"``).
 
-A test is ``slow`` when it loads the embedded model (it is marked ``embedded`` or
-``realmodels``, or uses the ``embedded_dir`` fixture, which every fixture built on the embedded
-model's files goes through), needs the private PostgreSQL server (the ``postgres`` fixture), or
-starts processes: its own code, a fixture it uses, or a helper function of the module either
-defines (one level or more) mentions ``subprocess``, ``Popen``, ``multiprocessing`` or
-``os.fork``. The rule is read from the code, so a new test is marked without anyone
-remembering to; and a test the rule leaves fast fails when it starts a subprocess or loads the
-embedded model anyway (:func:`_slow_rule_holds`), so a gap in the rule shows in the fast run.
+A test is ``slow`` (set here at collection, so a new test is marked without anyone remembering
+to) when it
+
+* loads the embedded model: it is marked ``embedded`` or ``realmodels``, or uses the
+  ``embedded_dir`` fixture, which every fixture built on the embedded model's files goes through;
+* needs the private PostgreSQL server (the ``postgres`` fixture);
+* starts processes, checks a sampling law statistically (a chi-square test over thousands of
+  draws), is a hypothesis property test (many examples each), runs a command end to end through
+  the CLI's ``main`` or runs an Optuna search (``study.optimize``): its own code, a fixture of
+  this suite it uses, or a helper function of either's module that they call (through other
+  helpers too) matches :data:`SLOW_CODE`; or
+* is a case of the bad-input table (:data:`SLOW_MODULES`: some 1,200 end-to-end runs, each in
+  a fresh copy of a working folder).
+
+A test the rule leaves fast fails if it starts a subprocess anyway (:func:`_slow_rule_holds`),
+so a gap in the rule shows in the fast run.
 """
 
 from __future__ import annotations
@@ -30,7 +38,10 @@ torch.set_num_threads(1)
 SLOW_MARKS = ("embedded", "realmodels")
 SLOW_FIXTURES = ("embedded_dir", "postgres")
 TESTS = str(Path(__file__).parent)
-STARTS_PROCESSES = re.compile(r"\bsubprocess\b|\bPopen\b|\bmultiprocessing\b|\bos\.fork\b")
+#: Code that makes a test slow: starting processes, a chi-square law test, a hypothesis property
+#: test, a command run end to end, an Optuna search.
+SLOW_CODE = re.compile(r"\bsubprocess\b|\bPopen\b|\bmultiprocessing\b|\bos\.fork\b|chisquare\(|@given\(|\bmain\(|\.optimize\(")
+SLOW_MODULES = ("test_bad_inputs.py",)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -45,12 +56,14 @@ def _is_slow(item) -> bool:
         return True
     if set(SLOW_FIXTURES) & set(getattr(item, "fixturenames", ())):
         return True
+    if item.path.name in SLOW_MODULES and item.path.parent == Path(TESTS):
+        return True
     functions = [getattr(item, "function", None)]
     info = getattr(item, "_fixtureinfo", None)
     for name, definitions in (info.name2fixturedefs.items() if info is not None else ()):
         if name != "_slow_rule_holds":  # the guard below names subprocess without starting one
             functions += [definition.func for definition in definitions if _is_ours(definition.func)]
-    return any(_starts_processes(function) for function in functions if function is not None)
+    return any(_slow_code(function) for function in functions if function is not None)
 
 
 def _is_ours(function) -> bool:
@@ -58,21 +71,21 @@ def _is_ours(function) -> bool:
     return str(getattr(inspect.getmodule(function), "__file__", "")).startswith(TESTS)
 
 
-def _starts_processes(function) -> bool:
-    """Whether ``function``'s source, or a helper of its module that it calls, starts processes."""
+def _slow_code(function) -> bool:
+    """Whether ``function``'s source, or a helper of its module that it calls, matches :data:`SLOW_CODE`."""
     source = _source(function)
-    helpers = _process_helpers(inspect.getmodule(function))
-    return bool(STARTS_PROCESSES.search(source)) or any(re.search(rf"\b{name}\(", source) for name in helpers)
+    helpers = _slow_helpers(inspect.getmodule(function))
+    return bool(SLOW_CODE.search(source)) or any(re.search(rf"\b{name}\(", source) for name in helpers)
 
 
 @functools.lru_cache(maxsize=None)
-def _process_helpers(module) -> frozenset[str]:
-    """The module's functions that start processes, directly or through each other."""
+def _slow_helpers(module) -> frozenset[str]:
+    """The module's functions whose code matches :data:`SLOW_CODE`, directly or through each other."""
     if module is None:
         return frozenset()
     sources = {name: _source(value) for name, value in vars(module).items()
                if inspect.isfunction(value) and getattr(value, "__module__", None) == module.__name__}
-    found = {name for name, source in sources.items() if STARTS_PROCESSES.search(source)}
+    found = {name for name, source in sources.items() if SLOW_CODE.search(source)}
     while True:  # helpers calling helpers
         more = {name for name, source in sources.items() if name not in found
                 and any(re.search(rf"\b{helper}\(", source) for helper in found)}
@@ -90,32 +103,17 @@ def _source(function) -> str:
 
 @pytest.fixture(autouse=True)
 def _slow_rule_holds(request, monkeypatch):
-    """A test the rule leaves fast may neither start a subprocess nor load the embedded model."""
+    """A test the rule leaves fast may not start a subprocess (the rule reads code; this catches
+    a process started somewhere the rule does not look)."""
     if request.node.get_closest_marker("slow") is not None:
         yield
         return
-    from layersearch.models import loading
 
     def refuse(what: str):
         # pytest.fail raises a BaseException: the CLI's catch-all for Exception cannot swallow it.
         pytest.fail(f"{request.node.nodeid} {what}: mark it slow (the rule is in tests/conftest.py)")
 
-    real_load, real_dir = loading.load_model, loading.embedded_model_dir
-
-    def load_model(name=loading.EMBEDDED_MODEL, *args, **kwargs):
-        result = real_load(name, *args, **kwargs)
-        if name == loading.EMBEDDED_MODEL:
-            refuse("loads the embedded model")
-        return result
-
-    def embedded_model_dir(*args, **kwargs):
-        result = real_dir(*args, **kwargs)
-        refuse("uses the embedded model's files")
-        return result
-
     monkeypatch.setattr(subprocess.Popen, "__init__", lambda self, *args, **kwargs: refuse("starts a subprocess"))
-    monkeypatch.setattr(loading, "load_model", load_model)
-    monkeypatch.setattr(loading, "embedded_model_dir", embedded_model_dir)
     yield
 
 
