@@ -272,7 +272,7 @@ def cases() -> list[Case]:
     disco["-Infinity literal"] = lambda w: (w / "d.json").write_text(
         (w / "disco.json").read_text().replace('"tau": 0.5', '"tau": -Infinity'))
     for label, plant in disco.items():
-        add(f"generate --lookahead disco: {label}", (*gen, "--skip-ratio", "0.5", "--lookahead", "disco:d.json"), plant)
+        add(f"generate --lookahead disco: {label}", (*gen, "--mask", "uniform:0.5", "--lookahead", "disco:d.json"), plant)
 
     # DISCO training rows, read by disco train --rows
     train = ("disco", "train", *M, "--domain", "translation", "--val-prompts", "1", "--max-new-tokens", "2", "--out", "d_out.json")
@@ -297,7 +297,7 @@ def cases() -> list[Case]:
     for label, plant in rows.items():
         add(f"disco train --rows: {label}", (*train, "--rows", "r.npz"), plant)
 
-    # KNN routers, read by generate --router and knn bench --router
+    # KNN routers, read by generate --mask router:FILE and knn bench --router
     routers = {
         "label too large for an integer": router_variant("k.json", _setitem(("anchor_domains",), [10**25, 0, 0])),
         "negative label": router_variant("k.json", _setitem(("anchor_domains",), [-1, 0, 0])),
@@ -313,7 +313,7 @@ def cases() -> list[Case]:
         "enormous hidden size": router_variant("k.json", _setitem(("model", "hidden_size"), 10**15)),
     }
     for label, plant in routers.items():
-        add(f"generate --router: {label}", (*gen, "--router", "k.json"), plant)
+        add(f"generate --mask router: {label}", (*gen, "--mask", "router:k.json"), plant)
     for label in ("label too large for an integer", "NaN anchor", "threshold as a string"):
         add(f"knn bench --router: {label}", ("knn", "bench", *M, "--router", "k.json", "--instances", "2", "--out", "kb.json"),
             routers[label])
@@ -426,7 +426,7 @@ def cases() -> list[Case]:
                         "chat rows without a chat template": "".join(f'{{"messages": [{{"role": "user", "content": "q{i}"}}]}}\n' for i in range(40)),
                         "empty file": "", "too few rows": '{"prompt": "a b"}\n'}.items():
         add(f"new: bench --prompts {label}", ("bench", *M, "--prompts", "u.jsonl", "--prompts-per-domain", "1", "--max-new-tokens", "2",
-                                              "--repeats", "1", "--no-peers", "--drafters", "", "--out", "b.json"), user(text))
+                                              "--repeats", "1", "--peers", "", "--drafters", "", "--out", "b.json"), user(text))
         add(f"new: tune --prompts {label}", ("tune", *M, "--prompts", "u.jsonl", "--budget", "1", "--out", "t.json"), user(text))
     forty = user("".join(f'{{"prompt": "w{i} w{i + 1}"}}\n' for i in range(40)))
     for value in ("-1", str(10**12), "128"):

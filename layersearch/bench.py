@@ -43,14 +43,10 @@ def split_quant(name: str) -> tuple[str, str | None]:
     return (ref, quant) if sep and ref and quant in QUANT_SCHEMES else (name, None)
 
 
-# The harness's configuration and measurement, under the names this module has always used.
-Config = Configuration
-
-
 def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
     *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (), vocab=None,
-) -> list[Config]:
+) -> list[Configuration]:
     """Plain generate, transformers' peers, our loop per mask (and per lookahead rule), and our
     other drafters.
 
@@ -64,43 +60,43 @@ def configs(
     for each of those, a row whose draft scores only that subset (FR-Spec), under the first rule."""
     draft_models = dict(draft_models or {})
     rules = [(name, policy.lookahead(name)) for name in lookaheads] or [(None, policy.lookahead())]
-    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
+    result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
     for mask in masks:
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
         if mask.is_empty:  # nothing drafts: the rule is moot, and the row is the loop's baseline
-            result.append(Config(label, SpeculativeDecoder(model, mask, lookahead=rules[0][1]).generate, mask, model))
+            result.append(Configuration(label, SpeculativeDecoder(model, mask, lookahead=rules[0][1]).generate, mask, model))
             continue
         for rule_name, rule in rules:
             decoder = SpeculativeDecoder(model, mask, lookahead=rule)
-            result.append(Config(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
+            result.append(Configuration(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
         if vocab is not None:
             from layersearch.runtime.drafters import LayerSkipDrafter
 
             decoder = SpeculativeDecoder(model, mask, lookahead=rules[0][1], drafter=LayerSkipDrafter(vocab=vocab))
-            result.append(Config(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), decoder.generate, mask, model))
+            result.append(Configuration(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), decoder.generate, mask, model))
     return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules, vocab)
 
 
-def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Config]:
+def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Configuration]:
     """transformers' own speculative modes, in the order given."""
     result = []
     for peer in PEERS if peers is True else tuple(peers or ()):
         kind, name = split_named(peer)
         if kind == "prompt-lookup":
-            result.append(Config("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
+            result.append(Configuration("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
         elif kind == "early-exit":
             exit_layer = model.config.num_hidden_layers // 2
-            result.append(Config(f"hf early-exit (layer {exit_layer})", lambda ids, n, e=exit_layer: hf_generate(model, ids, n, assistant_early_exit=e)))
+            result.append(Configuration(f"hf early-exit (layer {exit_layer})", lambda ids, n, e=exit_layer: hf_generate(model, ids, n, assistant_early_exit=e)))
         elif kind == ASSISTED:
             assistant = draft_models[name]
-            result.append(Config(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
+            result.append(Configuration(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
     return result
 
 
 def _drafter_configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str],
     draft_models: Mapping[str, torch.nn.Module], rules: Sequence[tuple[str | None, Any]], vocab=None,
-) -> list[Config]:
+) -> list[Configuration]:
     from layersearch.runtime.drafters import HybridDrafter, ModelDrafter, drafter_named
     from layersearch.runtime.lookahead import HeuristicLookahead
 
@@ -110,27 +106,27 @@ def _drafter_configs(
         kind, name = split_named(item)
         if kind == "prompt-lookup":
             decoder = SpeculativeDecoder(model, drafter=drafter_named(kind), lookahead=HeuristicLookahead(4, ceiling=4))
-            result.append(Config("ours: prompt-lookup (<=4)", decoder.generate, None, model))
+            result.append(Configuration("ours: prompt-lookup (<=4)", decoder.generate, None, model))
         elif kind == "hybrid" and name is not None:
             drafter = HybridDrafter(fallback=ModelDrafter(draft_models[name]))
             decoder = SpeculativeDecoder(model, drafter=drafter, lookahead=rules[0][1])
-            result.append(Config(_with_rule(f"ours: hybrid ({_short(name)})", rules[0][0], len(rules)), decoder.generate, None, model))
+            result.append(Configuration(_with_rule(f"ours: hybrid ({_short(name)})", rules[0][0], len(rules)), decoder.generate, None, model))
         elif kind == "hybrid" and fallback is not None:
             decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(kind), policy=policy)
             label = fallback.provenance.get("label") or fallback.short_string()
-            result.append(Config(f"ours: hybrid ({label})", decoder.generate, None, model))
+            result.append(Configuration(f"ours: hybrid ({label})", decoder.generate, None, model))
         elif kind == "model":
             for rule_name, rule in rules:
                 decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name]), lookahead=rule)
-                result.append(Config(_with_rule(f"ours: model ({_short(name)})", rule_name, len(rules)), decoder.generate, None, model))
+                result.append(Configuration(_with_rule(f"ours: model ({_short(name)})", rule_name, len(rules)), decoder.generate, None, model))
             if vocab is not None:
                 decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name], vocab=vocab), lookahead=rules[0][1])
                 label = f"ours: model ({_short(name)}) vocab {vocab.n}"
-                result.append(Config(_with_rule(label, rules[0][0], len(rules)), decoder.generate, None, model))
+                result.append(Configuration(_with_rule(label, rules[0][0], len(rules)), decoder.generate, None, model))
     return result
 
 
-def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Config]:
+def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Configuration]:
     """One row per decoder spec: ``specs`` holds (label, DecoderSpec, SpecFiles) for each file;
     the row is ``spec: <label>``, decoding greedily (the bench checks outputs against plain
     ``generate``) with whatever kernels the bench has switched on for every row."""
@@ -144,7 +140,7 @@ def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Config]:
             generate = lambda ids, n, s=greedy: hf_generate(loaded.model, ids, n, sampling=s)  # noqa: E731
         else:
             generate = lambda ids, n, d=built.speculative, s=greedy: d.generate(ids, n, sampling=s)  # noqa: E731
-        result.append(Config(f"spec: {label}", generate, _fixed_mask(built.spec), loaded.model))
+        result.append(Configuration(f"spec: {label}", generate, _fixed_mask(built.spec), loaded.model))
     return result
 
 
@@ -169,7 +165,7 @@ def _short(name: str) -> str:
 
 
 def run_domain(
-    configs_: list[Config], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
+    configs_: list[Configuration], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
 ) -> dict[str, Measurement]:
     """Measure every configuration on ``prompts``, interleaved prompt by prompt, with speedups
     against plain ``generate`` (:func:`layersearch.measure.compare`)."""

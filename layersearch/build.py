@@ -123,7 +123,7 @@ def build_decoder(
         raise LayersearchError(f"{spec.steering}: steering hooks the drafter's full-precision sub-layers; "
                                "it takes no int8 self-draft (drafter.quant without a draft model)")
     if steering is not None and files.router is not None:
-        raise LayersearchError("--steering was trained for one mask; it takes no --router (which switches masks)")
+        raise LayersearchError("--steering was trained for one mask; it takes no --mask router:FILE (which switches masks)")
     if files.disco is not None:
         _prefixed(spec.lookahead.file, files.disco.check_model, info)
         if file_mask is None and spec.mask_source.kind == "default":
@@ -243,20 +243,20 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
     kind, drafter = spec.mask_source.kind, spec.drafter.name
     if spec.plain or kind in ("knapsack", "swift") or drafter == "prompt-lookup":
         raise LayersearchError(
-            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --dynamic, --on-the-fly or prompt-lookup"
+            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --mask knapsack, --mask swift or prompt-lookup"
         )
     steering = SteeringFile.load(path)
     _prefixed(path, steering.check_verifier, info)
     if steering.drafter is not None:
         if kind in ("uniform", "mask") or drafter != "layer-skip":
             raise LayersearchError(
-                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --skip-ratio / --drafter"
+                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --drafter"
             )
         return steering, None
     if spec.drafter.model is not None:
         raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no --draft-model")
     if kind == "uniform" or (kind == "mask" and _sublayers(spec.mask_source.mask) != _sublayers(steering.mask)):
-        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask / --skip-ratio")
+        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask")
     return steering, steering.mask
 
 

@@ -19,7 +19,7 @@ from layersearch.errors import LayersearchError
 #: The commands, one module each under layersearch/commands/ with ``add_parser(sub,
 #: parser_class)`` and ``run(args)``; the order is the order of ``--help``.
 COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "knapspec", "transfer", "disco",
-            "knn", "swift", "steer", "tune", "knapspec_bench", "swift_stream")  # the last two: old spellings
+            "knn", "swift", "steer", "tune")
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     turn into a precise message (out of memory, an I/O error, a bug), still told in one line;
     130: interrupted.
     """
+    from layersearch.commands.renamed import renamed_command
+
+    renamed = renamed_command(sys.argv[1:] if argv is None else list(argv))
+    if renamed:  # an old command spelling: one line naming the new one
+        return _fail(renamed, 2)
     args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
     try:
         from layersearch.commands.common import check_shared_options

@@ -39,7 +39,7 @@ def file_kind(data: Any) -> str | None:
     if "domains" in data and "profile" in data:
         return "a bench report"
     if "contexts" in data and "solver" in data:
-        return "a knapspec-bench report"
+        return "a knapspec bench report"
     if "prompt" in data:
         return "a prompts line"
     return None

@@ -3,8 +3,8 @@
 A mask source is either a fixed mask or a controller (:mod:`layersearch.runtime.control`) of
 its method (KnapSpec, KNN-SSD, SWIFT on the fly). Each entry names the fields of
 :class:`~layersearch.spec.MaskSourceSpec` it takes and a builder that imports its method only
-when called, so this module stays light (the CLI's ``--dynamic`` / ``--on-the-fly`` choices
-come from here). A new source is its module plus one line in :data:`MASK_SOURCES`.
+when called, so this module stays light (the names ``generate --mask``
+takes come from here). A new source is its module plus one line in :data:`MASK_SOURCES`.
 
 A builder gets a :class:`SourceInputs` and returns the decoder's keyword arguments: ``{"mask":
 SkipMask}`` or ``{"controller": Controller}`` (``{}``: no mask, the drafter drafts without one).
@@ -134,6 +134,7 @@ MASK_SOURCES: dict[str, MaskSource] = {
     "router": MaskSource(("file",), (), _router),  # KNN-SSD: each prompt's mask by nearest neighbour
     "swift": MaskSource(("swift",), (), _swift),  # SWIFT's on-the-fly optimisation
 }
-#: The sources ``generate --dynamic`` and ``--on-the-fly`` name.
+#: The sources that choose the mask while decoding: ``generate --mask knapsack`` re-selects it
+#: (dynamic), ``--mask swift`` optimises it (on the fly).
 DYNAMIC_SOURCES = ("knapsack",)
 ON_THE_FLY_SOURCES = ("swift",)

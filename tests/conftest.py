@@ -1,6 +1,31 @@
-"""Shared fixtures: tiny random models built from configs (fast, real transformers code)."""
+"""Shared fixtures: tiny random models built from configs (fast, real transformers code), and
+the ``slow`` marker of the developers' inner loop (``pytest -m "not slow"``).
+
+A test is ``slow`` (set here at collection, so a new test is marked without anyone remembering
+to) when it
+
+* loads the embedded model: it is marked ``embedded`` or ``realmodels``, or uses the
+  ``embedded_dir`` fixture, which every fixture built on the embedded model's files goes through;
+* needs the private PostgreSQL server (the ``postgres`` fixture);
+* starts processes, checks a sampling law statistically (a chi-square test over thousands of
+  draws), is a hypothesis property test (many examples each), runs a command end to end through
+  the CLI's ``main`` or runs an Optuna search (``study.optimize``): its own code, a fixture of
+  this suite it uses, or a helper function of either's module that they call (through other
+  helpers too) matches :data:`SLOW_CODE`; or
+* is a case of the bad-input table (:data:`SLOW_MODULES`: some 1,200 end-to-end runs, each in
+  a fresh copy of a working folder).
+
+A test the rule leaves fast fails if it starts a subprocess anyway (:func:`_slow_rule_holds`),
+so a gap in the rule shows in the fast run.
+"""
 
 from __future__ import annotations
+
+import functools
+import inspect
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +34,87 @@ from layersearch.models.tiny import build_tiny_model
 
 # Tiny models run fastest on one thread; several threads only contend on a shared 2-core box.
 torch.set_num_threads(1)
+
+SLOW_MARKS = ("embedded", "realmodels")
+SLOW_FIXTURES = ("embedded_dir", "postgres")
+TESTS = str(Path(__file__).parent)
+#: Code that makes a test slow: starting processes, a chi-square law test, a hypothesis property
+#: test, a command run end to end, an Optuna search.
+SLOW_CODE = re.compile(r"\bsubprocess\b|\bPopen\b|\bmultiprocessing\b|\bos\.fork\b|chisquare\(|@given\(|\bmain\(|\.optimize\(")
+SLOW_MODULES = ("test_bad_inputs.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests (see the module docstring for the rule)."""
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def _is_slow(item) -> bool:
+    if any(item.get_closest_marker(name) for name in SLOW_MARKS):
+        return True
+    if set(SLOW_FIXTURES) & set(getattr(item, "fixturenames", ())):
+        return True
+    if item.path.name in SLOW_MODULES and item.path.parent == Path(TESTS):
+        return True
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name, definitions in (info.name2fixturedefs.items() if info is not None else ()):
+        if name != "_slow_rule_holds":  # the guard below names subprocess without starting one
+            functions += [definition.func for definition in definitions if _is_ours(definition.func)]
+    return any(_slow_code(function) for function in functions if function is not None)
+
+
+def _is_ours(function) -> bool:
+    """A fixture of this test suite (pytest's own, such as ``tmp_path``, start nothing)."""
+    return str(getattr(inspect.getmodule(function), "__file__", "")).startswith(TESTS)
+
+
+def _slow_code(function) -> bool:
+    """Whether ``function``'s source, or a helper of its module that it calls, matches :data:`SLOW_CODE`."""
+    source = _source(function)
+    helpers = _slow_helpers(inspect.getmodule(function))
+    return bool(SLOW_CODE.search(source)) or any(re.search(rf"\b{name}\(", source) for name in helpers)
+
+
+@functools.lru_cache(maxsize=None)
+def _slow_helpers(module) -> frozenset[str]:
+    """The module's functions whose code matches :data:`SLOW_CODE`, directly or through each other."""
+    if module is None:
+        return frozenset()
+    sources = {name: _source(value) for name, value in vars(module).items()
+               if inspect.isfunction(value) and getattr(value, "__module__", None) == module.__name__}
+    found = {name for name, source in sources.items() if SLOW_CODE.search(source)}
+    while True:  # helpers calling helpers
+        more = {name for name, source in sources.items() if name not in found
+                and any(re.search(rf"\b{helper}\(", source) for helper in found)}
+        if not more:
+            return frozenset(found)
+        found |= more
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(inspect.unwrap(function))
+    except (OSError, TypeError):
+        return ""
+
+
+@pytest.fixture(autouse=True)
+def _slow_rule_holds(request, monkeypatch):
+    """A test the rule leaves fast may not start a subprocess (the rule reads code; this catches
+    a process started somewhere the rule does not look)."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+
+    def refuse(what: str):
+        # pytest.fail raises a BaseException: the CLI's catch-all for Exception cannot swallow it.
+        pytest.fail(f"{request.node.nodeid} {what}: mark it slow (the rule is in tests/conftest.py)")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", lambda self, *args, **kwargs: refuse("starts a subprocess"))
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,7 @@ def test_bench_rows_for_our_other_drafters_are_identical_to_plain(tiny_llama):
 
 
 def test_order_rotates_so_no_configuration_is_always_first(tiny_llama):
-    from layersearch.bench import Config
+    from layersearch.bench import Configuration
     from layersearch.runtime.baseline import hf_generate
 
     calls: list[str] = []
@@ -65,7 +65,7 @@ def test_order_rotates_so_no_configuration_is_always_first(tiny_llama):
 
         return generate
 
-    cfgs = [Config(name, recording(name)) for name in (PLAIN, "b", "c")]
+    cfgs = [Configuration(name, recording(name)) for name in (PLAIN, "b", "c")]
     measured = run_domain(cfgs, [torch.tensor([[5, 9, 11]])], 3, 3, lambda message: None)
     assert [calls[i] for i in (0, 3, 6)] == [PLAIN, "b", "c"]  # each one opens a round
     assert all(len(measured[c.name].speedups) == 3 for c in cfgs)
@@ -74,7 +74,7 @@ def test_order_rotates_so_no_configuration_is_always_first(tiny_llama):
 
 
 def test_each_prompt_runs_under_every_configuration_back_to_back(tiny_llama):
-    from layersearch.bench import Config
+    from layersearch.bench import Configuration
     from layersearch.runtime.baseline import hf_generate
 
     calls: list[tuple[str, int]] = []
@@ -86,7 +86,7 @@ def test_each_prompt_runs_under_every_configuration_back_to_back(tiny_llama):
 
         return generate
 
-    cfgs = [Config(name, recording(name)) for name in (PLAIN, "b", "c")]
+    cfgs = [Configuration(name, recording(name)) for name in (PLAIN, "b", "c")]
     prompts = [torch.tensor([[5, 9, 11]]), torch.tensor([[7, 1, 2, 4]])]
     run_domain(cfgs, prompts, 3, 2, lambda message: None)
     # repeat 0: prompt 1 under every config, then prompt 2; the first config rotates per prompt and repeat

@@ -42,7 +42,7 @@ def test_speculative_generate_equals_baseline(tiny_dir, capsys):
     code, out, _ = run_cli(capsys, *common, "--baseline")
     assert code == 0
     plain = json.loads(out)
-    code, out, _ = run_cli(capsys, *common, "--skip-ratio", "0.5", "--draft-threshold", "0")
+    code, out, _ = run_cli(capsys, *common, "--mask", "uniform:0.5", "--draft-threshold", "0")
     assert code == 0
     spec = json.loads(out)
     assert spec["token_ids"] == plain["token_ids"] and len(spec["token_ids"]) > 0
@@ -95,7 +95,7 @@ def test_bad_prompts_file(tiny_dir, tmp_path, capsys):
 
 
 def test_batch_of_prompts_via_baseline_and_sampling(tiny_dir, capsys):
-    args = ["generate", "--model", str(tiny_dir), "--prompt", "w3 w4", "--max-new-tokens", "8", "--temperature", "0.7", "--seed", "3", "--json", "--skip-ratio", "0.25"]
+    args = ["generate", "--model", str(tiny_dir), "--prompt", "w3 w4", "--max-new-tokens", "8", "--temperature", "0.7", "--seed", "3", "--json", "--mask", "uniform:0.25"]
     first = run_cli(capsys, *args)[1]
     second = run_cli(capsys, *args)[1]
     assert json.loads(first)["token_ids"] == json.loads(second)["token_ids"]
@@ -108,7 +108,7 @@ def test_generate_with_each_drafter_and_lookahead_equals_baseline(tiny_dir, caps
     common = ["generate", "--model", str(tiny_dir), "--prompt", prompt, "--max-new-tokens", "16", "--json"]
     code, out, _ = run_cli(capsys, *common, "--baseline")
     plain = json.loads(out)
-    code, out, err = run_cli(capsys, *common, "--skip-ratio", "0.5", "--drafter", drafter, "--lookahead", lookahead,
+    code, out, err = run_cli(capsys, *common, "--mask", "uniform:0.5", "--drafter", drafter, "--lookahead", lookahead,
                              "--draft-threshold", "0.05", "--max-draft", "4")
     assert code == 0, err
     spec = json.loads(out)
@@ -118,19 +118,13 @@ def test_generate_with_each_drafter_and_lookahead_equals_baseline(tiny_dir, caps
     assert len(spec["stats"]["accept_lengths"]) == spec["stats"]["target_forwards"]
 
 
-def test_adaptive_threshold_contradicting_lookahead_is_one_line(tiny_dir, capsys):
-    code, out, err = run_cli(capsys, "generate", "--model", str(tiny_dir), "--prompt", "w5", "--adaptive-threshold",
-                             "--lookahead", "static")
-    assert code == 2 and err.count("\n") == 1 and "contradicts" in err
-
-
 @pytest.mark.parametrize("drafter", ["layer-skip", "hybrid"])
 def test_generate_with_tree_verification_equals_baseline(tiny_dir, capsys, drafter):
     prompt = "w5 w9 w17 w5 w9 w17 w8 w5 w9"
     common = ["generate", "--model", str(tiny_dir), "--prompt", prompt, "--max-new-tokens", "24", "--json"]
     code, out, _ = run_cli(capsys, *common, "--baseline")
     plain = json.loads(out)
-    code, out, err = run_cli(capsys, *common, "--skip-ratio", "0.5", "--drafter", drafter, "--verification", "tree",
+    code, out, err = run_cli(capsys, *common, "--mask", "uniform:0.5", "--drafter", drafter, "--verifier", "tree",
                              "--max-draft", "25", "--draft-threshold", "0.05")
     assert code == 0, err
     assert json.loads(out)["token_ids"] == plain["token_ids"]
@@ -159,7 +153,7 @@ def test_unsupported_family_is_one_line(tmp_path, capsys):
     from transformers import GPTNeoXConfig
 
     GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4).save_pretrained(tmp_path)
-    code, out, err = run_cli(capsys, "generate", "--model", str(tmp_path), "--prompt", "w1", "--skip-ratio", "0.5")
+    code, out, err = run_cli(capsys, "generate", "--model", str(tmp_path), "--prompt", "w1", "--mask", "uniform:0.5")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "'gpt_neox' is not supported" in err
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import resource
-import time
 
 import pytest
 
@@ -13,14 +12,13 @@ from layersearch.inputs import json_depth, parse_json, read_text
 from layersearch.mask import SkipMask
 
 
-def test_a_long_index_list_is_checked_in_linear_time(tmp_path):
-    # 40 KB took seconds with the quadratic duplicate check; 4 MB would have taken days.
+def test_a_long_index_list_names_its_first_duplicate(tmp_path):
+    # 409,600 indices: the quadratic duplicate check of old would not finish this test at all
+    # (its speed is a benchmark's business, not a limit here).
     path = tmp_path / "dups.json"
     path.write_text(json.dumps({"schema_version": 1, "num_layers": 4096, "attention": list(range(4096)) * 100, "mlp": []}))
-    started = time.perf_counter()
     with pytest.raises(LayersearchError, match="duplicate layer index 0"):
         SkipMask.load(path)
-    assert time.perf_counter() - started < 2.0
 
 
 def test_a_mask_claiming_a_billion_layers_is_refused_without_allocating(tmp_path):

@@ -34,7 +34,7 @@ FORBIDDEN = {
     "study": ("argparse", "layersearch.commands", "layersearch.cli"),
     # tune sits between the commands and the study / objectives / runtime it drives.
     "tune": ("argparse", "layersearch.commands", "layersearch.cli"),
-    # SWIFT on the fly (generate --on-the-fly swift) pulls no Optuna: its search is swift/search.py.
+    # SWIFT on the fly (generate --mask swift) pulls no Optuna: its search is swift/search.py.
     "swift": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
     "steer": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
     "disco": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),

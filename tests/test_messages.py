@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -79,17 +78,15 @@ def test_a_bad_cache_folder_is_one_line(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "cache-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("LAYERSEARCH_CACHE", str(blocker))
-    started = time.perf_counter()
     status = main(["generate", "--prompt", "hello", "--max-new-tokens", "1"])
     assert status == 2 and "LAYERSEARCH_CACHE" in error_line(capsys)
-    assert time.perf_counter() - started < 30
 
 
 def test_generate_arguments_are_checked_before_the_model_loads(monkeypatch, capsys):
     import layersearch.commands.generate as generate
 
     monkeypatch.setattr(generate, "load", lambda args: pytest.fail("the model loaded before the arguments were checked"))
-    for argv in (["--max-draft", "0"], ["--skip-ratio", "1.5"], ["--threads", "0"], ["--temperature", "nan"],
-                 ["--adaptive-threshold", "--lookahead", "static"]):
+    for argv in (["--max-draft", "0"], ["--mask", "uniform:1.5"], ["--threads", "0"], ["--temperature", "nan"],
+                 ["--mask", "swift:x"]):
         assert main(["generate", "--prompt", "x", *argv]) == 2
         error_line(capsys)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 
 import pytest
 
@@ -111,7 +110,5 @@ def test_profile_checks_out_before_loading_the_model(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(profile_command, "load", lambda args: pytest.fail("the model was loaded before --out was checked"))
     (tmp_path / "out").mkdir()
-    started = time.perf_counter()
     status = main(["profile", "--out", str(tmp_path / "out")])
     assert status == 2 and "is a directory" in capsys.readouterr().err
-    assert time.perf_counter() - started < 5

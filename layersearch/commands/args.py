@@ -52,16 +52,14 @@ def threads_arg(parser: argparse.ArgumentParser, *, default: int | None = None) 
 
 def draft_args(
     parser: argparse.ArgumentParser, *, max_draft: int = MAX_DRAFT, threshold: float = DRAFT_THRESHOLD,
-    adaptive: bool = True, threshold_note: str = "; 0 disables",
+    threshold_note: str = "; 0 disables",
 ) -> None:
-    """``--max-draft``, ``--draft-threshold`` and (``adaptive``) ``--adaptive-threshold``."""
+    """``--max-draft`` and ``--draft-threshold``."""
     parser.add_argument("--max-draft", type=int, default=max_draft, help=f"maximum draft length (default {max_draft})")
     parser.add_argument(
         "--draft-threshold", type=float, default=threshold,
         help=f"stop drafting below this top-1 probability (default {threshold:g}{threshold_note})",
     )
-    if adaptive:
-        parser.add_argument("--adaptive-threshold", action="store_true", help="Self-SD's adaptive draft threshold")
 
 
 def storage_arg(parser: argparse.ArgumentParser, help: str = STORAGE_HELP) -> None:
@@ -69,7 +67,7 @@ def storage_arg(parser: argparse.ArgumentParser, help: str = STORAGE_HELP) -> No
     parser.add_argument("--storage", help=help)
 
 
-# ----- SWIFT on the fly (generate --on-the-fly swift, swift-stream) ---------------------------
+# ----- SWIFT on the fly (generate --mask swift, swift stream) ---------------------------
 # Defaults repeated from layersearch.swift.SwiftConfig (tests/swift/test_swift_cli.py checks).
 SWIFT_DEFAULTS = dict(window=32, bo_interval=25, kappa=2.5, target=0.95, patience=300, max_steps=1000, tolerance=0.7)
 

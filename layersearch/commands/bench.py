@@ -11,6 +11,7 @@ from typing import Any
 from layersearch.commands.args import draft_args, model_args
 from layersearch.checks import check_int
 from layersearch.commands.common import bench_masks, load, positive_int
+from layersearch.commands.renamed import renamed_option
 from layersearch.errors import LayersearchError
 from layersearch.jsonfile import write_json_atomic
 from layersearch.mask import SkipMask
@@ -38,10 +39,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration (median reported)")
     p.add_argument("--profile", help="latency profile JSON (measured if absent)")
     p.add_argument("--out", default="bench.json")
-    p.add_argument("--no-peers", action="store_true", help="skip HF's prompt lookup / early exit peers")
     p.add_argument("--peers", default="prompt-lookup,early-exit",
                    help="transformers' peers to run: prompt-lookup, early-exit, assisted:MODEL (assisted generation "
-                        "with that draft model; MODEL@int8: its weights in int8; default prompt-lookup,early-exit)")
+                        "with that draft model; MODEL@int8: its weights in int8; default prompt-lookup,early-exit; "
+                        "'' for none)")
     p.add_argument("--drafters", default="prompt-lookup,hybrid",
                    help="our other drafters to run beside the layer-skip masks: prompt-lookup, hybrid, model:MODEL "
                         "(an independent draft model), hybrid:MODEL (lookup, else that draft model); MODEL@int8 "
@@ -65,6 +66,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     sb.add_argument("--limit", type=int, help="at most N questions per category")
     sb.add_argument("--answers", metavar="DIR", help="folder for the answer files, one per method")
     draft_args(p)
+    renamed_option(p, "--no-peers", '--peers ""')
+    renamed_option(p, "--adaptive-threshold", "--lookaheads adaptive")
     p.set_defaults(command="bench")
 
 
@@ -102,7 +105,7 @@ def run(args: Any) -> int:
     profile = _profile(args, loaded)
     kernels = choose_kernels(args.kernels, profile)
     _say(f"kernels: {kernels}")
-    policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    policy = DraftPolicy(args.max_draft, args.draft_threshold)
     report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
         options = dict(peers=peers, drafters=drafters, draft_models=draft_models, lookaheads=lookaheads, vocab=vocab)
@@ -147,8 +150,6 @@ def _domains(args: Any) -> list[str]:
 def _peers(args: Any) -> tuple[str, ...]:
     from layersearch.bench import ASSISTED, PEERS
 
-    if args.no_peers:
-        return ()
     return _named_items(args.peers, "--peers", PEERS, (ASSISTED,))
 
 

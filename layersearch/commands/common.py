@@ -123,13 +123,6 @@ def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
     return named
 
 
-def note_old_spelling(old: str, new: str) -> None:
-    """One line on stderr after a command run under its old spelling (``knapspec-bench``): it keeps
-    working, and the new one (``knapspec bench``) is where its help lives now. Printed after the
-    run, so a failing run still ends in its one error line."""
-    print(f"layersearch: note: `{old}` is the old spelling of `layersearch {new}`", file=sys.stderr, flush=True)
-
-
 def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
     """``bench``'s masks: an evenly spread one per ``--skip-ratios`` value (labelled ``uniform R``),
     then the files of ``--masks`` (each checked against the model; labelled by file name unless

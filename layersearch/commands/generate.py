@@ -17,21 +17,25 @@ from layersearch.build import build_decoder, load_or_measure_profile, read_spec_
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.commands.generate_spec import spec_from_args
-from layersearch.commands.onthefly import dynamic_decoder, input_summary  # noqa: F401 (dynamic_decoder re-exported)
+from layersearch.commands.renamed import renamed_option
+from layersearch.commands.onthefly import input_summary
 from layersearch.outputs import check_output
 from layersearch.spec import registry_names
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
-    """``generate``: its arguments (drafter, lookahead and verification options included)."""
+    """``generate``: its arguments (drafter, mask source, lookahead and verifier options included)."""
     names = registry_names()
     p = sub.add_parser("generate", help="generate text with self-speculative decoding (or plain, with --baseline)")
     model_args(p, kernels=True)
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--mask", help="mask JSON file")
-    which.add_argument("--skip-ratio", type=float, help="use an evenly spread mask skipping this share of sub-layers")
-    which.add_argument("--dynamic", choices=names["dynamic"], help="re-select the draft sub-network while decoding")
-    which.add_argument("--router", help="KNN-SSD router file (`layersearch knn build`): each prompt's mask by nearest neighbour")
+    # One option for where the mask comes from (the spec's mask_source), not one option per source.
+    p.add_argument("--mask", metavar="SOURCE",
+                   help="where the draft's skip mask comes from: a mask file; uniform:R (an evenly spread mask skipping "
+                   "the share R of sub-layers); knapsack (KnapSpec re-selects it while decoding, every --reselect-every "
+                   "steps, from --profile); router:FILE (KNN-SSD: each prompt's mask by nearest neighbour, from "
+                   "`layersearch knn build`); swift or swift:R (SWIFT optimizes it on the fly over the stream of "
+                   "--prompts, skipping the share R, default 0.45). Default: the --steering or DISCO file's mask, "
+                   "else uniform:0.25")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompts", help='JSONL file, one {"prompt": ...} per line')
@@ -40,25 +44,22 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline", action="store_true", help="plain autoregressive decoding (transformers generate)")
-    p.add_argument("--profile", help="latency profile JSON: adds the predicted speedup to the stats (and feeds --dynamic knapsack)")
-    p.add_argument("--reselect-every", type=int, default=64, help="decoding steps between re-selections (--dynamic)")
+    p.add_argument("--profile", help="latency profile JSON: adds the predicted speedup to the stats (and feeds --mask knapsack)")
+    p.add_argument("--reselect-every", type=int, default=64, help="decoding steps between re-selections (--mask knapsack)")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     draft_args(p)
     p.add_argument("--drafter", choices=names["drafter"], default="layer-skip",
                    help="where drafts come from: the masked model, n-gram lookup over prompt and output, "
                    "or lookup first and the masked model otherwise (default layer-skip)")
-    p.add_argument("--verification", choices=names["verifier"], default="chain",
+    p.add_argument("--verifier", choices=names["verifier"], default="chain",
                    help="verify the draft chain, or SWIFT's token tree of top-k candidates per position (greedy; "
                    "sampling verifies the chain) (default chain)")
     p.add_argument("--lookahead", default=None, metavar="{" + ",".join(names["lookahead"]) + ",disco:FILE}",
                    help="draft-length rule: static --max-draft, stop below --draft-threshold, Self-SD's adaptive "
                    "threshold, HF's heuristic schedule, roc (transformers' assisted default: the threshold learned "
                    "from an ROC curve of past drafts), or a DISCO classifier file (its mask unless --mask is given) "
-                   "(default: confidence, adaptive with --adaptive-threshold)")
-    # SWIFT on the fly (issue 12): --skip-ratio is then SWIFT's r (default 0.45).
-    p.add_argument("--on-the-fly", choices=names["on_the_fly"], default=None,
-                   help="optimize the skipped layers while generating, over the stream of --prompts (SWIFT)")
-    swift_args(p)
+                   "(default confidence)")
+    swift_args(p)  # SWIFT on the fly (--mask swift)
     # SD² (issue 15): steer the layer-skip drafter or an independent draft model with a trained steering file.
     p.add_argument("--steering", help="steering file from `layersearch steer train` (uses its mask, or its draft model)")
     p.add_argument("--draft-model", metavar="MODEL",
@@ -78,6 +79,13 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    help="the draft (masked model or --draft-model) scores only the N most frequent tokens of the "
                    "tokenizer, counted once from the train prompts and cached; output stays lossless "
                    "(default 0: the full vocabulary)")
+    # Old spellings (merged into --mask, --verifier and --lookahead): one error line naming the new one.
+    renamed_option(p, "--skip-ratio", "--mask uniform:{value} (SWIFT's skip ratio: --mask swift:{value})", metavar="R")
+    renamed_option(p, "--dynamic", "--mask {value}", metavar="KIND")
+    renamed_option(p, "--router", "--mask router:{value}", metavar="FILE")
+    renamed_option(p, "--on-the-fly", "--mask {value} (with a skip ratio: --mask {value}:R)", metavar="KIND")
+    renamed_option(p, "--verification", "--verifier {value}", metavar="NAME")
+    renamed_option(p, "--adaptive-threshold", "--lookahead adaptive")
     p.set_defaults(command="generate")
 
 

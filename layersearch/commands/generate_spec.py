@@ -7,11 +7,11 @@ from dataclasses import asdict
 from typing import Any, Mapping
 
 from layersearch.commands.common import positive_int
-from layersearch.commands.onthefly import check_on_the_fly, swift_config
+from layersearch.commands.onthefly import swift_config
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.spec import (DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
-                              SamplingSpec, lookahead_names)
+                              SamplingSpec, lookahead_names, registry_names)
 
 #: Options that do not describe the decoder: they apply with ``--spec`` too.
 RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec", "kernels")
@@ -29,12 +29,11 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     from layersearch.runtime.sampling import SamplingConfig
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)  # its wording on bad values
-    if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or args.router):
-        raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
+    if args.baseline and args.mask:
+        raise LayersearchError("--baseline runs plain decoding; it takes no --mask")
     _check_args(args)
     _check_draft_vocab(args)
     check_draft_model_args(args)
-    check_on_the_fly(args)
     source = _mask_source(args)  # a bad mask file fails here, before the model load
     return DecoderSpec(
         model=ModelSpec(ModelRef.given(args.model), None, args.device, args.dtype),
@@ -44,7 +43,7 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
         mask_source=source,
         steering=args.steering,
         lookahead=_lookahead(args),
-        verifier=args.verification,
+        verifier=args.verifier,
         sampling=SamplingSpec(not sampling.greedy, sampling.temperature, sampling.top_p, sampling.seed),
         profile=args.profile,
         max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
@@ -84,13 +83,9 @@ def _check_args(args: Any) -> None:
 
     if args.threads is not None:
         positive_int(args.threads, "--threads")
-    if args.skip_ratio is not None and not 0.0 <= args.skip_ratio <= 1.0:
-        raise LayersearchError(f"--skip-ratio must be between 0 and 1, got {args.skip_ratio}")
     if args.reselect_every < 1:
         raise LayersearchError(f"--reselect-every must be >= 1, got {args.reselect_every}")
-    DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
-    if args.adaptive_threshold and args.lookahead not in (None, "adaptive"):
-        raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
+    DraftPolicy(args.max_draft, args.draft_threshold)
 
 
 def check_draft_model_args(args: Any) -> None:
@@ -100,9 +95,7 @@ def check_draft_model_args(args: Any) -> None:
     if not args.draft_model.strip():
         raise LayersearchError("--draft-model needs a model: an embedded name, HF id or local directory")
     clashes = [flag for flag, given in (
-        ("--mask", args.mask), ("--skip-ratio", args.skip_ratio is not None), ("--dynamic", args.dynamic),
-        ("--router", getattr(args, "router", None)), ("--on-the-fly", getattr(args, "on_the_fly", None)),
-        ("--baseline", args.baseline), (f"--drafter {args.drafter}", args.drafter != "layer-skip"),
+        ("--mask", args.mask), ("--baseline", args.baseline), (f"--drafter {args.drafter}", args.drafter != "layer-skip"),
         ("--profile", getattr(args, "profile", None)),  # a latency profile costs masked forwards of the target
     ) if given]
     if clashes:
@@ -110,23 +103,59 @@ def check_draft_model_args(args: Any) -> None:
 
 
 def _mask_source(args: Any) -> MaskSourceSpec:
-    """Where the mask comes from: --mask, --skip-ratio, --dynamic, --router, --on-the-fly, or the default."""
-    if args.mask:
-        return MaskSourceSpec("mask", mask=SkipMask.load(args.mask), file=args.mask)
-    if args.on_the_fly:  # --skip-ratio is then SWIFT's r
-        return MaskSourceSpec(args.on_the_fly, swift=asdict(swift_config(args)))
-    if args.skip_ratio is not None:
-        return MaskSourceSpec("uniform", skip_ratio=args.skip_ratio)
-    if args.dynamic:
-        return MaskSourceSpec(args.dynamic, reselect_every=args.reselect_every)
-    if args.router:
-        return MaskSourceSpec("router", file=args.router)
-    return MaskSourceSpec("default")
+    """Where the mask comes from (``--mask SOURCE``; see :func:`parse_mask_option`), or the default."""
+    if not args.mask:
+        return MaskSourceSpec("default")
+    kind, value = parse_mask_option(args.mask)
+    if kind == "mask":
+        return MaskSourceSpec("mask", mask=SkipMask.load(value), file=value)
+    if kind == "uniform":
+        return MaskSourceSpec("uniform", skip_ratio=_ratio(value, args.mask))
+    if kind == "router":
+        return MaskSourceSpec("router", file=value)
+    if kind in registry_names()["on_the_fly"]:
+        ratio = None if value is None else _ratio(value, args.mask)
+        return MaskSourceSpec(kind, swift=asdict(swift_config(args, skip_ratio=ratio)))
+    return MaskSourceSpec(kind, reselect_every=args.reselect_every)  # a dynamic source
+
+
+def parse_mask_option(text: str) -> tuple[str, str | None]:
+    """``generate --mask SOURCE`` -> (mask source kind, its value): ``uniform:R``, ``router:FILE``,
+    a dynamic source (``knapsack``), an on-the-fly one (``swift``, ``swift:R``), else a mask file.
+
+    A source's name wins over a file of that name (``./knapsack`` names the file)."""
+    names = registry_names()
+    kind, sep, value = text.partition(":")
+    if kind in ("uniform", "router"):
+        if not value.strip():
+            example = "uniform:0.2" if kind == "uniform" else "router:router.json"
+            raise LayersearchError(f"--mask {kind}: needs a value, e.g. --mask {example}")
+        return kind, value
+    if kind in names["dynamic"]:
+        if sep:
+            raise LayersearchError(f"--mask {kind} takes no value (got {text!r}; --reselect-every and --profile set it)")
+        return kind, None
+    if kind in names["on_the_fly"]:
+        if sep and not value.strip():
+            raise LayersearchError(f"--mask {kind}: needs a skip ratio after the colon, e.g. --mask {kind}:0.45")
+        return kind, (value if sep else None)
+    return "mask", text
+
+
+def _ratio(text: str, option: str) -> float:
+    """The skip ratio R of ``--mask uniform:R`` / ``swift:R``: a number in [0, 1]."""
+    from layersearch.checks import check_real
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise LayersearchError(f"--mask {option}: the skip ratio must be a number, got {text!r}") from None
+    return check_real(value, f"--mask {option} (the skip ratio)", low=0.0, high=1.0)
 
 
 def _lookahead(args: Any) -> LookaheadSpec:
     """``--lookahead`` (a registered rule or disco:FILE) with --max-draft / --draft-threshold."""
-    name = args.lookahead or ("adaptive" if args.adaptive_threshold else "confidence")
+    name = args.lookahead or "confidence"
     file = None
     if name.startswith("disco:"):
         name, file = "disco", name[len("disco:"):]

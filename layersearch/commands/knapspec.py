@@ -1,5 +1,5 @@
 """``layersearch knapspec bench``: KnapSpec's long-context experiment (see :mod:`layersearch.knapspec.bench`):
-parse, check, load, run, print. ``knapspec-bench`` is its old spelling (:mod:`.knapspec_bench`)."""
+parse, check, load, run, print."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def add_parser(sub: Any, parser_class: Any) -> None:
 
 
 def bench_args(p: Any) -> None:
-    """The options of ``knapspec bench`` (and of its old spelling)."""
+    """The options of ``knapspec bench``."""
     from layersearch.commands.args import model_args
 
     model_args(p, threads=1)

@@ -1,5 +1,5 @@
 """``layersearch knn build | bench``: KNN-SSD's router and its mix-ratio evaluation
-(see :mod:`layersearch.knn`). Routing at generation time is ``layersearch generate --router FILE``."""
+(see :mod:`layersearch.knn`). Routing at generation time is ``layersearch generate --mask router:FILE``."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def add_parser(sub: Any, parser_class: Any) -> None:
     bench.add_argument("--ood-domains", default="",
                        help="comma-separated domains the router lacks: their --routing-prompts should fall back (OOD)")
     bench.add_argument("--pca", metavar="PNG", help="2-D PCA of those held-out representations with the router's anchors")
-    draft_args(bench, adaptive=False)
+    draft_args(bench)
     p.set_defaults(command="knn")
 
 

@@ -1,16 +1,16 @@
 """The glue between the CLI and SWIFT's on-the-fly optimizer: its config from parsed arguments
-and a per-input summary for the output (``generate --on-the-fly swift``, ``swift stream``)."""
+and a per-input summary for the output (``generate --mask swift``, ``swift stream``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from layersearch.errors import LayersearchError
-from layersearch.sources import ON_THE_FLY_SOURCES as ON_THE_FLY
 
 
 def swift_config(args: Any, skip_ratio: float | None = None):
-    """A :class:`~layersearch.swift.SwiftConfig` from ``--swift-*`` options (and ``--skip-ratio``, ``--seed``)."""
+    """A :class:`~layersearch.swift.SwiftConfig` from ``--swift-*`` options, ``--seed`` and the skip ratio
+    (``skip_ratio``, else ``--skip-ratio`` where the command has one, else SWIFT's 0.45)."""
     from layersearch.swift import SwiftConfig
     from layersearch.swift.search import SKIP_RATIO
 
@@ -23,22 +23,8 @@ def swift_config(args: Any, skip_ratio: float | None = None):
             tolerance=args.swift_tolerance, min_skip_ratio=args.swift_min_skip_ratio, seed=getattr(args, "seed", 0) or 0,
         )
     except LayersearchError as exc:  # name the options, not the config fields
-        raise LayersearchError(f"{exc} (see the --swift-* options and --skip-ratio)") from None
-
-
-def check_on_the_fly(args: Any) -> None:
-    """Refuse option combinations ``--on-the-fly`` cannot honour (before the model loads)."""
-    kind = getattr(args, "on_the_fly", None)
-    if kind is None:
-        return
-    if kind not in ON_THE_FLY:
-        raise LayersearchError(f"unknown on-the-fly optimizer {kind!r} (only 'swift')")
-    others = (("--mask", args.mask), ("--dynamic", args.dynamic), ("--baseline", args.baseline),
-              ("--router", getattr(args, "router", None)))
-    for flag, value in others:
-        if value:
-            raise LayersearchError(f"--on-the-fly swift chooses the mask while decoding; it takes no {flag}")
-    swift_config(args)
+        ratio_option = "--skip-ratio" if hasattr(args, "skip_ratio") else "--mask swift:R"
+        raise LayersearchError(f"{exc} (see the --swift-* options and {ratio_option})") from None
 
 
 def input_summary(controller: Any, stats: Any) -> dict[str, Any]:
@@ -59,20 +45,3 @@ def input_summary(controller: Any, stats: Any) -> dict[str, Any]:
         **({"stopped": controller.stop_reason} if controller.stop_reason else {}),
     }
 
-
-def dynamic_decoder(args: Any, loaded: Any, *, policy: Any, sampling: Any, **plugins: Any):
-    """The decoder of ``generate --dynamic knapsack`` from ``args.profile`` / ``args.reselect_every``
-    (kept for callers of the old CLI helper; :func:`layersearch.build.build_decoder` builds it from a spec)."""
-    from layersearch.checks import check_int
-    from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.sources import MASK_SOURCES, SourceInputs
-    from layersearch.spec import MaskSourceSpec
-
-    kind = getattr(args, "dynamic", "knapsack") or "knapsack"
-    if kind != "knapsack":
-        raise LayersearchError(f"unknown dynamic mode {kind!r} (only 'knapsack')")
-    interval = check_int(getattr(args, "reselect_every", 64), "--reselect-every")
-    source = MaskSourceSpec("knapsack", reselect_every=interval)
-    controller = MASK_SOURCES["knapsack"].build(SourceInputs(loaded, source, policy, getattr(args, "profile", None)))
-    plugins.setdefault("lookahead", policy.lookahead())
-    return SpeculativeDecoder(loaded.model, sampling=sampling, **controller, **plugins)

@@ -40,10 +40,13 @@ def run(args: Any, loaded: Any) -> int:
     if not questions:
         raise LayersearchError("no Spec-Bench question matches --categories / --split")
     model, tokenizer = loaded.model, loaded.tokenizer
-    policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
+    policy = DraftPolicy(args.max_draft, args.draft_threshold)
+    rules = [name.strip() for name in args.lookaheads.split(",") if name.strip()]  # checked by bench
     methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
     for label, mask in masks:
-        methods[f"ours-{label}"] = SpeculativeDecoder(model, mask, policy=policy).generate
+        for rule in rules or [None]:  # one method per --lookaheads rule (default: the confidence rule)
+            name = f"ours-{label}" if rule is None else f"ours-{label}-{rule}"
+            methods[name] = SpeculativeDecoder(model, mask, lookahead=policy.lookahead(rule)).generate
     stop = eos_ids(model)
     model_id = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(loaded.info.name).name)  # a file name, even for a local folder
     rows: dict[str, list] = {name: [] for name in methods}

@@ -20,7 +20,7 @@ def search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (
     parser.add_argument("--prompt-seed", type=int, default=0, help="which prompts of the train split are searched on (default 0)")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help=f"tokens generated per prompt (default {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help=f"matchness window (default {DEFAULT_GAMMA})")
-    draft_args(parser, adaptive=False, threshold_note="")
+    draft_args(parser, threshold_note="")
     parser.add_argument("--decode-stats", action="store_true", help="matchness trials also run the decoder to record M, alpha, tokens/s")
 
 

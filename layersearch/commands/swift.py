@@ -1,7 +1,6 @@
 """``layersearch swift stream``: on-the-fly SWIFT against a fixed mask and plain decoding over a
 stream of held-out prompts that switches domain every ``--per-domain`` inputs (SWIFT Fig. 7),
-plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. ``swift-stream`` is its
-old spelling (:mod:`.swift_stream`). SWIFT on the fly in generation is ``generate --on-the-fly swift``."""
+plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. SWIFT on the fly in generation is ``generate --mask swift``."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 
 def stream_args(p: Any) -> None:
-    """The options of ``swift stream`` (and of its old spelling)."""
+    """The options of ``swift stream``."""
     model_args(p, threads=1)
     p.add_argument("--domains", default=DEFAULT_DOMAINS, help=f"domains in stream order (default {DEFAULT_DOMAINS})")
     p.add_argument("--per-domain", type=int, default=3, help="inputs per domain before the switch (default 3)")
@@ -40,7 +39,7 @@ def stream_args(p: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="prompt choice and optimizer seed (default 0)")
     p.add_argument("--out", default="swift_stream.json", help="JSON report (default swift_stream.json)")
     p.add_argument("--plot", default=DEFAULT_PLOT, help="PNG of speedup and matchness over the stream")
-    draft_args(p, adaptive=False)
+    draft_args(p)
     swift_args(p)
 
 

@@ -18,6 +18,7 @@ from layersearch.errors import LayersearchError
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add ``transfer`` to the CLI's sub-parsers."""
     from layersearch.commands.args import draft_args, model_args
+    from layersearch.commands.renamed import removed_option
 
     p = sub.add_parser("transfer", help="each domain's mask on every domain's test prompts: speedup and M, heatmap")
     model_args(p)
@@ -34,6 +35,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--spec-bench", metavar="FILE", help="Spec-Bench's question.jsonl, for spec-bench:<group> domains")
     p.add_argument("--out-prefix", default="transfer", help="writes PREFIX.json and PREFIX.png (default transfer)")
     draft_args(p)
+    removed_option(p, "--adaptive-threshold", "transfer measures each mask with the confidence rule "
+                   "(--max-draft, --draft-threshold); it never read this flag")
     p.set_defaults(command="transfer")
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from layersearch.bench import PLAIN, Config, run_domain, summarize
+from layersearch.bench import PLAIN, Configuration, run_domain, summarize
 from layersearch.disco.baselines import PerplexityLookahead, RocConfidenceLookahead
 from layersearch.disco.classifier import train
 from layersearch.disco.collect import Rows, collect
@@ -70,12 +70,12 @@ def train_domain(
 
 def rule_configs(
     model, mask: SkipMask, max_draft: int, trained: dict[str, Trained], domain: str, steps: dict[str, list]
-) -> list[Config]:
+) -> list[Configuration]:
     """Plain generate and our loop under every draft-length rule (one decoder each); every
     generation's per-step records are appended to ``steps[rule name]``."""
     own = trained[domain]
 
-    def ours(label: str, lookahead) -> Config:
+    def ours(label: str, lookahead) -> Configuration:
         decoder = SpeculativeDecoder(model, mask, lookahead=lookahead)
 
         def generate(ids, n):
@@ -83,9 +83,9 @@ def rule_configs(
             steps.setdefault(label, []).append(result.stats.steps)
             return result
 
-        return Config(label, generate, mask, model)
+        return Configuration(label, generate, mask, model)
 
-    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
+    result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
     result += [ours(f"static {k}", StaticLookahead(k)) for k in range(1, max_draft + 1)]
     result += [
         ours("self-sd confidence 0.8", ConfidenceLookahead(max_draft, 0.8)),
@@ -124,7 +124,7 @@ def modelled_ms(generations: list, costs: Costs) -> float:
     return 1000 * seconds / tokens if tokens else float("nan")
 
 
-def table_rows(configs: list[Config], measured, best_static: str, steps: dict[str, list], costs: Costs) -> list[dict[str, Any]]:
+def table_rows(configs: list[Configuration], measured, best_static: str, steps: dict[str, list], costs: Costs) -> list[dict[str, Any]]:
     """Summary rows with wasted draft tokens (drafted - accepted, and stopping forwards) and the
     modelled latency of each rule's own steps (plain decoding: one 1-token forward per token)."""
     rows = []

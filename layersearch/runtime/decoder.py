@@ -99,11 +99,6 @@ class SpeculativeDecoder:
             if check is not None:
                 check(model)
 
-    @property
-    def policy(self) -> Lookahead:
-        """The starting lookahead rule (kept for callers of the old name)."""
-        return self.lookahead
-
     @torch.inference_mode()
     def generate(
         self, input_ids: torch.Tensor | Iterable[int], max_new_tokens: int, *, eos_token_ids: Iterable[int] | None = None,

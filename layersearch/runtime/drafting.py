@@ -1,7 +1,6 @@
-"""Draft settings as one value: the cap, the confidence threshold and Self-SD's adaptive rule.
+"""Draft settings as one value: the cap and the confidence threshold.
 
-:class:`DraftPolicy` is what the CLI's ``--max-draft``, ``--draft-threshold`` and
-``--adaptive-threshold`` describe; :meth:`DraftPolicy.lookahead` turns it into the lookahead
+:class:`DraftPolicy` is what the CLI's ``--max-draft`` and ``--draft-threshold`` describe; :meth:`DraftPolicy.lookahead` turns it into the lookahead
 rule the decode loop runs (see :mod:`layersearch.runtime.lookahead` for all rules).
 """
 
@@ -10,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layersearch.errors import LayersearchError
-from layersearch.runtime.lookahead import AdaptiveLookahead, ConfidenceLookahead, Lookahead, lookahead_named
+from layersearch.runtime.lookahead import ConfidenceLookahead, Lookahead, lookahead_named
 
 
 @dataclass(frozen=True)
@@ -19,7 +18,6 @@ class DraftPolicy:
 
     max_draft_tokens: int = 8
     confidence_threshold: float = 0.8
-    adaptive_threshold: bool = False
 
     def __post_init__(self) -> None:
         if self.max_draft_tokens < 1:
@@ -28,10 +26,8 @@ class DraftPolicy:
             raise LayersearchError(f"draft threshold must be in [0, 1], got {self.confidence_threshold}")
 
     def lookahead(self, name: str | None = None) -> Lookahead:
-        """The rule named ``name`` with these settings; by default the confidence rule
-        (adaptive when ``adaptive_threshold``)."""
+        """The rule named ``name`` with these settings (``"adaptive"``: Self-SD's adaptive
+        threshold); by default the confidence rule."""
         if name is not None:
             return lookahead_named(name, self.max_draft_tokens, self.confidence_threshold)
-        if self.adaptive_threshold:
-            return AdaptiveLookahead.starting_at(self.max_draft_tokens, self.confidence_threshold)
         return ConfidenceLookahead(self.max_draft_tokens, self.confidence_threshold)

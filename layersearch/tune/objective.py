@@ -41,13 +41,13 @@ def draft_for(drafts: Mapping[str | None, Any] | None, spec: DecoderSpec) -> Any
 
 def spec_config(loaded: Any, spec: DecoderSpec, label: str, drafts: Mapping[str | None, Any] | None = None,
                 kernels: str = "stock") -> Any:
-    """A :class:`layersearch.bench.Config` running the decoder ``spec`` describes (``drafts``: the
+    """A :class:`layersearch.bench.Configuration` running the decoder ``spec`` describes (``drafts``: the
     draft model loaded once per quantization; ``kernels``: the CPU kernels every run uses)."""
-    from layersearch.bench import Config
+    from layersearch.bench import Configuration
     from layersearch.build import build_decoder
 
     built = build_decoder(loaded, spec, draft=draft_for(drafts, spec), kernels=kernels)
-    return Config(label, lambda ids, n: built.run(ids, n))
+    return Configuration(label, lambda ids, n: built.run(ids, n))
 
 
 def with_kernels(config: Any, model: Any, kernels: str) -> Any:

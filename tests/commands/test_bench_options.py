@@ -95,7 +95,7 @@ def test_bench_on_the_users_own_prompts(capsys, tiny_with_embedded_tokenizer, tm
     out = tmp_path / "bench.json"
     code, stdout, err = run_cli(
         capsys, "bench", "--model", verifier, "--prompts", prompts, "--prompts-per-domain", 3, "--max-new-tokens", 4,
-        "--repeats", 1, "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--out", out,
+        "--repeats", 1, "--skip-ratios", "0.5", "--peers", "", "--drafters", "", "--out", out,
     )
     assert code == 0, err
     domains = json.loads(out.read_text())["domains"]

@@ -28,14 +28,14 @@ def test_spec_rows_run_beside_plain_generate(capsys, tiny_with_embedded_tokenize
     small = build_tiny_model("llama", num_layers=1, hidden_size=32, vocab_size=len(tokenizer), seed=9)
     small.save_pretrained(tmp_path / "small")
     tokenizer.save_pretrained(tmp_path / "small")
-    skip = save_spec(capsys, verifier, tmp_path / "skip-static.json", "--skip-ratio", "0.5", "--lookahead", "static",
+    skip = save_spec(capsys, verifier, tmp_path / "skip-static.json", "--mask", "uniform:0.5", "--lookahead", "static",
                      "--max-draft", 3)
     draft = save_spec(capsys, verifier, tmp_path / "draft.json", "--draft-model", tmp_path / "small",
                       "--draft-threshold", "0.3")
     out = tmp_path / "bench.json"
     code, stdout, err = run_cli(
         capsys, "bench", "--model", verifier, "--domains", "code", "--prompts-per-domain", 1, "--max-new-tokens", 6,
-        "--repeats", 1, "--skip-ratios", "", "--no-peers", "--drafters", "", "--specs", f"{skip},{draft}", "--out", out,
+        "--repeats", 1, "--skip-ratios", "", "--peers", "", "--drafters", "", "--specs", f"{skip},{draft}", "--out", out,
     )
     assert code == 0, err
     rows = {r["config"]: r for r in json.loads(out.read_text())["domains"]["code"]["rows"]}
@@ -50,12 +50,12 @@ def test_a_spec_for_another_model_is_one_line(capsys, tiny_with_embedded_tokeniz
     from layersearch.models.tiny import build_tiny_model
 
     _, tokenizer, verifier = tiny_with_embedded_tokenizer(0)
-    spec = save_spec(capsys, verifier, tmp_path / "s.json", "--skip-ratio", "0.5")
+    spec = save_spec(capsys, verifier, tmp_path / "s.json", "--mask", "uniform:0.5")
     other = tmp_path / "other"
     build_tiny_model("llama", num_layers=2, vocab_size=len(tokenizer), seed=1).save_pretrained(other)
     tokenizer.save_pretrained(other)
     code, _, err = run_cli(capsys, "bench", "--model", other, "--domains", "code", "--prompts-per-domain", 1,
-                           "--max-new-tokens", 2, "--repeats", 1, "--skip-ratios", "", "--no-peers", "--drafters", "",
+                           "--max-new-tokens", 2, "--repeats", 1, "--skip-ratios", "", "--peers", "", "--drafters", "",
                            "--specs", spec, "--out", tmp_path / "b.json")
     assert code == 2 and err.strip().count("\n") == 0 and "spec was made for model" in err, err
     assert not (tmp_path / "b.json").exists()

@@ -40,7 +40,7 @@ def test_draft_model_greedy_equals_baseline(models, capsys):
     verifier, small, _ = models
     common = ("--model", verifier, "--prompt", "def add(a, b):", "--max-new-tokens", 16)
     baseline = generated(capsys, *common, "--baseline")["token_ids"]
-    for extra in (("--draft-threshold", 0), ("--lookahead", "static", "--max-draft", 4), ("--verification", "tree", "--draft-threshold", 0)):
+    for extra in (("--draft-threshold", 0), ("--lookahead", "static", "--max-draft", 4), ("--verifier", "tree", "--draft-threshold", 0)):
         result = generated(capsys, *common, "--draft-model", small, *extra)
         assert result["token_ids"] == baseline, extra
         assert result["stats"]["drafted"] > 0, extra
@@ -72,7 +72,7 @@ def test_steering_trained_for_a_draft_model(models, tmp_path, capsys):
     for bad, says in (
         (("--steering", out, "--draft-model", other), "trained for draft model"),  # another drafter
         (("--steering", self_file, "--draft-model", small), "self-drafter"),
-        (("--steering", out, "--skip-ratio", "0.5"), "draft model"),
+        (("--steering", out, "--mask", "uniform:0.5"), "draft model"),
         (("--steering", out, "--drafter", "hybrid"), "draft model"),
         (("--steering", out, "--profile", tmp_path / "missing-profile.json"), "--profile predicts layer-skip drafts only"),
     ):

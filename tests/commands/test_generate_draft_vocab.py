@@ -35,7 +35,7 @@ def test_draft_vocab_keeps_greedy_output(models, capsys):
     common = ("generate", "--model", verifier, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--threads", 1)
     baseline = generated(capsys, *common, "--baseline")["token_ids"]
     for n in (2, 512):
-        for extra in (("--skip-ratio", 0.5), ("--drafter", "hybrid", "--skip-ratio", 0.5), ("--draft-model", small)):
+        for extra in (("--mask", "uniform:0.5"), ("--drafter", "hybrid", "--mask", "uniform:0.5"), ("--draft-model", small)):
             result = generated(capsys, *common, *extra, "--draft-vocab", n, "--lookahead", "static", "--max-draft", 3)
             assert result["token_ids"] == baseline, (n, extra)
             assert result["stats"]["drafted"] > 0, (n, extra)

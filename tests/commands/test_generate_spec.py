@@ -43,12 +43,12 @@ def mask_file(tiny_word_models, tmp_path_factory):
 
 OPTION_SETS = {
     "mask": lambda m: ("--mask", m, "--draft-threshold", 0),
-    "skip-ratio": lambda m: ("--skip-ratio", 0.5, "--lookahead", "static", "--max-draft", 3),
-    "default-mask adaptive": lambda m: ("--adaptive-threshold",),
+    "skip-ratio": lambda m: ("--mask", "uniform:0.5", "--lookahead", "static", "--max-draft", 3),
+    "default-mask adaptive": lambda m: ("--lookahead", "adaptive"),
     "prompt-lookup": lambda m: ("--drafter", "prompt-lookup", "--lookahead", "heuristic"),
-    "hybrid tree": lambda m: ("--drafter", "hybrid", "--skip-ratio", 0.25, "--verification", "tree", "--draft-threshold", 0),
-    "knapsack": lambda m: ("--dynamic", "knapsack", "--reselect-every", 3, "--max-draft", 4),
-    "sampling": lambda m: ("--skip-ratio", 0.5, "--temperature", 0.9, "--top-p", 0.95, "--seed", 4),
+    "hybrid tree": lambda m: ("--drafter", "hybrid", "--mask", "uniform:0.25", "--verifier", "tree", "--draft-threshold", 0),
+    "knapsack": lambda m: ("--mask", "knapsack", "--reselect-every", 3, "--max-draft", 4),
+    "sampling": lambda m: ("--mask", "uniform:0.5", "--temperature", 0.9, "--top-p", 0.95, "--seed", 4),
     "baseline": lambda m: ("--baseline",),
 }
 
@@ -84,7 +84,7 @@ def test_draft_model_and_swift_through_a_spec(tiny_word_models, tmp_path, capsys
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"w{i} w9 w17 w33 w8 w64 w3"}) + "\n" for i in (5, 6, 7)))
     swift = tmp_path / "swift.json"
-    ran = generated(capsys, "--model", verifier, "--prompts", prompts, *common, "--on-the-fly", "swift",
+    ran = generated(capsys, "--model", verifier, "--prompts", prompts, *common, "--mask", "swift",
                     "--swift-window", 4, "--save-spec", swift)
     rerun = generated(capsys, "--spec", swift, "--prompts", prompts, *common)
     assert [r["token_ids"] for r in rerun] == [r["token_ids"] for r in ran]
@@ -125,8 +125,8 @@ def test_bad_specs_are_one_line(tiny_word_models, mask_file, tmp_path, capsys):
         (tmp_path / name).write_text(text)
         assert says in error_of(capsys, "--spec", tmp_path / name, "--prompt", PROMPT), name
     assert "spec file not found" in error_of(capsys, "--spec", tmp_path / "missing.json", "--prompt", PROMPT)
-    says = error_of(capsys, "--spec", good, "--prompt", PROMPT, "--skip-ratio", 0.5, "--drafter", "hybrid")
-    assert "takes no --skip-ratio, --drafter" in says
+    says = error_of(capsys, "--spec", good, "--prompt", PROMPT, "--mask", "uniform:0.5", "--drafter", "hybrid")
+    assert "takes no --mask, --drafter" in says
     assert "--save-spec" in error_of(capsys, "--model", verifier, "--prompt", PROMPT, "--save-spec", tmp_path)  # a folder
 
 
@@ -165,7 +165,7 @@ def test_cli_choices_come_from_the_registries(monkeypatch, capsys):
 def test_embedded_model_save_spec_then_spec_gives_identical_text(tmp_path, capsys):
     spec = tmp_path / "spec.json"
     common = ("--prompt", "The capital of France is", "--max-new-tokens", 16, "--threads", 1)
-    ran = generated(capsys, *common, "--skip-ratio", 0.2, "--save-spec", spec)
+    ran = generated(capsys, *common, "--mask", "uniform:0.2", "--save-spec", spec)
     plain = generated(capsys, *common, "--baseline")
     rerun = generated(capsys, "--spec", spec, *common)
     assert rerun[0]["text"] == ran[0]["text"] == plain[0]["text"] and rerun[0]["token_ids"] == ran[0]["token_ids"]

@@ -30,10 +30,10 @@ def generated(capsys, folder, *argv):
 
 def test_speculative_equals_our_plain_loop_under_either_kernels(folder, capsys):
     for kernels in ("numba", "stock"):
-        plain = generated(capsys, folder, "--skip-ratio", 0, "--kernels", kernels)
+        plain = generated(capsys, folder, "--mask", "uniform:0", "--kernels", kernels)
         assert plain["stats"]["kernels"] == kernels
         for extra in (("--lookahead", "static", "--max-draft", 8), ("--lookahead", "static", "--max-draft", 16)):
-            result = generated(capsys, folder, "--skip-ratio", 0.25, "--kernels", kernels, *extra)
+            result = generated(capsys, folder, "--mask", "uniform:0.25", "--kernels", kernels, *extra)
             assert result["token_ids"] == plain["token_ids"], (kernels, extra)
             assert result["stats"]["drafted"] > 0
 
@@ -49,8 +49,8 @@ def test_auto_follows_the_profile_and_stock_overrides_it(folder, tmp_path, capsy
     assert data["kernels"] in ("stock", "numba") and "kernels" in err  # the choice is reported
     data["kernels"] = "numba"  # whatever this noisy machine measured: auto must follow the file
     out.write_text(json.dumps(data))
-    assert generated(capsys, folder, "--skip-ratio", 0.25, "--profile", out)["stats"]["kernels"] == "numba"
-    assert generated(capsys, folder, "--skip-ratio", 0.25, "--profile", out, "--kernels", "stock")["stats"]["kernels"] == "stock"
+    assert generated(capsys, folder, "--mask", "uniform:0.25", "--profile", out)["stats"]["kernels"] == "numba"
+    assert generated(capsys, folder, "--mask", "uniform:0.25", "--profile", out, "--kernels", "stock")["stats"]["kernels"] == "stock"
 
 
 def test_bad_kernels_are_one_error_line(folder, tmp_path, capsys):

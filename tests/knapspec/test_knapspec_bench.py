@@ -1,4 +1,4 @@
-"""``knapspec-bench`` end to end on a tiny model saved with the embedded model's tokenizer."""
+"""``knapspec bench`` end to end on a tiny model saved with the embedded model's tokenizer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from layersearch.commands import knapspec_bench
+from layersearch.commands import knapspec
 from layersearch.mask import ModelInfo
 from layersearch.profile import LatencyProfile
 
@@ -15,9 +15,9 @@ from layersearch.profile import LatencyProfile
 def test_parser_defaults():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
-    knapspec_bench.add_parser(sub, argparse.ArgumentParser)
-    args = parser.parse_args(["knapspec-bench"])
-    assert args.command == "knapspec_bench" and args.contexts == "256,1024,2048,4096"
+    knapspec.add_parser(sub, argparse.ArgumentParser)
+    args = parser.parse_args(["knapspec", "bench"])
+    assert args.command == "knapspec" and args.action == "bench" and args.contexts == "256,1024,2048,4096"
     assert args.max_new_tokens == 32 and args.profile is None and args.interval == 64
 
 
@@ -30,12 +30,12 @@ def test_bench_runs_on_a_tiny_model(tmp_path, capsys, tiny_with_embedded_tokeniz
     profile = LatencyProfile(info, "cpu", "float32", "x", 5e-5, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2))
     path = profile.save(tmp_path / "profile.json")
     parser = argparse.ArgumentParser()
-    knapspec_bench.add_parser(parser.add_subparsers(dest="command"), argparse.ArgumentParser)
+    knapspec.add_parser(parser.add_subparsers(dest="command"), argparse.ArgumentParser)
     out = tmp_path / "bench.json"
-    args = parser.parse_args(["knapspec-bench", "--model", str(folder), "--contexts", "24,48", "--max-new-tokens", "6",
+    args = parser.parse_args(["knapspec", "bench", "--model", str(folder), "--contexts", "24,48", "--max-new-tokens", "6",
                               "--profile", str(path), "--out", str(out), "--interval", "2", "--max-draft", "4",
                               "--check-candidates", "3"])
-    assert knapspec_bench.run(args) == 0
+    assert knapspec.run(args) == 0
     report = json.loads(out.read_text())
     assert [c["context"] for c in report["contexts"]] == [24, 48]
     runs = {r["run"] for r in report["contexts"][0]["runs"]}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from types import SimpleNamespace
 
@@ -13,7 +12,6 @@ from layersearch.errors import LayersearchError
 from layersearch.knapspec import KnapSpecConfig
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.profile import LatencyProfile
-from layersearch.commands.generate import dynamic_decoder
 from layersearch.knapspec.controller import knapspec_decoder
 from layersearch.runtime.control import Selection
 from layersearch.runtime.decoder import SpeculativeDecoder
@@ -120,35 +118,42 @@ def test_controller_switches_masks_losslessly(tiny_llama):
         SpeculativeDecoder(tiny_llama, SkipMask.none(4), controller=controller)
 
 
-def test_dynamic_decoder_from_args(tiny_llama, tmp_path, capsys):
+def knapsack_decoder(loaded, profile, reselect_every, policy):
+    """The decoder of the spec's ``knapsack`` mask source (what ``generate --mask knapsack`` builds)."""
+    from layersearch.sources import MASK_SOURCES, SourceInputs
+    from layersearch.spec import MaskSourceSpec
+
+    source = MaskSourceSpec("knapsack", reselect_every=reselect_every)
+    controller = MASK_SOURCES["knapsack"].build(SourceInputs(loaded, source, policy, profile))
+    return SpeculativeDecoder(loaded.model, lookahead=policy.lookahead(), **controller)
+
+
+def test_knapsack_mask_source(tiny_llama, tmp_path, capsys):
     path = tiny_profile().save(tmp_path / "profile.json")
     loaded = SimpleNamespace(model=tiny_llama, tokenizer=None, info=INFO)
-    args = argparse.Namespace(dynamic="knapsack", profile=str(path), reselect_every=5)
-    decoder = dynamic_decoder(args, loaded, policy=DraftPolicy(4, 0.0), sampling=SamplingConfig())
+    decoder = knapsack_decoder(loaded, str(path), 5, DraftPolicy(4, 0.0))
     assert decoder.controller.interval == 5 and decoder.controller.profile == LatencyProfile.load(path)
     prompt = prompt_for(9)
     assert list(decoder.generate(prompt, 12).token_ids) == recomputed_greedy(tiny_llama, prompt, 12)
     assert capsys.readouterr().err == ""
     # No profile: a quick one is measured, and stderr says so.
-    args = argparse.Namespace(dynamic="knapsack", profile=None, reselect_every=64)
-    decoder = dynamic_decoder(args, loaded, policy=DraftPolicy(4, 0.0), sampling=SamplingConfig())
+    decoder = knapsack_decoder(loaded, None, 64, DraftPolicy(4, 0.0))
     assert "quick latency profile" in capsys.readouterr().err
     assert decoder.controller.profile.model == INFO and decoder.controller.interval == 64
     other = LatencyProfile(ModelInfo("x", 4, 64, "other"), "cpu", "float32", "x", 0.0, 1e-3, 1e-3, 1e-3, (1.0,))
-    args = argparse.Namespace(dynamic="knapsack", profile=str(other.save(tmp_path / "other.json")), reselect_every=5)
     with pytest.raises(LayersearchError, match="fingerprint"):
-        dynamic_decoder(args, loaded, policy=DraftPolicy(), sampling=SamplingConfig())
+        knapsack_decoder(loaded, str(other.save(tmp_path / "other.json")), 5, DraftPolicy())
 
 
 @pytest.mark.embedded
 def test_generate_cli_dynamic_knapsack(tmp_path, capsys, tiny_with_embedded_tokenizer):
-    """``layersearch generate --dynamic knapsack`` end to end, on a tiny model saved with a real tokenizer."""
+    """``layersearch generate --mask knapsack`` end to end, on a tiny model saved with a real tokenizer."""
     from layersearch.cli import main
     from layersearch.models.loading import describe_model
 
     model, tokenizer, folder = tiny_with_embedded_tokenizer(seed=4)
     profile = tiny_profile(describe_model(model, str(folder))).save(tmp_path / "p.json")
-    argv = ["generate", "--model", str(folder), "--dynamic", "knapsack", "--profile", str(profile),
+    argv = ["generate", "--model", str(folder), "--mask", "knapsack", "--profile", str(profile),
             "--prompt", "The quick brown fox", "--max-new-tokens", "6", "--reselect-every", "2", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""``layersearch knn build``, ``generate --router`` and ``knn bench`` end to end on a saved tiny model
+"""``layersearch knn build``, ``generate --mask router:FILE`` and ``knn bench`` end to end on a saved tiny model
 (real prompt domains, real files); bad input is one error line."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_generate_with_router_equals_plain_and_reports_the_route(built, capsys):
     common = ["generate", "--model", folder, "--prompt", prompt, "--max-new-tokens", 12, "--json", "--draft-threshold", 0]
     code, plain, err = run_cli(capsys, *common, "--baseline")
     assert code == 0, err
-    code, routed, err = run_cli(capsys, *common, "--router", router_path)
+    code, routed, err = run_cli(capsys, *common, "--mask", f"router:{router_path}")
     assert code == 0, err
     result = json.loads(routed)
     assert result["token_ids"] == json.loads(plain)["token_ids"]
@@ -108,7 +108,7 @@ def test_router_for_another_model_is_one_line(built, capsys, tmp_path):
         domain["mask"]["model"]["fingerprint"] = "0000"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(data))
-    code, _, err = run_cli(capsys, "generate", "--model", folder, "--prompt", "x", "--router", other)
+    code, _, err = run_cli(capsys, "generate", "--model", folder, "--prompt", "x", "--mask", f"router:{other}")
     assert code == 2 and err.count("\n") == 1 and "router was built for model" in err
 
 

@@ -122,6 +122,6 @@ def test_high_threshold_still_lossless(tiny_llama):
 
 
 def test_adaptive_threshold_run_is_lossless(tiny_llama):
-    policy = DraftPolicy(6, 0.02, adaptive_threshold=True)
-    result = SpeculativeDecoder(tiny_llama, MASKS["attention-only"], policy=policy).generate(prompt_for(6), NEW)
+    adaptive = DraftPolicy(6, 0.02).lookahead("adaptive")
+    result = SpeculativeDecoder(tiny_llama, MASKS["attention-only"], lookahead=adaptive).generate(prompt_for(6), NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt_for(6))

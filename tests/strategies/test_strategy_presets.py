@@ -12,7 +12,8 @@ from layersearch.commands.study_common import search_args, settings_from_args, s
 from layersearch.commands.args import model_args
 from layersearch.errors import LayersearchError
 from layersearch.strategies import check_options, make_sampler, stop_rule
-from layersearch.strategies import _gp, selfsd_bo
+from layersearch import proposals as _gp
+from layersearch.strategies import selfsd_bo
 from layersearch.study.rebuild import strategy_plan
 
 

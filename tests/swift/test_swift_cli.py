@@ -1,4 +1,4 @@
-"""``layersearch generate --on-the-fly swift`` end to end on a tiny model with a real tokenizer."""
+"""``layersearch generate --mask swift`` end to end on a tiny model with a real tokenizer."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_generate_on_the_fly_over_a_prompt_file_equals_baseline(tmp_path, capsys
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ("The quick brown fox", "Once upon a time", "def f(x):")))
     common = ["generate", "--model", str(folder), "--prompts", str(prompts), "--max-new-tokens", "20", "--json"]
-    assert main(common + ["--on-the-fly", "swift", "--skip-ratio", "0.5", "--swift-window", "4",
+    assert main(common + ["--mask", "swift:0.5", "--swift-window", "4",
                           "--swift-bo-interval", "5", "--max-draft", "4", "--draft-threshold", "0"]) == 0
     swift = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert main(common + ["--baseline"]) == 0

@@ -1,11 +1,11 @@
-"""``layersearch swift-stream`` end to end on a tiny model with a real tokenizer (small settings)."""
+"""``layersearch swift stream`` end to end on a tiny model with a real tokenizer (small settings)."""
 
 from __future__ import annotations
 
 import json
 
 from layersearch.mask import SkipMask
-from layersearch.swift.stream import InputResult, StreamInput, StreamReport
+from layersearch.swift.bench import InputResult, StreamInput, StreamReport
 
 
 def test_swift_stream_writes_report_table_and_plot(tmp_path, capsys, tiny_with_embedded_tokenizer):
@@ -13,7 +13,7 @@ def test_swift_stream_writes_report_table_and_plot(tmp_path, capsys, tiny_with_e
 
     _, _, folder = tiny_with_embedded_tokenizer(seed=6)
     out, plot = tmp_path / "s.json", tmp_path / "s.png"
-    argv = ["swift-stream", "--model", str(folder), "--domains", "translation,math", "--per-domain", "2",
+    argv = ["swift", "stream", "--model", str(folder), "--domains", "translation,math", "--per-domain", "2",
             "--max-new-tokens", "12", "--search-trials", "3", "--search-prompts", "1", "--swift-window", "4",
             "--swift-bo-interval", "4", "--skip-ratio", "0.5", "--out", str(out), "--plot", str(plot)]
     assert main(argv) == 0  # raises inside if any method's output differs from plain decoding
