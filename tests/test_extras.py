@@ -126,7 +126,7 @@ def test_the_runtime_runs_without_the_extras(base_env, tiny_word_models, tmp_pat
 
 
 def test_generate_with_a_skip_mask_on_the_base_install(base_env, tiny_word_models):
-    done = run_cli(base_env, "generate", "--model", str(tiny_word_models[0]), "--skip-ratio", "0.5", "--threads", "1",
+    done = run_cli(base_env, "generate", "--model", str(tiny_word_models[0]), "--mask", "uniform:0.5", "--threads", "1",
                    "--prompt", "w5 w9 w17 w33", "--max-new-tokens", "8", "--json")
     assert done.returncode == 0, done.stderr
     assert "layersearch: error" not in done.stderr

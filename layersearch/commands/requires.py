@@ -24,9 +24,7 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "plot compare": ("plots", "search"),
     "transfer": ("plots",),
     "swift stream": ("search", "plots"),
-    "swift_stream": ("search", "plots"),
     "knapspec bench": ("kernels",),  # it times the numba knapsack solver against the reference
-    "knapspec_bench": ("kernels",),
 }
 
 
@@ -37,7 +35,9 @@ def needed_extras(args: Any) -> tuple[str, ...]:
     needed = list(COMMAND_EXTRAS.get(f"{command} {action}", COMMAND_EXTRAS.get(command, ())))
     if getattr(args, "kernels", None) == "numba":
         needed.append("kernels")
-    if getattr(args, "on_the_fly", None) == "swift":  # its search proposes masks with BoTorch's GP
+    mask = getattr(args, "mask", None)
+    if getattr(args, "on_the_fly", None) == "swift" or (isinstance(mask, str) and (mask == "swift" or mask.startswith("swift:"))):
+        # SWIFT on the fly: its search proposes masks with BoTorch's GP
         needed.append("search")
     if command == "knn":
         if getattr(args, "pca", None) or getattr(args, "plot", None):

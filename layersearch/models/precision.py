@@ -109,11 +109,11 @@ def check_int8_device(model: nn.Module) -> None:
 
 
 def _build(model: nn.Module) -> Int8Twins:
-    from layersearch.models.skipping import decoder_layers  # the checked layer list (no cycle: a function import)
-
     check_int8_device(model)
     start = time.perf_counter()
-    layers = decoder_layers(model)
+    layers = getattr(getattr(model, "model", model), "layers", None)  # [L] decoder layers (skipping.py checks them)
+    if not isinstance(layers, nn.ModuleList) or not all(hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
+        raise LayersearchError(f"{type(model).__name__} has no decoder layers with self_attn and mlp: it cannot take int8 twins")
     head = model.get_output_embeddings()
     config = model.config
     softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
