@@ -14,34 +14,21 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from layersearch.build import assemble
 from layersearch.mask import SkipMask
 from layersearch.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profile import LatencyProfile
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.stats import combine
+from layersearch.spec import DrafterSpec, LookaheadSpec
+from layersearch.spec_fragments import (MODEL_KIND, drafter_spec, loaded_spec, mask_source, policy_lookahead, split_named,
+                                        split_quant)
 
 PLAIN = "plain generate"
 LOOP = "ours: nothing skipped"  # our loop's plain decoding: the baseline the profile predicts against
 PEERS = ("prompt-lookup", "early-exit")  # transformers' own speculative modes
 ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted generation with a draft model
-DRAFTERS = ("prompt-lookup", "hybrid", "model")  # ours; "model:MODEL" and "hybrid:MODEL" name a draft model
-
-
-def split_named(item: str) -> tuple[str, str | None]:
-    """``"assisted:small"`` -> ``("assisted", "small")``; ``"hybrid"`` -> ``("hybrid", None)``."""
-    kind, sep, name = item.partition(":")
-    return kind, (name if sep else None)
-
-
-def split_quant(name: str) -> tuple[str, str | None]:
-    """``"small@int8"`` -> ``("small", "int8")`` (a draft model with quantized weights); ``"small"`` -> ``("small", None)``."""
-    from layersearch.models.quantize import QUANT_SCHEMES
-
-    ref, sep, quant = name.rpartition("@")
-    return (ref, quant) if sep and ref and quant in QUANT_SCHEMES else (name, None)
-
 
 # The harness's configuration and measurement, under the names this module has always used.
 Config = Configuration
@@ -50,87 +37,93 @@ Config = Configuration
 def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
     *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (), vocab=None,
-) -> list[Config]:
+) -> list[Configuration]:
     """Plain generate, transformers' peers, our loop per mask (and per lookahead rule), and our
-    other drafters.
+    other drafters; every row of ours is a spec (:mod:`layersearch.spec_fragments`) built by
+    :func:`layersearch.build.assemble`.
 
     Peers: ``prompt-lookup``, ``early-exit`` and ``assisted:MODEL`` (assisted generation with that
-    draft model and transformers' own defaults). Drafters: ``prompt-lookup`` (n-grams of 3..2,
-    HF's heuristic length schedule capped at 4), ``hybrid`` (lookup, else the first mask that
-    skips something), ``model:MODEL`` (our ModelDrafter) and ``hybrid:MODEL`` (lookup, else the
-    draft model). ``draft_models`` maps each MODEL named there to its loaded model.
-    ``lookaheads`` (rule names; empty: the policy's own rule) multiply the rows that draft with
-    a model: the masks that skip something and the draft models. ``vocab`` (a VocabSubset) adds,
-    for each of those, a row whose draft scores only that subset (FR-Spec), under the first rule."""
+    draft model and transformers' own defaults). Drafters (items of
+    :func:`layersearch.spec_fragments.parse_drafters`): ``prompt-lookup`` (n-grams of 3..2, HF's
+    heuristic length schedule capped at 4), ``hybrid`` (lookup, else the first mask that skips
+    something), any other registered drafter (with that mask), ``model:MODEL`` (our ModelDrafter)
+    and ``hybrid:MODEL`` (lookup, else the draft model). ``draft_models`` maps each MODEL named
+    there to its loaded model. ``lookaheads`` (rule names; empty: the policy's own rule) multiply
+    the rows that draft with a model: the masks that skip something and the draft models.
+    ``vocab`` (a VocabSubset) adds, for each of those, a row whose draft scores only that subset
+    (FR-Spec), under the first rule."""
     draft_models = dict(draft_models or {})
-    rules = [(name, policy.lookahead(name)) for name in lookaheads] or [(None, policy.lookahead())]
-    result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
+    rules = [(name, policy_lookahead(policy, name)) for name in lookaheads] or [(None, policy_lookahead(policy))]
+    result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
     for mask in masks:
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
         if mask.is_empty:  # nothing drafts: the rule is moot, and the row is the loop's baseline
-            result.append(Config(label, SpeculativeDecoder(model, mask, lookahead=rules[0][1]).generate, mask, model))
+            result.append(_row(label, model, loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1]), mask))
             continue
         for rule_name, rule in rules:
-            decoder = SpeculativeDecoder(model, mask, lookahead=rule)
-            result.append(Config(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
+            spec = loaded_spec(mask_source=mask_source(mask), lookahead=rule)
+            result.append(_row(_with_rule(label, rule_name, len(rules)), model, spec, mask))
         if vocab is not None:
-            from layersearch.runtime.drafters import LayerSkipDrafter
-
-            decoder = SpeculativeDecoder(model, mask, lookahead=rules[0][1], drafter=LayerSkipDrafter(vocab=vocab))
-            result.append(Config(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), decoder.generate, mask, model))
-    return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules, vocab)
+            spec = loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1], drafter=DrafterSpec(vocab=vocab.n))
+            result.append(_row(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), model, spec, mask, vocab=vocab))
+    return result + _drafter_configs(model, masks, drafters, draft_models, rules, policy_lookahead(policy), vocab)
 
 
-def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Config]:
+def _row(label: str, model, spec, mask: SkipMask | None, **given: Any) -> Configuration:
+    """The bench row ``label``: ``spec``'s decode loop on ``model`` (``given``: objects already loaded)."""
+    return Configuration(label, assemble(model, spec, **given).generate, mask, model)
+
+
+def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Configuration]:
     """transformers' own speculative modes, in the order given."""
     result = []
     for peer in PEERS if peers is True else tuple(peers or ()):
         kind, name = split_named(peer)
         if kind == "prompt-lookup":
-            result.append(Config("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
+            result.append(Configuration("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
         elif kind == "early-exit":
             exit_layer = model.config.num_hidden_layers // 2
-            result.append(Config(f"hf early-exit (layer {exit_layer})", lambda ids, n, e=exit_layer: hf_generate(model, ids, n, assistant_early_exit=e)))
+            result.append(Configuration(f"hf early-exit (layer {exit_layer})", lambda ids, n, e=exit_layer: hf_generate(model, ids, n, assistant_early_exit=e)))
         elif kind == ASSISTED:
             assistant = draft_models[name]
-            result.append(Config(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
+            result.append(Configuration(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
     return result
 
 
 def _drafter_configs(
-    model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str],
-    draft_models: Mapping[str, torch.nn.Module], rules: Sequence[tuple[str | None, Any]], vocab=None,
-) -> list[Config]:
-    from layersearch.runtime.drafters import HybridDrafter, ModelDrafter, drafter_named
+    model, masks: Sequence[SkipMask], drafters: Sequence[str], draft_models: Mapping[str, torch.nn.Module],
+    rules: Sequence[tuple[str | None, Any]], own_rule: Any, vocab=None,
+) -> list[Configuration]:
+    """The rows of the ``--drafters`` items: each a spec of its drafter (see :func:`configs`)."""
     from layersearch.runtime.lookahead import HeuristicLookahead
 
     result = []
     fallback = next((m for m in masks if not m.is_empty), None)
+    first_name, first = rules[0]
     for item in drafters:
         kind, name = split_named(item)
-        if kind == "prompt-lookup":
-            decoder = SpeculativeDecoder(model, drafter=drafter_named(kind), lookahead=HeuristicLookahead(4, ceiling=4))
-            result.append(Config("ours: prompt-lookup (<=4)", decoder.generate, None, model))
-        elif kind == "hybrid" and name is not None:
-            drafter = HybridDrafter(fallback=ModelDrafter(draft_models[name]))
-            decoder = SpeculativeDecoder(model, drafter=drafter, lookahead=rules[0][1])
-            result.append(Config(_with_rule(f"ours: hybrid ({_short(name)})", rules[0][0], len(rules)), decoder.generate, None, model))
-        elif kind == "hybrid" and fallback is not None:
-            decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(kind), policy=policy)
+        drafter = drafter_spec(item)
+        if name is not None:
+            model_label = f"ours: {kind} ({_short(name)})"
+            for rule_name, rule in (rules if kind == MODEL_KIND else rules[:1]):
+                spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=rule)
+                result.append(_row(_with_rule(model_label, rule_name, len(rules)), model, spec, None, draft=draft_models[name]))
+            if vocab is not None and kind == MODEL_KIND:
+                spec = loaded_spec(drafter=drafter_spec(item, vocab.n), mask_source=mask_source(None), lookahead=first)
+                label = _with_rule(f"{model_label} vocab {vocab.n}", first_name, len(rules))
+                result.append(_row(label, model, spec, None, draft=draft_models[name], vocab=vocab))
+        elif kind == "prompt-lookup":
+            # HF's own schedule for prompt lookup: the heuristic rule, never above 4 (ceiling 4)
+            spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=LookaheadSpec("heuristic", 4))
+            result.append(_row("ours: prompt-lookup (<=4)", model, spec, None, lookahead=HeuristicLookahead(4, ceiling=4)))
+        elif fallback is not None:  # hybrid and any other registered drafter: the first mask that skips something, the policy's rule
+            spec = loaded_spec(drafter=drafter, mask_source=mask_source(fallback), lookahead=own_rule)
             label = fallback.provenance.get("label") or fallback.short_string()
-            result.append(Config(f"ours: hybrid ({label})", decoder.generate, None, model))
-        elif kind == "model":
-            for rule_name, rule in rules:
-                decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name]), lookahead=rule)
-                result.append(Config(_with_rule(f"ours: model ({_short(name)})", rule_name, len(rules)), decoder.generate, None, model))
-            if vocab is not None:
-                decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name], vocab=vocab), lookahead=rules[0][1])
-                label = f"ours: model ({_short(name)}) vocab {vocab.n}"
-                result.append(Config(_with_rule(label, rules[0][0], len(rules)), decoder.generate, None, model))
+            result.append(_row(f"ours: {kind} ({label})", model, spec, None))
     return result
 
 
-def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Config]:
+def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Configuration]:
     """One row per decoder spec: ``specs`` holds (label, DecoderSpec, SpecFiles) for each file;
     the row is ``spec: <label>``, decoding greedily (the bench checks outputs against plain
     ``generate``) with whatever kernels the bench has switched on for every row."""
@@ -144,7 +137,7 @@ def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Config]:
             generate = lambda ids, n, s=greedy: hf_generate(loaded.model, ids, n, sampling=s)  # noqa: E731
         else:
             generate = lambda ids, n, d=built.speculative, s=greedy: d.generate(ids, n, sampling=s)  # noqa: E731
-        result.append(Config(f"spec: {label}", generate, _fixed_mask(built.spec), loaded.model))
+        result.append(Configuration(f"spec: {label}", generate, _fixed_mask(built.spec), loaded.model))
     return result
 
 

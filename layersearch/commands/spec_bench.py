@@ -21,8 +21,10 @@ def run(args: Any, loaded: Any) -> int:
     """Answer the chosen questions with vanilla and each mask, write the files, print the tables."""
     from layersearch.data.spec_bench import read_questions, select
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.decoder import SpeculativeDecoder, eos_ids
+    from layersearch.build import assemble
+    from layersearch.runtime.decoder import eos_ids
     from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.spec_fragments import mask_spec
     from layersearch.specbench import (
         answer_question, answer_row, baseline_token_counter, format_table, group_table, same_answers, write_answers,
     )
@@ -43,7 +45,7 @@ def run(args: Any, loaded: Any) -> int:
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
     methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
     for label, mask in masks:
-        methods[f"ours-{label}"] = SpeculativeDecoder(model, mask, policy=policy).generate
+        methods[f"ours-{label}"] = assemble(model, mask_spec(mask, policy)).generate
     stop = eos_ids(model)
     model_id = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(loaded.info.name).name)  # a file name, even for a local folder
     rows: dict[str, list] = {name: [] for name in methods}

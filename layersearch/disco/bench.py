@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from layersearch.bench import PLAIN, Config, run_domain, summarize
+from layersearch.build import assemble
 from layersearch.disco.baselines import PerplexityLookahead, RocConfidenceLookahead
 from layersearch.disco.classifier import train
 from layersearch.disco.collect import Rows, collect
@@ -27,9 +28,10 @@ from layersearch.disco.tune import Costs, Tuned, measure_costs, replay, tune
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.measure import speedup
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder, eos_ids
-from layersearch.runtime.lookahead import AdaptiveLookahead, ConfidenceLookahead, HeuristicLookahead, StaticLookahead
+from layersearch.runtime.decoder import eos_ids
 from layersearch.runtime.stats import combine
+from layersearch.spec import LookaheadSpec
+from layersearch.spec_fragments import mask_spec
 
 Say = Callable[[str], None]
 
@@ -75,8 +77,13 @@ def rule_configs(
     generation's per-step records are appended to ``steps[rule name]``."""
     own = trained[domain]
 
-    def ours(label: str, lookahead) -> Config:
-        decoder = SpeculativeDecoder(model, mask, lookahead=lookahead)
+    def ours(label: str, rule) -> Config:
+        """A row of our loop with ``rule``: a registered rule's LookaheadSpec, or a trained /
+        baseline rule object (DISCO, ROC confidence, perplexity) in the spec's place."""
+        if isinstance(rule, LookaheadSpec):
+            decoder = assemble(model, mask_spec(mask, lookahead=rule))
+        else:
+            decoder = assemble(model, mask_spec(mask), lookahead=rule)
 
         def generate(ids, n):
             result = decoder.generate(ids, n)
@@ -86,11 +93,11 @@ def rule_configs(
         return Config(label, generate, mask, model)
 
     result = [Config(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
-    result += [ours(f"static {k}", StaticLookahead(k)) for k in range(1, max_draft + 1)]
+    result += [ours(f"static {k}", LookaheadSpec("static", k)) for k in range(1, max_draft + 1)]
     result += [
-        ours("self-sd confidence 0.8", ConfidenceLookahead(max_draft, 0.8)),
-        ours("self-sd adaptive", AdaptiveLookahead.starting_at(max_draft, 0.8)),
-        ours("hf heuristic", HeuristicLookahead(max_draft, ceiling=32)),
+        ours("self-sd confidence 0.8", LookaheadSpec("confidence", max_draft, 0.8)),
+        ours("self-sd adaptive", LookaheadSpec("adaptive", max_draft, 0.8)),
+        ours("hf heuristic", LookaheadSpec("heuristic", max_draft)),  # ceiling 32 (max_draft <= 32)
         ours("hf confidence (roc)", RocConfidenceLookahead(max_draft)),
         ours(f"ppl <= {own.tuned.ppl_threshold:g}", PerplexityLookahead(max_draft, own.tuned.ppl_threshold)),
         ours(f"DISCO (tau {own.file.tau:g}, SL_max {own.file.sl_max})", own.file.lookahead()),

@@ -224,16 +224,36 @@ def fixed_mask_on_train(loaded: Any, domain: str, config: Any, *, prompts: int, 
                              trials=trials, seed=seed, bo_interval=config.bo_interval, kappa=config.kappa)
 
 
+def swift_decoder(model: Any, config: Any = None, *, policy: Any = None, sampling: Any = None, verifier: str = "chain") -> Any:
+    """The decode loop driven by a new :class:`~layersearch.swift.controller.SwiftController`
+    (``config``: its SwiftConfig; ``policy``: a DraftPolicy; ``sampling``: a SamplingSpec;
+    ``verifier``: chain or tree), built by :func:`layersearch.build.assemble`. Reuse the decoder,
+    or its ``controller``, for every input of a stream: the optimizer's state carries across them."""
+    from dataclasses import asdict
+
+    from layersearch.build import assemble
+    from layersearch.models.skipping import decoder_layers
+    from layersearch.spec import LookaheadSpec, MaskSourceSpec, SamplingSpec
+    from layersearch.spec_fragments import loaded_spec, policy_lookahead
+    from layersearch.swift.controller import SwiftConfig, SwiftController, check_swift_model
+
+    config = SwiftConfig() if config is None else config
+    check_swift_model(model)
+    controller = SwiftController(len(decoder_layers(model)), config)
+    spec = loaded_spec(mask_source=MaskSourceSpec("swift", swift=asdict(config)), verifier=verifier,
+                       lookahead=policy_lookahead(policy) if policy is not None else LookaheadSpec(),
+                       sampling=sampling or SamplingSpec())
+    return assemble(model, spec, controller=controller)
+
+
 def method_decoder(method: str, loaded: Any, fixed: SkipMask, config: Any, policy: Any) -> Any:
     """The decoder of one stream method: SWIFT on the fly or the fixed mask, chain or tree verified."""
-    from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.drafters import LayerSkipDrafter
-    from layersearch.runtime.tree import TopKBranching, TreeVerifier
-    from layersearch.swift.controller import swift_decoder
+    from layersearch.build import assemble
+    from layersearch.spec_fragments import mask_spec
 
-    plugins: dict[str, Any] = {}
-    if method.endswith("-tree"):
-        plugins = {"verifier": TreeVerifier(), "drafter": LayerSkipDrafter(TopKBranching())}
+    verifier = "tree" if method.endswith("-tree") else "chain"
     if method.startswith("swift"):
-        return swift_decoder(loaded.model, config, policy=policy, **plugins)
-    return SpeculativeDecoder(loaded.model, fixed, policy=policy, **plugins)
+        return swift_decoder(loaded.model, config, policy=policy, verifier=verifier)
+    return assemble(loaded.model, mask_spec(fixed, policy, verifier=verifier))
+
+
