@@ -77,7 +77,7 @@ def run(args: Any, loaded: Any) -> int:
 
 def _labelled_masks(args: Any, info: Any) -> list[tuple[str, Any]]:
     """(file-name-safe label, mask): ``uniform-0.2`` for ``--skip-ratios``, the file's stem for ``--masks``."""
-    from layersearch.commands.common import bench_masks
+    from layersearch.bench import bench_masks
 
     masks = bench_masks(args.skip_ratios, args.masks, info)
     files = [Path(p).stem for p in args.masks.split(",") if p]

@@ -14,7 +14,7 @@ from typing import Any
 from layersearch.checks import check_int
 from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
-from layersearch.commands.study_common import OBJECTIVE_HELP, fmt, format_run_summary, format_table, log, search_args, settings_from_args
+from layersearch.commands.study_common import OBJECTIVE_HELP, fmt, format_table, log, search_args, settings_from_args
 from layersearch.commands.study_common import strategy_option_args
 
 
@@ -130,6 +130,7 @@ def _create(args: Any) -> int:
 
 def _run(args: Any) -> int:
     from layersearch.study import DEFAULT_HEARTBEAT, run_study
+    from layersearch.study.run import format_run_summary
 
     heartbeat = DEFAULT_HEARTBEAT if args.heartbeat is None else args.heartbeat
     check_int(heartbeat, "--heartbeat (seconds)")

@@ -115,22 +115,6 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def format_run_summary(summary: Any) -> str:
-    """One line: trials run, completed, best value and mask, stop reason, stale trials failed."""
-    parts = [f"study {summary.name}: ran {summary.ran} trial(s) in {summary.seconds:.1f} s",
-             f"{summary.completed} complete of {summary.total}"]
-    if summary.best_value is not None:
-        parts.append(f"best {summary.best_value:.6g} ({summary.direction}) at trial {summary.best_trial} [{summary.best_mask}]")
-    if summary.stale_failed:
-        parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
-    if summary.stop_reason:
-        parts.append(f"stopped: {summary.stop_reason}")
-    text = "; ".join(parts)
-    if getattr(summary, "advice", None):
-        text += f"\nlayersearch: note: {summary.advice}"
-    return text
-
-
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     """A plain aligned text table."""
     cells = [[fmt(row.get(col)) for col in columns] for row in rows]

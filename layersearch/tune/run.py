@@ -102,7 +102,7 @@ def tune(
     from layersearch.tune import select
     from layersearch.tune.objective import measure
     from layersearch.tune.space import Space, starting_points, suggest_spec
-    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, trial_records
+    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, study_choices, trial_records
 
     settings = prepared.settings
     drafts = dict(drafts or {})
@@ -116,6 +116,7 @@ def tune(
                                                        tokenizer=loaded.tokenizer)])
     identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
+    choices = study_choices(study, fresh)
     pool = stored_pool(study)
     profile = _profile(loaded, say, kernels) if pool is None or kernels == "auto" else None
     kernels = choose_kernels(kernels, profile)
@@ -128,7 +129,7 @@ def tune(
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
     quants = ("none", *(q for q in drafts if q is not None))
     space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens,
-                  quants, cheap_draft(profile))
+                  quants, cheap_draft(profile), choices["drafters"], choices["lookaheads"])
     if fresh:
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)
