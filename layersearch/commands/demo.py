@@ -48,7 +48,9 @@ def run(args: Any) -> int:
         setattr(quick, name, getattr(args, name))
     print(f"tuning on {prompts} for {args.budget:g} s (layersearch tune --prompts FILE does this on yours)", file=sys.stderr)
     result = tune.tune_from_args(quick)
-    print(tune.held_out_table(result), flush=True)
+    from layersearch.tune.report import held_out_table
+
+    print(held_out_table(result), flush=True)
     print(f"run it: layersearch generate --spec {folder / 'spec.json'} --prompt \"def fib(n):\"", flush=True)
     return 0
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from layersearch.checks import check_positive
 from layersearch.commands.args import model_args
-from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, format_table, log, search_args, settings_from_args
+from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, log, search_args, settings_from_args
 from layersearch.errors import LayersearchError
 
 def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -68,6 +68,7 @@ def run(args: Any) -> int:
     from layersearch.strategies import default_skip_ratio, get_strategy
     from layersearch.study import COMPARE_COLUMNS
     from layersearch.study.head_to_head import ordering, run_head_to_head, write_report
+    from layersearch.study.text import format_table
 
     check_positive(args.budget, "--budget", unit="seconds")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]

@@ -39,7 +39,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 def run(args: Any) -> int:
     """Draw the requested figure and print the path written."""
     from layersearch import plots
-    from layersearch.commands.study import quiet_optuna
+    from layersearch.study.text import quiet_optuna
 
     quiet_optuna()
     if args.kind == "mask":

@@ -98,7 +98,7 @@ def stream(args: Any) -> int:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    from layersearch.commands.study_common import format_table
+    from layersearch.study.text import format_table
 
     return format_table(rows, ["method", "M", "alpha", "tokens_per_second", "speedup", "optimization_seconds"])
 

@@ -222,3 +222,25 @@ def _best(study: Any) -> float | None:
         return float(study.best_value)
     except ValueError:  # no complete trial yet
         return None
+
+
+def load_drafts(loaded: Any, draft_ref: Any, device: str, dtype: str | None, say: Callable[[str], None]) -> dict[str | None, Any]:
+    """The study's draft model by quantization (None: its own weights), checked against the
+    verifier, with an int8 copy where one can run (CPU, float32); empty without ``draft_ref``."""
+    from dataclasses import replace
+
+    from layersearch.build import load_draft_model
+    from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantized_copy
+
+    if draft_ref is None:
+        return {}
+    say(f"loading draft model {draft_ref.ref}")
+    draft = load_draft_model(draft_ref.ref, loaded, device, dtype)
+    drafts: dict[str | None, Any] = {None: draft}
+    for scheme in QUANT_SCHEMES:
+        try:
+            check_quant(scheme, device, dtype)
+        except LayersearchError:
+            continue  # e.g. a GPU: the draft model is searched with its own weights only
+        drafts[scheme] = replace(draft, model=quantized_copy(draft.model, scheme))
+    return drafts
