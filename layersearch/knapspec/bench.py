@@ -27,6 +27,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
+from layersearch.errors import LayersearchError
+
 CHARS_PER_TOKEN = 4.7
 
 
@@ -89,6 +91,48 @@ def run_bench(
 
 
 # ----- pieces -------------------------------------------------------------------------------------
+def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: str | None, out: Any, load: Callable[[], Any],
+                   *, say: Callable[[str], None], argv: Sequence[str] = ()) -> dict[str, Any]:
+    """``knapspec bench``: check the settings, ``load()`` the model, measure (or read) the profile
+    and time the solver, then every context; the report is written to ``out`` (a checked output)
+    after each context and at the end, and returned."""
+    import os
+
+    import torch
+
+    from layersearch.checks import check_context, check_int
+    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
+    from layersearch.mask import parse_index_list
+    from layersearch.outputs import check_output
+
+    if profile_path and not os.path.exists(profile_path):  # measured, then saved there: check it now
+        check_output(profile_path, "--profile")
+    contexts = parse_index_list(contexts_text, "contexts")
+    if not contexts or min(contexts) < 8:
+        raise LayersearchError("--contexts must be token counts >= 8")
+    if settings.check_candidates < 0:
+        raise LayersearchError(f"--check-candidates must be >= 0, got {settings.check_candidates}")
+    for value, what in ((settings.max_new_tokens, "--max-new-tokens"), (settings.interval, "--interval"),
+                        (settings.window, "--window"), (settings.max_draft, "--max-draft")):
+        check_int(value, what)
+    loaded = load()
+    # Every context checked before the first is measured: no partial report for a model too short.
+    check_context(loaded, max(contexts) + settings.max_new_tokens + settings.max_draft + 1,
+                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
+    profile = latency_profile(loaded, profile_path, contexts, settings.max_draft, say)
+    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
+    say(format_benchmark(solver))
+    report: dict[str, Any] = {
+        "argv": list(argv), "model": loaded.info.to_dict(), "device": profile.device, "threads": torch.get_num_threads(),
+        "settings": settings.to_dict(), "profile": profile.to_dict(), "solver": solver, "contexts": [],
+    }
+    # A partial report survives a crash; a stream gets the whole one once.
+    save = (lambda partial: None) if out.stream else (lambda partial: write_report(out, partial))
+    run_bench(loaded, profile, contexts, settings, say=say, report=report, save=save)
+    write_report(out, report)
+    return report
+
+
 def latency_profile(loaded: Any, path: str | None, contexts: Sequence[int], max_draft: int, say: Callable[[str], None]):
     """The profile at ``path``, or one measured at the contexts (and saved at ``path`` when given)."""
     from pathlib import Path
