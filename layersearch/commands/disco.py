@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from layersearch.commands.args import model_args
 from layersearch.errors import LayersearchError
 
 
@@ -38,10 +39,7 @@ def add_parser(sub, parser_class) -> None:
 
 
 def _common(p, splits: bool) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="embedded name, HF id or local directory")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
+    model_args(p, threads=1)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--mask", help="mask JSON file (the layer-skip draft)")
     which.add_argument("--skip-ratio", type=float, help="an evenly spread mask skipping this share (default 0.15)")

@@ -55,7 +55,7 @@ def tune_from_args(args: Any) -> Any:
     from layersearch.spec import ModelRef, ModelSpec
     from layersearch.tune import TuneSettings
     from layersearch.tune.report import curve_png, markdown, report_paths
-    from layersearch.tune.run import load_drafts, prepare, tune
+    from layersearch.tune.run import TrialLines, load_drafts, prepare, tune
 
     settings = TuneSettings(args.prompts, args.budget, args.name or default_name(args.prompts), args.storage,
                             args.train_prompts, args.test_prompts, args.max_new_tokens, args.repeats, args.finalists)
@@ -71,7 +71,7 @@ def tune_from_args(args: Any) -> Any:
     loaded = load(args)
     drafts = load_drafts(loaded, draft_ref, args.device, args.dtype, _say)
     model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)
-    with _Progress(args.quiet) as progress, warnings.catch_warnings():
+    with TrialLines(args.quiet, _say) as progress, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
         result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(args, "kernels", "auto"),
                       say=_say if not args.quiet else (lambda m: None), on_trial=progress.update)
@@ -86,31 +86,6 @@ def default_name(prompts: str) -> str:
     """A study name from the prompt file's name (letters, digits and ._+- kept)."""
     stem = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(prompts).stem).lstrip("._+-")[:100]
     return stem or "prompts"
-
-
-class _Progress:
-    """Per-trial progress on stderr: a bar on a terminal, else one line per trial."""
-
-    def __init__(self, quiet: bool) -> None:
-        from layersearch.progress import TrialProgress
-
-        self.quiet = quiet
-        self.bar = TrialProgress(quiet=quiet, desc="tune")
-
-    def __enter__(self) -> "_Progress":
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.close()
-
-    def update(self, p: Any) -> None:
-        """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
-        self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
-        if not self.quiet and not self.bar.enabled:
-            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
-            best = "-" if p.best is None else f"{p.best:.2f}x"
-            _say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")
 
 
 def _say(message: str) -> None:

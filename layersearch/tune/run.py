@@ -244,3 +244,28 @@ def load_drafts(loaded: Any, draft_ref: Any, device: str, dtype: str | None, say
             continue  # e.g. a GPU: the draft model is searched with its own weights only
         drafts[scheme] = replace(draft, model=quantized_copy(draft.model, scheme))
     return drafts
+
+
+class TrialLines:
+    """Per-trial progress on stderr: a bar on a terminal, else one line per trial."""
+
+    def __init__(self, quiet: bool, say: Callable[[str], None]) -> None:
+        from layersearch.progress import TrialProgress
+
+        self.quiet, self.say = quiet, say
+        self.bar = TrialProgress(quiet=quiet, desc="tune")
+
+    def __enter__(self) -> "TrialLines":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.close()
+
+    def update(self, p: Any) -> None:
+        """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
+        self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
+        if not self.quiet and not self.bar.enabled:
+            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
+            best = "-" if p.best is None else f"{p.best:.2f}x"
+            self.say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")
