@@ -150,3 +150,18 @@ def test_a_study_searching_a_name_no_longer_registered_is_one_error(tmp_path):
     study.set_user_attr(SPACE_ATTR, {"version": 2, "drafters": ["layer-skip", TOY_DRAFTER], "lookaheads": ["static"]})
     with pytest.raises(LayersearchError, match=f"drafter '{TOY_DRAFTER}', which is not registered"):
         study_choices(study, fresh=False)
+
+
+def test_the_design_notes_table_lists_every_registered_name():
+    """docs/design.md's "Where a new method goes" table names what each registry holds."""
+    from pathlib import Path
+
+    from layersearch.runtime import LOOKAHEADS, VERIFIERS
+    from layersearch.runtime.drafters import DRAFTERS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| a ")}
+    for row, names in (("a new source of draft tokens", DRAFTERS), ("a rule for when a draft stops", LOOKAHEADS),
+                       ("a way to verify", VERIFIERS)):
+        missing = [name for name in names if f"`{name}`" not in rows[row].split("|")[4]]
+        assert not missing, (row, missing)
