@@ -106,10 +106,38 @@ def drafter_spec(item: str, vocab: int = 0) -> DrafterSpec:
     return DrafterSpec(MASK_DRAFTER if kind == MODEL_KIND else kind, ModelRef(ref), vocab, quant)
 
 
+def draft_model_item(text: str) -> tuple[ModelRef, str | None]:
+    """A draft-model option's ``MODEL`` or ``MODEL@int8``: its reference (a path when it exists
+    here, taken whole even if its name ends in ``@int8``) and the quantization it names."""
+    import os
+
+    if os.path.exists(os.path.expanduser(text)):
+        return ModelRef(text, True), None
+    ref, quant = split_quant(text)
+    return ModelRef.given(ref), quant
+
+
+def drafter_from_options(name: str, draft_model: str | None, vocab: int, quant: str | None, device: str,
+                         dtype: str | None) -> DrafterSpec:
+    """``generate``'s drafter: ``--drafter NAME``, ``--draft-model MODEL[@int8]`` (this module's
+    grammar), ``--draft-vocab`` and ``--draft-quant`` (which must agree with an ``@int8``), the
+    quantization checked against the device and dtype before any model loads."""
+    from layersearch.models.quantize import check_quant
+
+    ref, named = draft_model_item(draft_model) if draft_model else (None, None)
+    if quant is not None and draft_model is None:
+        raise LayersearchError(f"--draft-quant {quant} quantizes a --draft-model; give one")
+    if named is not None and quant is not None and named != quant:
+        raise LayersearchError(f"--draft-model {draft_model} and --draft-quant {quant} name different weights")
+    if quant or named:
+        check_quant(quant or named, device, dtype)
+    return DrafterSpec(name, ref, vocab, quant or named)
+
+
 def model_names(items: Any) -> list[str]:
     """The ``MODEL`` (with any ``@QUANT``) of each ``KIND:MODEL`` item, once each, in order."""
     return list(dict.fromkeys(name for name in (split_named(item)[1] for item in items) if name is not None))
 
 
-__all__ = ["LOADED", "MODEL_KIND", "drafter_kinds", "drafter_spec", "loaded_spec", "mask_source", "mask_spec", "model_names",
+__all__ = ["LOADED", "MODEL_KIND", "draft_model_item", "drafter_from_options", "drafter_kinds", "drafter_spec", "loaded_spec", "mask_source", "mask_spec", "model_names",
            "parse_drafters", "parse_items", "policy_lookahead", "split_named", "split_quant"]

@@ -66,7 +66,7 @@ def tune_from_args(args: Any) -> Any:
         from layersearch.errors import LayersearchError
 
         raise LayersearchError("--draft-model is empty: name a model")
-    draft_ref = ModelRef.given(args.draft_model) if args.draft_model else None
+    draft_ref = _draft_ref(args.draft_model) if args.draft_model else None
     prepared = prepare(settings, draft_ref)
     loaded = load(args)
     drafts = load_drafts(loaded, draft_ref, args.device, args.dtype, _say)
@@ -80,6 +80,18 @@ def tune_from_args(args: Any) -> Any:
     announce(out, f"wrote {out.given} ({'plain decoding' if result.selection.plain_chosen else result.selection.winner}), "
                   f"{md_path} and {png_path}")
     return result
+
+
+def _draft_ref(text: str) -> Any:
+    """``--draft-model MODEL``: the study searches the model's own and its int8 weights itself."""
+    from layersearch.errors import LayersearchError
+    from layersearch.spec_fragments import draft_model_item
+
+    ref, quant = draft_model_item(text)
+    if quant is not None:
+        raise LayersearchError(f"--draft-model {text}: tune searches the draft model's own and {quant} weights itself; "
+                               f"give {ref.ref}")
+    return ref
 
 
 def default_name(prompts: str) -> str:
