@@ -10,7 +10,6 @@ from typing import Any
 from layersearch.checks import check_positive
 from layersearch.commands.args import model_args
 from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, log, search_args, settings_from_args
-from layersearch.errors import LayersearchError
 
 def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``study head-to-head``: its arguments (on the ``study`` command's actions)."""
@@ -42,16 +41,13 @@ def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> Non
 def run(args: Any) -> int:
     """Create, search and compare one study per strategy; print the table and the ordering."""
     from layersearch.objectives import check_objective
-    from layersearch.strategies import default_skip_ratio, get_strategy
+    from layersearch.strategies import default_skip_ratio
     from layersearch.study import COMPARE_COLUMNS
-    from layersearch.study.head_to_head import ordering, run_head_to_head, write_report
+    from layersearch.study.head_to_head import ordering, report_targets, run_head_to_head, strategies_named, write_report
     from layersearch.study.text import format_table
 
     check_positive(args.budget, "--budget", unit="seconds")
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if not strategies or len(set(strategies)) != len(strategies):
-        raise LayersearchError("--strategies must list distinct strategy names")
-    registered = [get_strategy(name) for name in strategies]
+    registered = strategies_named(args.strategies)
     check_objective(args.random_objective)
     args.domain, args.prompts = domain_from_args(args, default="summarization"), None
     label = "prompts" if args.domain.startswith("file:") else args.domain
@@ -60,7 +56,7 @@ def run(args: Any) -> int:
     from layersearch.study.compare import table_targets
 
     targets = table_targets(prefix if args.out_prefix is None else args.out_prefix)  # checked before hours of searching
-    report_out, plot_out = _report_targets(args, prefix)
+    report_out, plot_out = report_targets(args.out_prefix or prefix, args.out, args.plot)
 
     plans = []
     for strategy in registered:
@@ -78,12 +74,3 @@ def run(args: Any) -> int:
     write_report(report, report_out, plot_out)
     print(f"wrote {result.csv_path}, {result.json_path}, {report_out.given} and {plot_out.given}")
     return 0
-
-
-def _report_targets(args: Any, prefix: str):
-    from layersearch.outputs import check_output
-
-    base = args.out_prefix or prefix
-    base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
-    return (check_output(args.out or f"{base}-head-to-head.json", "--out"),
-            check_output(args.plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))

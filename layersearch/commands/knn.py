@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from layersearch.errors import LayersearchError
-
 DEFAULT_RATIOS = "0,0.3,0.7,1.0"
 
 
@@ -66,11 +64,12 @@ def _build(args: Any) -> int:
     from layersearch.mask import SkipMask
     from layersearch.outputs import check_output
     from layersearch.plots import check_png_output
+    from layersearch.study.export import mask_from_source
 
     out = check_output(args.out, suffixes=(".json",))
     pca = check_png_output(args.pca) if args.pca else None
     sources = domain_options(args.domain, "--domain", "NAME=MASK.json or NAME=study:STUDY[@STORAGE]")
-    masks = {name: _mask_source(name, source) for name, source in sources.items()}  # bad files fail before the load
+    masks = {name: mask_from_source(name, source) for name, source in sources.items()}  # bad files fail before the load
     fallback = SkipMask.load(args.fallback) if args.fallback else None
     job = BuildJob(masks, sources, args.samples, args.clusters, args.anchors, args.threshold_margin, fallback, args.seed)
     router, representations = build_router_from(job, lambda: load(args), _say)
@@ -84,20 +83,6 @@ def _build(args: Any) -> int:
         names = [router.domain_names[i] for i in router.anchor_domains]
         print(f"wrote {plot_representations(representations, router.anchors, names, pca)}")
     return 0
-
-
-def _mask_source(name: str, source: str):
-    """A mask file, or ``study:STUDY[@STORAGE]``: that study's best trial."""
-    from layersearch.mask import SkipMask
-
-    if not source.startswith("study:"):
-        return SkipMask.load(source)
-    study, _, storage = source[len("study:"):].partition("@")
-    if not study:
-        raise LayersearchError(f"--domain {name}=study: needs a study name, e.g. study:{name}-search@sqlite:///{name}.db")
-    from layersearch.study.export import study_mask
-
-    return study_mask(study, storage=storage or None).with_provenance(source=source)
 
 
 # ----- bench ----------------------------------------------------------------------------

@@ -120,3 +120,23 @@ def _profile_file(profile: Any, prefix: str) -> str:
     path = STUDIES_DIR / f"{prefix}-profile.json"
     profile.save(path)
     return str(path)
+
+
+def strategies_named(text: str) -> list[Any]:
+    """The registered strategies of a comma-separated list (distinct; an unknown name is one error)."""
+    from layersearch.errors import LayersearchError
+    from layersearch.strategies import get_strategy
+
+    strategies = [s.strip() for s in text.split(",") if s.strip()]
+    if not strategies or len(set(strategies)) != len(strategies):
+        raise LayersearchError("--strategies must list distinct strategy names")
+    return [get_strategy(name) for name in strategies]
+
+
+def report_targets(base: str, out: str | None, plot: str | None) -> tuple[Any, Any]:
+    """The report's and the figure's checked outputs (default ``BASE-head-to-head.json`` / ``.png``)."""
+    from layersearch.outputs import check_output
+
+    base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
+    return (check_output(out or f"{base}-head-to-head.json", "--out"),
+            check_output(plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))
