@@ -1,4 +1,5 @@
-"""``layersearch bench`` and ``layersearch demo``: side-by-side speed of plain and speculative decoding."""
+"""``layersearch bench``: side-by-side speed of plain and speculative decoding, or (``--spec-bench``)
+Spec-Bench's answer files and per-group table (:func:`layersearch.specbench.run_spec_bench`)."""
 
 from __future__ import annotations
 
@@ -81,11 +82,16 @@ def run(args: Any) -> int:
         args.adaptive_threshold,
     )
     prepared = prepare_bench(settings, lambda: load(args), _say)
+    show = lambda text: print(text, flush=True)  # noqa: E731
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
-        from layersearch.commands import spec_bench
+        from layersearch.specbench import SpecBenchRun, run_spec_bench
 
-        return spec_bench.run(args, prepared.loaded)
-    run_bench(prepared, _say, lambda table: print(table, flush=True))
+        run_ = SpecBenchRun(args.spec_bench, args.answers, args.out, args.categories, args.limit, args.split, args.skip_ratios,
+                            args.masks, args.max_new_tokens, args.max_draft, args.draft_threshold, args.adaptive_threshold)
+        paths = run_spec_bench(run_, prepared.loaded, _say, show)
+        print(f"wrote {', '.join(str(p) for p in paths[:-1])} and {paths[-1]}")
+        return 0
+    run_bench(prepared, _say, show)
     announce(out, f"wrote {out}")
     return 0
 
