@@ -130,7 +130,7 @@ def build_decoder(
     chosen = choose_kernels(kernels, _profile(spec.profile, info))  # after every check that names an option
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen)
-    speculative = _speculative(loaded, resolved, files, source, steering, draft)
+    speculative = _speculative(loaded, spec, files, source, steering, draft)
     profile = _profile(spec.profile, info) if "mask" in source else None
     return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen)
 
@@ -153,9 +153,11 @@ def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:
 
 
 def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any) -> Any:
-    """The SpeculativeDecoder of a resolved ``spec`` (its mask inline) through :func:`assemble`:
-    the DISCO file's trained rule, the steering file's matrices, the loaded draft model."""
+    """The SpeculativeDecoder through :func:`assemble`: the mask source's mask inline (or its
+    controller), the DISCO file's trained rule, the steering file's matrices, the loaded draft model."""
     lookahead = files.disco.lookahead() if files.disco is not None else None
+    if "controller" not in source:  # the source's mask, or none: an independent drafter drafts without one
+        spec = replace(spec, mask_source=MaskSourceSpec("mask", mask=source["mask"]) if "mask" in source else MaskSourceSpec("none"))
     return assemble(loaded.model, spec, controller=source.get("controller"), draft=None if draft is None else draft.model,
                     vocab=_draft_vocab(loaded, spec), lookahead=lookahead, steering=None if steering is None else steering.params)
 
@@ -192,8 +194,10 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
         raise LayersearchError("the spec's drafter.model needs the loaded draft model")
     verifier, branching = VERIFIERS[spec.verifier]()
     if drafter is None:
+        # a quantization without a draft model is the model's own int8 draft (where the registry takes one)
+        own_quant = {"quant": spec.drafter.quant} if spec.drafter.quant is not None and spec.drafter.model is None else {}
         drafter = (drafter_with_model(spec.drafter.name, draft, vocab=vocab) if draft is not None
-                   else drafter_named(spec.drafter.name, branching, vocab=vocab))
+                   else drafter_named(spec.drafter.name, branching, vocab=vocab, **own_quant))
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 

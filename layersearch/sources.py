@@ -87,11 +87,16 @@ def _router(inputs: SourceInputs) -> dict[str, Any]:
 
 def _swift(inputs: SourceInputs) -> dict[str, Any]:
     from layersearch.models.skipping import decoder_layers
+    from layersearch.runtime.cache import sliding_windows
     from layersearch.swift import SwiftConfig
-    from layersearch.swift.controller import SwiftController, check_swift_model
+    from layersearch.swift.controller import SwiftController
 
     model = inputs.loaded.model
-    check_swift_model(model)
+    if any(w is not None for w in sliding_windows(model)):  # the check of swift.controller.swift_decoder
+        raise LayersearchError(
+            "SWIFT's on-the-fly matchness hides generated positions with a full-attention mask; this model uses "
+            "sliding-window attention: use a fixed mask (e.g. from a study with the swift strategy)"
+        )
     return {"controller": SwiftController(len(decoder_layers(model)), SwiftConfig(**dict(inputs.source.swift)))}
 
 

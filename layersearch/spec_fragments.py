@@ -120,17 +120,15 @@ def draft_model_item(text: str) -> tuple[ModelRef, str | None]:
 def drafter_from_options(name: str, draft_model: str | None, vocab: int, quant: str | None, device: str,
                          dtype: str | None) -> DrafterSpec:
     """``generate``'s drafter: ``--drafter NAME``, ``--draft-model MODEL[@int8]`` (this module's
-    grammar), ``--draft-vocab`` and ``--draft-quant`` (which must agree with an ``@int8``), the
-    quantization checked against the device and dtype before any model loads."""
+    grammar), ``--draft-vocab`` and ``--draft-quant`` (``quant``, checked already), which must
+    agree with an ``@int8``; that one is checked against the device and dtype before any load."""
     from layersearch.models.quantize import check_quant
 
     ref, named = draft_model_item(draft_model) if draft_model else (None, None)
-    if quant is not None and draft_model is None:
-        raise LayersearchError(f"--draft-quant {quant} quantizes a --draft-model; give one")
     if named is not None and quant is not None and named != quant:
         raise LayersearchError(f"--draft-model {draft_model} and --draft-quant {quant} name different weights")
-    if quant or named:
-        check_quant(quant or named, device, dtype)
+    if named is not None:
+        check_quant(named, device, dtype)
     return DrafterSpec(name, ref, vocab, quant or named)
 
 

@@ -15,8 +15,9 @@ TOY_DRAFTER = "toy-skip"
 TOY_RULE = "toy-static"
 
 
-def _toy_drafter(branching=None, vocab=None):
-    """The layer-skip drafter under another name: a registered drafter the code never named."""
+def _toy_drafter(branching=None, vocab=None, quant=None):
+    """The layer-skip drafter under another name: a registered drafter the code never named
+    (``quant``: the registry's newer factory argument, unused here)."""
     from layersearch.runtime.drafters import LayerSkipDrafter
 
     return LayerSkipDrafter(branching, vocab=vocab)

@@ -10,8 +10,9 @@ from layersearch.commands.common import positive_int
 from layersearch.commands.onthefly import check_on_the_fly, swift_config
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.spec import DecoderSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec, SamplingSpec, lookahead_names
 from layersearch.spec_fragments import drafter_from_options
+from layersearch.spec import (DecoderSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
+                              SamplingSpec, lookahead_names)
 
 #: Options that do not describe the decoder: they apply with ``--spec`` too.
 RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec", "kernels")
@@ -39,8 +40,8 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     return DecoderSpec(
         model=ModelSpec(ModelRef.given(args.model), None, args.device, args.dtype),
         plain=args.baseline,
-        drafter=drafter_from_options(args.drafter, args.draft_model, args.draft_vocab, getattr(args, "draft_quant", None),
-                                     args.device, args.dtype),
+        drafter=drafter_from_options(args.drafter, args.draft_model, args.draft_vocab, _draft_quant(args), args.device,
+                                     args.dtype),
         mask_source=source,
         steering=args.steering,
         lookahead=_lookahead(args),
@@ -49,6 +50,19 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
         profile=args.profile,
         max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
     )
+
+
+def _draft_quant(args: Any) -> str | None:
+    """``--draft-quant``: quantizes the ``--draft-model`` (checked before the model loads)."""
+    from layersearch.models.quantize import check_quant
+
+    quant = getattr(args, "draft_quant", None)
+    if quant is None:
+        return None
+    if args.draft_model is None:
+        raise LayersearchError(f"--draft-quant {quant} quantizes a --draft-model; give one")
+    check_quant(quant, args.device, args.dtype)
+    return quant
 
 
 def _check_draft_vocab(args: Any) -> None:
