@@ -32,7 +32,7 @@ from scipy.stats import chisquare
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from layersearch.bench import _step_prediction
-from layersearch.knapspec.controller import knapspec_decoder
+from layersearch.knapspec.bench import knapspec_decoder
 from layersearch.mask import SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.models.skipping import skipping

@@ -9,72 +9,69 @@ against predicted speedup, and peak memory against weights + KV cache.
 
 from __future__ import annotations
 
+import os
 import statistics
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from layersearch.build import assemble
+from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profile import LatencyProfile
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.stats import combine
+from layersearch.spec import DrafterSpec, LookaheadSpec
+from layersearch.spec_fragments import (MODEL_KIND, drafter_spec, loaded_spec, mask_source, model_names, parse_drafters,
+                                        parse_items, policy_lookahead, split_named, split_quant)
 
 PLAIN = "plain generate"
 LOOP = "ours: nothing skipped"  # our loop's plain decoding: the baseline the profile predicts against
 PEERS = ("prompt-lookup", "early-exit")  # transformers' own speculative modes
 ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted generation with a draft model
-DRAFTERS = ("prompt-lookup", "hybrid", "model")  # ours; "model:MODEL" and "hybrid:MODEL" name a draft model
-
-
-def split_named(item: str) -> tuple[str, str | None]:
-    """``"assisted:small"`` -> ``("assisted", "small")``; ``"hybrid"`` -> ``("hybrid", None)``."""
-    kind, sep, name = item.partition(":")
-    return kind, (name if sep else None)
-
-
-def split_quant(name: str) -> tuple[str, str | None]:
-    """``"small@int8"`` -> ``("small", "int8")`` (a draft model with quantized weights); ``"small"`` -> ``("small", None)``."""
-    from layersearch.models.quantize import QUANT_SCHEMES
-
-    ref, sep, quant = name.rpartition("@")
-    return (ref, quant) if sep and ref and quant in QUANT_SCHEMES else (name, None)
-
 
 def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
     *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (), vocab=None,
 ) -> list[Configuration]:
     """Plain generate, transformers' peers, our loop per mask (and per lookahead rule), and our
-    other drafters.
+    other drafters; every row of ours is a spec (:mod:`layersearch.spec_fragments`) built by
+    :func:`layersearch.build.assemble`.
 
     Peers: ``prompt-lookup``, ``early-exit`` and ``assisted:MODEL`` (assisted generation with that
-    draft model and transformers' own defaults). Drafters: ``prompt-lookup`` (n-grams of 3..2,
-    HF's heuristic length schedule capped at 4), ``hybrid`` (lookup, else the first mask that
-    skips something), ``model:MODEL`` (our ModelDrafter) and ``hybrid:MODEL`` (lookup, else the
-    draft model). ``draft_models`` maps each MODEL named there to its loaded model.
-    ``lookaheads`` (rule names; empty: the policy's own rule) multiply the rows that draft with
-    a model: the masks that skip something and the draft models. ``vocab`` (a VocabSubset) adds,
-    for each of those, a row whose draft scores only that subset (FR-Spec), under the first rule."""
+    draft model and transformers' own defaults). Drafters (items of
+    :func:`layersearch.spec_fragments.parse_drafters`): ``prompt-lookup`` (n-grams of 3..2, HF's
+    heuristic length schedule capped at 4), ``hybrid`` (lookup, else the first mask that skips
+    something), any other registered drafter (with that mask), ``model:MODEL`` (our ModelDrafter)
+    and ``hybrid:MODEL`` (lookup, else the draft model). ``draft_models`` maps each MODEL named
+    there to its loaded model. ``lookaheads`` (rule names; empty: the policy's own rule) multiply
+    the rows that draft with a model: the masks that skip something and the draft models.
+    ``vocab`` (a VocabSubset) adds, for each of those, a row whose draft scores only that subset
+    (FR-Spec), under the first rule."""
     draft_models = dict(draft_models or {})
-    rules = [(name, policy.lookahead(name)) for name in lookaheads] or [(None, policy.lookahead())]
+    rules = [(name, policy_lookahead(policy, name)) for name in lookaheads] or [(None, policy_lookahead(policy))]
     result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
     for mask in masks:
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
         if mask.is_empty:  # nothing drafts: the rule is moot, and the row is the loop's baseline
-            result.append(Configuration(label, SpeculativeDecoder(model, mask, lookahead=rules[0][1]).generate, mask, model))
+            result.append(_row(label, model, loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1]), mask))
             continue
         for rule_name, rule in rules:
-            decoder = SpeculativeDecoder(model, mask, lookahead=rule)
-            result.append(Configuration(_with_rule(label, rule_name, len(rules)), decoder.generate, mask, model))
+            spec = loaded_spec(mask_source=mask_source(mask), lookahead=rule)
+            result.append(_row(_with_rule(label, rule_name, len(rules)), model, spec, mask))
         if vocab is not None:
-            from layersearch.runtime.drafters import LayerSkipDrafter
+            spec = loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1], drafter=DrafterSpec(vocab=vocab.n))
+            result.append(_row(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), model, spec, mask, vocab=vocab))
+    return result + _drafter_configs(model, masks, drafters, draft_models, rules, policy_lookahead(policy), vocab)
 
-            decoder = SpeculativeDecoder(model, mask, lookahead=rules[0][1], drafter=LayerSkipDrafter(vocab=vocab))
-            result.append(Configuration(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), decoder.generate, mask, model))
-    return result + _drafter_configs(model, masks, policy, drafters, draft_models, rules, vocab)
+
+def _row(label: str, model, spec, mask: SkipMask | None, **given: Any) -> Configuration:
+    """The bench row ``label``: ``spec``'s decode loop on ``model`` (``given``: objects already loaded)."""
+    return Configuration(label, assemble(model, spec, **given).generate, mask, model)
 
 
 def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Configuration]:
@@ -94,35 +91,35 @@ def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str,
 
 
 def _drafter_configs(
-    model, masks: Sequence[SkipMask], policy: DraftPolicy, drafters: Sequence[str],
-    draft_models: Mapping[str, torch.nn.Module], rules: Sequence[tuple[str | None, Any]], vocab=None,
+    model, masks: Sequence[SkipMask], drafters: Sequence[str], draft_models: Mapping[str, torch.nn.Module],
+    rules: Sequence[tuple[str | None, Any]], own_rule: Any, vocab=None,
 ) -> list[Configuration]:
-    from layersearch.runtime.drafters import HybridDrafter, ModelDrafter, drafter_named
+    """The rows of the ``--drafters`` items: each a spec of its drafter (see :func:`configs`)."""
     from layersearch.runtime.lookahead import HeuristicLookahead
 
     result = []
     fallback = next((m for m in masks if not m.is_empty), None)
+    first_name, first = rules[0]
     for item in drafters:
         kind, name = split_named(item)
-        if kind == "prompt-lookup":
-            decoder = SpeculativeDecoder(model, drafter=drafter_named(kind), lookahead=HeuristicLookahead(4, ceiling=4))
-            result.append(Configuration("ours: prompt-lookup (<=4)", decoder.generate, None, model))
-        elif kind == "hybrid" and name is not None:
-            drafter = HybridDrafter(fallback=ModelDrafter(draft_models[name]))
-            decoder = SpeculativeDecoder(model, drafter=drafter, lookahead=rules[0][1])
-            result.append(Configuration(_with_rule(f"ours: hybrid ({_short(name)})", rules[0][0], len(rules)), decoder.generate, None, model))
-        elif kind == "hybrid" and fallback is not None:
-            decoder = SpeculativeDecoder(model, fallback, drafter=drafter_named(kind), policy=policy)
+        drafter = drafter_spec(item)
+        if name is not None:
+            model_label = f"ours: {kind} ({_short(name)})"
+            for rule_name, rule in (rules if kind == MODEL_KIND else rules[:1]):
+                spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=rule)
+                result.append(_row(_with_rule(model_label, rule_name, len(rules)), model, spec, None, draft=draft_models[name]))
+            if vocab is not None and kind == MODEL_KIND:
+                spec = loaded_spec(drafter=drafter_spec(item, vocab.n), mask_source=mask_source(None), lookahead=first)
+                label = _with_rule(f"{model_label} vocab {vocab.n}", first_name, len(rules))
+                result.append(_row(label, model, spec, None, draft=draft_models[name], vocab=vocab))
+        elif kind == "prompt-lookup":
+            # HF's own schedule for prompt lookup: the heuristic rule, never above 4 (ceiling 4)
+            spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=LookaheadSpec("heuristic", 4))
+            result.append(_row("ours: prompt-lookup (<=4)", model, spec, None, lookahead=HeuristicLookahead(4, ceiling=4)))
+        elif fallback is not None:  # hybrid and any other registered drafter: the first mask that skips something, the policy's rule
+            spec = loaded_spec(drafter=drafter, mask_source=mask_source(fallback), lookahead=own_rule)
             label = fallback.provenance.get("label") or fallback.short_string()
-            result.append(Configuration(f"ours: hybrid ({label})", decoder.generate, None, model))
-        elif kind == "model":
-            for rule_name, rule in rules:
-                decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name]), lookahead=rule)
-                result.append(Configuration(_with_rule(f"ours: model ({_short(name)})", rule_name, len(rules)), decoder.generate, None, model))
-            if vocab is not None:
-                decoder = SpeculativeDecoder(model, drafter=ModelDrafter(draft_models[name], vocab=vocab), lookahead=rules[0][1])
-                label = f"ours: model ({_short(name)}) vocab {vocab.n}"
-                result.append(Configuration(_with_rule(label, rules[0][0], len(rules)), decoder.generate, None, model))
+            result.append(_row(f"ours: {kind} ({label})", model, spec, None))
     return result
 
 
@@ -271,3 +268,241 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
         "forward (ms)"
     )
     return "\n".join(lines)
+
+
+# ----- the ``layersearch bench`` run: checked settings, draft models, the per-domain loop -------------
+@dataclass(frozen=True)
+class BenchSettings:
+    """What one ``bench`` run measures (the CLI's options as values; see ``layersearch bench --help``).
+
+    ``peers`` and ``drafters`` are items of the ``KIND:MODEL@QUANT`` grammar
+    (:mod:`layersearch.spec_fragments`), ``lookaheads`` registered rule names, ``specs`` decoder
+    spec files; ``domains`` may include the domain of the ``prompts`` file."""
+
+    model: str
+    out: str
+    domains: tuple[str, ...] = ("summarization", "math", "code")
+    prompts: str | None = None
+    prompts_per_domain: int = 3
+    max_new_tokens: int = 64
+    repeats: int = 3
+    skip_ratios: str = "0.1,0.2,0.3,0.45"
+    masks: str = ""
+    profile: str | None = None
+    peers: tuple[str, ...] = PEERS
+    drafters: tuple[str, ...] = ("prompt-lookup", "hybrid")
+    lookaheads: tuple[str, ...] = ()
+    specs: str = ""
+    draft_vocab: int = 0
+    split: str | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    kernels: str = "auto"
+    max_draft: int = 8
+    draft_threshold: float = 0.8
+    adaptive_threshold: bool = False
+
+    def __post_init__(self) -> None:
+        from layersearch.checks import check_int
+
+        for name in ("repeats", "prompts_per_domain", "max_new_tokens"):
+            check_int(getattr(self, name), "--" + name.replace("_", "-"))
+        check_int(self.draft_vocab, "--draft-vocab", minimum=0)
+        parse_items(",".join(self.peers), "--peers", PEERS, (ASSISTED,))
+        parse_drafters(",".join(self.drafters))
+        check_lookaheads(self.lookaheads)
+
+    @property
+    def policy(self) -> DraftPolicy:
+        """The draft policy of the mask rows (the default rule's cap and threshold)."""
+        return DraftPolicy(self.max_draft, self.draft_threshold)
+
+
+def check_lookaheads(names: Sequence[str], flag: str = "--lookaheads") -> tuple[str, ...]:
+    """``names`` if each is a registered lookahead rule (:data:`layersearch.runtime.LOOKAHEADS`)."""
+    from layersearch.runtime import LOOKAHEADS
+
+    unknown = [n for n in names if n not in LOOKAHEADS]
+    if unknown:
+        raise LayersearchError(f"{flag}: unknown rule {unknown[0]!r} (choose from {', '.join(LOOKAHEADS)})")
+    return tuple(names)
+
+
+def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[SkipMask]:
+    """``bench``'s masks: an evenly spread one per ``--skip-ratios`` value (labelled ``uniform R``),
+    then the files of ``--masks`` (each checked against the model; labelled by file name unless
+    the file carries a label)."""
+    ratios = []
+    for part in filter(None, skip_ratios.split(",")):
+        try:
+            ratios.append(float(part))
+        except ValueError:
+            raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
+    result = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
+    for path in filter(None, masks.split(",")):
+        mask = SkipMask.load(path, model=info)
+        result.append(mask if mask.provenance.get("label") else mask.with_provenance(label=Path(path).stem))
+    return result
+
+
+@dataclass
+class PreparedBench:
+    """A bench checked and loaded: the model, the spec rows, the draft models and FR-Spec's subset."""
+
+    settings: BenchSettings
+    loaded: Any
+    spec_rows: list[Configuration]
+    draft_models: dict[str, Any]
+    vocab: Any
+
+
+def prepare_bench(settings: BenchSettings, load: Callable[[], Any], say: Callable[[str], None]) -> PreparedBench:
+    """Check everything that needs no model (the prompt file, quantization, spec files), then
+    ``load()`` the model and load what needs it; bad input fails before the slow load."""
+    from layersearch.vocab import draft_vocabulary
+
+    _domains(settings)
+    items = settings.peers + settings.drafters
+    for name in model_names(items):
+        from layersearch.models.quantize import check_quant
+
+        check_quant(split_quant(name)[1], settings.device, settings.dtype)
+    specs = read_specs(settings.specs, settings.model)  # a bad spec or file it names fails before the model load
+    loaded = load()
+    spec_rows = _spec_rows(loaded, specs)
+    draft_models = load_draft_models(loaded, items, settings.device, settings.dtype, say)
+    return PreparedBench(settings, loaded, spec_rows, draft_models, draft_vocabulary(loaded, settings.draft_vocab))
+
+
+def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callable[[str], None]) -> dict[str, Any]:
+    """Measure every domain's configurations, ``show`` each domain's table and write the report to
+    ``settings.out`` after each domain (a long run stopped later keeps what it measured)."""
+    from layersearch.data import load_prompts
+    from layersearch.jsonfile import write_json_atomic
+    from layersearch.runtime.kernels import choose_kernels, model_kernels
+
+    settings, loaded = prepared.settings, prepared.loaded
+    domains = _domains(settings)
+    split = settings.split or "test"  # a comparison: held-out prompts by default
+    prompts = {d: [p.text for p in load_prompts(d, settings.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
+               for d in domains}
+    masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(settings.skip_ratios, settings.masks, loaded.info)
+    profile = _bench_profile(settings, loaded, say)
+    kernels = choose_kernels(settings.kernels, profile)
+    say(f"kernels: {kernels}")
+    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
+    options = dict(peers=settings.peers, drafters=settings.drafters, draft_models=prepared.draft_models,
+                   lookaheads=settings.lookaheads, vocab=prepared.vocab)
+    with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
+        for domain in domains:
+            ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
+            context = int(sum(i.shape[1] for i in ids) / len(ids)) + settings.max_new_tokens // 2
+            cfgs = configs(loaded.model, masks, settings.policy, **options) + list(prepared.spec_rows)
+            say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {settings.repeats} repeats")
+            measured = run_domain(cfgs, ids, settings.max_new_tokens, settings.repeats, say, device=loaded.model.device)
+            loop, plain = measured.get(LOOP), measured.get(PLAIN)
+            rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain) for c in cfgs]
+            report["domains"][domain] = {"context": context, "rows": rows}
+            show(format_table(domain, rows))
+            write_json_atomic(settings.out, report)
+    return report
+
+
+def _domains(settings: BenchSettings) -> list[str]:
+    """The domains and the prompt file's domain (the file checked: it fails before the model loads)."""
+    from layersearch.data.user import choose_rows, domain_for
+
+    domains = list(settings.domains)
+    if settings.prompts:
+        choose_rows(settings.prompts, settings.prompts_per_domain, 0, settings.split or "test")
+        domains.append(domain_for(settings.prompts))
+    return domains
+
+
+def read_specs(text: str, model: str) -> list[tuple[str, str, Any, Any]]:
+    """(file, row label, DecoderSpec, SpecFiles) for each file of the comma-separated ``text``,
+    every file it names read and checked; a spec bound to a model is checked against it once
+    loaded (:func:`_spec_rows`)."""
+    from layersearch.build import read_spec_files
+    from layersearch.spec import DecoderSpec
+
+    paths = [p.strip() for p in text.split(",") if p.strip()]
+    if text.strip() and not paths:
+        raise LayersearchError("--specs: no spec file named")
+    stems = [Path(p).stem for p in paths]
+    specs = []
+    for path, stem in zip(paths, stems):
+        spec = DecoderSpec.load(path)
+        _check_spec_model(path, spec, model)
+        _check_placement(path, spec)
+        specs.append((path, stem if stems.count(stem) == 1 else path, spec, read_spec_files(spec)))
+    return specs
+
+
+def _check_spec_model(path: str, spec: Any, model: str) -> None:
+    """A spec not yet bound to a model (no fingerprint) must name the bench's ``--model``."""
+    if spec.model.info is not None:
+        return
+    ref = spec.model.ref
+    same = ref.ref == model or ref.path and _real(ref.ref) == _real(model)
+    if not same:
+        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not --model {model!r}")
+
+
+def _check_placement(path: str, spec: Any) -> None:
+    """The spec's device and dtype must be names we know, though the bench runs on its own."""
+    from layersearch.models.loading import check_device_name, resolve_dtype
+
+    try:
+        check_device_name(spec.model.device)
+        if spec.model.dtype is not None:
+            resolve_dtype(spec.model.dtype)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{path}: {exc}") from None
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _spec_rows(loaded, specs) -> list[Configuration]:
+    """The bench rows of the spec files, each checked against the loaded model first; an error
+    names its file."""
+    rows = []
+    for path, label, spec, files in specs:
+        try:
+            spec.check_model(loaded.info)
+            rows += spec_configs(loaded, [(label, spec, files)])
+        except LayersearchError as exc:
+            raise LayersearchError(f"{path}: {exc}") from None
+    return rows
+
+
+def load_draft_models(loaded, items: Sequence[str], device: str, dtype: str | None, say: Callable[[str], None]) -> dict[str, Any]:
+    """The draft models that ``items`` (peers and drafters) name, each loaded once in the target's
+    dtype and checked against its vocabulary; ``MODEL@int8`` is that model with int8 weights."""
+    from layersearch.build import load_draft_model
+    from layersearch.models.quantize import quantize_draft, quantized_copy
+
+    names = model_names(items)
+    models: dict[str, Any] = {}
+    for name in names:
+        ref, quant = split_quant(name)
+        plain = models.get(ref)
+        if plain is None:
+            say(f"loading draft model {ref}")
+            plain = load_draft_model(ref, loaded, device, dtype, progress=say).model
+            if ref in names:
+                models[ref] = plain
+        if quant is not None:
+            models[name] = quantized_copy(plain, quant) if ref in names else quantize_draft(plain, quant)
+    return models
+
+
+def _bench_profile(settings: BenchSettings, loaded, say: Callable[[str], None]) -> LatencyProfile:
+    from layersearch.runtime.profiler import quick_profile
+
+    if settings.profile:
+        return LatencyProfile.load(settings.profile, model=loaded.info)
+    say("measuring a quick latency profile (pass --profile FILE to reuse one)")
+    return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=say, kernels=settings.kernels)

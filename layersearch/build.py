@@ -19,7 +19,7 @@ from layersearch.errors import LayersearchError
 from layersearch.sources import MASK_SOURCES, SourceInputs, load_or_measure_profile
 from layersearch.spec import DecoderSpec, MaskSourceSpec
 
-__all__ = ["BuiltDecoder", "SpecFiles", "build_decoder", "load_draft_model", "load_or_measure_profile", "read_spec_files"]
+__all__ = ["BuiltDecoder", "SpecFiles", "assemble", "build_decoder", "load_draft_model", "load_or_measure_profile", "read_spec_files"]
 
 
 @dataclass(frozen=True)
@@ -177,24 +177,64 @@ def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:
 
 
 def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any) -> Any:
-    """The SpeculativeDecoder: lookahead, verifier, drafter (maybe steered) and the mask source."""
-    from layersearch.runtime import VERIFIERS
+    """The SpeculativeDecoder through :func:`assemble`: the mask source's mask inline (or its
+    controller), the DISCO file's trained rule, the steering file's matrices, the loaded draft model."""
+    lookahead = files.disco.lookahead() if files.disco is not None else None
+    if "controller" not in source:  # the source's mask, or none: an independent drafter drafts without one
+        spec = replace(spec, mask_source=MaskSourceSpec("mask", mask=source["mask"]) if "mask" in source else MaskSourceSpec("none"))
+    return assemble(loaded.model, spec, controller=source.get("controller"), draft=None if draft is None else draft.model,
+                    vocab=_draft_vocab(loaded, spec), lookahead=lookahead, steering=None if steering is None else steering.params)
+
+
+def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: Any = None, vocab: Any = None,
+             lookahead: Any = None, drafter: Any = None, steering: Any = None) -> Any:
+    """The decode loop ``spec`` describes on ``model`` (a loaded torch module): the one place a
+    :class:`~layersearch.runtime.decoder.SpeculativeDecoder` is made.
+
+    The spec's plug-ins come from their registries by name; its mask is the mask source's inline
+    mask (kind ``mask``; ``none``: no mask). Objects already made replace what the spec can only
+    name: ``controller`` (a method's controller: it chooses the masks), ``draft`` (the spec's
+    draft model, loaded), ``vocab`` (the VocabSubset of ``spec.drafter.vocab``), ``lookahead``
+    (a trained rule, DISCO's, in place of the spec's), ``drafter`` (a drafter a method bench
+    compares, in place of the registry's) and ``steering`` (SD²'s steering parameters, which wrap
+    the drafter). :func:`build_decoder` calls this once it has loaded the spec's files."""
+    from layersearch.runtime import LOOKAHEADS, VERIFIERS
     from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafters import drafter_named, drafter_with_model
 
-    lookahead = files.disco.lookahead() if files.disco is not None else _policy(spec).lookahead(spec.lookahead.name)
+    if spec.plain:
+        raise LayersearchError("a plain spec runs transformers' generate: it has no decode loop to assemble")
+    source = spec.mask_source
+    if controller is None and source.kind not in ("mask", "none"):
+        raise LayersearchError(f"mask source {source.kind!r} is made from the loaded model and its files: use build_decoder")
+    mask = source.mask if controller is None and source.kind == "mask" else None
+    if lookahead is None:
+        if spec.lookahead.name not in LOOKAHEADS:
+            raise LayersearchError(f"lookahead {spec.lookahead.name!r} reads its trained file: use build_decoder")
+        lookahead = LOOKAHEADS[spec.lookahead.name](spec.lookahead.max_draft, spec.lookahead.threshold)
+    if drafter is None and spec.drafter.vocab and vocab is None:
+        raise LayersearchError("the spec's drafter.vocab needs its loaded vocabulary subset")
+    if drafter is None and spec.drafter.model is not None and draft is None:
+        raise LayersearchError("the spec's drafter.model needs the loaded draft model")
     verifier, branching = VERIFIERS[spec.verifier]()
-    vocab = _draft_vocab(loaded, spec)
-    if draft is not None:
-        drafter = drafter_with_model(spec.drafter.name, draft.model, vocab=vocab)
-    else:
-        drafter = drafter_named(spec.drafter.name, branching, vocab=vocab, quant=spec.drafter.quant)
+    if drafter is None:
+        # a quantization without a draft model is the model's own int8 draft (where the registry takes one)
+        own_quant = {"quant": spec.drafter.quant} if spec.drafter.quant is not None and spec.drafter.model is None else {}
+        drafter = (drafter_with_model(spec.drafter.name, draft, vocab=vocab) if draft is not None
+                   else drafter_named(spec.drafter.name, branching, vocab=vocab, **own_quant))
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 
-        drafter = SteeredDrafter(drafter, steering.params)
-    sampling = BuiltDecoder(loaded, spec, None).sampling()
-    return SpeculativeDecoder(loaded.model, sampling=sampling, lookahead=lookahead, drafter=drafter, verifier=verifier, **source)
+        drafter = SteeredDrafter(drafter, steering)
+    return SpeculativeDecoder(model, mask, sampling=sampling_config(spec.sampling), lookahead=lookahead, drafter=drafter,
+                              verifier=verifier, controller=controller)
+
+
+def sampling_config(sampling: Any) -> Any:
+    """The decode loop's SamplingConfig of a spec's SamplingSpec (temperature 0 unless sampling)."""
+    from layersearch.runtime.sampling import SamplingConfig
+
+    return SamplingConfig(sampling.temperature_used, sampling.top_p, sampling.seed)
 
 
 def _policy(spec: DecoderSpec) -> Any:

@@ -240,14 +240,15 @@ PLAIN_NAME = "plain"  # the baseline configuration of :func:`plain_and_masks`
 def plain_and_masks(model: Any, masks: "dict[str, SkipMask]", *, max_draft: int, draft_threshold: float) -> list[Configuration]:
     """transformers' plain ``generate`` (named :data:`PLAIN_NAME`) and our loop with each mask
     (greedy, Self-SD's confidence rule): the rows of the transfer matrix and ``study compare``."""
+    from layersearch.build import assemble
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.spec_fragments import mask_spec
 
     policy = DraftPolicy(max_draft, draft_threshold)
     result = [Configuration(PLAIN_NAME, lambda ids, n: hf_generate(model, ids, n))]
     for name, mask in masks.items():
-        result.append(Configuration(name, SpeculativeDecoder(model, mask, policy=policy).generate, mask, model))
+        result.append(Configuration(name, assemble(model, mask_spec(mask, policy)).generate, mask, model))
     return result
 
 

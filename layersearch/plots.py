@@ -458,3 +458,26 @@ def check_png_output(out: "str | Path | OutputTarget", *, default: bool = False)
 
     require_extras("plots")
     return check_output(out, "--out", suffixes=(".png",), default=default)
+
+
+def bench_rows(path: str) -> dict[str, list[dict[str, Any]]]:
+    """The rows of each domain of a ``bench`` report, checked enough to draw."""
+    from layersearch.jsonfile import read_json_file
+
+    data = read_json_file(path, "bench report")
+    domains = data.get("domains") if isinstance(data, dict) else None
+    if not isinstance(domains, dict):
+        raise LayersearchError(f"{path}: not a bench report (no domains)")
+    result = {}
+    for name, entry in domains.items():
+        rows = entry.get("rows") if isinstance(entry, dict) else None
+        if not isinstance(rows, list) or not all(_drawable(r) for r in rows):
+            raise LayersearchError(f"{path}: domain {name!r} has malformed rows")
+        result[name] = rows
+    return result
+
+
+def _drawable(row: Any) -> bool:
+    numbers = (row.get(k) for k in ("speedup", "decode_speedup")) if isinstance(row, dict) else ()
+    return (isinstance(row, dict) and isinstance(row.get("config"), str)
+            and all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers))

@@ -438,3 +438,47 @@ def _checked_contexts(contexts: Any) -> tuple[int, ...]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise LayersearchError(f"contexts must be integers >= 0, got {value!r}")
     return values
+
+
+# ----- text of ``layersearch profile`` and its validation --------------------------------------------
+def describe_profile(profile: "LatencyProfile") -> str:
+    """One line: attention cost fit, MLP and base costs, verify ratio at 8 tokens."""
+    windows = [w for w in profile.attention_windows if w is not None]
+    # A sliding layer reads at most window - 1 positions: say so, or the slope reads as per token of context.
+    sliding = f" (n capped at window - 1 in {len(windows)} sliding layers)" if windows else ""
+    return (
+        f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms{sliding}, "
+        f"t_mlp = {profile.mlp_seconds * 1e3:.3f} ms, base = {profile.base_seconds * 1e3:.2f} ms, "
+        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.device} {profile.dtype}, "
+        f"{profile.kernels} kernels"
+    )
+
+
+def validation_mask(spec: str, info: ModelInfo) -> SkipMask:
+    """A mask ``profile --validate`` times: ``uniform:R`` or a mask file, for this model."""
+    if spec.startswith("uniform:"):
+        from layersearch.checks import check_fraction
+
+        ratio = check_fraction(_number(spec[len("uniform:"):], spec), f"mask {spec!r}")
+        return SkipMask.uniform(info.num_layers, ratio, info)
+    return SkipMask.load(spec, info)
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise LayersearchError(f"mask {spec!r}: expected uniform:RATIO with a number, or a mask file") from None
+
+
+def format_validation(rows: list[dict]) -> str:
+    """Table: kind, what, context, measured ms, predicted ms, measured / predicted; then the spread."""
+    lines = [f"{'kind':<14} {'what':<34} {'context':>7} {'measured':>10} {'predicted':>10} {'ratio':>6}"]
+    for r in rows:
+        lines.append(f"{r['kind']:<14} {r['what'][:34]:<34} {r['context']:>7} {1e3 * r['measured']:>8.2f}ms "
+                     f"{1e3 * r['predicted']:>8.2f}ms {r['ratio']:>6.2f}")
+    errors = sorted(abs(r["ratio"] - 1) for r in rows if r["ratio"] is not None)
+    if errors:
+        median = errors[len(errors) // 2] if len(errors) % 2 else sum(errors[len(errors) // 2 - 1 : len(errors) // 2 + 1]) / 2
+        lines.append(f"|measured / predicted - 1|: median {median:.3f}, worst {errors[-1]:.3f} over {len(errors)} rows")
+    return "\n".join(lines)

@@ -243,3 +243,112 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def _num(value: float | None, width: int, decimals: int = 2) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+
+
+# ----- ``layersearch bench --spec-bench``: every chosen question by vanilla and each mask ---------------
+@dataclass(frozen=True)
+class SpecBenchRun:
+    """What ``bench --spec-bench`` answers: the question file, the filter, the answer folder, the
+    masks (``--skip-ratios`` / ``--masks``), the draft policy's settings, the report file."""
+
+    questions: str
+    answers: str | None
+    out: str
+    categories: str | None = None
+    limit: int | None = None
+    split: str | None = None
+    skip_ratios: str = ""
+    masks: str = ""
+    max_new_tokens: int = 64
+    max_draft: int = 8
+    draft_threshold: float = 0.8
+    adaptive_threshold: bool = False
+
+
+def run_spec_bench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], show: Callable[[str], None]) -> list[Path]:
+    """Answer the chosen questions with vanilla and each mask (back to back per question), write
+    one answer file per method and the report; ``show`` gets each method's table. Returns the
+    files written."""
+    import re
+
+    from layersearch.build import assemble
+    from layersearch.data.spec_bench import read_questions, select
+    from layersearch.jsonfile import write_json_atomic
+    from layersearch.runtime.baseline import hf_generate
+    from layersearch.runtime.decoder import eos_ids
+    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.spec_fragments import mask_spec
+
+    if not run.answers:
+        raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
+    if run.limit is not None and run.limit < 1:
+        raise LayersearchError(f"--limit must be >= 1, got {run.limit}")
+    answers = answers_folder(run.answers)
+    masks = labelled_masks(run.skip_ratios, run.masks, loaded.info)
+    if not masks:
+        raise LayersearchError("no method of ours to run: give --skip-ratios or --masks")
+    categories = tuple(c for c in (run.categories or "").split(",") if c) or None
+    questions = select(read_questions(run.questions), categories, run.limit, run.split)
+    if not questions:
+        raise LayersearchError("no Spec-Bench question matches --categories / --split")
+    model, tokenizer = loaded.model, loaded.tokenizer
+    policy = DraftPolicy(run.max_draft, run.draft_threshold)
+    methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
+    for label, mask in masks:
+        methods[f"ours-{label}"] = assemble(model, mask_spec(mask, policy)).generate
+    stop = eos_ids(model)
+    model_id = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(loaded.info.name).name)  # a file name, even for a local folder
+    rows: dict[str, list] = {name: [] for name in methods}
+    for number, question in enumerate(questions, 1):
+        for name, generate in methods.items():
+            turns = answer_question(question, generate, tokenizer, run.max_new_tokens, stop_ids=stop,
+                                    vanilla=name == "vanilla", device=model.device)
+            rows[name].append(answer_row(question, turns, f"{model_id}-{name}"))
+        say(f"question {number}/{len(questions)} ({question.category} {question.question_id}) answered by {len(methods)} methods")
+    answers.mkdir(exist_ok=True)  # checked above: an existing folder, or a new one in an existing folder
+    paths = {name: write_answers(answers / f"{model_id}-{name}.jsonl", method_rows)
+             for name, method_rows in rows.items()}
+    count = baseline_token_counter(tokenizer)
+    report: dict[str, Any] = {"model": loaded.info.to_dict(), "questions": len(questions),
+                              "max_new_tokens": run.max_new_tokens, "methods": {}}
+    base = sorted(rows["vanilla"], key=lambda r: r["question_id"])
+    for name in methods:
+        ordered = sorted(rows[name], key=lambda r: r["question_id"])
+        table = group_table(ordered, base, count)
+        equal = None if name == "vanilla" else same_answers(ordered, base)
+        show(format_table(name, table, equal))
+        report["methods"][name] = {"answers": str(paths[name]), "equal_to_vanilla": equal,
+                                   "groups": [vars(r) for r in table]}
+    show("speedup and tok/s as Spec-Bench's speed.py computes them (baseline tokens: answer text "
+         "re-tokenized minus one per turn); mean acc.: tokens per target forward")
+    return [*paths.values(), write_json_atomic(run.out, report)]
+
+
+def labelled_masks(skip_ratios: str, mask_files: str, info: Any) -> list[tuple[str, Any]]:
+    """(file-name-safe label, mask): ``uniform-0.2`` for ``--skip-ratios``, the file's stem for ``--masks``."""
+    import re
+
+    from layersearch.bench import bench_masks
+
+    masks = bench_masks(skip_ratios, mask_files, info)
+    files = [Path(p).stem for p in mask_files.split(",") if p]
+    labels = [str(m.provenance.get("label")) for m in masks[: len(masks) - len(files)]] + files
+    out = [(re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-"), mask) for label, mask in zip(labels, masks)]
+    if len({label for label, _ in out}) != len(out):
+        raise LayersearchError("two methods would write the same answer file: give mask files distinct names")
+    return out
+
+
+def answers_folder(given: str) -> Path:
+    """``--answers``: an existing folder, or a new one whose parent exists (made only when the
+    answers are written); checked before any work, like every ``--out``."""
+    from layersearch.outputs import check_output
+
+    folder = Path(given)
+    if folder.is_dir():
+        check_output(folder / "answers.jsonl", "--answers")  # writable
+    elif folder.exists():
+        raise LayersearchError(f"--answers {given} is not a folder")
+    else:
+        check_output(folder, "--answers")  # its parent exists and is writable
+    return folder

@@ -121,3 +121,55 @@ def format_matrix(result: TransferResult) -> str:
             lines.append(f"{mask:<{label}}" + "".join(f"{'-':>{width}}" if v is None else f"{v:>{width}.2f}" for v in row))
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+@dataclass(frozen=True)
+class TransferJob:
+    """What ``layersearch transfer`` measures: ``masks`` (domain -> mask file) on each evaluation
+    domain (``domains``, default the masks' own, plus the ``prompts`` file's), written under ``out_prefix``."""
+
+    masks: Mapping[str, str]
+    domains: str | None = None
+    prompts: str | None = None
+    samples: int = 4
+    prompt_seed: int = 0
+    split: str = "test"
+    max_new_tokens: int = 32
+    repeats: int = 1
+    spec_bench: str | None = None
+    max_draft: int = 8
+    draft_threshold: float = 0.8
+    out_prefix: str = "transfer"
+
+
+def run_transfer(job: TransferJob, load: Callable[[], Any], progress: Callable[[str], None]) -> tuple[TransferResult, Any, Any]:
+    """(result, JSON path, PNG path): the prompt file checked before ``load()``, then the matrix
+    measured and written as ``PREFIX.json`` and the heatmap ``PREFIX.png``."""
+    from pathlib import Path
+
+    from layersearch.checks import check_int
+    from layersearch.jsonfile import write_json_atomic
+    from layersearch.plots import plot_transfer
+
+    for value, name in ((job.samples, "--samples"), (job.max_new_tokens, "--max-new-tokens"), (job.repeats, "--repeats")):
+        check_int(value, name)
+    domains = [d for d in (job.domains or ",".join(job.masks)).split(",") if d]
+    if job.prompts:
+        from layersearch.data.user import choose_rows, domain_for
+
+        choose_rows(job.prompts, job.samples, job.prompt_seed, job.split)  # a bad file fails before the model loads
+        domains.append(domain_for(job.prompts))
+    loaded = load()
+    masks = {domain: SkipMask.load(path, model=loaded.info) for domain, path in job.masks.items()}
+    result = transfer_matrix(
+        loaded, masks, domains, samples=job.samples, prompt_seed=job.prompt_seed, split=job.split,
+        max_new_tokens=job.max_new_tokens, max_draft=job.max_draft, draft_threshold=job.draft_threshold,
+        repeats=job.repeats, spec_bench=job.spec_bench, progress=progress,
+    )
+    prefix = Path(job.out_prefix)
+    report = {"model": loaded.info.to_dict(), "split": job.split, "samples": job.samples,
+              "max_new_tokens": job.max_new_tokens, "masks": dict(job.masks), **result.to_dict()}
+    json_path = write_json_atomic(prefix.with_name(prefix.name + ".json"), report)
+    png = plot_transfer(result.grid("speedup"), result.grid("M"), result.mask_domains, result.eval_domains,
+                        prefix.with_name(prefix.name + ".png"))
+    return result, json_path, png

@@ -44,6 +44,9 @@ FORBIDDEN = {
     # The decoder spec and its builder sit below the CLI; the spec (and the mask-source registry) import no torch.
     "spec.py": ("argparse", "optuna", "torch", "transformers", "layersearch.commands", "layersearch.study", "layersearch.cli",
                 "layersearch.build", "layersearch.api"),
+    # Spec fragments and the item grammar (bench's, tune's, generate's): below the CLI, no torch.
+    "spec_fragments.py": ("argparse", "optuna", "torch", "transformers", "layersearch.commands", "layersearch.study",
+                          "layersearch.cli", "layersearch.build", "layersearch.api"),
     "sources.py": ("argparse", "optuna", "torch", "layersearch.commands", "layersearch.study", "layersearch.cli",
                    "layersearch.build", "layersearch.api"),
     "build.py": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.api"),

@@ -1,20 +1,15 @@
-"""``layersearch bench`` and ``layersearch demo``: side-by-side speed of plain and speculative decoding."""
+"""``layersearch bench``: side-by-side speed of plain and speculative decoding, or (``--spec-bench``)
+Spec-Bench's answer files and per-group table (:func:`layersearch.specbench.run_spec_bench`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from layersearch.commands.args import draft_args, model_args
-from layersearch.checks import check_int
-from layersearch.commands.common import bench_masks, load, positive_int
+from layersearch.commands.common import load
 from layersearch.commands.renamed import renamed_option
-from layersearch.errors import LayersearchError
-from layersearch.jsonfile import write_json_atomic
-from layersearch.mask import SkipMask
 
 
 class _Default(str):
@@ -26,6 +21,10 @@ DEFAULT_DOMAINS = _Default("summarization,math,code")
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
+    from layersearch.spec import registry_names
+
+    names = registry_names()
+    own = ", ".join(n for n in names["drafter"] if n != "layer-skip")  # layer-skip drafts with the masks
     p = sub.add_parser("bench", help="plain generate vs HF peers vs our loop, per domain")
     model_args(p, kernels=True)
     p.add_argument("--domains", default=DEFAULT_DOMAINS, help="comma-separated domains (default summarization,math,code; "
@@ -44,12 +43,12 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                         "with that draft model; MODEL@int8: its weights in int8; default prompt-lookup,early-exit; "
                         "'' for none)")
     p.add_argument("--drafters", default="prompt-lookup,hybrid",
-                   help="our other drafters to run beside the layer-skip masks: prompt-lookup, hybrid, model:MODEL "
+                   help=f"our other drafters to run beside the layer-skip masks: {own}, model:MODEL "
                         "(an independent draft model), hybrid:MODEL (lookup, else that draft model); MODEL@int8 "
                         "drafts with that model's weights in int8 (CPU) "
                         "(default prompt-lookup,hybrid; '' for none)")
     p.add_argument("--lookaheads", default="",
-                   help="comma-separated lookahead rules (static, confidence, adaptive, heuristic, roc): one row per rule for "
+                   help=f"comma-separated lookahead rules ({', '.join(names['lookahead'])}): one row per rule for "
                         "each mask that skips something and each draft model (default: the confidence rule)")
     p.add_argument("--specs", default="", metavar="FILES",
                    help="comma-separated decoder spec files (from generate --save-spec or tune): one row each, "
@@ -72,219 +71,37 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 
 def run(args: Any) -> int:
-    """Run the benchmark, print one table per domain and write the JSON report."""
-    from layersearch.data import load_prompts
-    from layersearch.runtime.drafting import DraftPolicy
-    from layersearch.runtime.kernels import choose_kernels, model_kernels
-
+    """Run the benchmark (:func:`layersearch.bench.run_bench`): one table per domain, the JSON report."""
+    from layersearch.bench import BenchSettings, prepare_bench, run_bench
     from layersearch.outputs import announce, check_output
 
     out = check_output(args.out)
-    positive_int(args.repeats, "--repeats")
-    positive_int(args.prompts_per_domain, "--prompts-per-domain")
-    positive_int(args.max_new_tokens, "--max-new-tokens")
-    check_int(args.draft_vocab, "--draft-vocab", minimum=0)
-    domains = _domains(args)
-    drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
-    _check_quantized(args, peers + tuple(drafters))  # before the model loads
-    specs = _read_specs(args.specs, args.model)  # a bad spec or file it names fails before the model load
-    loaded = load(args)
-    spec_rows = _spec_rows(loaded, specs)
-    draft_models = _draft_models(args, loaded, peers + tuple(drafters))
-    from layersearch.vocab import draft_vocabulary
-
-    vocab = draft_vocabulary(loaded, args.draft_vocab)
+    given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
+    settings = BenchSettings(
+        args.model, out, tuple(d for d in given.split(",") if d), args.prompts, args.prompts_per_domain,
+        args.max_new_tokens, args.repeats, args.skip_ratios, args.masks, args.profile,
+        _items(args.peers), _items(args.drafters), _items(args.lookaheads), args.specs,
+        args.draft_vocab, args.split, args.device, args.dtype, args.kernels, args.max_draft, args.draft_threshold,
+        False,  # Self-SD's adaptive rule is --lookaheads adaptive
+    )
+    prepared = prepare_bench(settings, lambda: load(args), _say)
+    show = lambda text: print(text, flush=True)  # noqa: E731
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
-        from layersearch.commands import spec_bench
+        from layersearch.specbench import SpecBenchRun, run_spec_bench
 
-        return spec_bench.run(args, loaded)
-    split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
-    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
-               for d in domains}
-    masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(args.skip_ratios, args.masks, loaded.info)
-    profile = _profile(args, loaded)
-    kernels = choose_kernels(args.kernels, profile)
-    _say(f"kernels: {kernels}")
-    policy = DraftPolicy(args.max_draft, args.draft_threshold)
-    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
-    with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
-        options = dict(peers=peers, drafters=drafters, draft_models=draft_models, lookaheads=lookaheads, vocab=vocab)
-        _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report, out, spec_rows)
+        run_ = SpecBenchRun(args.spec_bench, args.answers, args.out, args.categories, args.limit, args.split, args.skip_ratios,
+                            args.masks, args.max_new_tokens, args.max_draft, args.draft_threshold, False)
+        paths = run_spec_bench(run_, prepared.loaded, _say, show)
+        print(f"wrote {', '.join(str(p) for p in paths[:-1])} and {paths[-1]}")
+        return 0
+    run_bench(prepared, _say, show)
     announce(out, f"wrote {out}")
     return 0
 
 
-def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, options: dict[str, Any], report, out,
-                 extra=()) -> None:
-    """Measure every domain's configurations and print its table, filling ``report`` and writing
-    it to ``out`` after each domain (a long run stopped later keeps what it measured); ``options``:
-    the keyword arguments of :func:`layersearch.bench.configs` beyond the masks (peers, drafters...);
-    ``extra``: more configurations (the spec rows), after those."""
-    from layersearch.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
-
-    for domain in domains:
-        ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
-        context = int(sum(i.shape[1] for i in ids) / len(ids)) + args.max_new_tokens // 2
-        cfgs = configs(loaded.model, masks, policy, **options) + list(extra)
-        _say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {args.repeats} repeats")
-        measured = run_domain(cfgs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
-        loop, plain = measured.get(LOOP), measured.get(PLAIN)
-        rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain) for c in cfgs]
-        report["domains"][domain] = {"context": context, "rows": rows}
-        print(format_table(domain, rows), flush=True)
-        write_json_atomic(out, report)
-
-
-def _domains(args: Any) -> list[str]:
-    """``--domains`` and the prompt file of ``--prompts`` (checked before the model loads)."""
-    from layersearch.data.user import choose_rows, domain_for
-
-    given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
-    domains = [d for d in given.split(",") if d]
-    if args.prompts:
-        choose_rows(args.prompts, args.prompts_per_domain, 0, args.split or "test")
-        domains.append(domain_for(args.prompts))
-    return domains
-
-
-def _peers(args: Any) -> tuple[str, ...]:
-    from layersearch.bench import ASSISTED, PEERS
-
-    return _named_items(args.peers, "--peers", PEERS, (ASSISTED,))
-
-
-def _drafters(args: Any) -> list[str]:
-    return list(_named_items(args.drafters, "--drafters", ("prompt-lookup", "hybrid"), ("model", "hybrid")))
-
-
-def _named_items(text: str, flag: str, plain: tuple[str, ...], with_model: tuple[str, ...]) -> tuple[str, ...]:
-    """The comma-separated items of ``flag``: each a plain name or ``KIND:MODEL`` for a kind that takes a model."""
-    from layersearch.bench import split_named
-
-    items = tuple(item.strip() for item in text.split(",") if item.strip())
-    for item in items:
-        kind, model = split_named(item)
-        if model is None and kind not in plain or model is not None and (kind not in with_model or not model.strip()):
-            choices = ", ".join((*plain, *(f"{k}:MODEL" for k in with_model)))
-            raise LayersearchError(f"{flag}: unknown item {item!r} (choose from {choices})")
-    return items
-
-
-def _lookaheads(args: Any) -> tuple[str, ...]:
-    from layersearch.runtime.lookahead import LOOKAHEAD_NAMES
-
-    names = tuple(n.strip() for n in args.lookaheads.split(",") if n.strip())
-    unknown = [n for n in names if n not in LOOKAHEAD_NAMES]
-    if unknown:
-        raise LayersearchError(f"--lookaheads: unknown rule {unknown[0]!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
-    return names
-
-
-def _read_specs(text: str, model: str) -> list[tuple[str, str, Any, Any]]:
-    """(file, row label, DecoderSpec, SpecFiles) for each file of ``--specs``, every file it names
-    read and checked; a spec bound to a model is checked against it once loaded (:func:`_spec_rows`)."""
-    from layersearch.build import read_spec_files
-    from layersearch.spec import DecoderSpec
-
-    paths = [p.strip() for p in text.split(",") if p.strip()]
-    if text.strip() and not paths:
-        raise LayersearchError("--specs: no spec file named")
-    stems = [Path(p).stem for p in paths]
-    specs = []
-    for path, stem in zip(paths, stems):
-        spec = DecoderSpec.load(path)
-        _check_spec_model(path, spec, model)
-        _check_placement(path, spec)
-        specs.append((path, stem if stems.count(stem) == 1 else path, spec, read_spec_files(spec)))
-    return specs
-
-
-def _check_spec_model(path: str, spec: Any, model: str) -> None:
-    """A spec not yet bound to a model (no fingerprint) must name the bench's ``--model``."""
-    if spec.model.info is not None:
-        return
-    ref = spec.model.ref
-    same = ref.ref == model or ref.path and _real(ref.ref) == _real(model)
-    if not same:
-        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not --model {model!r}")
-
-
-def _check_placement(path: str, spec: Any) -> None:
-    """The spec's device and dtype must be names we know, though the bench runs on its own."""
-    from layersearch.models.loading import check_device_name, resolve_dtype
-
-    try:
-        check_device_name(spec.model.device)
-        if spec.model.dtype is not None:
-            resolve_dtype(spec.model.dtype)
-    except LayersearchError as exc:
-        raise LayersearchError(f"{path}: {exc}") from None
-
-
-def _real(path: str) -> str:
-    return os.path.realpath(os.path.expanduser(path))
-
-
-def _spec_rows(loaded, specs) -> list[Any]:
-    """The bench rows of the ``--specs`` files, each checked against the loaded model first; an
-    error names its file."""
-    from layersearch.bench import spec_configs
-
-    rows = []
-    for path, label, spec, files in specs:
-        try:
-            spec.check_model(loaded.info)
-            rows += spec_configs(loaded, [(label, spec, files)])
-        except LayersearchError as exc:
-            raise LayersearchError(f"{path}: {exc}") from None
-    return rows
-
-
-def _model_names(items) -> list[str]:
-    from layersearch.bench import split_named
-
-    return list(dict.fromkeys(name for name in (split_named(item)[1] for item in items) if name is not None))
-
-
-def _check_quantized(args: Any, items) -> None:
-    """Each ``MODEL@int8`` of ``items`` can be quantized on this device and dtype."""
-    from layersearch.bench import split_quant
-    from layersearch.models.quantize import check_quant
-
-    for name in _model_names(items):
-        check_quant(split_quant(name)[1], args.device, args.dtype)
-
-
-def _draft_models(args: Any, loaded, items) -> dict[str, Any]:
-    """The draft models that ``--peers`` and ``--drafters`` name, each loaded once in the target's
-    dtype and checked against its vocabulary; ``MODEL@int8`` is that model with int8 weights."""
-    from layersearch.bench import split_quant
-    from layersearch.build import load_draft_model
-    from layersearch.models.quantize import quantize_draft, quantized_copy
-
-    names = _model_names(items)
-    models: dict[str, Any] = {}
-    for name in names:
-        ref, quant = split_quant(name)
-        plain = models.get(ref)
-        if plain is None:
-            _say(f"loading draft model {ref}")
-            plain = load_draft_model(ref, loaded, args.device, args.dtype, progress=_say).model
-            if ref in names:
-                models[ref] = plain
-        if quant is not None:
-            models[name] = quantized_copy(plain, quant) if ref in names else quantize_draft(plain, quant)
-    return models
-
-
-def _profile(args: Any, loaded):
-    from layersearch.profile import LatencyProfile
-    from layersearch.runtime.profiler import quick_profile
-
-    if args.profile:
-        return LatencyProfile.load(args.profile, model=loaded.info)
-    _say("measuring a quick latency profile (pass --profile FILE to reuse one)")
-    return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=_say, kernels=args.kernels)
+def _items(text: str) -> tuple[str, ...]:
+    """The comma-separated items of an option (checked by :class:`~layersearch.bench.BenchSettings`)."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def _say(message: str) -> None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
-from layersearch.checks import check_draft_length, check_int, check_real, check_seed
+from layersearch.checks import check_context, check_draft_length, check_int, check_real, check_seed, context_limit  # noqa: F401 (re-exported)
 from layersearch.errors import LayersearchError
 
 
@@ -94,21 +93,6 @@ def max_draft(value: int, what: str = "--max-draft") -> int:
     return check_draft_length(value, what)
 
 
-def context_limit(loaded: Any) -> int | None:
-    """The model's context length (``max_position_embeddings``), None when it states none."""
-    limit = getattr(loaded.model.config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
-def check_context(loaded: Any, tokens: int, what: str) -> None:
-    """Raise when ``tokens`` positions do not fit the model's context length."""
-    limit = context_limit(loaded)
-    if limit is not None and tokens > limit:
-        raise LayersearchError(
-            f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
-        )
-
-
 def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
     """Repeated ``NAME=VALUE`` options (one mask source per domain) as {name: value}; one error
     line for a malformed or repeated one. ``form`` says the expected shape in that line."""
@@ -123,23 +107,6 @@ def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
     return named
 
 
-def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
-    """``bench``'s masks: an evenly spread one per ``--skip-ratios`` value (labelled ``uniform R``),
-    then the files of ``--masks`` (each checked against the model; labelled by file name unless
-    the file carries a label)."""
-    from layersearch.mask import SkipMask
-
-    ratios = []
-    for part in filter(None, skip_ratios.split(",")):
-        try:
-            ratios.append(float(part))
-        except ValueError:
-            raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
-    result = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
-    for path in filter(None, masks.split(",")):
-        mask = SkipMask.load(path, model=info)
-        result.append(mask if mask.provenance.get("label") else mask.with_provenance(label=Path(path).stem))
-    return result
 
 
 def check_shared_options(args: Any) -> None:

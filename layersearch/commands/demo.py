@@ -8,7 +8,6 @@ spec that ``generate --spec`` runs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,39 +30,26 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 def run(args: Any) -> int:
     """Write code prompts to a file, tune on them with a small budget, print the held-out table."""
     from layersearch.commands import tune
-    from layersearch.tune import TuneSettings
-
     from layersearch.commands.common import positive_int
+    from layersearch.data import write_prompt_file
+    from layersearch.tune import TuneSettings
+    from layersearch.tune.report import held_out_table
 
     TuneSettings("-", args.budget, "demo", max_new_tokens=args.max_new_tokens)  # checks the numbers before any work
     if args.threads is not None:
         positive_int(args.threads, "--threads")
     folder = Path(args.out_dir)
     prompts = folder / "code_prompts.jsonl"
-    _write_prompts(prompts)
+    write_prompt_file(prompts, "code", DEMO_PROMPTS)  # HumanEval-style prompts from the built-in code set
     quick = tune_args("--prompts", str(prompts), "--budget", str(args.budget), "--out", str(folder / "spec.json"),
                       "--name", "demo", "--storage", f"sqlite:///{folder / 'demo.db'}", "--train-prompts", "2",
                       "--test-prompts", "3", "--repeats", "1", "--finalists", "2")
     for name in ("model", "device", "dtype", "threads", "max_new_tokens"):
         setattr(quick, name, getattr(args, name))
     print(f"tuning on {prompts} for {args.budget:g} s (layersearch tune --prompts FILE does this on yours)", file=sys.stderr)
-    result = tune.tune_from_args(quick)
-    print(tune.held_out_table(result), flush=True)
+    print(held_out_table(tune.tune_from_args(quick)), flush=True)
     print(f"run it: layersearch generate --spec {folder / 'spec.json'} --prompt \"def fib(n):\"", flush=True)
     return 0
-
-
-def _write_prompts(path: Path) -> None:
-    """HumanEval-style code prompts from the built-in code set (an existing file is kept)."""
-    from layersearch.data import load_prompts
-
-    if path.exists():
-        return
-    rows = [json.dumps({"prompt": p.text}) for p in load_prompts("code", DEMO_PROMPTS, seed=0, split=None)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(rows) + "\n")
-    tmp.replace(path)
 
 
 def tune_args(*argv: str) -> argparse.Namespace:

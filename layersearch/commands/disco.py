@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from typing import Any
 
+from layersearch.commands.args import model_args
 from layersearch.errors import LayersearchError
 
 
@@ -39,10 +39,7 @@ def add_parser(sub, parser_class) -> None:
 
 
 def _common(p, splits: bool) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="embedded name, HF id or local directory")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
+    model_args(p, threads=1)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--mask", help="mask JSON file (the layer-skip draft)")
     which.add_argument("--skip-ratio", type=float, help="an evenly spread mask skipping this share (default 0.15)")
@@ -65,17 +62,20 @@ def run(args: Any) -> int:
         raise LayersearchError("--max-new-tokens must be >= 2 (rows start at the second token)")
     if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
         raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
+    from layersearch.mask import SkipMask
     from layersearch.outputs import check_output
 
     check_output(args.out)  # before any work: a directory or a missing folder is refused now, not after training
-    mask_file = _mask_file(args)
+    from layersearch.disco.bench import check_domains
+
+    mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
     if args.action == "bench":
         domains = [d for d in args.domains.split(",") if d]
         if not domains:
             raise LayersearchError("--domains is empty")
-        _check_domains(domains)
+        check_domains(domains)
     else:
-        _check_domains([args.domain])
+        check_domains([args.domain])
     rows = None
     if getattr(args, "rows", None):
         from layersearch.disco import Rows
@@ -86,10 +86,11 @@ def run(args: Any) -> int:
 
 def _collect(args, mask_file, rows) -> int:
     from layersearch.disco import collect
+    from layersearch.disco.bench import prompt_tokens
     from layersearch.runtime.decoder import eos_ids
 
     loaded, mask = _load(args, mask_file)
-    prompts = _prompts(loaded, args.domain, args.prompts, args.seed, args.split)
+    prompts = prompt_tokens(loaded, args.domain, args.prompts, args.seed, args.split)
     result = collect(loaded.model, mask, prompts, args.max_new_tokens, _say, eos_ids(loaded.model))
     path = result.save(args.out)
     print(f"wrote {len(result)} rows ({result.label.mean():.2f} accepted) to {path}")
@@ -97,11 +98,11 @@ def _collect(args, mask_file, rows) -> int:
 
 
 def _train(args, mask_file, rows) -> int:
-    from layersearch.disco.bench import train_domain
+    from layersearch.disco.bench import prompt_tokens, train_domain
 
     loaded, mask = _load(args, mask_file)
-    train = [] if rows is not None else _prompts(loaded, args.domain, args.train_prompts, args.seed, "train")
-    val = _prompts(loaded, args.domain, args.val_prompts, args.seed, "validation")
+    train = [] if rows is not None else prompt_tokens(loaded, args.domain, args.train_prompts, args.seed, "train")
+    val = prompt_tokens(loaded, args.domain, args.val_prompts, args.seed, "validation")
     trained = train_domain(
         loaded.model, loaded.info, mask, train, val, new_tokens=args.max_new_tokens, max_draft=args.max_draft,
         loss=args.loss, say=_say, domain=args.domain, train_rows=rows,
@@ -118,86 +119,25 @@ def _train(args, mask_file, rows) -> int:
 
 
 def _bench(args, mask_file, rows) -> int:
-    from layersearch.bench import PLAIN, run_domain
-    from layersearch.disco import collect
-    from layersearch.disco.bench import format_table, oracle_row, record_costs, rule_configs, table_rows, train_domain
+    from layersearch.disco.bench import BenchSettings, bench_domains
     from layersearch.jsonfile import write_json_atomic
-    from layersearch.runtime.decoder import eos_ids
-    import torch
 
     loaded, mask = _load(args, mask_file)
-    domains = [d for d in args.domains.split(",") if d]
-    trained = {}
-    for domain in domains:
-        train = _prompts(loaded, domain, args.train_prompts, args.seed, "train")
-        val = _prompts(loaded, domain, args.val_prompts, args.seed, "validation")
-        trained[domain] = train_domain(loaded.model, loaded.info, mask, train, val, new_tokens=args.max_new_tokens,
-                                       max_draft=args.max_draft, loss=args.loss, say=_say, domain=domain)
-    report: dict[str, Any] = {"argv": sys.argv[1:], "model": loaded.info.to_dict(), "mask": mask.to_dict(), "domains": {}}
-    for domain in domains:
-        prompts = _prompts(loaded, domain, args.test_prompts, args.seed, "test")
-        ids = [torch.tensor([p]) for p in prompts]
-        steps: dict[str, list] = {}
-        configs = rule_configs(loaded.model, mask, args.max_draft, trained, domain, steps)
-        _say(f"{domain}: {len(ids)} test prompts x {len(configs)} rules x {args.repeats} repeats")
-        measured = run_domain(configs, ids, args.max_new_tokens, args.repeats, _say, device=loaded.model.device)
-        statics = [c.name for c in configs if c.name.startswith("static ") and not measured[c.name].error]
-        best = min(statics, key=lambda n: statistics.median(measured[n].totals))
-        costs = record_costs(steps, args.max_draft)
-        rows_ = table_rows(configs, measured, best, steps, costs)
-        test_rows = collect(loaded.model, mask, prompts, args.max_new_tokens, None, eos_ids(loaded.model))
-        plain_ms = next(r["ms_per_token"] for r in rows_ if r["config"] == PLAIN)
-        rows_.append(oracle_row(test_rows, costs, measured, plain_ms))
-        tuned = trained[domain].tuned
-        report["domains"][domain] = {"rows": rows_, "validation": dict(trained[domain].file.training), "costs": costs.to_dict(),
-                                     "test_acceptance": float(test_rows.label.mean())}
-        print(format_table(domain, rows_, tuned), flush=True)
-    path = write_json_atomic(args.out, report)
-    print(f"wrote {path}")
+    settings = BenchSettings(args.train_prompts, args.val_prompts, args.test_prompts, args.seed, args.max_new_tokens,
+                             args.max_draft, args.loss, args.repeats)
+    report = bench_domains(loaded, mask, [d for d in args.domains.split(",") if d], settings, _say,
+                           lambda table: print(table, flush=True))
+    print(f"wrote {write_json_atomic(args.out, {'argv': sys.argv[1:], **report})}")
     return 0
 
 
-def _mask_file(args):
-    from layersearch.mask import SkipMask
-
-    return SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
-
-
 def _load(args, mask_file):
-    from layersearch.commands.common import check_context, load
-    from layersearch.mask import SkipMask
+    """The model and the draft's mask (:func:`layersearch.disco.bench.draft_mask`)."""
+    from layersearch.commands.common import load
+    from layersearch.disco.bench import draft_mask
 
     loaded = load(args)
-    check_context(loaded, args.max_new_tokens + 1, f"--max-new-tokens {args.max_new_tokens}")  # prompts come on top
-    if mask_file is not None:
-        try:
-            mask_file.check_model(loaded.info)
-        except LayersearchError as exc:
-            raise LayersearchError(f"{args.mask}: {exc}") from None
-        mask = mask_file
-    else:
-        mask = SkipMask.uniform(loaded.info.num_layers, 0.15 if args.skip_ratio is None else args.skip_ratio, loaded.info)
-    if mask.is_empty:
-        raise LayersearchError("the mask skips nothing: the draft would be the target")
-    return loaded, mask
-
-
-def _check_domains(domains) -> None:
-    from layersearch.data import DOMAINS, user
-
-    unknown = [d for d in domains if d not in DOMAINS and not user.is_user_domain(d)]
-    if unknown:
-        raise LayersearchError(f"unknown domain {unknown[0]!r}: choose one of {', '.join(DOMAINS)} (or file:PROMPTS.jsonl)")
-    for domain in domains:
-        if user.is_user_domain(domain):
-            user.read_rows(domain[len(user.PREFIX):])  # a bad prompt file fails before the model loads
-
-
-def _prompts(loaded, domain: str, n: int, seed: int, split: str) -> list[list[int]]:
-    from layersearch.data import load_prompts
-
-    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split, tokenizer=loaded.tokenizer)]
-    return [loaded.tokenizer(t, return_tensors="pt").input_ids[0].tolist() for t in texts]
+    return loaded, draft_mask(loaded, mask_file, args.mask, args.skip_ratio, args.max_new_tokens)
 
 
 def _say(message: str) -> None:

@@ -64,7 +64,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--steering", help="steering file from `layersearch steer train` (uses its mask, or its draft model)")
     p.add_argument("--draft-model", metavar="MODEL",
                    help="draft with an independent model sharing the tokenizer (embedded name, HF id or directory; "
-                   "default with a --steering file trained for one: that file's)")
+                   "MODEL@int8: its weights in int8, as bench's items; default with a --steering file trained for one: "
+                   "that file's)")
     p.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
                    help="quantize the draft (int8: torch's dynamic int8 Linears, CPU only; output still lossless): the "
                    "--draft-model's weights, or without one the model itself: every sub-layer the mask keeps, and the "

@@ -10,7 +10,8 @@ from layersearch.commands.common import positive_int
 from layersearch.commands.onthefly import swift_config
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
-from layersearch.spec import (DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
+from layersearch.spec_fragments import drafter_from_options
+from layersearch.spec import (DecoderSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
                               SamplingSpec, lookahead_names, registry_names)
 
 #: Options that do not describe the decoder: they apply with ``--spec`` too.
@@ -38,8 +39,8 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     return DecoderSpec(
         model=ModelSpec(ModelRef.given(args.model), None, args.device, args.dtype),
         plain=args.baseline,
-        drafter=DrafterSpec(args.drafter, ModelRef.given(args.draft_model) if args.draft_model else None, args.draft_vocab,
-                            _draft_quant(args)),
+        drafter=drafter_from_options(args.drafter, args.draft_model, args.draft_vocab, _draft_quant(args), args.device,
+                                     args.dtype),
         mask_source=source,
         steering=args.steering,
         lookahead=_lookahead(args),

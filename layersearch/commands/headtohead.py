@@ -1,28 +1,5 @@
-"""``layersearch study head-to-head``: any strategies (swift, selfsd-bo, knapsack, random, tpe,
-uniform) under one wall-clock budget each.
-
-A benchmark in the spirit of swift.txt Table 12 (SWIFT 1.56x after 116 s; Self-SD's BO 0.97x
-after 155 s). On one model and one domain, each strategy gets its own study, searched with
-its native objective for ``--budget`` seconds (Optuna's timeout: no trial starts after the
-budget, the running one finishes):
-
-==========  ==============================================================================
-swift       matchness (its paper's objective), fixed skip count int((L-2)*2r), r = 0.45
-selfsd-bo   time-per-token of the speculative decoder (Self-SD's objective)
-random      ``--random-objective`` (default matchness, with swift's skip ratio: the control
-            that shows what SWIFT's sampler adds over random masks of the same size)
-==========  ==============================================================================
-
-Best objective values are not comparable across objectives, so the common yardstick is
-measured at the end, in this one process: tokens/s of the speculative decoder with each
-study's best mask against plain ``generate`` on the same domain prompts (``study compare``),
-plus the M and alpha of that run. The model is loaded once and shared by all the searches.
-
-The report (``--out``, JSON) gives per strategy its best-so-far curve against wall time, the
-held-out speedup, the best mask, its skip ratio, M, alpha and the seconds it took to reach 95%
-of its final best; the figure (``--plot``) draws the curves, one panel per strategy (their
-objectives differ), with the held-out speedups in the legends.
-"""
+"""``layersearch study head-to-head``: strategies under one wall-clock budget each, then compared on
+held-out prompts; the design and the report are :mod:`layersearch.study.head_to_head`'s."""
 
 from __future__ import annotations
 
@@ -32,11 +9,7 @@ from typing import Any
 
 from layersearch.checks import check_positive
 from layersearch.commands.args import model_args
-from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, format_run_summary, format_table, log, search_args, settings_from_args
-from layersearch.errors import LayersearchError
-
-PAPER = "swift.txt Table 12: SWIFT 1.56x after 116 s, Self-SD BO 0.97x after 155 s"
-
+from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, log, search_args, settings_from_args
 
 def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``study head-to-head``: its arguments (on the ``study`` command's actions)."""
@@ -68,14 +41,13 @@ def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> Non
 def run(args: Any) -> int:
     """Create, search and compare one study per strategy; print the table and the ordering."""
     from layersearch.objectives import check_objective
-    from layersearch.strategies import default_skip_ratio, get_strategy
-    from layersearch.study import COMPARE_COLUMNS, load_study_model, compare_studies, create_study, run_study
+    from layersearch.strategies import default_skip_ratio
+    from layersearch.study import COMPARE_COLUMNS
+    from layersearch.study.head_to_head import ordering, report_targets, run_head_to_head, strategies_named, write_report
+    from layersearch.study.text import format_table
 
     check_positive(args.budget, "--budget", unit="seconds")
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if not strategies or len(set(strategies)) != len(strategies):
-        raise LayersearchError("--strategies must list distinct strategy names")
-    registered = [get_strategy(name) for name in strategies]
+    registered = strategies_named(args.strategies)
     check_objective(args.random_objective)
     args.domain, args.prompts = domain_from_args(args, default="summarization"), None
     label = "prompts" if args.domain.startswith("file:") else args.domain
@@ -84,7 +56,7 @@ def run(args: Any) -> int:
     from layersearch.study.compare import table_targets
 
     targets = table_targets(prefix if args.out_prefix is None else args.out_prefix)  # checked before hours of searching
-    report_out, plot_out = _report_targets(args, prefix)
+    report_out, plot_out = report_targets(args.out_prefix or prefix, args.out, args.plot)
 
     plans = []
     for strategy in registered:
@@ -95,101 +67,10 @@ def run(args: Any) -> int:
             skip_ratio=ratio if strategy.takes_ratio else None,
         ).validated()
         plans.append((f"{prefix}-{strategy.name}", settings))
-    loaded = load_study_model(plans[0][1])
-    key = (plans[0][1].model, plans[0][1].device, plans[0][1].dtype)
-
-    profile_path = args.profile
-    names = []
-    for name, settings in plans:
-        result = create_study(name, settings, storage=args.storage, profile_path=profile_path, loaded=loaded, log=log)
-        if profile_path is None and result.settings.profile is not None:
-            # Measure the profile once and reuse it for the other studies.
-            from layersearch.profile import LatencyProfile
-
-            profile_path = _profile_file(LatencyProfile.from_dict(result.settings.profile), prefix)
-        log(f"{'created' if result.created else 'resuming'} {name}: {settings.strategy} / {settings.objective}, "
-            f"budget {args.budget:g} s")
-        summary = run_study(name, storage=args.storage, timeout=args.budget, quiet=args.quiet, loaded=loaded)
-        log(format_run_summary(summary))
-        names.append(name)
-
-    result = compare_studies(names, storage=args.storage, out_prefix=targets, repeats=args.repeats,
-                             loaded={key: loaded}, log=log)
+    result, report = run_head_to_head(plans, prefix=prefix, storage=args.storage, budget=args.budget, quiet=args.quiet,
+                                      profile_path=args.profile, targets=targets, repeats=args.repeats, log=log)
     print(format_table(result.rows, COMPARE_COLUMNS))
     print(ordering(result.rows))
-    report = head_to_head_report(names, result.rows, args.storage)
-    _write_report(report, report_out, plot_out)
+    write_report(report, report_out, plot_out)
     print(f"wrote {result.csv_path}, {result.json_path}, {report_out.given} and {plot_out.given}")
     return 0
-
-
-def head_to_head_report(names: list[str], rows: list[dict[str, Any]], storage: str | None) -> dict[str, Any]:
-    """Per strategy (under ``strategies.<name>``): the best-so-far curve against wall time, the
-    held-out speedup of its best mask, the mask, its skip ratio, M, alpha, trials, seconds and
-    the time it took to reach 95% of its final best."""
-    from layersearch.objectives import objective_direction
-    from layersearch.study.inspect import best_curve, time_to_fraction
-    from layersearch.study.storage import open_study
-
-    strategies: dict[str, Any] = {}
-    for name, row in zip(names, rows):
-        study = open_study(name, storage, read_only=True)[0]
-        curve = [(round(s, 3), v) for s, v in best_curve(study)]
-        maximize = objective_direction(row["objective"]) == "maximize"
-        strategies[row["strategy"]] = {
-            "study": name,
-            "objective": row["objective"],
-            "direction": "maximize" if maximize else "minimize",
-            "curve": [list(point) for point in curve],
-            "trials": row["trials"],
-            "search_seconds": row["search_seconds"],
-            "seconds_to_95pct": time_to_fraction(curve, maximize),
-            "heldout_speedup": row["speedup"],
-            "mask": row["mask"],
-            "skip_ratio": row["skip_ratio"],
-            "M": row["M"],
-            "alpha": row["alpha"],
-        }
-    domain = rows[0]["domain"] if rows else None
-    return {"kind": "layersearch-head-to-head", "domain": domain, "model": rows[0]["model"] if rows else None,
-            "split": "test", "strategies": strategies}
-
-
-def _report_targets(args: Any, prefix: str):
-    from layersearch.outputs import check_output
-
-    base = args.out_prefix or prefix
-    base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
-    return (check_output(args.out or f"{base}-head-to-head.json", "--out"),
-            check_output(args.plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))
-
-
-def _write_report(report: dict[str, Any], out, plot) -> None:
-    from layersearch.jsonfile import json_text
-    from layersearch.outputs import write_outputs
-    from layersearch.plots import plot_head_to_head
-
-    write_outputs([(out, json_text(report))], "--out")
-    plot_head_to_head(report["strategies"], plot)
-
-
-def ordering(rows: list[dict[str, Any]]) -> str:
-    """Whether SWIFT's mask beat Self-SD BO's in measured speedup, as in the paper."""
-    by_strategy = {row["strategy"]: row for row in rows}
-    swift, selfsd = by_strategy.get("swift"), by_strategy.get("selfsd-bo")
-    if not swift or not selfsd or swift.get("speedup") is None or selfsd.get("speedup") is None:
-        return f"ordering: not measured ({PAPER})"
-    ours = (f"swift {swift['speedup']:.2f}x after {swift['search_seconds']:.0f} s, "
-            f"selfsd-bo {selfsd['speedup']:.2f}x after {selfsd['search_seconds']:.0f} s")
-    verdict = "reproduced" if swift["speedup"] > selfsd["speedup"] else "NOT reproduced"
-    if max(swift["speedup"], selfsd["speedup"]) < 1:
-        verdict += " (but neither mask beats plain decoding here)"
-    return f"ordering swift > selfsd-bo {verdict}: {ours} ({PAPER})"
-
-
-def _profile_file(profile: Any, prefix: str) -> str:
-    from layersearch.study import STUDIES_DIR
-
-    path = STUDIES_DIR / f"{prefix}-profile.json"
-    profile.save(path)
-    return str(path)

@@ -3,11 +3,8 @@ parse, check, load, run, print."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
-
-from layersearch.errors import LayersearchError
 
 
 def add_parser(sub: Any, parser_class: Any) -> None:
@@ -46,50 +43,15 @@ def run(args: Any) -> int:
 
 
 def bench(args: Any) -> int:
-    """Run the experiment, print the table, write the JSON report."""
-    import torch
-
-    from layersearch.commands.common import check_context, load, positive_int
-    from layersearch.knapspec.bench import BenchSettings, format_table, latency_profile, run_bench, write_report
-    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
-    from layersearch.mask import parse_index_list
+    """Run the experiment (:func:`layersearch.knapspec.bench.run_experiment`), print the table, write the JSON report."""
+    from layersearch.commands.common import load
+    from layersearch.knapspec.bench import BenchSettings, format_table, run_experiment
     from layersearch.outputs import announce, check_output
 
     out = check_output(args.out)
-    if args.profile and not os.path.exists(args.profile):  # measured, then saved there: check it now
-        check_output(args.profile, "--profile")
-    contexts = parse_index_list(args.contexts, "contexts")
-    if not contexts or min(contexts) < 8:
-        raise LayersearchError("--contexts must be token counts >= 8")
-    if args.check_candidates < 0:
-        raise LayersearchError(f"--check-candidates must be >= 0, got {args.check_candidates}")
-    for value, what in ((args.max_new_tokens, "--max-new-tokens"), (args.interval, "--interval"),
-                        (args.window, "--window"), (args.max_draft, "--max-draft")):
-        positive_int(value, what)
     settings = BenchSettings(**{k: getattr(args, k) for k in BenchSettings.__dataclass_fields__})
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-
-    loaded = load(args)
-    # Every context checked before the first is measured: no partial report for a model too short.
-    check_context(loaded, max(contexts) + args.max_new_tokens + args.max_draft + 1,
-                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
-    profile = latency_profile(loaded, args.profile, contexts, args.max_draft, say)
-    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
-    say(format_benchmark(solver))
-    report: dict[str, Any] = {
-        "argv": sys.argv[1:],
-        "model": loaded.info.to_dict(),
-        "device": profile.device,
-        "threads": torch.get_num_threads(),
-        "settings": settings.to_dict(),
-        "profile": profile.to_dict(),
-        "solver": solver,
-        "contexts": [],
-    }
-    # A partial report survives a crash; a stream gets the whole one once.
-    save = (lambda partial: None) if out.stream else (lambda partial: write_report(out, partial))
-    run_bench(loaded, profile, contexts, settings, say=say, report=report, save=save)
-    write_report(out, report)
+    report = run_experiment(settings, args.contexts, args.profile, out, lambda: load(args),
+                            say=lambda message: print(message, file=sys.stderr, flush=True), argv=sys.argv[1:])
     print(format_table(report))
     announce(out, f"wrote {out}")
     return 0

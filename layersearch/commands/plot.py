@@ -39,7 +39,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 def run(args: Any) -> int:
     """Draw the requested figure and print the path written."""
     from layersearch import plots
-    from layersearch.commands.study import quiet_optuna
+    from layersearch.study.text import quiet_optuna
 
     quiet_optuna()
     if args.kind == "mask":
@@ -52,7 +52,7 @@ def run(args: Any) -> int:
     elif args.kind == "bench":
         out = plots.check_png_output(
             _or(args.out, plots.default_plot_path("bench", Path(args.file).stem)), default=args.out is None)
-        path = plots.plot_bench(_bench_rows(args.file), out)
+        path = plots.plot_bench(plots.bench_rows(args.file), out)
     elif args.kind == "history":
         from layersearch.study import load_study
 
@@ -79,26 +79,3 @@ def run(args: Any) -> int:
 def _or(given: Any, default: Any) -> Any:
     """``--out`` when given (even empty: that is an error to report), else the default path."""
     return default if given is None else given
-
-
-def _bench_rows(path: str) -> dict[str, list[dict[str, Any]]]:
-    """The rows of each domain of a ``bench`` report, checked enough to draw."""
-    from layersearch.jsonfile import read_json_file
-
-    data = read_json_file(path, "bench report")
-    domains = data.get("domains") if isinstance(data, dict) else None
-    if not isinstance(domains, dict):
-        raise LayersearchError(f"{path}: not a bench report (no domains)")
-    result = {}
-    for name, entry in domains.items():
-        rows = entry.get("rows") if isinstance(entry, dict) else None
-        if not isinstance(rows, list) or not all(_drawable(r) for r in rows):
-            raise LayersearchError(f"{path}: domain {name!r} has malformed rows")
-        result[name] = rows
-    return result
-
-
-def _drawable(row: Any) -> bool:
-    numbers = (row.get(k) for k in ("speedup", "decode_speedup")) if isinstance(row, dict) else ()
-    return (isinstance(row, dict) and isinstance(row.get("config"), str)
-            and all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers))

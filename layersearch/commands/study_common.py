@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 from layersearch.commands.args import draft_args
 from layersearch.objectives import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SAMPLES
@@ -113,37 +113,3 @@ def with_strategy_options(settings: Any, args: Any) -> Any:
 def log(message: str) -> None:
     """Progress notes go to stderr so stdout stays the command's result."""
     print(message, file=sys.stderr, flush=True)
-
-
-def format_run_summary(summary: Any) -> str:
-    """One line: trials run, completed, best value and mask, stop reason, stale trials failed."""
-    parts = [f"study {summary.name}: ran {summary.ran} trial(s) in {summary.seconds:.1f} s",
-             f"{summary.completed} complete of {summary.total}"]
-    if summary.best_value is not None:
-        parts.append(f"best {summary.best_value:.6g} ({summary.direction}) at trial {summary.best_trial} [{summary.best_mask}]")
-    if summary.stale_failed:
-        parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
-    if summary.stop_reason:
-        parts.append(f"stopped: {summary.stop_reason}")
-    text = "; ".join(parts)
-    if getattr(summary, "advice", None):
-        text += f"\nlayersearch: note: {summary.advice}"
-    return text
-
-
-def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """A plain aligned text table."""
-    cells = [[fmt(row.get(col)) for col in columns] for row in rows]
-    widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
-    lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def fmt(value: Any) -> str:
-    """A table cell: ``-`` for None, 4 significant digits for floats."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)

@@ -10,7 +10,6 @@ import sys
 from typing import Any
 
 from layersearch.commands.args import draft_args, model_args, swift_args
-from layersearch.errors import LayersearchError
 
 DEFAULT_DOMAINS = "translation,math,code"
 
@@ -49,55 +48,28 @@ def run(args: Any) -> int:
 
 
 def stream(args: Any) -> int:
-    """Build the stream, search the fixed mask, decode the stream with every method, report."""
-    from layersearch.commands.common import load, positive_int
+    """Build the stream, search the fixed mask, decode the stream with every method, report
+    (:func:`layersearch.swift.bench.stream_experiment`)."""
+    from layersearch.commands.common import load
     from layersearch.commands.onthefly import swift_config
-    from layersearch.data import DOMAINS
-    from layersearch.outputs import check_output, write_output
-    from layersearch.plots import plot_swift_stream
-    from layersearch.runtime.drafting import DraftPolicy
-    from layersearch.swift.bench import METHODS, StreamReport, build_stream, fixed_mask_on_train, method_decoder, run_stream
+    from layersearch.outputs import check_output
+    from layersearch.swift.bench import StreamJob, stream_experiment
 
-    for value, flag in ((args.per_domain, "--per-domain"), (args.max_new_tokens, "--max-new-tokens"),
-                        (args.search_prompts, "--search-prompts")):
-        positive_int(value, flag)
-    positive_int(args.search_trials + 1, "--search-trials + 1")
-    domains = [d.strip() for d in args.domains.split(",") if d.strip()]
-    unknown = [d for d in domains if d not in DOMAINS]
-    if not domains or unknown:
-        raise LayersearchError(f"--domains: unknown or empty {', '.join(unknown) or args.domains!r} (known: {', '.join(DOMAINS)})")
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods or any(m not in METHODS for m in methods):
-        raise LayersearchError(f"--methods: choose from {', '.join(METHODS)}, got {args.methods!r}")
+    job = StreamJob(args.domains, args.methods, args.per_domain, args.max_new_tokens, args.search_prompts,
+                    args.search_trials, args.seed, args.max_draft, args.draft_threshold)
+    job.check()
     config = swift_config(args)
-    policy = DraftPolicy(args.max_draft, args.draft_threshold)
     out = check_output(args.out, "--out", suffixes=(".json",))
     plot = check_output(args.plot, "--plot", suffixes=(".png",), default=args.plot == DEFAULT_PLOT)
-    inputs = build_stream(domains, args.per_domain, seed=args.seed)
-    loaded = load(args)
-
-    fixed, fixed_score = fixed_mask_on_train(loaded, domains[0], config, prompts=args.search_prompts,
-                                             trials=args.search_trials, seed=args.seed)
-    _log(f"fixed mask searched on {domains[0]} (train): matchness {fixed_score:.3f}, {fixed.short_string()}")
-    results = run_stream(
-        loaded, inputs, methods=methods, fixed_mask=fixed, max_new_tokens=args.max_new_tokens,
-        make_decoder=lambda method: method_decoder(method, loaded, fixed, config, policy), progress=_log,
-    )
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "action") and _jsonable(v)}
-    report = StreamReport(tuple(inputs), tuple(results), fixed, fixed_score, settings)
-    write_output(out, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
-    shown = [m for m in ("fixed", "swift", "fixed-tree", "swift-tree") if m in methods]
-    plot_swift_stream(
-        [s.domain for s in inputs], {m: report.speedups(m) for m in shown},
-        {m: [r.matchness for r in report.of(m)] for m in shown if m.startswith("swift")}, plot,
-    )
+    report = stream_experiment(job, config, lambda: load(args), out, plot, settings, _log)
     print(_table(report.summary()))
     print(f"wrote {args.out} and {args.plot}")
     return 0
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    from layersearch.commands.study_common import format_table
+    from layersearch.study.text import format_table
 
     return format_table(rows, ["method", "M", "alpha", "tokens_per_second", "speedup", "optimization_seconds"])
 

@@ -1,18 +1,14 @@
 """``layersearch transfer``: each domain's mask on every domain's test prompts (speedup, M).
 
-The parser is defined here (no torch at import, so ``--help`` stays fast); the work is in
-:mod:`layersearch.transfer`. Prints two matrices and writes ``PREFIX.json`` and a heatmap
-``PREFIX.png``.
+The work is :func:`layersearch.transfer.run_transfer`'s. Prints two matrices and writes
+``PREFIX.json`` and a heatmap ``PREFIX.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
-
-from layersearch.errors import LayersearchError
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -41,37 +37,14 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 
 def run(args: Any) -> int:
-    """Measure the matrix, print it, write the JSON and the heatmap."""
-    from layersearch.commands.common import domain_options, load, positive_int
-    from layersearch.jsonfile import write_json_atomic
-    from layersearch.mask import SkipMask
-    from layersearch.plots import plot_transfer
-    from layersearch.transfer import format_matrix, transfer_matrix
+    """Measure the matrix (:func:`layersearch.transfer.run_transfer`), print it, write the JSON and the heatmap."""
+    from layersearch.commands.common import domain_options, load
+    from layersearch.transfer import TransferJob, format_matrix, run_transfer
 
-    for value, name in ((args.samples, "--samples"), (args.max_new_tokens, "--max-new-tokens"), (args.repeats, "--repeats")):
-        positive_int(value, name)
-    named = domain_options(args.mask, "--mask", "DOMAIN=FILE")
-    domains = [d for d in (args.domains or ",".join(named)).split(",") if d]
-    if args.prompts:
-        from layersearch.data.user import choose_rows, domain_for
-
-        choose_rows(args.prompts, args.samples, args.prompt_seed, args.split)  # a bad file fails before the model loads
-        domains.append(domain_for(args.prompts))
-    loaded = load(args)
-    masks = {domain: SkipMask.load(path, model=loaded.info) for domain, path in named.items()}
-    result = transfer_matrix(
-        loaded, masks, domains, samples=args.samples, prompt_seed=args.prompt_seed, split=args.split,
-        max_new_tokens=args.max_new_tokens, max_draft=args.max_draft, draft_threshold=args.draft_threshold,
-        repeats=args.repeats, spec_bench=args.spec_bench, progress=lambda m: print(m, file=sys.stderr, flush=True),
-    )
+    job = TransferJob(domain_options(args.mask, "--mask", "DOMAIN=FILE"), args.domains, args.prompts, args.samples,
+                      args.prompt_seed, args.split, args.max_new_tokens, args.repeats, args.spec_bench, args.max_draft,
+                      args.draft_threshold, args.out_prefix)
+    result, json_path, png = run_transfer(job, lambda: load(args), lambda m: print(m, file=sys.stderr, flush=True))
     print(format_matrix(result))
-    prefix = Path(args.out_prefix)
-    report = {"model": loaded.info.to_dict(), "split": args.split, "samples": args.samples,
-              "max_new_tokens": args.max_new_tokens, "masks": dict(named), **result.to_dict()}
-    json_path = write_json_atomic(prefix.with_name(prefix.name + ".json"), report)
-    png = plot_transfer(result.grid("speedup"), result.grid("M"), result.mask_domains, result.eval_domains,
-                        prefix.with_name(prefix.name + ".png"))
     print(f"wrote {json_path} and {png}")
     return 0
-
-

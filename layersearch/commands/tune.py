@@ -40,6 +40,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Check everything, load the model(s), tune, print the held-out table, write spec and report."""
+    from layersearch.tune.report import held_out_table
+
     result = tune_from_args(args)
     print(held_out_table(result), flush=True)
     return 0
@@ -47,14 +49,13 @@ def run(args: Any) -> int:
 
 def tune_from_args(args: Any) -> Any:
     """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
-    from layersearch.build import load_draft_model
     from layersearch.commands.common import load
     from layersearch.outputs import announce, check_output, write_outputs
     from layersearch.plots import check_png_output
     from layersearch.spec import ModelRef, ModelSpec
     from layersearch.tune import TuneSettings
     from layersearch.tune.report import curve_png, markdown, report_paths
-    from layersearch.tune.run import prepare, tune
+    from layersearch.tune.run import TrialLines, load_drafts, prepare, tune
 
     settings = TuneSettings(args.prompts, args.budget, args.name or default_name(args.prompts), args.storage,
                             args.train_prompts, args.test_prompts, args.max_new_tokens, args.repeats, args.finalists)
@@ -65,16 +66,12 @@ def tune_from_args(args: Any) -> Any:
         from layersearch.errors import LayersearchError
 
         raise LayersearchError("--draft-model is empty: name a model")
-    draft_ref = ModelRef.given(args.draft_model) if args.draft_model else None
+    draft_ref = _draft_ref(args.draft_model) if args.draft_model else None
     prepared = prepare(settings, draft_ref)
     loaded = load(args)
-    drafts = {}
-    if draft_ref is not None:
-        _say(f"loading draft model {draft_ref.ref}")
-        drafts[None] = load_draft_model(draft_ref.ref, loaded, args.device, args.dtype)
-        drafts.update(_quantized_drafts(drafts[None], args))
+    drafts = load_drafts(loaded, draft_ref, args.device, args.dtype, _say)
     model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)
-    with _Progress(args.quiet) as progress, warnings.catch_warnings():
+    with TrialLines(args.quiet, _say) as progress, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
         result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(args, "kernels", "auto"),
                       say=_say if not args.quiet else (lambda m: None), on_trial=progress.update)
@@ -85,71 +82,22 @@ def tune_from_args(args: Any) -> Any:
     return result
 
 
-def _quantized_drafts(draft: Any, args: Any) -> dict[str, Any]:
-    """The draft model's int8 copy where it can run (CPU, float32), for the study to choose from."""
-    from dataclasses import replace
-
+def _draft_ref(text: str) -> Any:
+    """``--draft-model MODEL``: the study searches the model's own and its int8 weights itself."""
     from layersearch.errors import LayersearchError
-    from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantized_copy
+    from layersearch.spec_fragments import draft_model_item
 
-    out = {}
-    for scheme in QUANT_SCHEMES:
-        try:
-            check_quant(scheme, args.device, args.dtype)
-        except LayersearchError:
-            continue  # e.g. a GPU: the draft model is searched with its own weights only
-        out[scheme] = replace(draft, model=quantized_copy(draft.model, scheme))
-    return out
-
-
-def held_out_table(result: Any) -> str:
-    """The held-out rows as aligned text, and the choice."""
-    from layersearch.tune.report import describe
-
-    lines = [f"{'config':48} {'train':>7} {'speedup':>8} {'M':>5} {'alpha':>6} identical"]
-    for row in result.selection.rows:
-        if row.error:
-            lines.append(f"{row.label[:48]:48} failed: {row.error}")
-            continue
-        train = "-" if row.train_speedup is None else f"{row.train_speedup:.2f}x"
-        m = "-" if row.M is None else f"{row.M:.2f}"
-        alpha = "-" if row.alpha is None else f"{row.alpha:.2f}"
-        lines.append(f"{row.label[:48]:48} {train:>7} {row.speedup:>7.2f}x {m:>5} {alpha:>6} {'yes' if row.identical else 'NO'}")
-    chosen = "plain decoding (nothing beat it on held-out prompts)" if result.selection.plain_chosen else \
-        f"{result.selection.winner}: {describe(result.spec)}"
-    lines.append(f"chosen: {chosen}")
-    return "\n".join(lines)
+    ref, quant = draft_model_item(text)
+    if quant is not None:
+        raise LayersearchError(f"--draft-model {text}: tune searches the draft model's own and {quant} weights itself; "
+                               f"give {ref.ref}")
+    return ref
 
 
 def default_name(prompts: str) -> str:
     """A study name from the prompt file's name (letters, digits and ._+- kept)."""
     stem = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(prompts).stem).lstrip("._+-")[:100]
     return stem or "prompts"
-
-
-class _Progress:
-    """Per-trial progress on stderr: a bar on a terminal, else one line per trial."""
-
-    def __init__(self, quiet: bool) -> None:
-        from layersearch.progress import TrialProgress
-
-        self.quiet = quiet
-        self.bar = TrialProgress(quiet=quiet, desc="tune")
-
-    def __enter__(self) -> "_Progress":
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.close()
-
-    def update(self, p: Any) -> None:
-        """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
-        self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
-        if not self.quiet and not self.bar.enabled:
-            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
-            best = "-" if p.best is None else f"{p.best:.2f}x"
-            _say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")
 
 
 def _say(message: str) -> None:

@@ -101,3 +101,19 @@ def long_prompt(approx_chars: int, *, seed: int = 0) -> str:
     cut at a sentence end where one is near), for long-context experiments (~256 to 4k
     tokens => ~1k to 16k chars)."""
     return news.long_text(approx_chars, seed)
+
+
+def write_prompt_file(path: str | os.PathLike, domain: str, count: int) -> None:
+    """A prompt file (``{"prompt": ...}`` per line) of ``count`` prompts of a built-in ``domain``,
+    written atomically; an existing file is kept."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists():
+        return
+    rows = [json.dumps({"prompt": p.text}) for p in load_prompts(domain, count, seed=0, split=None)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(rows) + "\n")
+    tmp.replace(path)

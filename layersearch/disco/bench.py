@@ -18,18 +18,22 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from layersearch.bench import PLAIN, Configuration, run_domain, summarize
+from layersearch.bench import PLAIN, run_domain, summarize
+from layersearch.measure import Configuration
+from layersearch.build import assemble
 from layersearch.disco.baselines import PerplexityLookahead, RocConfidenceLookahead
 from layersearch.disco.classifier import train
 from layersearch.disco.collect import Rows, collect
 from layersearch.disco.file import DiscoFile
 from layersearch.disco.tune import Costs, Tuned, measure_costs, replay, tune
+from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.measure import speedup
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder, eos_ids
-from layersearch.runtime.lookahead import AdaptiveLookahead, ConfidenceLookahead, HeuristicLookahead, StaticLookahead
+from layersearch.runtime.decoder import eos_ids
 from layersearch.runtime.stats import combine
+from layersearch.spec import LookaheadSpec
+from layersearch.spec_fragments import mask_spec
 
 Say = Callable[[str], None]
 
@@ -75,8 +79,13 @@ def rule_configs(
     generation's per-step records are appended to ``steps[rule name]``."""
     own = trained[domain]
 
-    def ours(label: str, lookahead) -> Configuration:
-        decoder = SpeculativeDecoder(model, mask, lookahead=lookahead)
+    def ours(label: str, rule) -> Configuration:
+        """A row of our loop with ``rule``: a registered rule's LookaheadSpec, or a trained /
+        baseline rule object (DISCO, ROC confidence, perplexity) in the spec's place."""
+        if isinstance(rule, LookaheadSpec):
+            decoder = assemble(model, mask_spec(mask, lookahead=rule))
+        else:
+            decoder = assemble(model, mask_spec(mask), lookahead=rule)
 
         def generate(ids, n):
             result = decoder.generate(ids, n)
@@ -86,11 +95,11 @@ def rule_configs(
         return Configuration(label, generate, mask, model)
 
     result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
-    result += [ours(f"static {k}", StaticLookahead(k)) for k in range(1, max_draft + 1)]
+    result += [ours(f"static {k}", LookaheadSpec("static", k)) for k in range(1, max_draft + 1)]
     result += [
-        ours("self-sd confidence 0.8", ConfidenceLookahead(max_draft, 0.8)),
-        ours("self-sd adaptive", AdaptiveLookahead.starting_at(max_draft, 0.8)),
-        ours("hf heuristic", HeuristicLookahead(max_draft, ceiling=32)),
+        ours("self-sd confidence 0.8", LookaheadSpec("confidence", max_draft, 0.8)),
+        ours("self-sd adaptive", LookaheadSpec("adaptive", max_draft, 0.8)),
+        ours("hf heuristic", LookaheadSpec("heuristic", max_draft)),  # ceiling 32 (max_draft <= 32)
         ours("hf confidence (roc)", RocConfidenceLookahead(max_draft)),
         ours(f"ppl <= {own.tuned.ppl_threshold:g}", PerplexityLookahead(max_draft, own.tuned.ppl_threshold)),
         ours(f"DISCO (tau {own.file.tau:g}, SL_max {own.file.sl_max})", own.file.lookahead()),
@@ -190,3 +199,91 @@ def format_table(domain: str, rows: list[dict[str, Any]], tuned: Tuned) -> str:
 
 def _ratio(a: float | None, b: float | None) -> float:
     return a / b if a and b else float("nan")
+
+
+# ----- the ``layersearch disco`` workflows: the mask, the prompts, the per-domain bench ---------------
+def check_domains(domains: Sequence[str]) -> None:
+    """Built-in domains or ``file:PROMPTS.jsonl`` whose files read (before the model loads)."""
+    from layersearch.data import DOMAINS, user
+
+    unknown = [d for d in domains if d not in DOMAINS and not user.is_user_domain(d)]
+    if unknown:
+        raise LayersearchError(f"unknown domain {unknown[0]!r}: choose one of {', '.join(DOMAINS)} (or file:PROMPTS.jsonl)")
+    for domain in domains:
+        if user.is_user_domain(domain):
+            user.read_rows(domain[len(user.PREFIX):])
+
+
+def draft_mask(loaded: Any, mask_file: SkipMask | None, mask_path: str | None, skip_ratio: float | None,
+               max_new_tokens: int) -> SkipMask:
+    """The draft's mask on ``loaded``: the mask file's (checked against the model) or an evenly
+    spread one (``skip_ratio``, default 0.15); the model's context must hold the new tokens."""
+    from layersearch.checks import check_context
+
+    check_context(loaded, max_new_tokens + 1, f"--max-new-tokens {max_new_tokens}")  # prompts come on top
+    if mask_file is not None:
+        try:
+            mask_file.check_model(loaded.info)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{mask_path}: {exc}") from None
+        mask = mask_file
+    else:
+        mask = SkipMask.uniform(loaded.info.num_layers, 0.15 if skip_ratio is None else skip_ratio, loaded.info)
+    if mask.is_empty:
+        raise LayersearchError("the mask skips nothing: the draft would be the target")
+    return mask
+
+
+def prompt_tokens(loaded: Any, domain: str, n: int, seed: int, split: str) -> list[list[int]]:
+    """``n`` prompts of ``domain``'s ``split`` as token id lists."""
+    from layersearch.data import load_prompts
+
+    texts = [p.text for p in load_prompts(domain, n, seed=seed, split=split, tokenizer=loaded.tokenizer)]
+    return [loaded.tokenizer(t, return_tensors="pt").input_ids[0].tolist() for t in texts]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """The sizes of ``disco bench``: prompts per split, tokens, the longest draft, the loss, repeats."""
+
+    train_prompts: int = 8
+    val_prompts: int = 4
+    test_prompts: int = 4
+    seed: int = 0
+    max_new_tokens: int = 48
+    max_draft: int = 8
+    loss: str = "ce"
+    repeats: int = 1
+
+
+def bench_domains(loaded: Any, mask: SkipMask, domains: Sequence[str], settings: BenchSettings,
+                  say: Callable[[str], None], show: Callable[[str], None]) -> dict[str, Any]:
+    """Train a classifier per domain, then measure every draft-length rule (DISCO trained on each
+    domain included: the transfer) on each domain's test prompts; ``show`` gets each domain's
+    table. Returns the report (without ``argv``)."""
+    s = settings
+    trained = {}
+    for domain in domains:
+        train = prompt_tokens(loaded, domain, s.train_prompts, s.seed, "train")
+        val = prompt_tokens(loaded, domain, s.val_prompts, s.seed, "validation")
+        trained[domain] = train_domain(loaded.model, loaded.info, mask, train, val, new_tokens=s.max_new_tokens,
+                                       max_draft=s.max_draft, loss=s.loss, say=say, domain=domain)
+    report: dict[str, Any] = {"model": loaded.info.to_dict(), "mask": mask.to_dict(), "domains": {}}
+    for domain in domains:
+        prompts = prompt_tokens(loaded, domain, s.test_prompts, s.seed, "test")
+        ids = [torch.tensor([p]) for p in prompts]
+        steps: dict[str, list] = {}
+        configs = rule_configs(loaded.model, mask, s.max_draft, trained, domain, steps)
+        say(f"{domain}: {len(ids)} test prompts x {len(configs)} rules x {s.repeats} repeats")
+        measured = run_domain(configs, ids, s.max_new_tokens, s.repeats, say, device=loaded.model.device)
+        statics = [c.name for c in configs if c.name.startswith("static ") and not measured[c.name].error]
+        best = min(statics, key=lambda n: statistics.median(measured[n].totals))
+        costs = record_costs(steps, s.max_draft)
+        rows = table_rows(configs, measured, best, steps, costs)
+        test_rows = collect(loaded.model, mask, prompts, s.max_new_tokens, None, eos_ids(loaded.model))
+        plain_ms = next(r["ms_per_token"] for r in rows if r["config"] == PLAIN)
+        rows.append(oracle_row(test_rows, costs, measured, plain_ms))
+        report["domains"][domain] = {"rows": rows, "validation": dict(trained[domain].file.training), "costs": costs.to_dict(),
+                                     "test_acceptance": float(test_rows.label.mean())}
+        show(format_table(domain, rows, trained[domain].tuned))
+    return report

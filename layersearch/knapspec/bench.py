@@ -27,7 +27,27 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
+from layersearch.errors import LayersearchError
+
 CHARS_PER_TOKEN = 4.7
+
+
+def knapspec_decoder(model: Any, profile: Any, *, policy: Any = None, sampling: Any = None, **controller_options: Any) -> Any:
+    """The decode loop with a :class:`~layersearch.knapspec.controller.KnapSpecController` whose
+    gamma grid goes up to the policy's cap (``policy``: a DraftPolicy, default its defaults;
+    ``sampling``: a SamplingSpec, default greedy), built by :func:`layersearch.build.assemble`."""
+    from layersearch.build import assemble
+    from layersearch.knapspec.controller import DEFAULT_INTERVAL, KnapSpecController
+    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.spec import MaskSourceSpec, SamplingSpec
+    from layersearch.spec_fragments import loaded_spec, policy_lookahead
+
+    policy = DraftPolicy() if policy is None else policy
+    controller_options.setdefault("max_gamma", policy.max_draft_tokens)
+    controller = KnapSpecController(model, profile, **controller_options)
+    source = MaskSourceSpec("knapsack", reselect_every=controller_options.get("interval", DEFAULT_INTERVAL))
+    spec = loaded_spec(mask_source=source, lookahead=policy_lookahead(policy), sampling=sampling or SamplingSpec())
+    return assemble(model, spec, controller=controller)
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,48 @@ def run_bench(
 
 
 # ----- pieces -------------------------------------------------------------------------------------
+def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: str | None, out: Any, load: Callable[[], Any],
+                   *, say: Callable[[str], None], argv: Sequence[str] = ()) -> dict[str, Any]:
+    """``knapspec bench``: check the settings, ``load()`` the model, measure (or read) the profile
+    and time the solver, then every context; the report is written to ``out`` (a checked output)
+    after each context and at the end, and returned."""
+    import os
+
+    import torch
+
+    from layersearch.checks import check_context, check_int
+    from layersearch.knapspec.solver import benchmark_solver, format_benchmark
+    from layersearch.mask import parse_index_list
+    from layersearch.outputs import check_output
+
+    if profile_path and not os.path.exists(profile_path):  # measured, then saved there: check it now
+        check_output(profile_path, "--profile")
+    contexts = parse_index_list(contexts_text, "contexts")
+    if not contexts or min(contexts) < 8:
+        raise LayersearchError("--contexts must be token counts >= 8")
+    if settings.check_candidates < 0:
+        raise LayersearchError(f"--check-candidates must be >= 0, got {settings.check_candidates}")
+    for value, what in ((settings.max_new_tokens, "--max-new-tokens"), (settings.interval, "--interval"),
+                        (settings.window, "--window"), (settings.max_draft, "--max-draft")):
+        check_int(value, what)
+    loaded = load()
+    # Every context checked before the first is measured: no partial report for a model too short.
+    check_context(loaded, max(contexts) + settings.max_new_tokens + settings.max_draft + 1,
+                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
+    profile = latency_profile(loaded, profile_path, contexts, settings.max_draft, say)
+    solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
+    say(format_benchmark(solver))
+    report: dict[str, Any] = {
+        "argv": list(argv), "model": loaded.info.to_dict(), "device": profile.device, "threads": torch.get_num_threads(),
+        "settings": settings.to_dict(), "profile": profile.to_dict(), "solver": solver, "contexts": [],
+    }
+    # A partial report survives a crash; a stream gets the whole one once.
+    save = (lambda partial: None) if out.stream else (lambda partial: write_report(out, partial))
+    run_bench(loaded, profile, contexts, settings, say=say, report=report, save=save)
+    write_report(out, report)
+    return report
+
+
 def latency_profile(loaded: Any, path: str | None, contexts: Sequence[int], max_draft: int, say: Callable[[str], None]):
     """The profile at ``path``, or one measured at the contexts (and saved at ``path`` when given)."""
     from pathlib import Path
@@ -182,13 +244,16 @@ class _Analysed:
 
 def _dynamic_run(name, model, profile, policy, settings, config, ids, selector_wrapper=None):
     """One KnapSpecController run; with ``selector_wrapper`` its analysis time is taken out."""
+    from layersearch.build import assemble
     from layersearch.knapspec.controller import KnapSpecController
-    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.spec import MaskSourceSpec
+    from layersearch.spec_fragments import loaded_spec, policy_lookahead
 
     dynamic = KnapSpecController(model, profile, interval=settings.interval, window=settings.window,
                                  alpha_window=settings.alpha_window or None, config=config)
     selector = selector_wrapper(dynamic) if selector_wrapper else dynamic
-    decoder = SpeculativeDecoder(model, policy=policy, controller=selector)
+    spec = loaded_spec(mask_source=MaskSourceSpec("knapsack", reselect_every=settings.interval), lookahead=policy_lookahead(policy))
+    decoder = assemble(model, spec, controller=selector)
     result = decoder.generate(ids, settings.max_new_tokens)
     extra = getattr(selector, "analysis_seconds", 0.0)
     selections = [dict(s) for s in result.stats.selections]
@@ -209,10 +274,11 @@ def _dynamic_run(name, model, profile, policy, settings, config, ids, selector_w
 def _one_context(settings, loaded, profile, ids, fixed, say):
     from dataclasses import replace
 
+    from layersearch.build import assemble
     from layersearch.knapspec import KnapSpecConfig
     from layersearch.mask import SkipMask
-    from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.spec_fragments import mask_spec
 
     model, n = loaded.model, int(ids.shape[1])
     num_layers = loaded.info.num_layers
@@ -225,7 +291,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
         say(f"  {entry['run']}: {entry['decode_tokens_per_second']:.2f} tok/s"
             + (f", {entry['mask']} gamma {entry['gamma']} alpha {_fmt(entry.get('alpha'))}" if entry.get("mask") else ""))
 
-    plain = SpeculativeDecoder(model, SkipMask.none(num_layers), policy=policy).generate(ids, settings.max_new_tokens)
+    plain = assemble(model, mask_spec(SkipMask.none(num_layers), policy)).generate(ids, settings.max_new_tokens)
     done(_run_entry("plain", plain, tpt=profile.tpt(1.0, 0, SkipMask.none(num_layers), n), gamma=0))
     done(_dynamic_run("knapsack", model, profile, policy, settings, config, ids)[0])
     entry, analysed = _dynamic_run(
@@ -240,7 +306,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
         analysed.analysis["fixed"] = {"mask": entry["mask"], "gamma": entry["gamma"], "alpha": entry["alpha"], "tpt": entry["tpt"]}
     if fixed["gamma"] >= 1:
         fixed_policy = replace(policy, max_draft_tokens=fixed["gamma"])
-        result = SpeculativeDecoder(model, fixed["mask_obj"], policy=fixed_policy).generate(ids, settings.max_new_tokens)
+        result = assemble(model, mask_spec(fixed["mask_obj"], fixed_policy)).generate(ids, settings.max_new_tokens)
         predicted = analysed.analysis.get("fixed", {})
         done(_run_entry("fixed-short", result, tpt=predicted.get("tpt"), alpha=predicted.get("alpha"),
                         mask=fixed["mask"], gamma=fixed["gamma"]))
@@ -272,9 +338,9 @@ def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str
     gamma: does the one the profile ranks first measure fastest?"""
     from dataclasses import replace
 
-    from layersearch.runtime.decoder import SpeculativeDecoder
-
+    from layersearch.build import assemble
     from layersearch.models.skipping import decoder_layers
+    from layersearch.spec_fragments import mask_spec
 
     num_layers = len(decoder_layers(model))
     ranked = sorted(contenders, key=lambda row: -row["tpt"])[: settings.check_candidates]
@@ -282,8 +348,8 @@ def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str
     for row in ranked:
         mask = _mask_from_string(row["mask"], num_layers)
         gamma = int(row["gamma"])
-        decoder = (SpeculativeDecoder(model, mask, policy=replace(policy, max_draft_tokens=gamma)) if gamma >= 1
-                   else SpeculativeDecoder(model))  # gamma 0: plain decoding
+        decoder = assemble(model, mask_spec(mask, replace(policy, max_draft_tokens=gamma)) if gamma >= 1
+                           else mask_spec(None))  # gamma 0: plain decoding
         entry = _run_entry("candidate", decoder.generate(ids, settings.max_new_tokens))
         rows.append({"mask": row["mask"], "gamma": gamma, "predicted_tpt": row["tpt"],
                      "measured_tokens_per_second": entry["decode_tokens_per_second"],

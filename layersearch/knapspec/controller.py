@@ -39,10 +39,7 @@ from layersearch.errors import LayersearchError
 from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector
 from layersearch.knapspec.sublayers import window_from_cache
 from layersearch.runtime.control import DecodeView, Selection
-from layersearch.runtime.decoder import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.outcome import StepOutcome
-from layersearch.runtime.sampling import SamplingConfig
 
 DEFAULT_INTERVAL = 64
 DEFAULT_WINDOW = 5
@@ -112,20 +109,6 @@ def _refuse_evicting_windows(model: torch.nn.Module, tokens: int) -> None:
             "KnapSpec re-selection while decoding is not supported on sliding-window models (their cache "
             "evicts the reference window's context); use a fixed mask, e.g. from a study with the knapsack strategy"
         )
-
-
-def knapspec_decoder(
-    model: torch.nn.Module,
-    profile,
-    *,
-    policy: DraftPolicy = DraftPolicy(),
-    sampling: SamplingConfig = SamplingConfig(),
-    **controller_options: Any,
-) -> SpeculativeDecoder:
-    """The decode loop with a :class:`KnapSpecController` whose gamma grid goes up to the policy's cap."""
-    controller_options.setdefault("max_gamma", policy.max_draft_tokens)
-    controller = KnapSpecController(model, profile, **controller_options)
-    return SpeculativeDecoder(model, policy=policy, sampling=sampling, controller=controller)
 
 
 def _check_int(value: Any, what: str, alternative: str = "") -> None:

@@ -92,18 +92,19 @@ def knn_bench(
 
 def _decode_all(loaded, router, prompts, mixed_mask, max_new_tokens, max_draft, draft_threshold, progress) -> dict[str, Any]:
     """Stats of every (prompt, method-mask) pair and every prompt's route, interleaved per prompt."""
+    from layersearch.build import assemble
     from layersearch.knn.controller import KnnController
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.decoder import SpeculativeDecoder
     from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.spec_fragments import mask_spec
 
     policy = DraftPolicy(max_draft, draft_threshold)
     masks = {f"mask:{d.name}": d.mask for d in router.domains}
     if mixed_mask is not None:
         masks["mixed"] = mixed_mask
-    fixed = {key: SpeculativeDecoder(loaded.model, mask, policy=policy) for key, mask in masks.items()}
+    fixed = {key: assemble(loaded.model, mask_spec(mask, policy)) for key, mask in masks.items()}
     controller = KnnController(router)
-    knn = SpeculativeDecoder(loaded.model, policy=policy, controller=controller)
+    knn = assemble(loaded.model, mask_spec(None, policy), controller=controller)  # the router chooses each prompt's mask
     runs: dict[str, Any] = {"plain": {}, "knn": {}, "route": {}, **{key: {} for key in masks}}
     # Warm-up: the first forwards of a process are slow (allocations, kernels); time none of them.
     first = next(iter(prompts.values()))[0]

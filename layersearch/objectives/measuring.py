@@ -107,11 +107,12 @@ class ModelRuntime:
     # ----- measurements ------------------------------------------------------------------------
     def decode(self, mask: SkipMask) -> "DecodeStats":
         """Greedy speculative decoding of every prompt with ``mask``; counts and seconds pooled."""
-        from layersearch.runtime.decoder import SpeculativeDecoder
+        from layersearch.build import assemble
         from layersearch.runtime.stats import combine
+        from layersearch.spec_fragments import mask_spec
 
         self._warm_up()
-        decoder = SpeculativeDecoder(self.model, mask, policy=self.policy)
+        decoder = assemble(self.model, mask_spec(mask, self.policy))
         return combine([decoder.generate(p, self.max_new_tokens).stats for p in self.prompts])
 
     def baseline(self) -> "DecodeStats":
@@ -150,8 +151,9 @@ class ModelRuntime:
     def _warm_up(self) -> None:
         """One short untimed generation, so the first measured mask does not pay start-up costs."""
         if self._needs_warm_up:
-            from layersearch.runtime.decoder import SpeculativeDecoder
+            from layersearch.build import assemble
+            from layersearch.spec_fragments import mask_spec
 
             self._needs_warm_up = False
             mask = SkipMask.none(self._info.num_layers)
-            SpeculativeDecoder(self.model, mask, policy=self.policy).generate(self.prompts[0], 2)
+            assemble(self.model, mask_spec(mask, self.policy)).generate(self.prompts[0], 2)

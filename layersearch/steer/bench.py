@@ -19,13 +19,13 @@ import torch
 
 from layersearch.mask import SkipMask
 from layersearch.measure import acceptance_per_position, rate_speedup
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.build import assemble
 from layersearch.models.skipping import decoder_layers
 from layersearch.runtime.drafters import LayerSkipDrafter
 from layersearch.runtime.drafters.base import Drafter
-from layersearch.runtime.lookahead import StaticLookahead
-from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import DecodeStats, combine
+from layersearch.spec import LookaheadSpec, SamplingSpec
+from layersearch.spec_fragments import mask_spec
 from layersearch.steer.params import SteeringParams
 
 PLAIN = "plain"  # the arm that drafts nothing
@@ -70,10 +70,9 @@ def compare(
         pooled: dict[str, list[DecodeStats]] = {name: [] for name in arms}
         for prompt in prompts:
             for name, (make, arm_mask) in arms.items():
-                sampling = SamplingConfig(temperature=temperature, seed=seed)
-                decoder = SpeculativeDecoder(
-                    verifier, arm_mask, drafter=make(), lookahead=StaticLookahead(draft_length), sampling=sampling
-                )
+                sampling = SamplingSpec(temperature > 0, temperature, seed=seed)
+                spec = mask_spec(arm_mask, lookahead=LookaheadSpec("static", draft_length), sampling=sampling)
+                decoder = assemble(verifier, spec, drafter=make())  # the arm's own drafter in the spec's place
                 pooled[name].append(decoder.generate(prompt, max_new_tokens).stats)
             done += 1
             if progress is not None:

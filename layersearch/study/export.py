@@ -60,3 +60,15 @@ def _pick_trial(study: Any, name: str, which: str | int) -> Any:
                 raise LayersearchError(f"trial {number} of study {name!r} is {trial.state.name}, not COMPLETE")
             return trial
     raise LayersearchError(f"study {name!r} has no trial {number}")
+
+
+def mask_from_source(name: str, source: str) -> Any:
+    """``knn build --domain NAME=SOURCE``'s mask: a mask file, or ``study:STUDY[@STORAGE]``: that study's best trial."""
+    from layersearch.mask import SkipMask
+
+    if not source.startswith("study:"):
+        return SkipMask.load(source)
+    study, _, storage = source[len("study:"):].partition("@")
+    if not study:
+        raise LayersearchError(f"--domain {name}=study: needs a study name, e.g. study:{name}-search@sqlite:///{name}.db")
+    return study_mask(study, storage=storage or None).with_provenance(source=source)

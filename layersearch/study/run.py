@@ -186,6 +186,22 @@ def optimize(
     return stop["trials"], stop["reason"]
 
 
+def format_run_summary(summary: Any) -> str:
+    """One line: trials run, completed, best value and mask, stop reason, stale trials failed."""
+    parts = [f"study {summary.name}: ran {summary.ran} trial(s) in {summary.seconds:.1f} s",
+             f"{summary.completed} complete of {summary.total}"]
+    if summary.best_value is not None:
+        parts.append(f"best {summary.best_value:.6g} ({summary.direction}) at trial {summary.best_trial} [{summary.best_mask}]")
+    if summary.stale_failed:
+        parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
+    if summary.stop_reason:
+        parts.append(f"stopped: {summary.stop_reason}")
+    text = "; ".join(parts)
+    if getattr(summary, "advice", None):
+        text += f"\nlayersearch: note: {summary.advice}"
+    return text
+
+
 def summarize(study: Any, settings: Any, location: Any, *, ran: int, stale: int, reason: str | None, seconds: float) -> RunSummary:
     """The :class:`RunSummary` of a run that ended."""
     from optuna.trial import TrialState

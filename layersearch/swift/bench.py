@@ -224,16 +224,101 @@ def fixed_mask_on_train(loaded: Any, domain: str, config: Any, *, prompts: int, 
                              trials=trials, seed=seed, bo_interval=config.bo_interval, kappa=config.kappa)
 
 
+def swift_decoder(model: Any, config: Any = None, *, policy: Any = None, sampling: Any = None, verifier: str = "chain") -> Any:
+    """The decode loop driven by a new :class:`~layersearch.swift.controller.SwiftController`
+    (``config``: its SwiftConfig; ``policy``: a DraftPolicy; ``sampling``: a SamplingSpec;
+    ``verifier``: chain or tree), built by :func:`layersearch.build.assemble`. Reuse the decoder,
+    or its ``controller``, for every input of a stream: the optimizer's state carries across them."""
+    from dataclasses import asdict
+
+    from layersearch.build import assemble
+    from layersearch.models.skipping import decoder_layers
+    from layersearch.spec import LookaheadSpec, MaskSourceSpec, SamplingSpec
+    from layersearch.spec_fragments import loaded_spec, policy_lookahead
+    from layersearch.swift.controller import SwiftConfig, SwiftController, check_swift_model
+
+    config = SwiftConfig() if config is None else config
+    check_swift_model(model)
+    controller = SwiftController(len(decoder_layers(model)), config)
+    spec = loaded_spec(mask_source=MaskSourceSpec("swift", swift=asdict(config)), verifier=verifier,
+                       lookahead=policy_lookahead(policy) if policy is not None else LookaheadSpec(),
+                       sampling=sampling or SamplingSpec())
+    return assemble(model, spec, controller=controller)
+
+
 def method_decoder(method: str, loaded: Any, fixed: SkipMask, config: Any, policy: Any) -> Any:
     """The decoder of one stream method: SWIFT on the fly or the fixed mask, chain or tree verified."""
-    from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.drafters import LayerSkipDrafter
-    from layersearch.runtime.tree import TopKBranching, TreeVerifier
-    from layersearch.swift.controller import swift_decoder
+    from layersearch.build import assemble
+    from layersearch.spec_fragments import mask_spec
 
-    plugins: dict[str, Any] = {}
-    if method.endswith("-tree"):
-        plugins = {"verifier": TreeVerifier(), "drafter": LayerSkipDrafter(TopKBranching())}
+    verifier = "tree" if method.endswith("-tree") else "chain"
     if method.startswith("swift"):
-        return swift_decoder(loaded.model, config, policy=policy, **plugins)
-    return SpeculativeDecoder(loaded.model, fixed, policy=policy, **plugins)
+        return swift_decoder(loaded.model, config, policy=policy, verifier=verifier)
+    return assemble(loaded.model, mask_spec(fixed, policy, verifier=verifier))
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    """What ``swift stream`` runs: the domain-switching stream, the methods, the fixed mask's
+    search on the first domain's train prompts, the draft policy (see the module docstring)."""
+
+    domains: str = "translation,math,code"  # comma-separated, in stream order
+    methods: str = "plain,fixed,swift,fixed-tree,swift-tree"
+    per_domain: int = 3
+    max_new_tokens: int = 64
+    search_prompts: int = 2
+    search_trials: int = 30
+    seed: int = 0
+    max_draft: int = 8
+    draft_threshold: float = 0.8
+
+    def check(self) -> tuple[list[str], list[str]]:
+        """(domains, methods), each checked (one error line, before the model loads)."""
+        from layersearch.checks import check_int
+        from layersearch.data import DOMAINS
+        from layersearch.runtime.drafting import DraftPolicy
+
+        for value, flag in ((self.per_domain, "--per-domain"), (self.max_new_tokens, "--max-new-tokens"),
+                            (self.search_prompts, "--search-prompts")):
+            check_int(value, flag)
+        check_int(self.search_trials + 1, "--search-trials + 1")
+        domains = [d.strip() for d in self.domains.split(",") if d.strip()]
+        unknown = [d for d in domains if d not in DOMAINS]
+        if not domains or unknown:
+            raise LayersearchError(f"--domains: unknown or empty {', '.join(unknown) or self.domains!r} (known: {', '.join(DOMAINS)})")
+        methods = [m.strip() for m in self.methods.split(",") if m.strip()]
+        if not methods or any(m not in METHODS for m in methods):
+            raise LayersearchError(f"--methods: choose from {', '.join(METHODS)}, got {self.methods!r}")
+        DraftPolicy(self.max_draft, self.draft_threshold)
+        return domains, methods
+
+
+def stream_experiment(job: StreamJob, config: Any, load: Callable[[], Any], out: Any, plot: Any,
+                      settings: dict[str, Any], say: Callable[[str], None]) -> StreamReport:
+    """Search the fixed mask on the first domain, decode the stream with every method, write the
+    JSON report to ``out`` and the picture to ``plot`` (both checked outputs); the report."""
+    import json
+
+    from layersearch.outputs import write_output
+    from layersearch.plots import plot_swift_stream
+    from layersearch.runtime.drafting import DraftPolicy
+
+    domains, methods = job.check()
+    policy = DraftPolicy(job.max_draft, job.draft_threshold)
+    inputs = build_stream(domains, job.per_domain, seed=job.seed)
+    loaded = load()
+    fixed, fixed_score = fixed_mask_on_train(loaded, domains[0], config, prompts=job.search_prompts,
+                                             trials=job.search_trials, seed=job.seed)
+    say(f"fixed mask searched on {domains[0]} (train): matchness {fixed_score:.3f}, {fixed.short_string()}")
+    results = run_stream(
+        loaded, inputs, methods=methods, fixed_mask=fixed, max_new_tokens=job.max_new_tokens,
+        make_decoder=lambda method: method_decoder(method, loaded, fixed, config, policy), progress=say,
+    )
+    report = StreamReport(tuple(inputs), tuple(results), fixed, fixed_score, settings)
+    write_output(out, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
+    shown = [m for m in ("fixed", "swift", "fixed-tree", "swift-tree") if m in methods]
+    plot_swift_stream(
+        [s.domain for s in inputs], {m: report.speedups(m) for m in shown},
+        {m: [r.matchness for r in report.of(m)] for m in shown if m.startswith("swift")}, plot,
+    )
+    return report

@@ -278,18 +278,12 @@ def phase_counts(selections: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def swift_decoder(model: Any, config: SwiftConfig = SwiftConfig(), **decoder_options: Any):
-    """A :class:`~layersearch.runtime.decoder.SpeculativeDecoder` driven by a new :class:`SwiftController`
-    (``decoder_options``: policy, sampling, lookahead, drafter, verifier). Reuse the decoder, or its
-    ``controller``, for every input of a stream: the optimizer's state carries across them."""
-    from layersearch.models.skipping import decoder_layers
+def check_swift_model(model: Any) -> None:
+    """Refuse a model SWIFT on the fly cannot decode with (sliding-window attention)."""
     from layersearch.runtime.cache import sliding_windows
-    from layersearch.runtime.decoder import SpeculativeDecoder
 
     if any(w is not None for w in sliding_windows(model)):
         raise LayersearchError(
             "SWIFT's on-the-fly matchness hides generated positions with a full-attention mask; this model uses "
             "sliding-window attention: use a fixed mask (e.g. from a study with the swift strategy)"
         )
-    controller = SwiftController(len(decoder_layers(model)), config)
-    return SpeculativeDecoder(model, controller=controller, **decoder_options)

@@ -136,3 +136,20 @@ def markdown(result: Any, png_name: str) -> str:
 
 def _num(value: float | None, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.2f}{suffix}"
+
+
+def held_out_table(result: Any) -> str:
+    """The held-out rows as aligned text, and the choice."""
+    lines = [f"{'config':48} {'train':>7} {'speedup':>8} {'M':>5} {'alpha':>6} identical"]
+    for row in result.selection.rows:
+        if row.error:
+            lines.append(f"{row.label[:48]:48} failed: {row.error}")
+            continue
+        train = "-" if row.train_speedup is None else f"{row.train_speedup:.2f}x"
+        m = "-" if row.M is None else f"{row.M:.2f}"
+        alpha = "-" if row.alpha is None else f"{row.alpha:.2f}"
+        lines.append(f"{row.label[:48]:48} {train:>7} {row.speedup:>7.2f}x {m:>5} {alpha:>6} {'yes' if row.identical else 'NO'}")
+    chosen = "plain decoding (nothing beat it on held-out prompts)" if result.selection.plain_chosen else \
+        f"{result.selection.winner}: {describe(result.spec)}"
+    lines.append(f"chosen: {chosen}")
+    return "\n".join(lines)

@@ -102,7 +102,7 @@ def tune(
     from layersearch.tune import select
     from layersearch.tune.objective import measure
     from layersearch.tune.space import Space, starting_points, suggest_spec
-    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, trial_records
+    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, study_choices, trial_records
 
     settings = prepared.settings
     drafts = dict(drafts or {})
@@ -116,6 +116,7 @@ def tune(
                                                        tokenizer=loaded.tokenizer)])
     identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
+    choices = study_choices(study, fresh)
     pool = stored_pool(study)
     profile = _profile(loaded, say, kernels) if pool is None or kernels == "auto" else None
     kernels = choose_kernels(kernels, profile)
@@ -128,7 +129,7 @@ def tune(
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
     quants = ("none", *(q for q in drafts if q is not None))
     space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens,
-                  quants, cheap_draft(profile))
+                  quants, cheap_draft(profile), choices["drafters"], choices["lookaheads"])
     if fresh:
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)
@@ -221,3 +222,50 @@ def _best(study: Any) -> float | None:
         return float(study.best_value)
     except ValueError:  # no complete trial yet
         return None
+
+
+def load_drafts(loaded: Any, draft_ref: Any, device: str, dtype: str | None, say: Callable[[str], None]) -> dict[str | None, Any]:
+    """The study's draft model by quantization (None: its own weights), checked against the
+    verifier, with an int8 copy where one can run (CPU, float32); empty without ``draft_ref``."""
+    from dataclasses import replace
+
+    from layersearch.build import load_draft_model
+    from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantized_copy
+
+    if draft_ref is None:
+        return {}
+    say(f"loading draft model {draft_ref.ref}")
+    draft = load_draft_model(draft_ref.ref, loaded, device, dtype)
+    drafts: dict[str | None, Any] = {None: draft}
+    for scheme in QUANT_SCHEMES:
+        try:
+            check_quant(scheme, device, dtype)
+        except LayersearchError:
+            continue  # e.g. a GPU: the draft model is searched with its own weights only
+        drafts[scheme] = replace(draft, model=quantized_copy(draft.model, scheme))
+    return drafts
+
+
+class TrialLines:
+    """Per-trial progress on stderr: a bar on a terminal, else one line per trial."""
+
+    def __init__(self, quiet: bool, say: Callable[[str], None]) -> None:
+        from layersearch.progress import TrialProgress
+
+        self.quiet, self.say = quiet, say
+        self.bar = TrialProgress(quiet=quiet, desc="tune")
+
+    def __enter__(self) -> "TrialLines":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.close()
+
+    def update(self, p: Any) -> None:
+        """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
+        self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
+        if not self.quiet and not self.bar.enabled:
+            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
+            best = "-" if p.best is None else f"{p.best:.2f}x"
+            self.say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")

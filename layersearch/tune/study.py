@@ -19,6 +19,7 @@ from layersearch.tune.settings import TuneSettings
 
 IDENTITY_ATTR = "layersearch_tune"
 POOL_ATTR = "tune_pool"
+SPACE_ATTR = "tune_space"  # the drafter and lookahead names the study chooses from (tune.space.space_choices)
 SPEC_ATTR = "spec"
 
 
@@ -92,6 +93,20 @@ def stored_pool(study: Any) -> tuple[Candidate, ...] | None:
 def store_pool(study: Any, pool: tuple[Candidate, ...]) -> None:
     """Record the mask pool on the study (made once, reused when the study resumes)."""
     study.set_user_attr(POOL_ATTR, [c.to_dict() for c in pool])
+
+
+def study_choices(study: Any, fresh: bool) -> dict[str, Any]:
+    """The drafter and lookahead names ``study`` searches: recorded when it is made (the
+    registries' names then), version 1's for a study made before they were recorded, so a
+    resumed study keeps its Optuna distributions; a name no longer registered is one error line."""
+    from layersearch.tune.space import V1_CHOICES, check_choices, space_choices
+
+    recorded = study.user_attrs.get(SPACE_ATTR)
+    if recorded is None:
+        recorded = space_choices() if fresh else V1_CHOICES
+        study.set_user_attr(SPACE_ATTR, {key: list(value) if isinstance(value, tuple) else value
+                                         for key, value in recorded.items()})
+    return check_choices(recorded)
 
 
 def trial_records(study: Any) -> list[TrialRecord]:

@@ -12,11 +12,12 @@ from layersearch.errors import LayersearchError
 from layersearch.knapspec import KnapSpecConfig
 from layersearch.mask import ModelInfo, SkipMask
 from layersearch.profile import LatencyProfile
-from layersearch.knapspec.controller import knapspec_decoder
+from layersearch.knapspec.bench import knapspec_decoder
 from layersearch.runtime.control import Selection
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig
+from layersearch.spec import SamplingSpec
 
 INFO = ModelInfo("tiny-llama", 4, 64, "fp")
 
@@ -74,7 +75,7 @@ def test_dynamic_uses_the_chosen_gamma_as_max_draft(tiny_llama):
 
 
 def test_dynamic_sampling_runs(tiny_llama):
-    sampling = SamplingConfig(temperature=0.8, top_p=0.95, seed=1)
+    sampling = SamplingSpec(do_sample=True, temperature=0.8, top_p=0.95, seed=1)
     decoder = knapspec_decoder(tiny_llama, tiny_profile(), policy=DraftPolicy(4, 0.0), sampling=sampling, interval=4)
     result = decoder.generate(prompt_for(6), 20)
     assert result.stats.new_tokens == 20 and result.stats.selections

@@ -16,7 +16,7 @@ from layersearch.runtime.teacher import draft_logits, draft_logits_in_cache, tar
 from layersearch.runtime.tree import TopKBranching, TreeVerifier
 from layersearch.runtime.drafters import LayerSkipDrafter
 from layersearch.swift import SwiftConfig, optimization_seconds, phase_counts
-from layersearch.swift.controller import swift_decoder
+from layersearch.swift.bench import swift_decoder
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +55,11 @@ def test_in_loop_matchness_forward_equals_the_offline_one_and_leaves_the_cache_e
 
 @pytest.mark.parametrize("verification", ["chain", "tree"])
 def test_on_the_fly_swift_is_lossless_over_a_stream(tiny8, verification):
-    plugins = {}
-    if verification == "tree":
-        plugins = {"verifier": TreeVerifier(), "drafter": LayerSkipDrafter(branching=TopKBranching())}
     config = SwiftConfig(window=4, bo_interval=3, seed=0, tolerance=0.0)
-    decoder = swift_decoder(tiny8, config, policy=DraftPolicy(6, 0.0), **plugins)
+    decoder = swift_decoder(tiny8, config, policy=DraftPolicy(6, 0.0), verifier=verification)
+    if verification == "tree":  # the tree verifier checks the layer-skip drafter's top-k token trees
+        assert isinstance(decoder.verifier, TreeVerifier) and isinstance(decoder.drafter, LayerSkipDrafter)
+        assert isinstance(decoder.drafter.branching, TopKBranching)
     optimized = 0
     for seed in range(4):
         prompt = prompt_for(seed, 8 + seed)
