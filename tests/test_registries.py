@@ -56,7 +56,7 @@ def test_generate_offers_registered_names(toys):
     from layersearch.commands.generate_spec import spec_from_args
 
     args = build_parser().parse_args(["generate", "--drafter", TOY_DRAFTER, "--lookahead", TOY_RULE, "--prompt", "hi",
-                                      "--skip-ratio", "0.5"])
+                                      "--mask", "uniform:0.5"])
     spec = spec_from_args(args, {})
     assert (spec.drafter.name, spec.lookahead.name) == (TOY_DRAFTER, TOY_RULE)
     bench_help = _command(build_parser(), "bench").format_help()
