@@ -22,14 +22,35 @@ COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "kn
             "knn", "swift", "steer", "tune", "knapspec_bench", "swift_stream")  # the last two: old spellings
 
 
+#: Options whose empty value means "none of them" (``bench --drafters ""``: no peer drafters);
+#: every other option refuses an empty value (see :meth:`Parser.parse_known_args`).
+EMPTY_MEANS_NONE = frozenset({"drafters", "skip_ratios"})
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line instead of usage + error, starting
-    ``layersearch: error:`` like every other error, and naming the command."""
+    ``layersearch: error:`` like every other error, and naming the command; an empty value
+    (``--spec ''``) is a usage error too."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.partition(" ")[2]
         where = f"{command}: " if command else ""
         self.exit(2, f"layersearch: error: {where}{' '.join(message.split())}\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's parse, then an empty value refused: a script's unset variable (``--spec "$SPEC"``)
+        must not quietly run without the file, as if the option were absent. An option whose default
+        is already empty (``--masks``) and those of :data:`EMPTY_MEANS_NONE` take one."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(namespace, action.dest, None)
+            values = value if isinstance(value, list) else [value]
+            if action.dest in EMPTY_MEANS_NONE or value == action.default:
+                continue
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                name = "/".join(action.option_strings) or action.metavar or action.dest
+                self.error(f"argument {name}: empty value (give one, or leave the option out)")
+        return namespace, extras
 
 
 def build_parser() -> argparse.ArgumentParser:

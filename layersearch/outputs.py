@@ -7,6 +7,8 @@ read-only folder: folders are never created; a name too long, a wrong suffix).
 
 - ``-`` streams to stdout, and a character device or FIFO (``/dev/stdout``, ``/dev/null``) is
   written in place: replacing a device node with a private file is never what a user meant;
+  a FIFO that no process reads from is refused when checked (opening it would wait forever),
+  and the end opened then is kept for the write, so the reader sees one stream;
 - a symlink is written through: the file it points to is replaced, the link stays;
 - a regular file is written to a temporary file beside it and renamed into place, so a crash
   never leaves a partial file; a new file gets the user's usual permissions (0666 minus the
@@ -88,6 +90,8 @@ def check_output(
     if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
         if not os.access(real, os.W_OK):
             raise LayersearchError(f"cannot write {what} {given}: permission denied")
+        if stat.S_ISFIFO(st.st_mode):
+            _hold_fifo(real, given, what)
         return OutputTarget(given, real, True)
     if not stat.S_ISREG(st.st_mode):
         raise LayersearchError(f"{what} {given} is not a regular file")
@@ -96,6 +100,24 @@ def check_output(
     if not os.access(real.parent, os.W_OK | os.X_OK):
         raise LayersearchError(f"cannot write {what} {given}: its folder {real.parent} is not writable")
     return OutputTarget(given, real, False)
+
+
+#: Write ends of FIFOs opened by :func:`check_output`, kept open until written: closing one
+#: would end the reader's stream before the data comes.
+_FIFOS: dict[Path, int] = {}
+
+
+def _hold_fifo(real: Path, given: str, what: str) -> None:
+    """Open the FIFO ``real`` for writing without waiting; refuse it when no process reads from it."""
+    if real in _FIFOS:
+        return
+    try:
+        _FIFOS[real] = os.open(real, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise LayersearchError(f"cannot write {what} {given}: it is a FIFO (named pipe) that no process reads from; "
+                                   "give a regular file") from None
+        raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
 
 
 def _new_file(real: Path, given: str, what: str, default: bool) -> OutputTarget:
@@ -237,7 +259,12 @@ def _write_stream(target: OutputTarget, data: bytes) -> None:
         sys.stdout.flush()
         return
     try:
-        with open(target.real, "wb") as handle:
+        if stat.S_ISFIFO(os.stat(target.real).st_mode) and target.real not in _FIFOS:
+            _hold_fifo(target.real, target.given, "output")
+        fd = _FIFOS.pop(target.real, None)
+        if fd is not None:
+            os.set_blocking(fd, True)  # a reader is there: wait for it to take the data
+        with (os.fdopen(fd, "wb") if fd is not None else open(target.real, "wb")) as handle:
             handle.write(data)
     except OSError as exc:
         raise LayersearchError(f"cannot write {target.given}: {exc.strerror}") from None
