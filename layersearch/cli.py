@@ -75,10 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
     try:
-        from layersearch.commands.common import check_shared_options
+        from layersearch.commands.common import check_overwrites, check_shared_options
 
         check_shared_options(args)  # seeds, draft lengths, ratios, learning rates: before any work
         module = importlib.import_module(f"layersearch.commands.{args.command}")
+        check_overwrites(args, module)  # no output may replace an input or another output
         return int(module.run(args) or 0)
     except LayersearchError as exc:
         return _fail(str(exc), 2)

@@ -278,9 +278,49 @@ def _failed_name(exc: OSError, files: Sequence[tuple[OutputTarget, bytes]]) -> s
     return files[0][0].given if files else "output"
 
 
+def check_distinct(outputs: Sequence[tuple[str, "str | Path"]], inputs: Sequence[tuple[str, "str | Path"]] = ()) -> None:
+    """Raise LayersearchError when an output is, by resolved path (symlinks followed) or as a hard
+    link, one of ``inputs`` or another output: each pair is (the option, as the user names it;
+    the path). Streams (``-``, a device, a FIFO) are left out: writing one destroys nothing."""
+    seen: list[tuple[str, str, tuple]] = []
+    for label, path in outputs:
+        keys = _identity(path)
+        if keys is None:
+            continue
+        for other_label, other_path, other_keys in seen:
+            if keys & other_keys:
+                raise LayersearchError(f"{label} {path} and {other_label} {other_path} are the same file: "
+                                       "one would overwrite the other; give each its own name")
+        seen.append((label, os.fspath(path), keys))
+    for label, path in inputs:
+        keys = _identity(path)
+        if keys is None:
+            continue
+        for out_label, out_path, out_keys in seen:
+            if keys & out_keys:
+                raise LayersearchError(f"{out_label} {out_path} is the {label} input {path}: writing it would destroy "
+                                       "that input; give the output another name")
+
+
+def _identity(path: "str | Path") -> "frozenset | None":
+    """What makes two names the same file: the resolved path, and (dev, inode) when it exists;
+    None for a stream."""
+    given = os.fspath(path)
+    if not given or given == STDOUT or "\0" in given:
+        return None
+    real = os.path.realpath(given)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return frozenset({real})
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return None
+    return frozenset({real, (st.st_dev, st.st_ino)})
+
+
 def announce(target: OutputTarget, message: str) -> None:
     """Print a "wrote ..." note: on stdout, or on stderr when the output itself went to stdout."""
     print(message, file=sys.stderr if target.to_stdout else sys.stdout, flush=True)
 
 
-__all__ = ["OutputTarget", "STDOUT", "announce", "check_output", "write_output", "write_outputs"]
+__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_output", "write_output", "write_outputs"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from layersearch.checks import check_int
@@ -16,6 +17,16 @@ from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
 from layersearch.commands.study_common import OBJECTIVE_HELP, fmt, format_run_summary, format_table, log, search_args, settings_from_args
 from layersearch.commands.study_common import strategy_option_args
+
+
+def output_paths(args: Any) -> dict[str, str]:
+    """The table files an ``--out-prefix`` names (compare, head-to-head): PREFIX.csv and PREFIX.json."""
+    prefix = getattr(args, "out_prefix", None)
+    if not isinstance(prefix, str) or prefix == "-":
+        return {}
+    path = Path(prefix)
+    path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
+    return {"--out-prefix's CSV": f"{path}.csv", "--out-prefix's JSON": f"{path}.json"}
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
