@@ -318,9 +318,27 @@ def _identity(path: "str | Path") -> "frozenset | None":
     return frozenset({real, (st.st_dev, st.st_ino)})
 
 
+def umask_modes(folder: "str | Path", top_mode: int | None = None) -> None:
+    """Give ``folder`` and everything under it the modes a plain ``mkdir`` / ``open`` gives under the
+    user's umask (0777 / 0666 minus it): libraries save some files private (0600) and temporary
+    folders are made 0700. ``top_mode``: the mode ``folder`` itself gets instead (an existing
+    empty folder it replaces keeps its own)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
+    os.chmod(folder, (0o777 & ~mask) if top_mode is None else top_mode)
+
+
 def announce(target: OutputTarget, message: str) -> None:
     """Print a "wrote ..." note: on stdout, or on stderr when the output itself went to stdout."""
     print(message, file=sys.stderr if target.to_stdout else sys.stdout, flush=True)
 
 
-__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_output", "write_output", "write_outputs"]
+__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_output", "umask_modes", "write_output",
+           "write_outputs"]

@@ -76,7 +76,12 @@ def save_model_dir(path: str | Path, model, tokenizer, what: str = "--out") -> P
         model.save_pretrained(temp)
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
-        os.chmod(temp, 0o777 & ~_umask())
+        from layersearch.outputs import umask_modes
+
+        # The user's umask for every file and folder (safetensors saves 0600, mkdtemp makes 0700);
+        # an existing empty --out folder keeps its own mode.
+        existing = target.stat().st_mode & 0o7777 if target.is_dir() else None
+        umask_modes(temp, existing)
         os.replace(temp, target)  # onto a missing or empty directory
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
@@ -86,8 +91,3 @@ def save_model_dir(path: str | Path, model, tokenizer, what: str = "--out") -> P
         raise
     return target
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
