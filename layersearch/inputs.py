@@ -36,7 +36,6 @@ def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> s
 
     ``max_bytes`` defaults to :data:`MAX_INPUT_BYTES`.
     """
-    path = Path(path)
     max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
     with open_input(path, what) as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -46,6 +45,7 @@ def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> s
             data = handle.read(max_bytes + 1)  # bounded even if the file grows while read
         except OSError as exc:
             raise LayersearchError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+    path = Path(path)
     if len(data) > max_bytes:
         raise LayersearchError(f"{what} file {path} is too large (more than {max_bytes} bytes)")
     return decode_utf8(data, f"{what} file {path}")
@@ -54,6 +54,8 @@ def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> s
 def open_input(path: str | Path, what: str) -> BinaryIO:
     """``path`` opened for reading in binary, a ``what`` file; raises LayersearchError unless it is
     a regular file (a directory, FIFO, device or socket is refused without waiting on it)."""
+    if isinstance(path, str) and not path.strip():  # Path("") is ".", the current folder
+        raise LayersearchError(f"{what} file name is empty: name a file")
     path = Path(path)
     try:
         # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of waiting for a writer.
