@@ -60,6 +60,8 @@ def _check_sqlite(location: Any, *, write: bool) -> None:
         return  # reading: reported by the caller; writing: a new file
     if path.is_dir():
         raise LayersearchError(f"storage {location.url}: {path} is a directory")
+    if not path.is_file():  # a FIFO or device: opening it would wait, and SQLite cannot use it
+        raise LayersearchError(f"storage {location.url}: {path} is not a regular file")
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(_SQLITE_MAGIC))
