@@ -32,7 +32,14 @@ def check_model_config(name: str, what: str) -> None:
     from layersearch.checks import check_int
     from layersearch.jsonfile import read_json_file
 
-    config = Path(name).expanduser() / "config.json"
+    from layersearch.inputs import check_regular_file
+
+    folder = Path(name).expanduser()
+    if folder.is_dir():  # a FIFO or device among its files (config, tokenizer, weights) would block the loader
+        for entry in folder.iterdir():
+            if not entry.is_dir():
+                check_regular_file(entry, f"{what} {name}:")
+    config = folder / "config.json"
     if not config.is_file():
         return
     data = read_json_file(config, f"{what} config")
