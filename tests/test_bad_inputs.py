@@ -870,7 +870,7 @@ COMMANDS.update({
         ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec.md", "--storage", "studies.db")),
     "mask export --out not of the format": Command(
         ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m", "--out", "{other}"),
-        (("--out", "mask.json"), ("--format", "knapspec", "--out", "paper.json"), ("--format", "knapspec", "--key", "k", "--out", "kn.json")),
+        (("--out", "mask.json"), ("--format", "knapspec", "--out", "paper.json"), ("--format", "knapspec", "--key", "k", "--out", "paper.json")),
         kinds={"other": "not_selfsd"}),
     "mask import --out onto its input": Command(
         ("mask", "import", "paper.json", "--format", "selfsd", "--key", "m", "--num-layers", "4", "--out", "paper.json")),

@@ -169,7 +169,10 @@ def journal_problem(data: bytes) -> str | None:
         try:
             record = json.loads(line)
         except ValueError:
-            continue  # a record cut off by a crash: repairable
+            # A record cut off by a crash (repairable), or a complete one glued onto such a fragment.
+            start = line.rfind(_RECORD_START)
+            complete += start > 0 and _parses(line[start:])
+            continue
         if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
             return f"line {number} is not a journal record"
         complete += 1
