@@ -27,6 +27,11 @@ COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "kn
 EMPTY_MEANS_NONE = frozenset({"drafters", "skip_ratios"})
 
 
+class _Unset(str):
+    """An empty default as argparse stores it when the option is left out: equal to "" for the
+    commands, but told apart from an empty value the user typed."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line instead of usage + error, starting
     ``layersearch: error:`` like every other error, and naming the command; an empty value
@@ -39,15 +44,18 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         """argparse's parse, then an empty value refused: a script's unset variable (``--spec "$SPEC"``)
-        must not quietly run without the file, as if the option were absent. An option whose default
-        is already empty (``--masks``) and those of :data:`EMPTY_MEANS_NONE` take one."""
+        must not quietly run without the file, as if the option were absent. Only the options of
+        :data:`EMPTY_MEANS_NONE` take one; an option left out keeps its default, even an empty one."""
+        for action in self._actions:
+            if type(action.default) is str and not action.default:
+                action.default = _Unset()  # the option left out, not typed empty
         namespace, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
             value = getattr(namespace, action.dest, None)
             values = value if isinstance(value, list) else [value]
-            if action.dest in EMPTY_MEANS_NONE or value == action.default:
+            if action.dest in EMPTY_MEANS_NONE:
                 continue
-            if any(isinstance(v, str) and not v.strip() for v in values):
+            if any(isinstance(v, str) and not isinstance(v, _Unset) and not v.strip() for v in values):
                 name = "/".join(action.option_strings) or action.metavar or action.dest
                 self.error(f"argument {name}: empty value (give one, or leave the option out)")
         return namespace, extras
