@@ -480,7 +480,7 @@ def round_three_io(M: tuple[str, ...], gen: tuple[str, ...]) -> list[Case]:
         found.append(Case(f"io: {name}", tuple(argv), plant, **more))
 
     # 1. an output onto an input (by name, ./name, a symlink, a hard link) or onto another output
-    prompts = lambda w: (w / "p.jsonl").write_text('{"prompt": "w1 w2"}\n')
+    prompts = lambda w: (w / "p.jsonl").write_text('{"prompt": "w1 w2"}\n') and None  # None: `prompts(w) or more(w)`
     save = (*gen[:3], "--mask", "mask.json", "--prompts", "p.jsonl", "--max-new-tokens", "2", "--save-spec")
     for label, (value, plant) in {
         "the --prompts file": ("p.jsonl", prompts), "the --mask file": ("mask.json", prompts),
@@ -490,7 +490,7 @@ def round_three_io(M: tuple[str, ...], gen: tuple[str, ...]) -> list[Case]:
         "sub/.. the --mask file": ("sub/../mask.json", lambda w: prompts(w) or (w / "sub").mkdir()),
     }.items():
         add(f"generate --save-spec onto {label}", (*save, value), plant)
-    forty = lambda w: (w / "u.jsonl").write_text("".join(f'{{"prompt": "w{i} w{i + 1}"}}\n' for i in range(40)))
+    forty = lambda w: (w / "u.jsonl").write_text("".join(f'{{"prompt": "w{i} w{i + 1}"}}\n' for i in range(40))) and None
     bench = ("bench", *M, "--prompts", "u.jsonl", "--prompts-per-domain", "1", "--max-new-tokens", "2", "--repeats", "1",
              "--no-peers", "--drafters", "", "--masks", "mask.json")
     add("bench --out onto the --prompts file", (*bench, "--out", "u.jsonl"), forty)

@@ -168,14 +168,28 @@ def check_overwrites(args: Any, command: Any = None) -> None:
     outputs = {"--" + name.replace("_", "-"): given[name] for name in OUTPUT_OPTIONS if isinstance(given.get(name), str)}
     derived = getattr(command, "output_paths", None)
     outputs.update(derived(args) if derived is not None else {})
+    storage = _storage_file(given.get("storage"))
+    if storage is not None:  # read and written: a report onto it destroys the study, even one made by this run
+        outputs["--storage"] = storage
     inputs = []
     for name, value in given.items():
-        if name in OUTPUT_OPTIONS or name == "out_prefix" or name in _NOT_PATHS:
+        if name in OUTPUT_OPTIONS or name in ("out_prefix", "storage") or name in _NOT_PATHS:
             continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):
                 inputs.extend(("--" + name.replace("_", "-"), path) for path in _paths_in(item))
     check_distinct(list(outputs.items()), inputs)
+
+
+def _storage_file(value: Any) -> str | None:
+    """The file of a ``--storage`` (``x.db``, ``x.log``, ``sqlite:///x.db``, ``journal:///x.log``), None
+    for a database server or no storage (a malformed one is the command's to report)."""
+    if not isinstance(value, str):
+        return None
+    for scheme in ("sqlite:///", "journal:///"):
+        if value.startswith(scheme):
+            return value[len(scheme):] or None
+    return value if "://" not in value and value.endswith((".db", ".log", ".sqlite", ".sqlite3")) else None
 
 
 def _paths_in(value: str) -> list[str]:
