@@ -3,12 +3,15 @@ working folder, run as a real process with a timeout.
 
 Counts what must never happen: a traceback, the CLI's internal-error line (the
 ``LAYERSEARCH_DEBUG`` marker), exit 0 on a bad file or value, any other exit status than 2,
-more than one line on stderr, files left behind or changed, and slow refusals: more than
+more than one line on stderr, files left behind or changed (a FIFO is never read: it is
+marked, not opened), and slow refusals: more than
 ``--slow`` (10) seconds of CPU time (user + system: the work done before refusing, whatever
 else the machine runs), or killed at ``--timeout``. Wall time over 10 s is counted too
 (``over-10s-wall``, not a failure by itself: on a shared 2-core machine importing torch alone
 can wait 5-15 s); the wall and CPU time of a good model-loading command (the start-up floor)
-is measured every 25 cases for comparison. Prints one line per failing case and the counts;
+is measured every 25 cases for comparison. A few cases are good commands whose result is
+checked instead (``check``: a merged file, the modes a umask gives): they must exit 0, and a
+wrong result counts as ``wrong-result``. Prints one line per failing case and the counts;
 ``--json`` writes them.
 
     OMP_NUM_THREADS=1 python benchmarks/hostile_pass.py [--only SUBSTRING] [--json counts.json]
@@ -46,6 +49,10 @@ class Case:
     name: str
     argv: tuple[str, ...]
     plant: Callable[[Path], None] | None = None
+    #: a good command: what is wrong with its result (None: right), checked after it exits 0
+    check: Callable[[Path], str | None] | None = None
+    umask: int | None = None  # the umask it runs under (None: this process's)
+    env: tuple[tuple[str, str], ...] = ()  # extra environment (a path relative to the working folder)
 
 
 # ----- the working folder ------------------------------------------------------------------------
@@ -88,6 +95,12 @@ def build_base(folder: Path) -> None:
     # A draft-model folder whose config has zero layers (weights of the good model).
     shutil.copytree(folder / "model", folder / "zero")
     _edit_json(folder / "zero" / "config.json", num_hidden_layers=0)
+    # A decoder spec with a steering file (round three: a FIFO in its place) and Self-SD's mask format.
+    from layersearch.cli import main as cli_main
+
+    assert cli_main(["generate", "--model", str(folder / "model"), "--steering", str(folder / "steer.safetensors"),
+                     "--prompt", "w1 w2", "--max-new-tokens", "2", "--save-spec", str(folder / "steer_spec.json")]) == 0
+    (folder / "paper.json").write_text('{"llama-2-13b": {"attention": [1], "mlp": [2]}}')
 
 
 def _edit_json(path: Path, **changes) -> None:
@@ -437,6 +450,167 @@ def cases() -> list[Case]:
     # masks and profiles with non-finite numbers
     add("mask show: NaN num_layers", ("mask", "show", "m.json"),
         lambda w: (w / "m.json").write_text('{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}'))
+    found.extend(round_three_io(M, gen))
+    return found
+
+
+# ----- round three (issue 33), inputs and outputs: each name starting "io:" -----------------------------
+def _fifo(name: str) -> Callable[[Path], None]:
+    return lambda w: os.mkfifo(w / name)
+
+
+def _modes(folder: str, files: int, dirs: int) -> Callable[[Path], str | None]:
+    """Check: ``folder`` has mode ``dirs`` and every file in it ``files``."""
+    def check(work: Path) -> str | None:
+        top = work / folder
+        wrong = [f"{p.name} {oct(p.stat().st_mode & 0o777)}" for p in top.iterdir() if p.stat().st_mode & 0o777 != files]
+        if top.stat().st_mode & 0o777 != dirs:
+            wrong.insert(0, f"{folder}/ {oct(top.stat().st_mode & 0o777)}")
+        return f"modes {', '.join(wrong)} (want {oct(files)} / {oct(dirs)})" if wrong else None
+    return check
+
+
+def round_three_io(M: tuple[str, ...], gen: tuple[str, ...]) -> list[Case]:
+    """Issue 33's classes 1-5 and 8 and the weak spots in their reach: an output onto an input or
+    another output, a .log that is no Optuna journal, mask export merging into its file, the modes
+    of steer shrink's files, a FIFO anywhere a file is read or written, an empty option value."""
+    found: list[Case] = []
+
+    def add(name, argv, plant=None, **more):
+        found.append(Case(f"io: {name}", tuple(argv), plant, **more))
+
+    # 1. an output onto an input (by name, ./name, a symlink, a hard link) or onto another output
+    prompts = lambda w: (w / "p.jsonl").write_text('{"prompt": "w1 w2"}\n') and None  # None: `prompts(w) or more(w)`
+    save = (*gen[:3], "--mask", "mask.json", "--prompts", "p.jsonl", "--max-new-tokens", "2", "--save-spec")
+    for label, (value, plant) in {
+        "the --prompts file": ("p.jsonl", prompts), "the --mask file": ("mask.json", prompts),
+        "./ the --prompts file": ("./p.jsonl", prompts),
+        "a symlink to the --prompts file": ("l.jsonl", lambda w: prompts(w) or os.symlink("p.jsonl", w / "l.jsonl")),
+        "a hard link to the --mask file": ("h.json", lambda w: prompts(w) or os.link(w / "mask.json", w / "h.json")),
+        "sub/.. the --mask file": ("sub/../mask.json", lambda w: prompts(w) or (w / "sub").mkdir()),
+    }.items():
+        add(f"generate --save-spec onto {label}", (*save, value), plant)
+    forty = lambda w: (w / "u.jsonl").write_text("".join(f'{{"prompt": "w{i} w{i + 1}"}}\n' for i in range(40))) and None
+    bench = ("bench", *M, "--prompts", "u.jsonl", "--prompts-per-domain", "1", "--max-new-tokens", "2", "--repeats", "1",
+             "--no-peers", "--drafters", "", "--masks", "mask.json")
+    add("bench --out onto the --prompts file", (*bench, "--out", "u.jsonl"), forty)
+    add("bench --out onto the --masks file", (*bench, "--out", "mask.json"), forty)
+    tune = ("tune", *M, "--prompts", "u.jsonl", "--budget", "1")
+    add("tune --out onto its own default report", (*tune, "--out", "spec.md"), forty)
+    add("tune --report onto the --prompts file", (*tune, "--out", "t.json", "--report", "u.jsonl"), forty)
+    add("tune --report onto --out", (*tune, "--out", "t.json", "--report", "t.json"), forty)
+    add("tune --report onto the --storage file", (*tune, "--out", "t.json", "--storage", "s.log", "--report", "s.log"),
+        lambda w: forty(w) or (w / "s.log").write_text(""))
+    add("mask export --out onto its input", ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m", "--out", "mask.json"))
+    add("mask import --out onto its input", ("mask", "import", "paper.json", "--format", "selfsd", "--key", "llama-2-13b",
+                                             "--num-layers", "4", "--out", "paper.json"))
+    add("knn build --out onto the --domain mask", ("knn", "build", *M, "--domain", "translation=mask.json", "--samples", "1",
+                                                   "--out", "mask.json"))
+    add("transfer --out-prefix onto the --mask file", ("transfer", *M, "--mask", "translation=mask.json", "--domains",
+                                                      "translation", "--samples", "1", "--out-prefix", "mask"))
+    add("steer shrink --out onto --model", ("steer", "shrink", "--model", "zero", "--keep-layers", "2", "--out", "zero"))
+    add("steer eval --out onto --steering", ("steer", "eval", *M, "--steering", "steer.safetensors", "--domain", "translation",
+                                            "--prompts", "1", "--max-new-tokens", "2", "--seeds", "1", "--out", "steer.safetensors"))
+
+    # 2. a .log that is no Optuna journal: never opened as one, never "repaired"
+    logs = {"a text .log": b"app started\nready\n", "a binary .log": bytes(range(256)) * 4,
+            "a foreign JSON-lines .log": b'{"level": "info", "msg": "up"}\n',
+            "a cut-off record only": b'{"op_code":0,"worker_id":"x', "text, then a record": b'app\n{"op_code":0,"worker_id":"x"}\n'}
+    create = ("study", "create", "--name", "x", *M, "--strategy", "random", "--objective", "matchness", "--domain", "code",
+              "--samples", "1", "--max-new-tokens", "2", "--storage")
+    for label, data in logs.items():
+        plant = lambda w, data=data: (w / "n.log").write_bytes(data)
+        add(f"study create --storage {label}", (*create, "n.log"), plant)
+        add(f"study list --storage {label}", ("study", "list", "--storage", "n.log"), plant)
+        add(f"study run --storage {label}", ("study", "run", "--name", "x", "--storage", "n.log", "--trials", "1"), plant)
+    add("study create --storage journal:/// of a text file", (*create, "journal:///n.log"), lambda w: (w / "n.log").write_text("app\n"))
+    add("tune --storage a text .log", (*tune, "--out", "t.json", "--storage", "n.log"),
+        lambda w: forty(w) or (w / "n.log").write_text("app started\n"))
+
+    # 3. mask export onto an existing file of the format: merged (its other keys kept); onto another file: refused
+    def merged(work: Path) -> str | None:
+        data = json.loads((work / "paper.json").read_text())
+        return None if set(data) == {"llama-2-13b", "mine"} else f"keys {sorted(data)} (want llama-2-13b and mine)"
+    add("mask export --format selfsd merges into its file", ("mask", "export", "mask.json", "--format", "selfsd", "--key", "mine",
+                                                           "--out", "paper.json"), check=merged)
+    add("mask export --format selfsd onto a prompt file", ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m",
+                                                          "--out", "p.jsonl"), prompts)
+    add("mask export --format knapspec (no key) onto a selfsd file", ("mask", "export", "mask.json", "--format", "knapspec",
+                                                                     "--out", "paper.json"))
+
+    # 4. steer shrink: the modes the user's umask gives, an existing empty folder's own kept
+    shrink = ("steer", "shrink", *M, "--keep-layers", "2", "--out", "small")
+    add("steer shrink under umask 022", shrink, umask=0o022, check=_modes("small", 0o644, 0o755))
+    add("steer shrink under umask 077", shrink, umask=0o077, check=_modes("small", 0o600, 0o700))
+    add("steer shrink into an empty 0700 folder", shrink, lambda w: (w / "small").mkdir(0o700), umask=0o022,
+        check=_modes("small", 0o644, 0o700))
+
+    # 5. a FIFO read or written: refused at once, never waited on
+    fifo = _fifo("f.json")
+    for label, argv in {
+        "generate --spec": ("generate", "--spec", "f.json", "--prompt", "w1 w2"),
+        "mask show": ("mask", "show", "f.json"),
+        "generate --mask": (*gen, "--mask", "f.json"),
+        "generate --router": (*gen, "--router", "f.json"),
+        "generate --lookahead disco:": (*gen, "--skip-ratio", "0.5", "--lookahead", "disco:f.json"),
+        "generate --profile": (*gen, "--skip-ratio", "0.5", "--profile", "f.json"),
+        "generate --prompts": ("generate", *M, "--prompts", "f.json"),
+        "generate --steering": (*gen, "--steering", "f.json"),
+        "generate --save-spec": (*gen, "--save-spec", "f.json"),
+        "bench --specs": ("bench", *M, "--specs", "f.json", "--domains", "code", "--skip-ratios", "", "--no-peers",
+                          "--drafters", "", "--out", "b.json"),
+        "bench --prompts": ("bench", *M, "--prompts", "f.json", "--no-peers", "--drafters", "", "--out", "b.json"),
+        "bench --out": ("bench", *M, "--domains", "code", "--no-peers", "--drafters", "", "--out", "f.json"),
+        "plot bench": ("plot", "bench", "f.json", "--out", "b.png"),
+        "mask import": ("mask", "import", "f.json", "--format", "selfsd", "--num-layers", "4", "--out", "m2.json"),
+        "mask create --out": ("mask", "create", *M, "--attention", "1", "--out", "f.json"),
+        "knn build --domain": ("knn", "build", *M, "--domain", "translation=f.json", "--samples", "1", "--out", "k.json"),
+        "steer eval --steering": ("steer", "eval", *M, "--steering", "f.json", "--domain", "translation", "--prompts", "1"),
+        "disco train --rows": (*("disco", "train", *M, "--domain", "translation", "--val-prompts", "1", "--max-new-tokens", "2",
+                                 "--out", "d_out.json"), "--rows", "f.json"),
+        "tune --prompts": ("tune", *M, "--prompts", "f.json", "--budget", "1", "--out", "t.json"),
+        "study create --prompts": ("study", "create", "--name", "x", *M, "--prompts", "f.json", "--strategy", "random",
+                                   "--objective", "matchness", "--storage", "s.db"),
+    }.items():
+        add(f"FIFO as {label}", argv, fifo)
+    add("FIFO as a steering file inside a spec", ("generate", "--spec", "steer_spec.json", "--prompt", "w1 w2"),
+        lambda w: os.mkfifo(w / "s.fifo") or _edit_json(w / "steer_spec.json", steering="s.fifo"))
+    add("FIFO as --model .gguf", ("generate", "--model", "f.gguf", "--prompt", "w1 w2"), _fifo("f.gguf"))
+    add("FIFO as --storage .db", ("study", "list", "--storage", "f.db"), _fifo("f.db"))
+    add("FIFO as --storage .log", (*create, "f.log"), _fifo("f.log"))
+    add("FIFO as a model folder's config.json", ("generate", "--model", "cfg", "--prompt", "w1 w2"),
+        lambda w: shutil.copytree(w / "model", w / "cfg") and ((w / "cfg" / "config.json").unlink() or os.mkfifo(w / "cfg" / "config.json")))
+
+    # 8. an empty value: refused, never taken as the option left out
+    empties = {
+        "generate --spec ''": ("generate", "--spec", "", "--prompt", "w1 w2"),
+        "generate --save-spec ''": (*gen, "--save-spec", ""),
+        "generate --mask ''": (*gen, "--mask", ""),
+        "generate --router ''": (*gen, "--router", ""),
+        "generate --lookahead ''": (*gen, "--skip-ratio", "0.5", "--lookahead", ""),
+        "generate --profile ''": (*gen, "--profile", ""),
+        "generate --steering ' '": (*gen, "--steering", " "),
+        "generate --device ''": (*gen, "--device", ""),
+        "generate --prompt ''": ("generate", *M, "--prompt", ""),
+        "bench --domains ''": ("bench", *M, "--domains", "", "--no-peers", "--drafters", "", "--out", "b.json"),
+        "bench --prompts ''": ("bench", *M, "--prompts", "", "--out", "b.json"),
+        "bench --profile ''": ("bench", *M, "--profile", "", "--out", "b.json"),
+        "bench --spec-bench ''": ("bench", *M, "--spec-bench", "", "--out", "b.json"),
+        "transfer --prompts ''": ("transfer", *M, "--mask", "translation=mask.json", "--prompts", ""),
+        "transfer --mask ''": ("transfer", *M, "--mask", ""),
+        "profile --contexts ''": ("profile", *M, "--contexts", "", "--out", "p.json"),
+        "tune --name ''": (*tune, "--out", "t.json", "--name", ""),
+        "study create --domain file:": ("study", "create", "--name", "x", *M, "--strategy", "random", "--objective", "matchness",
+                                        "--domain", "file:", "--storage", "s.db"),
+        "study list --storage ''": ("study", "list", "--storage", ""),
+        "mask show ''": ("mask", "show", ""),
+        "knn build --fallback ''": ("knn", "build", *M, "--domain", "translation=mask.json", "--fallback", "", "--out", "k.json"),
+    }
+    for label, argv in empties.items():
+        add(f"empty value: {label}", argv, forty if "tune" in label else None)
+    # also weak: a file where the model cache's folder must be (the embedded model converts into it)
+    add("a file in place of the model cache folder", ("generate", "--prompt", "w1 w2", "--max-new-tokens", "1"),
+        lambda w: (w / "cachefile").write_text("mine"), env=(("LAYERSEARCH_CACHE", "cachefile/sub"),))
     return found
 
 
@@ -448,7 +622,10 @@ def snapshot(folder: Path) -> dict[str, str]:
         for name in dirs + files:
             path = Path(root) / name
             rel = os.path.relpath(path, folder)
-            found[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+            if path.is_dir() or not path.is_file():  # a FIFO: reading it would wait forever
+                found[rel] = "dir" if path.is_dir() else "special"
+            else:
+                found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
 
@@ -462,6 +639,8 @@ class Result:
     stderr: str
     changed: tuple[str, ...]
     cpu_seconds: float = 0.0  # user + system time of the process: its work, whatever the machine's load
+    good: bool = False  # a good command (Case.check): exit 0 expected, its changes are its output
+    wrong: str | None = None  # what its check found wrong
 
     def problems(self, slow: float) -> list[str]:
         """The rules this case broke; ``slow``: the CPU seconds a refusal may take (wall time
@@ -471,6 +650,12 @@ class Result:
             found.append("traceback")
         if MARKER in self.stderr:
             found.append("internal-error")
+        if self.good:
+            if self.status != 0:
+                found.append(f"status-{self.status}")
+            elif self.wrong:
+                found.append("wrong-result")
+            return found
         if self.status == 0:
             found.append("exit-0")
         elif self.status != 2:
@@ -496,18 +681,22 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
     if case.plant:
         case.plant(work)
     before = snapshot(work)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **{k: str(work / v) for k, v in case.env}}
     env.pop(MARKER, None)
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         proc = subprocess.run([sys.executable, "-m", "layersearch", *case.argv], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=None if case.umask is None else (lambda: os.umask(case.umask)))
         status, stderr = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as exc:
         status, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
     after = snapshot(work)
     changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+    if case.check is not None:
+        wrong = case.check(work) if status == 0 else None
+        return Result(case.name, status, seconds, stderr, (), cpu, good=True, wrong=wrong)
     return Result(case.name, status, seconds, stderr, changed, cpu)
 
 
@@ -519,7 +708,8 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-COUNTS = ("traceback", "internal-error", "exit-0", "other-status", "not-one-line", "leftover", "slow", "over-10s-wall")
+COUNTS = ("traceback", "internal-error", "exit-0", "other-status", "not-one-line", "leftover", "slow", "wrong-result",
+          "over-10s-wall")
 
 #: A good command that loads the model and decodes one token: the floor every model-loading
 #: refusal pays on this machine (interpreter, torch and transformers imports, the model load).
@@ -561,7 +751,7 @@ def main() -> int:
                 counts["other-status" if problem.startswith("status-") else problem] += 1
             problems = [p for p in problems if p != "over-10s-wall"]  # reported, not a failure by itself
             if problems:
-                last = (result.stderr.strip().splitlines() or [""])[-1][:200]
+                last = (result.wrong or (result.stderr.strip().splitlines() or [""])[-1])[:200]
                 failing.append({"case": case.name, "problems": problems, "status": result.status,
                                 "seconds": round(result.seconds, 1), "stderr": last, "changed": list(result.changed)})
                 print(f"[{number}/{len(selected)}] FAIL {case.name}: {', '.join(problems)} "

@@ -22,14 +22,43 @@ COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "kn
             "knn", "swift", "steer", "tune")
 
 
+#: Options whose empty value means "none of them" (``bench --drafters ""``: no peer drafters);
+#: every other option refuses an empty value (see :meth:`Parser.parse_known_args`).
+EMPTY_MEANS_NONE = frozenset({"drafters", "skip_ratios"})
+
+
+class _Unset(str):
+    """An empty default as argparse stores it when the option is left out: equal to "" for the
+    commands, but told apart from an empty value the user typed."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line instead of usage + error, starting
-    ``layersearch: error:`` like every other error, and naming the command."""
+    ``layersearch: error:`` like every other error, and naming the command; an empty value
+    (``--spec ''``) is a usage error too."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.partition(" ")[2]
         where = f"{command}: " if command else ""
         self.exit(2, f"layersearch: error: {where}{' '.join(message.split())}\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's parse, then an empty value refused: a script's unset variable (``--spec "$SPEC"``)
+        must not quietly run without the file, as if the option were absent. Only the options of
+        :data:`EMPTY_MEANS_NONE` take one; an option left out keeps its default, even an empty one."""
+        for action in self._actions:
+            if type(action.default) is str and not action.default:
+                action.default = _Unset()  # the option left out, not typed empty
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(namespace, action.dest, None)
+            values = value if isinstance(value, list) else [value]
+            if action.dest in EMPTY_MEANS_NONE:
+                continue
+            if any(isinstance(v, str) and not isinstance(v, _Unset) and not v.strip() for v in values):
+                name = "/".join(action.option_strings) or action.metavar or action.dest
+                self.error(f"argument {name}: empty value (give one, or leave the option out)")
+        return namespace, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,13 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(renamed, 2)
     args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
     try:
-        from layersearch.commands.common import check_shared_options
+        from layersearch.commands.common import check_overwrites, check_shared_options
 
         check_shared_options(args)  # seeds, draft lengths, ratios, learning rates: before any work
         from layersearch.commands.requires import check_extras
 
         check_extras(args)  # the optional packages this command needs (search, plots, kernels)
         module = importlib.import_module(f"layersearch.commands.{args.command}")
+        check_overwrites(args, module)  # no output may replace an input or another output
         return int(module.run(args) or 0)
     except LayersearchError as exc:
         return _fail(str(exc), 2)

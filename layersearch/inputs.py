@@ -2,7 +2,9 @@
 
 Every file a user passes (masks, profiles, prompt lists) is read through :func:`read_text`:
 a size limit (:data:`MAX_INPUT_BYTES`) before anything is read, UTF-8 (a BOM is allowed)
-checked with the offending byte named, folders and devices refused. :func:`parse_json` adds
+checked with the offending byte named. Every input is opened through :func:`open_input` (or,
+for a path handed to a library, checked by :func:`check_regular_file` first): only a regular
+file is read, so a FIFO, a device or a socket is refused at once instead of blocking forever. :func:`parse_json` adds
 limits on nesting depth and on the length of integers, so a small hostile file cannot make
 the parser, or code walking its result, run for long or recurse deeply.
 """
@@ -14,7 +16,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from layersearch.errors import LayersearchError
 
@@ -34,23 +36,66 @@ def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> s
 
     ``max_bytes`` defaults to :data:`MAX_INPUT_BYTES`.
     """
-    path = Path(path)
     max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
-    try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise LayersearchError(f"{what} file {path} is a directory")
-        if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
-            raise LayersearchError(f"{what} file {path} is too large ({st.st_size} bytes; at most {max_bytes})")
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)  # bounded even for a pipe or device
-    except FileNotFoundError:
-        raise LayersearchError(f"{what} file not found: {path}") from None
-    except OSError as exc:
-        raise LayersearchError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+    with open_input(path, what) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise LayersearchError(f"{what} file {path} is too large ({size} bytes; at most {max_bytes})")
+        try:
+            data = handle.read(max_bytes + 1)  # bounded even if the file grows while read
+        except OSError as exc:
+            raise LayersearchError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+    path = Path(path)
     if len(data) > max_bytes:
         raise LayersearchError(f"{what} file {path} is too large (more than {max_bytes} bytes)")
     return decode_utf8(data, f"{what} file {path}")
+
+
+def open_input(path: str | Path, what: str) -> BinaryIO:
+    """``path`` opened for reading in binary, a ``what`` file; raises LayersearchError unless it is
+    a regular file (a directory, FIFO, device or socket is refused without waiting on it)."""
+    if isinstance(path, str) and not path.strip():  # Path("") is ".", the current folder
+        raise LayersearchError(f"{what} file name is empty: name a file")
+    path = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise LayersearchError(f"{what} file not found: {path}") from None
+    except IsADirectoryError:
+        raise LayersearchError(f"{what} file {path} is a directory") from None
+    except OSError as exc:
+        raise LayersearchError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+    try:
+        _refuse_special(os.fstat(fd).st_mode, path, what)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular_file(path: str | Path, what: str) -> Path:
+    """``path`` when it is a regular file (after symlinks), for inputs handed to a library that opens
+    them itself; a missing path is left to that reader's own message. Raises LayersearchError for a
+    directory, FIFO, device or socket (a library opening a FIFO would wait forever)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path
+    _refuse_special(mode, path, what)
+    return path
+
+
+def _refuse_special(mode: int, path: Path, what: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise LayersearchError(f"{what} file {path} is a directory")
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "something else")
+    raise LayersearchError(f"{what} file {path} is {kind}, not a regular file")
 
 
 def decode_utf8(data: bytes, where: str) -> str:
@@ -95,4 +140,5 @@ def _bounded_int(literal: str) -> int:
     return int(literal)
 
 
-__all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "decode_utf8", "json_depth", "parse_json", "read_text"]
+__all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "check_regular_file", "decode_utf8", "json_depth", "open_input", "parse_json",
+           "read_text"]

@@ -118,15 +118,45 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
     """Write ``mask`` as a papers' mask file of ``fmt`` (atomically) under ``key``.
 
     selfsd, swift and knnssd files need a key (their convention: see the module docstring);
-    a KnapSpec file is the bare flat list, or ``{key: list}`` when a key is given.
+    a KnapSpec file is the bare flat list, or ``{key: list}`` when a key is given. An existing
+    file of ``fmt`` at ``path`` is merged into: its other keys are kept (``key`` replaced).
     """
     check_format(fmt)
+    if fmt != "knapspec" and not key:
+        raise LayersearchError(f"a {fmt} mask file stores masks under a key: give --key")
+    existing = existing_keys(path, fmt, key)
     if fmt == "knapspec":
         flat = [int(bit) for bit in mask.to_flat()]
-        return write_json_atomic(path, flat if key is None else {key: flat})
-    if not key:
-        raise LayersearchError(f"a {fmt} mask file stores masks under a key: give --key")
-    return write_json_atomic(path, {key: {"attention": list(mask.attention), "mlp": list(mask.mlp)}})
+        return write_json_atomic(path, flat if key is None else {**existing, key: flat})
+    return write_json_atomic(path, {**existing, key: {"attention": list(mask.attention), "mlp": list(mask.mlp)}})
+
+
+def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]:
+    """The masks already in the ``fmt`` file at ``path`` that an export under ``key`` keeps ({} when
+    there is no such file, or it is stdout or a device). A file that is not one of ``fmt`` (or
+    one a keyless KnapSpec list would replace) is refused: exporting must not drop what it holds."""
+    from layersearch.outputs import check_output
+
+    target = check_output(path)
+    if target.stream or not target.real.exists():
+        return {}
+    try:
+        data = _read(target.real, fmt)
+        for name, entry in (data.items() if isinstance(data, dict) else ()):
+            if not (isinstance(entry, list) if fmt == "knapspec" else isinstance(entry, dict) and set(_SUBLAYERS) <= set(entry)):
+                raise LayersearchError(f"its entry {name!r} is no {fmt} mask")
+    except LayersearchError as exc:
+        raise LayersearchError(f"--out {path} exists and is not a {fmt} mask file ({exc}); "
+                               "layersearch leaves it untouched: choose another file") from None
+    if isinstance(data, list):
+        if key is not None:
+            raise LayersearchError(f"--out {path} holds one KnapSpec mask without a key: export without --key "
+                                   "to replace it, or to another file")
+        return {}
+    if key is None and data:
+        raise LayersearchError(f"--out {path} holds the KnapSpec masks {', '.join(sorted(data)[:5])}: give --key to add "
+                               "this one beside them")
+    return dict(data)
 
 
 def _depth(num_layers: int | None, model: ModelInfo | None) -> int:

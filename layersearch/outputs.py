@@ -7,6 +7,8 @@ read-only folder: folders are never created; a name too long, a wrong suffix).
 
 - ``-`` streams to stdout, and a character device or FIFO (``/dev/stdout``, ``/dev/null``) is
   written in place: replacing a device node with a private file is never what a user meant;
+  a FIFO that no process reads from is refused when checked (opening it would wait forever),
+  and the end opened then is kept for the write, so the reader sees one stream;
 - a symlink is written through: the file it points to is replaced, the link stays;
 - a regular file is written to a temporary file beside it and renamed into place, so a crash
   never leaves a partial file; a new file gets the user's usual permissions (0666 minus the
@@ -88,6 +90,8 @@ def check_output(
     if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
         if not os.access(real, os.W_OK):
             raise LayersearchError(f"cannot write {what} {given}: permission denied")
+        if stat.S_ISFIFO(st.st_mode):
+            _hold_fifo(real, given, what)
         return OutputTarget(given, real, True)
     if not stat.S_ISREG(st.st_mode):
         raise LayersearchError(f"{what} {given} is not a regular file")
@@ -96,6 +100,24 @@ def check_output(
     if not os.access(real.parent, os.W_OK | os.X_OK):
         raise LayersearchError(f"cannot write {what} {given}: its folder {real.parent} is not writable")
     return OutputTarget(given, real, False)
+
+
+#: Write ends of FIFOs opened by :func:`check_output`, kept open until written: closing one
+#: would end the reader's stream before the data comes.
+_FIFOS: dict[Path, int] = {}
+
+
+def _hold_fifo(real: Path, given: str, what: str) -> None:
+    """Open the FIFO ``real`` for writing without waiting; refuse it when no process reads from it."""
+    if real in _FIFOS:
+        return
+    try:
+        _FIFOS[real] = os.open(real, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise LayersearchError(f"cannot write {what} {given}: it is a FIFO (named pipe) that no process reads from; "
+                                   "give a regular file") from None
+        raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
 
 
 def _new_file(real: Path, given: str, what: str, default: bool) -> OutputTarget:
@@ -237,7 +259,12 @@ def _write_stream(target: OutputTarget, data: bytes) -> None:
         sys.stdout.flush()
         return
     try:
-        with open(target.real, "wb") as handle:
+        if stat.S_ISFIFO(os.stat(target.real).st_mode) and target.real not in _FIFOS:
+            _hold_fifo(target.real, target.given, "output")
+        fd = _FIFOS.pop(target.real, None)
+        if fd is not None:
+            os.set_blocking(fd, True)  # a reader is there: wait for it to take the data
+        with (os.fdopen(fd, "wb") if fd is not None else open(target.real, "wb")) as handle:
             handle.write(data)
     except OSError as exc:
         raise LayersearchError(f"cannot write {target.given}: {exc.strerror}") from None
@@ -251,9 +278,67 @@ def _failed_name(exc: OSError, files: Sequence[tuple[OutputTarget, bytes]]) -> s
     return files[0][0].given if files else "output"
 
 
+def check_distinct(outputs: Sequence[tuple[str, "str | Path"]], inputs: Sequence[tuple[str, "str | Path"]] = ()) -> None:
+    """Raise LayersearchError when an output is, by resolved path (symlinks followed) or as a hard
+    link, one of ``inputs`` or another output: each pair is (the option, as the user names it;
+    the path). Streams (``-``, a device, a FIFO) are left out: writing one destroys nothing."""
+    seen: list[tuple[str, str, tuple]] = []
+    for label, path in outputs:
+        keys = _identity(path)
+        if keys is None:
+            continue
+        for other_label, other_path, other_keys in seen:
+            if keys & other_keys:
+                raise LayersearchError(f"{label} {path} and {other_label} {other_path} are the same file: "
+                                       "one would overwrite the other; give each its own name")
+        seen.append((label, os.fspath(path), keys))
+    for label, path in inputs:
+        keys = _identity(path)
+        if keys is None:
+            continue
+        for out_label, out_path, out_keys in seen:
+            if keys & out_keys:
+                raise LayersearchError(f"{out_label} {out_path} is the {label} input {path}: writing it would destroy "
+                                       "that input; give the output another name")
+
+
+def _identity(path: "str | Path") -> "frozenset | None":
+    """What makes two names the same file: the resolved path, and (dev, inode) when it exists;
+    None for a stream."""
+    given = os.fspath(path)
+    if not given or given == STDOUT or "\0" in given:
+        return None
+    real = os.path.realpath(given)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return frozenset({real})
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return None
+    return frozenset({real, (st.st_dev, st.st_ino)})
+
+
+def umask_modes(folder: "str | Path", top_mode: int | None = None) -> None:
+    """Give ``folder`` and everything under it the modes a plain ``mkdir`` / ``open`` gives under the
+    user's umask (0777 / 0666 minus it): libraries save some files private (0600) and temporary
+    folders are made 0700. ``top_mode``: the mode ``folder`` itself gets instead (an existing
+    empty folder it replaces keeps its own)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
+    os.chmod(folder, (0o777 & ~mask) if top_mode is None else top_mode)
+
+
 def announce(target: OutputTarget, message: str) -> None:
     """Print a "wrote ..." note: on stdout, or on stderr when the output itself went to stdout."""
     print(message, file=sys.stderr if target.to_stdout else sys.stdout, flush=True)
 
 
-__all__ = ["OutputTarget", "STDOUT", "announce", "check_output", "write_output", "write_outputs"]
+__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_output", "umask_modes", "write_output",
+           "write_outputs"]

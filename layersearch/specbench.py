@@ -96,11 +96,10 @@ def write_answers(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
 
 def read_answers(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a Spec-Bench answer file (ours or another tool's); LayersearchError names a bad line."""
+    from layersearch.inputs import read_text
+
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise LayersearchError(f"cannot read answer file {path}: {exc.strerror}") from None
+    lines = read_text(path, "answer").splitlines()
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

@@ -775,6 +775,140 @@ BAD_KINDS: dict[str, dict[str, Maker]] = {
 }
 
 
+
+# ----- issue 33, harden-io: outputs onto inputs, non-journal .log files, FIFOs, empty values ---------
+# Its own block (other helpers append theirs): rows of COMMANDS, and variants added to the kinds above.
+def _fifo(name: str) -> Maker:
+    """A FIFO that nothing writes to or reads from: opening it the usual way would wait forever."""
+    def make(work: Path) -> str:
+        os.mkfifo(work / name)
+        return name
+    return make
+
+
+def _hardlink(name: str, target: str) -> Maker:
+    def make(work: Path) -> str:
+        os.link(work / target, work / name)
+        return name
+    return make
+
+
+def _text_log(name: str, data: bytes | str, url: str = "") -> Maker:
+    """A ``.log`` file that is not an Optuna journal, given as ``url + name``."""
+    return lambda work: _file(name, data)(work) and url + name
+
+
+# 5: every input slot also gets a FIFO (and the outputs one nobody reads), 8: an empty value.
+for _kind, _name in (("mask", "fifo.json"), ("prompts", "fifo.jsonl"), ("profile", "fifo.json"), ("existing_profile", "fifo.json"),
+                     ("bench_report", "fifo.json"), ("steering", "fifo.safetensors"), ("router", "fifo.json"),
+                     ("rows", "fifo.npz"), ("gguf", "fifo.gguf"), ("spec", "fifo.json"), ("bench_spec", "fifo.json"),
+                     ("user_prompts", "fifo.jsonl"), ("storage", "fifo.db"), ("new_storage", "fifo.log"), ("out", "fifo.json"),
+                     ("png", "fifo.png"), ("model_out", "fifo")):
+    BAD_KINDS[_kind]["a FIFO"] = _fifo(_name)
+    if _kind not in ("out", "png", "model_out"):
+        BAD_KINDS[_kind]["an empty name"] = _value("")
+BAD_KINDS["disco"]["a FIFO"] = lambda work: _fifo("fifo.json")(work) and "disco:fifo.json"
+BAD_KINDS["disco"]["an empty value"] = _value("")
+BAD_KINDS["disco"]["disco: and no file"] = _value("disco:")
+# 2: a .log that is not an Optuna journal is never opened (nor "repaired") as one, reading or writing.
+for _kind in ("storage", "new_storage"):
+    BAD_KINDS[_kind].update({
+        "a text .log": _text_log("notes.log", "app started\nready\n"),
+        "a binary .log": _text_log("bin.log", bytes(range(256)) * 4),
+        "a foreign JSON-lines .log": _text_log("events.log", '{"level": "info", "msg": "up"}\n'),
+        "journal:/// of a text file": _text_log("app.log", "app started\n", "journal:///"),
+        "a .log of a cut-off record only": _text_log("cut.log", '{"op_code":0,"worker_id":"x'),
+        "a journal record after a text line": _text_log("mixed.log", 'app started\n{"op_code":0,"worker_id":"x"}\n'),
+    })
+
+#: 1: an output onto an input (by name, ./name, symlink, hard link) or onto another output.
+_ONTO_PROMPTS_OR_MASK: dict[str, Maker] = {
+    "the --prompts file": _value("prompts.jsonl"),
+    "the --mask file": _value("mask.json"),
+    "the --prompts file as ./": _value("./prompts.jsonl"),
+    "the --prompts file through a folder and ..": lambda work: (work / "sub").mkdir() or "sub/../prompts.jsonl",
+    "a symlink to the --prompts file": _link("link.jsonl", "prompts.jsonl"),
+    "a hard link to the --mask file": _hardlink("hard.json", "mask.json"),
+}
+_ONTO_BENCH_INPUTS: dict[str, Maker] = {
+    "the --prompts file": _value("user.jsonl"),
+    "the --profile file": _value("profile.json"),
+    "the --masks file": _value("mask.json"),
+    "a hard link to the --prompts file": _hardlink("hard.jsonl", "user.jsonl"),
+}
+_ONTO_TUNE: dict[str, Maker] = {
+    "the --prompts file": _value("user.jsonl"),
+    "the --storage file": _value("studies.db"),
+    "--out itself": _value("spec_out.json"),
+    "--out with .png (the report's picture)": _value("spec_out.png"),
+}
+GOOD.update({"onto": "new_out.json", "other": "new_out.json"})  # the good values the bad_args rows run with
+BAD_KINDS.update({"onto_prompts_or_mask": _ONTO_PROMPTS_OR_MASK, "onto_bench_inputs": _ONTO_BENCH_INPUTS,
+                  "onto_tune": _ONTO_TUNE,
+                  "not_selfsd": {"a prompt file": _value("prompts.jsonl"), "a KnapSpec file": _file("kn.json", "[0, 1]"),
+                                 "text": _file("notes.txt", "mine\n"), "a mask file": _value("profile.json")}})
+
+COMMANDS.update({
+    "generate --save-spec onto an input": Command(
+        ("generate", "--model", MODEL, "--mask", "mask.json", "--prompts", "prompts.jsonl", "--max-new-tokens", "2",
+         "--save-spec", "{onto}"), kinds={"onto": "onto_prompts_or_mask"}),
+    "bench --out onto an input": Command(
+        ("bench", "--model", MODEL, "--prompts", "user.jsonl", "--prompts-per-domain", "1", "--max-new-tokens", "2",
+         "--repeats", "1", "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--profile", "profile.json",
+         "--masks", "mask.json", "--out", "{onto}"), kinds={"onto": "onto_bench_inputs"}),
+    "tune --report onto an input or output": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec_out.json",
+         "--storage", "studies.db", "--report", "{onto}"),
+        (("--report", "spec_out.md", "--out", "spec_out.md"),),  # --out onto its own default report (the last --out wins)
+        kinds={"onto": "onto_tune"}),
+    "tune --out onto its default report": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec.md", "--storage", "studies.db")),
+    "mask export --out not of the format": Command(
+        ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m", "--out", "{other}"),
+        (("--out", "mask.json"), ("--format", "knapspec", "--out", "paper.json"), ("--format", "knapspec", "--key", "k", "--out", "paper.json")),
+        kinds={"other": "not_selfsd"}),
+    "mask import --out onto its input": Command(
+        ("mask", "import", "paper.json", "--format", "selfsd", "--key", "m", "--num-layers", "4", "--out", "paper.json")),
+    "study export --out onto the storage": Command(("study", "export", "--name", "ok", "--storage", "studies.db", "--out", "studies.db")),
+    "knn build --out onto the --domain mask": Command(
+        ("knn", "build", "--model", MODEL, "--domain", "translation=mask.json", "--samples", "1", "--out", "mask.json")),
+    "transfer --out-prefix onto the --mask file": Command(
+        ("transfer", "--model", MODEL, "--mask", "translation=mask.json", "--domains", "translation", "--samples", "1",
+         "--max-new-tokens", "2", "--out-prefix", "mask")),
+    "knapspec bench --out onto --profile": Command(
+        ("knapspec", "bench", "--model", MODEL, "--contexts", "16", "--max-new-tokens", "2", "--profile", "profile.json",
+         "--out", "profile.json")),
+    "steer shrink --out onto --model": Command(("steer", "shrink", "--model", "draft", "--keep-layers", "2", "--out", "./draft")),
+    # 8: an empty value is refused, never taken as the option left out.
+    "generate --empty values": Command(
+        ("generate", "--model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        tuple(("--" + option, value) for option in ("spec", "save-spec", "mask", "router", "lookahead", "profile", "steering",
+                                                     "draft-model", "device", "dtype", "prompt", "skip-ratio")
+              for value in ("", " ")) + (("--model", ""), ("--prompts", ""), ("--mask", "\t"))),
+    "bench --empty values": Command(
+        ("bench", "--model", MODEL, "--domains", "translation", "--prompts-per-domain", "1", "--max-new-tokens", "2",
+         "--repeats", "1", "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--out", "bench_out.json"),
+        (("--domains", ""), ("--prompts", ""), ("--profile", ""), ("--spec-bench", ""), ("--out", ""), ("--domains", " "),
+         ("--lookaheads", " "), ("--kernels", ""))),
+    "transfer --empty values": Command(
+        ("transfer", "--model", MODEL, "--mask", "translation=mask.json", "--domains", "translation", "--samples", "1",
+         "--max-new-tokens", "2", "--out-prefix", "table"),
+        (("--prompts", ""), ("--mask", ""), ("--domains", ""), ("--out-prefix", ""), ("--split", ""))),
+    "profile --empty values": Command(("profile", "--model", MODEL, "--contexts", "8", "--repeats", "1", "--out", "p_out.json"),
+                                      (("--contexts", ""), ("--validate", ""), ("--masks", ""))),
+    "tune --empty values": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec_out.json", "--storage", "studies.db"),
+        (("--name", ""), ("--report", ""), ("--draft-model", ""), ("--name", " "), ("--storage", ""))),
+    "study create --empty values": Command(
+        ("study", "create", "--name", "fresh", "--model", MODEL, "--domain", "translation", "--strategy", "random",
+         "--objective", "matchness", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json", "--storage", "studies.db"),
+        (("--domain", ""), ("--domain", "file:"), ("--domain", "file: "), ("--profile", ""), ("--preset", ""))),
+    "knn build --empty values": Command(
+        ("knn", "build", "--model", MODEL, "--domain", "translation=mask.json", "--samples", "1", "--out", "k_out.json"),
+        (("--fallback", ""), ("--pca", ""), ("--domain", ""))),
+})
+
+
 def cases():
     for command_name, command in COMMANDS.items():
         for slot in command.slots():
@@ -911,6 +1045,8 @@ def snapshot(folder: Path) -> dict[str, str]:
                 found[rel] = "link:" + os.readlink(path)
             elif path.is_dir():
                 found[rel] = "dir"
+            elif not path.is_file():  # a FIFO: reading it would wait forever
+                found[rel] = "special:" + oct(path.lstat().st_mode)
             else:
                 found[rel] = hashlib.sha256(path.read_bytes()).hexdigest() + oct(path.stat().st_mode)
     return found

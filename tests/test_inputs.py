@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 
 import pytest
@@ -57,3 +58,22 @@ def test_a_bom_is_accepted_and_size_is_bounded(tmp_path):
     path.write_bytes(b" " * 2000)
     with pytest.raises(LayersearchError, match="too large"):
         read_text(path, "mask", max_bytes=1000)
+
+
+# ----- issue 33: one input opener; what is not a regular file is refused, never waited on -------------------
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: os.mkfifo(p), "is a FIFO"),
+    (lambda p: p.mkdir(), "is a directory"),
+])
+def test_the_input_opener_refuses_what_is_not_a_regular_file(tmp_path, make, needle):
+    from layersearch.inputs import open_input, read_text
+
+    path = tmp_path / "mask.json"
+    make(path)
+    for read in (lambda: read_text(path, "mask"), lambda: open_input(path, "mask")):
+        with pytest.raises(LayersearchError, match=needle):
+            read()
+    with pytest.raises(LayersearchError, match="is a device"):
+        read_text(os.devnull, "mask")
+    with pytest.raises(LayersearchError, match="name is empty"):
+        read_text("", "mask")  # Path("") would be the current folder

@@ -145,3 +145,28 @@ def test_cli_import_then_export_round_trip(tmp_path, capsys):
     assert json.loads(back.read_text()) == json.loads(src.read_text())
     assert main(["mask", "export", "--format", "selfsd", str(ours), "--out", str(tmp_path / "x.json")]) == 2
     assert "give --key" in capsys.readouterr().err
+
+
+# ----- issue 33: an export onto a file of the format merges into it ---------------------------------------
+def test_export_merges_into_an_existing_file_and_refuses_another(tmp_path):
+    mask = SkipMask(4, (1,), (2,))
+    out = tmp_path / "selfsd.json"
+    out.write_text(json.dumps({"llama-2-13b": {"attention": [3], "mlp": []}, "mine": {"attention": [], "mlp": [0]}}))
+    export_mask(mask, "selfsd", out, "mine")
+    assert json.loads(out.read_text()) == {"llama-2-13b": {"attention": [3], "mlp": []}, "mine": {"attention": [1], "mlp": [2]}}
+    knapspec = tmp_path / "knapspec.json"
+    export_mask(mask, "knapspec", knapspec, "a")
+    export_mask(mask, "knapspec", knapspec, "b")
+    assert set(json.loads(knapspec.read_text())) == {"a", "b"}
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    for fmt, path, key, needle in (("selfsd", prompts, "m", "not a selfsd mask file"),
+                                   ("knapspec", out, None, "not a knapspec mask file"),
+                                   ("knapspec", knapspec, None, "give --key"),
+                                   ("swift", tmp_path / "notes.txt", "m_t", "not a swift mask file")):
+        if not path.exists():
+            path.write_text("mine\n")
+        before = path.read_bytes()
+        with pytest.raises(LayersearchError, match=needle):
+            export_mask(mask, fmt, path, key)
+        assert path.read_bytes() == before

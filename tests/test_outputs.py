@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import stat
 
 import pytest
@@ -112,3 +113,76 @@ def test_profile_checks_out_before_loading_the_model(tmp_path, monkeypatch, caps
     (tmp_path / "out").mkdir()
     status = main(["profile", "--out", str(tmp_path / "out")])
     assert status == 2 and "is a directory" in capsys.readouterr().err
+
+
+# ----- issue 33: outputs never block on a FIFO, never replace an input, get the umask's modes -------------
+def test_a_fifo_nobody_reads_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    with pytest.raises(LayersearchError, match="FIFO .* no process reads"):
+        check_output(fifo)
+
+
+def test_a_fifo_with_a_reader_gets_the_data_in_one_stream(tmp_path):
+    import threading
+
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))  # blocks until a writer opens
+    reader.start()
+    for _ in range(1000):  # the reader's open must be in place before ours, or the check refuses
+        target = None
+        try:
+            target = check_output(fifo)
+            break
+        except LayersearchError:
+            time.sleep(0.01)
+    assert target is not None and target.stream
+    write_output(target, b"data")
+    reader.join()
+    assert got == [b"data"]
+
+
+def test_an_output_onto_an_input_or_another_output_is_refused(tmp_path, monkeypatch):
+    from layersearch.outputs import check_distinct
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text("mine")
+    os.symlink("p.jsonl", tmp_path / "link.jsonl")
+    os.link(tmp_path / "p.jsonl", tmp_path / "hard.jsonl")
+    for out in ("p.jsonl", "./p.jsonl", "link.jsonl", "hard.jsonl", str(tmp_path / "p.jsonl")):
+        with pytest.raises(LayersearchError, match="would destroy that input"):
+            check_distinct([("--out", out)], [("--prompts", "p.jsonl")])
+    with pytest.raises(LayersearchError, match="are the same file"):
+        check_distinct([("--out", "new.md"), ("--report", "./new.md")])
+    check_distinct([("--out", "-"), ("--report", "-"), ("--plot", os.devnull)], [("--prompts", os.devnull)])  # streams
+    check_distinct([("--out", "other.json")], [("--prompts", "p.jsonl")])
+    assert (tmp_path / "p.jsonl").read_text() == "mine"
+
+
+def test_umask_modes_give_what_mkdir_and_open_would(tmp_path):
+    from layersearch.outputs import umask_modes
+
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True, mode=0o700)
+    (folder / "model.safetensors").write_bytes(b"x")
+    (folder / "model.safetensors").chmod(0o600)
+    old = os.umask(0o027)
+    try:
+        umask_modes(folder)
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o750 and stat.S_IMODE((folder / "sub").stat().st_mode) == 0o750
+        assert stat.S_IMODE((folder / "model.safetensors").stat().st_mode) == 0o640
+        umask_modes(folder, 0o700)  # an existing empty --out folder keeps its own mode
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    finally:
+        os.umask(old)
+
+
+def test_generate_refuses_save_spec_onto_its_prompt_file_before_loading(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    monkeypatch.setattr("layersearch.commands.common.load", lambda args: pytest.fail("the model was loaded"))
+    assert main(["generate", "--prompts", "p.jsonl", "--save-spec", "p.jsonl"]) == 2
+    assert "--save-spec p.jsonl is the --prompts input" in capsys.readouterr().err
+    assert (tmp_path / "p.jsonl").read_text() == '{"prompt": "hi"}\n'

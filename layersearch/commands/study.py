@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from layersearch.checks import check_int
 from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
 from layersearch.commands.study_common import OBJECTIVE_HELP, log, search_args, settings_from_args, strategy_option_args
+
+
+def output_paths(args: Any) -> dict[str, str]:
+    """The table files an ``--out-prefix`` names (compare, head-to-head): PREFIX.csv and PREFIX.json."""
+    prefix = getattr(args, "out_prefix", None)
+    if not isinstance(prefix, str) or prefix == "-":
+        return {}
+    path = Path(prefix)
+    path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
+    return {"--out-prefix's CSV": f"{path}.csv", "--out-prefix's JSON": f"{path}.json"}
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

@@ -11,6 +11,13 @@ import sys
 from typing import Any
 
 
+def output_paths(args: Any) -> dict[str, str]:
+    """The files ``--out-prefix`` names: PREFIX.json and PREFIX.png."""
+    prefix = Path(args.out_prefix)
+    return {"--out-prefix's report": str(prefix.with_name(prefix.name + ".json")),
+            "--out-prefix's picture": str(prefix.with_name(prefix.name + ".png"))}
+
+
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add ``transfer`` to the CLI's sub-parsers."""
     from layersearch.commands.args import draft_args, model_args

@@ -47,6 +47,14 @@ def run(args: Any) -> int:
     return 0
 
 
+def output_paths(args: Any) -> dict[str, str]:
+    """The files tune writes besides ``--out``: the report (default ``--out`` with .md) and its picture."""
+    from layersearch.tune.report import report_paths
+
+    md, png = report_paths(args.out, args.report)
+    return {"--report": md, "--report's picture": png}
+
+
 def tune_from_args(args: Any) -> Any:
     """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
     from layersearch.commands.common import load

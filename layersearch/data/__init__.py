@@ -89,6 +89,8 @@ def check_domain(domain: str) -> None:
     """Raise LayersearchError unless ``domain`` is a known domain, a valid ``mix:a,b,...`` or a
     readable prompt file ``file:PATH``."""
     if user.is_user_domain(domain):
+        if not domain[len(user.PREFIX):].strip():
+            raise LayersearchError(f"domain {domain!r} names no prompt file: give file:PROMPTS.jsonl")
         user.read_rows(domain[len(user.PREFIX):])
     elif domain.startswith(mixed.PREFIX):
         mixed.parts(domain, DOMAINS)

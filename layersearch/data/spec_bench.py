@@ -50,7 +50,9 @@ class Question:
 
 def read_questions(path: str | Path) -> tuple[Question, ...]:
     """Every question of a Spec-Bench ``question.jsonl``; LayersearchError names a bad line."""
-    path = Path(path)
+    from layersearch.inputs import check_regular_file
+
+    path = check_regular_file(path, "Spec-Bench question")  # a FIFO would block the reader below
     try:
         info = path.stat()
     except OSError as exc:

@@ -41,7 +41,9 @@ def _read(path: str | Path) -> bytes:
             raise LayersearchError("is a directory, not a DISCO rows file")
         if st.st_size > MAX_ROWS_BYTES:
             raise LayersearchError(f"larger than {MAX_ROWS_BYTES // 2**20} MiB; not a DISCO rows file")
-        with open(path, "rb") as handle:
+        from layersearch.inputs import open_input
+
+        with open_input(path, "DISCO rows") as handle:  # a FIFO or device refused, not waited on
             return handle.read(MAX_ROWS_BYTES + 1)
     except FileNotFoundError:
         raise LayersearchError("rows file not found") from None

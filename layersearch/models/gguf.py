@@ -14,6 +14,7 @@ pair as key (u64 length + UTF-8), value type (u32), value. See the ``gguf`` pack
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,11 @@ def is_gguf_path(name: str) -> bool:
 
 def read_header(path: Path) -> GGUFHeader:
     """Parse ``path``'s GGUF header up to ``general.architecture``; anything else is a LayersearchError."""
+    from layersearch.inputs import open_input
+
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            return _parse(handle, size, path)
+        with open_input(path, "GGUF") as handle:  # a FIFO or device refused, not waited on
+            return _parse(handle, os.fstat(handle.fileno()).st_size, path)
     except OSError as exc:
         raise LayersearchError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
 
@@ -87,11 +89,12 @@ def check_convertible(path: Path) -> GGUFHeader:
     key/value pair and tensor entry parsed with its lengths checked, every tensor's data inside
     the file, and the keys and tensors a conversion needs present. A damaged, truncated or
     empty-bodied file is one LayersearchError here, so it leaves no cache folder and no partial copy."""
+    from layersearch.inputs import open_input
+
     header = check_supported(path)
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            layout = _layout(_Reader(handle, size, path))
+        with open_input(path, "GGUF") as handle:
+            layout = _layout(_Reader(handle, os.fstat(handle.fileno()).st_size, path))
     except OSError as exc:
         raise LayersearchError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
     _check_contents(layout, header.architecture, path)

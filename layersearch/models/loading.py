@@ -54,6 +54,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.models.families import layout_for
 from layersearch.models.gguf import check_convertible, is_gguf_path
+from layersearch.outputs import umask_modes
 
 logger = logging.getLogger(__name__)
 
@@ -308,6 +309,7 @@ def _convert_gguf(
     """Dequantise a GGUF model and install its safetensors copy at ``target`` atomically
     (``started_hook`` runs once the cache folder is there, before the slow part)."""
     created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
+    _check_cache_folders(target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
     started_hook()
     _remove_stale_temps(target)
@@ -315,10 +317,10 @@ def _convert_gguf(
     started = time.perf_counter()
     # The temporary sibling lives on the same file system, so os.replace is an atomic rename.
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    temp.chmod(0o755)  # mkdtemp makes it private; the installed copy is an ordinary cache dir
     try:
         model, tokenizer = _load_gguf(gguf_dir, gguf_name)
         _write_converted(model, tokenizer, temp, marker)
+        umask_modes(temp)  # an ordinary cache folder: mkdtemp made it 0700, safetensors its file 0600
         del model  # free the dequantised copy before the caller loads the saved one
         _install(temp, target, marker)
     except LayersearchError:
@@ -328,6 +330,17 @@ def _convert_gguf(
     finally:
         shutil.rmtree(temp, ignore_errors=True)  # a no-op after a successful install
     logger.info("converted %s in %.1f s", gguf_name, time.perf_counter() - started)
+
+
+def _check_cache_folders(folder: Path) -> None:
+    """Refuse a file (or a broken link) standing where a folder of the cache must be, naming it and
+    the variable that moves the cache (mkdir would only say "File exists")."""
+    for part in (folder, *folder.parents):
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():
+            raise LayersearchError(f"the model cache folder {part} is a file, not a folder "
+                                   "(remove it, or set LAYERSEARCH_CACHE to a writable folder)")
 
 
 def _load_gguf(gguf_dir: Path, gguf_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

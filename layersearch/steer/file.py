@@ -14,6 +14,7 @@ is one LayersearchError naming the file. Writing is atomic (never a partial file
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -182,13 +183,18 @@ def weights_digest(model: torch.nn.Module, samples: int = 4096) -> str:
 
 
 def _read(path: str | Path) -> bytes:
+    from layersearch.inputs import open_input
+
     p = Path(path)
     try:
         if p.is_dir():
             raise LayersearchError(f"{path}: is a directory, not a steering file")
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise LayersearchError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not a steering file")
-        return p.read_bytes()
+        if not p.exists():
+            raise FileNotFoundError(path)
+        with open_input(p, "steering") as handle:  # a FIFO or device refused, not waited on
+            if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
+                raise LayersearchError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not a steering file")
+            return handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise LayersearchError(f"{path}: no such steering file") from None
     except OSError as exc:

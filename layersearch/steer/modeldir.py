@@ -32,7 +32,14 @@ def check_model_config(name: str, what: str) -> None:
     from layersearch.checks import check_int
     from layersearch.jsonfile import read_json_file
 
-    config = Path(name).expanduser() / "config.json"
+    from layersearch.inputs import check_regular_file
+
+    folder = Path(name).expanduser()
+    if folder.is_dir():  # a FIFO or device among its files (config, tokenizer, weights) would block the loader
+        for entry in folder.iterdir():
+            if not entry.is_dir():
+                check_regular_file(entry, f"{what} {name}:")
+    config = folder / "config.json"
     if not config.is_file():
         return
     data = read_json_file(config, f"{what} config")
@@ -76,7 +83,12 @@ def save_model_dir(path: str | Path, model, tokenizer, what: str = "--out") -> P
         model.save_pretrained(temp)
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
-        os.chmod(temp, 0o777 & ~_umask())
+        from layersearch.outputs import umask_modes
+
+        # The user's umask for every file and folder (safetensors saves 0600, mkdtemp makes 0700);
+        # an existing empty --out folder keeps its own mode.
+        existing = target.stat().st_mode & 0o7777 if target.is_dir() else None
+        umask_modes(temp, existing)
         os.replace(temp, target)  # onto a missing or empty directory
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
@@ -86,8 +98,3 @@ def save_model_dir(path: str | Path, model, tokenizer, what: str = "--out") -> P
         raise
     return target
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -60,6 +60,8 @@ def _check_sqlite(location: Any, *, write: bool) -> None:
         return  # reading: reported by the caller; writing: a new file
     if path.is_dir():
         raise LayersearchError(f"storage {location.url}: {path} is a directory")
+    if not path.is_file():  # a FIFO or device: opening it would wait, and SQLite cannot use it
+        raise LayersearchError(f"storage {location.url}: {path} is not a regular file")
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(_SQLITE_MAGIC))
@@ -125,9 +127,58 @@ def _safe_url(url: str) -> str:
 
 
 def _check_journal_file(location: Any) -> None:
+    """A journal file is opened (and, after a crash, repaired) only when it is empty or new, or
+    when its records prove it is Optuna's: a log of another program, a text or binary file that
+    merely ends in ``.log`` is left untouched."""
+    from layersearch.inputs import open_input
+
     path: Path = location.path
-    if path.exists() and not path.is_file():
+    if not path.exists():
+        return
+    if not path.is_file():
         raise LayersearchError(f"storage {location.url}: {path} is not a regular file")
+    try:
+        with open_input(path, "storage") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise LayersearchError(f"cannot read storage {location.url}: {exc.strerror}") from None
+    problem = journal_problem(data)
+    if problem is not None:
+        raise LayersearchError(
+            f"storage {location.url}: {path} is not an Optuna journal ({problem}); layersearch leaves it untouched: "
+            "choose another file (or an empty or new one)"
+        )
+
+
+def journal_problem(data: bytes) -> str | None:
+    """Why ``data`` is not an Optuna journal file, None when it is one (or empty).
+
+    Optuna writes one JSON object per line, each starting ``{"op_code":``; a crash can only cut a
+    record short (and the next append glue a record onto the fragment). So every line must start
+    as a record, every line that parses must be a record, and at least one must be complete:
+    anything else was written by something else, and "repairing" it would destroy it.
+    """
+    if not data:
+        return None
+    complete = 0
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        if not line.startswith(_RECORD_START):
+            return f"line {number} is not a journal record"
+        try:
+            record = json.loads(line)
+        except ValueError:
+            # A record cut off by a crash (repairable), or a complete one glued onto such a fragment.
+            start = line.rfind(_RECORD_START)
+            complete += start > 0 and _parses(line[start:])
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
+            return f"line {number} is not a journal record"
+        complete += 1
+    if complete == 0:
+        return "it holds no complete journal record"
+    return None
 
 
 def check_run_writable(location: Any) -> None:

@@ -146,3 +146,24 @@ def test_shrink_finetune_and_generate_with_the_finetuned_drafter(tiny_with_embed
     again = tmp_path / "again.safetensors"
     code, stdout, err = run_cli(capsys, *train, "--finetune-drafter", tuned, "--out", again)
     assert code == 2 and "not empty" in err and len(err.strip().splitlines()) == 1 and not again.exists()
+
+
+def test_shrink_gives_the_umask_modes_and_keeps_an_empty_folders_own(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    """Issue 33: the new model folder reads like any the user makes (safetensors saves 0600 and a
+    temporary folder is 0700); an existing empty --out folder keeps its mode."""
+    import os
+    import stat
+
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    kept = tmp_path / "kept"
+    kept.mkdir(mode=0o700)
+    old = os.umask(0o022)
+    try:
+        for out in (tmp_path / "small", kept):
+            code, _, err = run_cli(capsys, "steer", "shrink", "--model", folder, "--keep-layers", 2, "--out", out)
+            assert code == 0, err
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "small").stat().st_mode) == 0o755 and stat.S_IMODE(kept.stat().st_mode) == 0o700
+    for out in (tmp_path / "small", kept):
+        assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}

@@ -227,6 +227,30 @@ def test_a_partial_copy_without_marker_is_replaced(empty_cache: Path, fake_gguf:
     assert (target / loading._MARKER).is_file()
 
 
+def test_the_converted_copy_gets_the_umask_modes(empty_cache: Path, fake_gguf: list[int]) -> None:
+    """Issue 33: an ordinary cache folder (not mkdtemp's 0700, not safetensors' 0600)."""
+    import os
+    import stat
+
+    old = os.umask(0o027)
+    try:
+        load_model()
+    finally:
+        os.umask(old)
+    target = empty_cache / "models" / EMBEDDED_MODEL
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+    assert {stat.S_IMODE(p.stat().st_mode) for p in target.iterdir() if p.is_file()} == {0o640}
+
+
+def test_a_file_in_place_of_the_cache_folder_is_named(tmp_path: Path, fake_gguf: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cache").write_text("mine")
+    monkeypatch.setenv("LAYERSEARCH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(LayersearchError) as excinfo:
+        load_model()
+    assert_one_line_error(excinfo, f"{tmp_path / 'cache'} is a file, not a folder", "LAYERSEARCH_CACHE")
+    assert (tmp_path / "cache").read_text() == "mine" and fake_gguf == []
+
+
 def test_losing_a_conversion_race_keeps_the_winner(tmp_path: Path) -> None:
     marker = {"format": 1, "source": "x.gguf", "source_bytes": 1}
     target, ours = tmp_path / "model", tmp_path / ".model.tmp-1"

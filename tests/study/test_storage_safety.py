@@ -74,6 +74,35 @@ def test_list_does_not_turn_an_empty_file_into_a_database(workdir, cli):
     assert empty.stat().st_size == 0
 
 
+# ----- issue 33: a .log that is no Optuna journal is never opened (nor "repaired") as one -------------
+@pytest.mark.parametrize("data", [b"app started\nready\n", bytes(range(256)) * 4, b'{"level": "info"}\n',
+                                  b'{"op_code":0,"worker_id":"x', b'app started\n{"op_code":0,"worker_id":"x"}\n'],
+                         ids=["text", "binary", "foreign JSON lines", "a cut-off record only", "text, then a record"])
+def test_a_log_that_is_no_journal_is_left_untouched(workdir, cli, create_args, data):
+    notes = workdir / "notes.log"
+    notes.write_bytes(data)
+    for argv in (create_args("x", "random", "matchness", "--storage", "notes.log"),
+                 ["study", "run", "--name", "x", "--storage", "notes.log", "--trials", "1"],
+                 ["study", "list", "--storage", "journal:///notes.log"]):
+        status, _, err = cli(*argv)
+        assert status == 2 and "is not an Optuna journal" in one_error_line(err), argv
+        assert notes.read_bytes() == data
+    assert sorted(p.name for p in workdir.iterdir()) == ["notes.log"]  # no .damaged copy, no lock file
+
+
+def test_journal_problem_accepts_journals_and_their_crash_damage():
+    from layersearch.study.storage_safety import journal_problem
+
+    record = b'{"op_code":0,"worker_id":"w","study_name":"x","directions":[1]}'
+    assert journal_problem(b"") is None
+    assert journal_problem(record + b"\n") is None
+    assert journal_problem(record + b"\n" + record[:20]) is None  # cut off by a crash: repairable
+    assert journal_problem(record[:20] + record + b"\n") is None  # a record glued onto a fragment
+    assert journal_problem(b'{"op_code": 0, "worker_id": "w"}\n') is None  # older Optuna's spacing
+    assert "no complete journal record" in journal_problem(record[:20])
+    assert "line 2" in journal_problem(record + b'\n{"level": 1}\n')
+
+
 # ----- item 10: list with other tools' studies -----------------------------------------------------
 def test_list_shows_other_tools_studies_without_failing(workdir, cli, create_args):
     url = f"sqlite:///{workdir / 'mixed.db'}"
