@@ -85,6 +85,10 @@ def run(args: Any) -> int:
     drafters, peers, lookaheads = _drafters(args), _peers(args), _lookaheads(args)
     _check_quantized(args, peers + tuple(drafters))  # before the model loads
     specs = _read_specs(args.specs, args.model)  # a bad spec or file it names fails before the model load
+    if getattr(args, "spec_bench", None):
+        from layersearch.commands.spec_bench import check_answers
+
+        check_answers(args)  # --answers (and --limit) before the model load, like every output
     loaded = load(args)
     spec_rows = _spec_rows(loaded, specs)
     draft_models = _draft_models(args, loaded, peers + tuple(drafters))

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 from layersearch.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.commands.generate_spec import spec_from_args
 from layersearch.commands.onthefly import dynamic_decoder, input_summary  # noqa: F401 (dynamic_decoder re-exported)
+from layersearch.errors import LayersearchError
 from layersearch.outputs import check_output
 from layersearch.spec import registry_names
 
@@ -89,13 +91,20 @@ def run(args: Any) -> int:
         check_output(args.save_spec, "--save-spec")
     files = read_spec_files(spec)  # a bad DISCO or router file fails before the (slower) model load
     model = spec.model
-    loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
-    decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
+    with _named_spec(args.spec):  # what a spec file names (its model, its files) fails naming that file
+        loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
     max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+    length = "--max-new-tokens" if args.max_new_tokens is not None or not args.spec else f"{args.spec}'s max_new_tokens"
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
-    for index, ids in enumerate(encoded):  # every prompt checked before any output
+    for index, ids in enumerate(encoded):  # every prompt checked before any output (and under the option's name)
         where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
-        check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + --max-new-tokens")
+        check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + {length}")
+    if not args.spec:
+        from layersearch.vocab import check_draft_vocab
+
+        check_draft_vocab(loaded, args.draft_vocab or 0)  # as --draft-vocab, before the spec's drafter.vocab
+    with _named_spec(args.spec):
+        decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
         stats = {**result.stats.to_dict(), "kernels": decoder.kernels}
@@ -108,6 +117,17 @@ def run(args: Any) -> int:
     if args.save_spec:
         decoder.spec.save(args.save_spec)
     return 0
+
+
+@contextmanager
+def _named_spec(path: str | None) -> Iterator[None]:
+    """Errors inside prefixed with the spec file ``path`` (none without one: then the options said it)."""
+    try:
+        yield
+    except LayersearchError as exc:
+        if path is None or str(exc).startswith(f"{path}: "):
+            raise
+        raise LayersearchError(f"{path}: {exc}") from None
 
 
 def _option_defaults() -> dict[str, Any]:

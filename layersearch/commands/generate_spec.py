@@ -32,6 +32,7 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     if args.baseline and (args.mask or args.skip_ratio is not None or args.dynamic or args.router):
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask, --skip-ratio, --dynamic or --router")
     _check_args(args)
+    _check_option_values(args)
     _check_draft_vocab(args)
     check_draft_model_args(args)
     check_on_the_fly(args)
@@ -89,6 +90,22 @@ def _check_args(args: Any) -> None:
     DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
     if args.adaptive_threshold and args.lookahead not in (None, "adaptive"):
         raise LayersearchError(f"--adaptive-threshold is the adaptive lookahead; it contradicts --lookahead {args.lookahead}")
+
+
+def _check_option_values(args: Any) -> None:
+    """The options that become spec fields, checked under their own names (the spec's checks
+    would name its fields: model.device, steering...)."""
+    from layersearch.checks import check_device_name, check_dtype_name
+
+    for option, value, check in (("--device", args.device, check_device_name), ("--dtype", args.dtype, check_dtype_name)):
+        if value is not None:
+            try:
+                check(value)
+            except LayersearchError as exc:
+                raise LayersearchError(f"{option}: {exc}") from None
+    for option, value in (("--steering", args.steering), ("--profile", args.profile)):
+        if value is not None and not value.strip():
+            raise LayersearchError(f"{option} needs a file name, got {value!r}")
 
 
 def check_draft_model_args(args: Any) -> None:

@@ -27,11 +27,7 @@ def run(args: Any, loaded: Any) -> int:
         answer_question, answer_row, baseline_token_counter, format_table, group_table, same_answers, write_answers,
     )
 
-    if not args.answers:
-        raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
-    if args.limit is not None and args.limit < 1:
-        raise LayersearchError(f"--limit must be >= 1, got {args.limit}")
-    answers = _answers_folder(args.answers)
+    answers = check_answers(args)
     masks = _labelled_masks(args, loaded.info)
     if not masks:
         raise LayersearchError("no method of ours to run: give --skip-ratios or --masks")
@@ -88,6 +84,16 @@ def _labelled_masks(args: Any, info: Any) -> list[tuple[str, Any]]:
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def check_answers(args: Any) -> Path:
+    """``--answers`` (required with ``--spec-bench``) and ``--limit``, checked before any work;
+    returns the answers folder."""
+    if not args.answers:
+        raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
+    if args.limit is not None and args.limit < 1:
+        raise LayersearchError(f"--limit must be >= 1, got {args.limit}")
+    return _answers_folder(args.answers)
 
 
 def _answers_folder(given: str) -> Path:

@@ -25,9 +25,10 @@ from typing import Iterator
 import torch
 
 from layersearch.errors import LayersearchError
+from layersearch.profile import KERNEL_NAMES
 
-#: Kernel sets, in the order a profile times them.
-KERNELS = ("stock", "numba")
+#: Kernel sets, in the order a profile times them (one list: a profile file is checked against it).
+KERNELS = KERNEL_NAMES
 #: ``--kernels`` choices: a kernel set, or ``auto`` (the profile's choice).
 CHOICES = ("auto", *KERNELS)
 
