@@ -215,8 +215,7 @@ def gguf_model_dir(path: Path, progress: Callable[[str], None] | None = None) ->
     """
     check_convertible(path)  # missing, damaged, truncated, unsupported or incomplete: refused in ms, before the cache
     path = path.resolve()
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
-    target = cache_root() / "models" / "gguf" / f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    target = gguf_cache_dir(path)
     identity = {**_conversion_marker(path), "source_path": str(path)}
     stat = _stat_key(path)
     if _is_current(target, {**identity, "source_stat": stat}):
@@ -227,6 +226,13 @@ def gguf_model_dir(path: Path, progress: Callable[[str], None] | None = None) ->
         return target
     return _converted_copy(path.parent, path.name, target, {**identity, "source_stat": stat, "source_sha256": digest},
                            progress)
+
+
+def gguf_cache_dir(path: Path) -> Path:
+    """Where the conversion of the GGUF file ``path`` is kept (whether or not it exists yet)."""
+    path = path.resolve()
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
+    return cache_root() / "models" / "gguf" / f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
 
 
 def _stat_key(path: Path) -> list[int]:
