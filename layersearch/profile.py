@@ -68,7 +68,7 @@ class KernelTiming:
 
     def __post_init__(self) -> None:
         if self.kernels not in KERNEL_NAMES:
-            raise LayersearchError(f"kernel timing needs a kernels name ({', '.join(KERNEL_NAMES)}), got {self.kernels!r}")
+            raise LayersearchError(f"kernel timing: unknown kernels {self.kernels!r}; choose from {', '.join(KERNEL_NAMES)}")
         object.__setattr__(self, "one_token_seconds", _non_negative(self.one_token_seconds, "one_token_seconds"))
         object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
 
@@ -138,7 +138,7 @@ class LatencyProfile(ModelBoundJson):
         object.__setattr__(self, "contexts", _checked_contexts(self.contexts))
         object.__setattr__(self, "attention_windows", _checked_windows(self.attention_windows, self.model.num_layers))
         if self.kernels not in KERNEL_NAMES:  # refused with the file named, not later by the kernel switch
-            raise LayersearchError(f"profile kernels must be one of {', '.join(KERNEL_NAMES)}, got {self.kernels!r}")
+            raise LayersearchError(f"profile kernels: unknown kernels {self.kernels!r}; choose from {', '.join(KERNEL_NAMES)}")
         object.__setattr__(self, "kernel_timings", tuple(self.kernel_timings))
         if any(not isinstance(t, KernelTiming) for t in self.kernel_timings):
             raise LayersearchError("profile kernel_timings must hold KernelTiming values")

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 from layersearch.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
-from layersearch.commands.generate_spec import spec_from_args
+from layersearch.commands.generate_spec import check_draft_vocab_option, named_spec, spec_from_args
 from layersearch.commands.onthefly import dynamic_decoder, input_summary  # noqa: F401 (dynamic_decoder re-exported)
-from layersearch.errors import LayersearchError
 from layersearch.outputs import check_output
 from layersearch.spec import registry_names
 
@@ -91,7 +89,7 @@ def run(args: Any) -> int:
         check_output(args.save_spec, "--save-spec")
     files = read_spec_files(spec)  # a bad DISCO or router file fails before the (slower) model load
     model = spec.model
-    with _named_spec(args.spec):  # what a spec file names (its model, its files) fails naming that file
+    with named_spec(args.spec):  # what a spec file names (its model, its files) fails naming that file
         loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
     max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     length = "--max-new-tokens" if args.max_new_tokens is not None or not args.spec else f"{args.spec}'s max_new_tokens"
@@ -99,11 +97,8 @@ def run(args: Any) -> int:
     for index, ids in enumerate(encoded):  # every prompt checked before any output (and under the option's name)
         where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
         check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + {length}")
-    if not args.spec:
-        from layersearch.vocab import check_draft_vocab
-
-        check_draft_vocab(loaded, args.draft_vocab or 0)  # as --draft-vocab, before the spec's drafter.vocab
-    with _named_spec(args.spec):
+    check_draft_vocab_option(args, loaded)  # as --draft-vocab, before the spec's drafter.vocab
+    with named_spec(args.spec):
         decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
@@ -117,17 +112,6 @@ def run(args: Any) -> int:
     if args.save_spec:
         decoder.spec.save(args.save_spec)
     return 0
-
-
-@contextmanager
-def _named_spec(path: str | None) -> Iterator[None]:
-    """Errors inside prefixed with the spec file ``path`` (none without one: then the options said it)."""
-    try:
-        yield
-    except LayersearchError as exc:
-        if path is None or str(exc).startswith(f"{path}: "):
-            raise
-        raise LayersearchError(f"{path}: {exc}") from None
 
 
 def _option_defaults() -> dict[str, Any]:

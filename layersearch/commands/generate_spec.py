@@ -3,8 +3,9 @@ check that needs no model (so bad input fails before the model loads), or the ``
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from layersearch.commands.common import positive_int
 from layersearch.commands.onthefly import check_on_the_fly, swift_config
@@ -151,3 +152,23 @@ def _lookahead(args: Any) -> LookaheadSpec:
         names = [n for n in lookahead_names() if n != "disco"]
         raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(names)}, disco:FILE)")
     return LookaheadSpec(name, args.max_draft, args.draft_threshold, file)
+
+
+@contextmanager
+def named_spec(path: str | None) -> Iterator[None]:
+    """Errors inside prefixed with the spec file ``path`` (none without one: then the options said it)."""
+    try:
+        yield
+    except LayersearchError as exc:
+        if path is None or str(exc).startswith(f"{path}: "):
+            raise
+        raise LayersearchError(f"{path}: {exc}") from None
+
+
+def check_draft_vocab_option(args: Any, loaded: Any) -> None:
+    """``--draft-vocab`` against the loaded model's vocabulary, named as the option (a ``--spec``
+    file's drafter.vocab is checked by the builder, naming the file)."""
+    if not args.spec:
+        from layersearch.vocab import check_draft_vocab
+
+        check_draft_vocab(loaded, args.draft_vocab or 0)

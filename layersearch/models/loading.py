@@ -8,7 +8,8 @@
    (:func:`cache_root` / ``models/smollm2-135m``); later loads read that copy (~1 s).
 2. A ``.gguf`` file (Qwen2.5-Coder, Gemma 3, Llama ... in any llama.cpp quantisation): converted
    once, like the embedded model, into ``models/gguf/<name>-<hash of its path>`` under the cache
-   and reused while the file is unchanged (same size, modification time and sampled digest).
+   and reused while the file's content is unchanged (its sha256, read again only when its
+   metadata changed). A model whose weights disagree with its config is refused, never run.
    Its architecture is read from the header first, so an unsupported one is refused at once.
 3. An existing local directory: the ordinary ``from_pretrained`` path.
 4. Anything else that looks like a hub id (``org/name``): ``from_pretrained`` from the hub.
