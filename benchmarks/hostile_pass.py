@@ -50,6 +50,9 @@ class Case:
     expect_ok: bool = False
     #: extra environment (e.g. LAYERSEARCH_CACHE inside the working folder, for cases planting a cache)
     env: tuple[tuple[str, str], ...] = ()
+    #: a case judged by what it says: exit 2 with this text on stderr (progress lines allowed), e.g.
+    #: "converting" where a stale conversion must be redone and the planted file cannot convert
+    expect_text: str | None = None
 
 
 # ----- the working folder ------------------------------------------------------------------------
@@ -561,8 +564,9 @@ def _models_cases(add: Callable[..., None], gen: tuple[str, ...]) -> None:
     cache = (("LAYERSEARCH_CACHE", "cache"),)
     add("r3-models: GGUF conversion damaged in the cache", ("generate", "--model", "big.gguf", *prompt),
         lambda w: _plant_conversion(w, "big.gguf", damage=True), env=cache)
+    # the stale conversion must be redone: "converting" said (the planted file then cannot convert: refused)
     add("r3-models: GGUF rewritten in place, mtime restored (stale conversion)", ("generate", "--model", "big.gguf", *prompt),
-        lambda w: _plant_conversion(w, "big.gguf", rewrite=True), env=cache)
+        lambda w: _plant_conversion(w, "big.gguf", rewrite=True), env=cache, expect_text="converting big.gguf")
     add("r3-models: GGUF conversion reused (control)", ("generate", "--model", "big.gguf", *prompt),
         lambda w: _plant_conversion(w, "big.gguf"), env=cache, expect_ok=True)
     # decoder specs: errors checked before the model load, naming the spec file
@@ -675,6 +679,7 @@ class Result:
     changed: tuple[str, ...]
     cpu_seconds: float = 0.0  # user + system time of the process: its work, whatever the machine's load
     expect_ok: bool = False  # the case must succeed (see Case.expect_ok)
+    expect_text: str | None = None  # see Case.expect_text
 
     def problems(self, slow: float) -> list[str]:
         """The rules this case broke; ``slow``: the CPU seconds a refusal may take (wall time
@@ -687,6 +692,16 @@ class Result:
                 found.append("internal-error")
             if self.status != 0:
                 found.append(f"status-{self.status}")
+            return found
+        if self.expect_text is not None:
+            if "Traceback" in self.stderr:
+                found.append("traceback")
+            if self.status != 2:
+                found.append("exit-0" if self.status == 0 else f"status-{self.status}")
+            elif self.expect_text not in self.stderr:
+                found.append("not-one-line")  # refused, but not for the reason the case is about
+            if self.changed:
+                found.append("leftover")
             return found
         if "Traceback" in self.stderr:
             found.append("traceback")
@@ -729,7 +744,7 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
     after = snapshot(work)
     changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
-    return Result(case.name, status, seconds, stderr, changed, cpu, case.expect_ok)
+    return Result(case.name, status, seconds, stderr, changed, cpu, case.expect_ok, case.expect_text)
 
 
 def _children_cpu() -> float:
