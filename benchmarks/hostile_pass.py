@@ -692,6 +692,8 @@ class Result:
                 found.append("internal-error")
             if self.status != 0:
                 found.append(f"status-{self.status}")
+            elif "Warning" in self.stderr:  # a library's warning leaking to the user
+                found.append("not-one-line")
             return found
         if self.expect_text is not None:
             if "Traceback" in self.stderr:
