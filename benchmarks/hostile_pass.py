@@ -53,6 +53,13 @@ class Case:
     check: Callable[[Path], str | None] | None = None
     umask: int | None = None  # the umask it runs under (None: this process's)
     env: tuple[tuple[str, str], ...] = ()  # extra environment (a path relative to the working folder)
+    #: a case that must now succeed (exit 0, no traceback), e.g. input that used to crash; its outputs may appear
+    expect_ok: bool = False
+    #: extra environment (e.g. LAYERSEARCH_CACHE inside the working folder, for cases planting a cache)
+    env: tuple[tuple[str, str], ...] = ()
+    #: a case judged by what it says: exit 2 with this text on stderr (progress lines allowed), e.g.
+    #: "converting" where a stale conversion must be redone and the planted file cannot convert
+    expect_text: str | None = None
 
 
 # ----- the working folder ------------------------------------------------------------------------
@@ -214,8 +221,8 @@ def cases() -> list[Case]:
     gen = ("generate", *M, "--prompt", "w1 w2", "--max-new-tokens", "2")
     found: list[Case] = []
 
-    def add(name, argv, plant=None):
-        found.append(Case(name, tuple(argv), plant))
+    def add(name, argv, plant=None, **options):
+        found.append(Case(name, tuple(argv), plant, **options))
 
     # steering files, read by generate --steering and steer eval
     steering = {
@@ -611,7 +618,216 @@ def round_three_io(M: tuple[str, ...], gen: tuple[str, ...]) -> list[Case]:
     # also weak: a file where the model cache's folder must be (the embedded model converts into it)
     add("a file in place of the model cache folder", ("generate", "--prompt", "w1 w2", "--max-new-tokens", "1"),
         lambda w: (w / "cachefile").write_text("mine"), env=(("LAYERSEARCH_CACHE", "cachefile/sub"),))
+    _models_cases(add, gen)
     return found
+
+
+# ----- issue 33, classes 11 and 12 and their weak items (harden-models); names start "r3-models:" ---
+def _model_copy(config: dict | None = None, weights: Callable[[dict], None] | None = None,
+                files: dict[str, str] | None = None) -> Callable[[Path], None]:
+    """Plant ``bad``: the good model folder with ``config`` merged into config.json, ``weights``
+    applied to its tensors, ``files`` written into it."""
+    def plant(work: Path) -> None:
+        shutil.copytree(work / "model", work / "bad")
+        if config:
+            _edit_json(work / "bad" / "config.json", **config)
+        if weights is not None:
+            from safetensors.torch import load_file, save_file
+
+            tensors = load_file(str(work / "bad" / "model.safetensors"))
+            weights(tensors)
+            save_file(tensors, str(work / "bad" / "model.safetensors"), metadata={"format": "pt"})
+        for name, text in (files or {}).items():
+            (work / "bad" / name).write_text(text)
+    return plant
+
+
+def _stray_weight(tensors: dict) -> None:
+    import torch
+
+    tensors["model.extra_head.weight"] = torch.zeros(4, 64)
+
+
+def _small_gguf(layers_held: int = 1, layers_claimed: int | None = None, big: bool = False) -> bytes:
+    """A complete small llama GGUF (no real model): ``layers_held`` layers of tensors, a block_count
+    of ``layers_claimed`` (default: as held), with ``big`` a 4 MiB tensor."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.gguf"
+        writer = GGUFWriter(path, "llama")
+        writer.add_block_count(layers_held if layers_claimed is None else layers_claimed)
+        writer.add_embedding_length(8)
+        writer.add_token_list(["a", "b", "c", "d"])
+        writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+        for index in range(layers_held):
+            writer.add_tensor(f"blk.{index}.attn_norm.weight", np.ones(8, dtype=np.float32))
+        if big:
+            writer.add_tensor("blk.0.ffn_up.weight", np.ones((1024, 1024), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+
+def _plant_conversion(work: Path, gguf_name: str, damage: bool = False, rewrite: bool = False) -> None:
+    """Write a big GGUF file and put the good model folder in the cache (``work/cache``) as its
+    conversion; ``damage``: garbage in the cached weights; ``rewrite``: then change one float in
+    the middle of the GGUF in place and put its modification time back (a stale conversion)."""
+    sys.path.insert(0, str(ROOT))
+    from layersearch.models import loading
+
+    gguf = work / gguf_name
+    gguf.write_bytes(_small_gguf(big=True))
+    saved = os.environ.get("LAYERSEARCH_CACHE")
+    os.environ["LAYERSEARCH_CACHE"] = str(work / "cache")  # where the case will look (Case.env)
+    try:
+        target = loading.gguf_cache_dir(gguf)
+    finally:
+        os.environ.pop("LAYERSEARCH_CACHE") if saved is None else os.environ.update(LAYERSEARCH_CACHE=saved)
+    shutil.copytree(work / "model", target)
+    identity = {**loading._conversion_marker(gguf.resolve()), "source_path": str(gguf.resolve())}
+    (target / loading._MARKER).write_text(json.dumps(
+        {**identity, "source_stat": loading._stat_key(gguf), "source_sha256": loading._content_digest(gguf)}, sort_keys=True))
+    if damage:
+        (target / "model.safetensors").write_bytes(b"\xff" * 64)
+    if rewrite:
+        before = gguf.stat()
+        with gguf.open("r+b") as handle:
+            handle.seek(before.st_size // 2 // 4 * 4)
+            handle.write(struct.pack("<f", 2.0))
+        os.utime(gguf, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _models_cases(add: Callable[..., None], gen: tuple[str, ...]) -> None:
+    """Config/weight disagreements (class 11) and the generic fallbacks (class 12) with the weak
+    items next to them: spec errors that must name the spec file, options named as options, the
+    conversion cache, tokenizer files, content parts, plot labels."""
+    M = ("--model", "model")
+    folders = {
+        "config one layer short of its weights": _model_copy({"num_hidden_layers": 3}),
+        "config one layer past its weights": _model_copy({"num_hidden_layers": 5}),
+        "MLP width other than the weights'": _model_copy({"intermediate_size": 100}),
+        "vocabulary other than the weights'": _model_copy({"vocab_size": 100}),
+        "a weight deleted": _model_copy(weights=lambda t: t.pop("model.norm.weight")),
+        "a stray weight added": _model_copy(weights=_stray_weight),
+        "heads that do not divide the width": _model_copy({"num_attention_heads": 5}),
+        "tokenizer.json malformed": _model_copy(files={"tokenizer.json": "{nope"}),
+        "tokenizer.json of another shape": _model_copy(files={"tokenizer.json": '{"version": "1.0", "model": 5}'}),
+    }
+    prompt = ("--prompt", "w1 w2", "--max-new-tokens", "2")
+    for label, plant in folders.items():
+        add(f"r3-models: generate --model folder: {label}", ("generate", "--model", "bad", *prompt), plant)
+        add(f"r3-models: generate --draft-model folder: {label}", (*gen, "--draft-model", "bad"), plant)
+    for label in ("config one layer short of its weights", "config one layer past its weights"):
+        add(f"r3-models: steer train --drafter: {label}", ("steer", "train", *M, "--drafter", "bad", "--domain", "translation",
+                                                          "--prompts", "1", "--new-tokens", "2", "--steps", "1",
+                                                          "--out", "s_out.safetensors"), folders[label])
+    gguf = ("generate", "--model", "m.gguf", *prompt)
+    nested = lambda depth: b"GGUF" + struct.pack("<IQQ", 3, 1, 2) + _kv("general.x", 9, struct.pack("<IQ", 9, 1) * (depth - 1)
+                                                                      + struct.pack("<IQ", 4, 0)) \
+        + _kv("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
+    for label, data in {"arrays nested 5000 deep": lambda: nested(5000), "arrays nested 50 deep": lambda: nested(50),
+                        "block_count one short of its layers": lambda: _small_gguf(2, 1),
+                        "block_count two short of its layers": lambda: _small_gguf(3, 1)}.items():
+        add(f"r3-models: generate --model GGUF {label}", gguf, lambda w, data=data: (w / "m.gguf").write_bytes(data()))
+        add(f"r3-models: generate --draft-model GGUF {label}", (*gen, "--draft-model", "m.gguf"),
+            lambda w, data=data: (w / "m.gguf").write_bytes(data()))
+    cache = (("LAYERSEARCH_CACHE", "cache"),)
+    add("r3-models: GGUF conversion damaged in the cache", ("generate", "--model", "big.gguf", *prompt),
+        lambda w: _plant_conversion(w, "big.gguf", damage=True), env=cache)
+    # the stale conversion must be redone: "converting" said (the planted file then cannot convert: refused)
+    add("r3-models: GGUF rewritten in place, mtime restored (stale conversion)", ("generate", "--model", "big.gguf", *prompt),
+        lambda w: _plant_conversion(w, "big.gguf", rewrite=True), env=cache, expect_text="converting big.gguf")
+    add("r3-models: GGUF conversion reused (control)", ("generate", "--model", "big.gguf", *prompt),
+        lambda w: _plant_conversion(w, "big.gguf"), env=cache, expect_ok=True)
+    # decoder specs: errors checked before the model load, naming the spec file
+    spec = ("generate", "--spec", "s.json", "--prompt", "w1 w2", "--max-new-tokens", "2")
+    bench = ("bench", *M, "--specs", "s.json", "--domains", "code", "--prompts-per-domain", "1", "--max-new-tokens", "2",
+             "--repeats", "1", "--skip-ratios", "", "--no-peers", "--drafters", "", "--out", "b.json")
+    specs = {
+        "SWIFT setting unknown": lambda d: d.update(mask_source={"kind": "swift", "swift": {"bogus": 1}}),
+        "SWIFT window zero": lambda d: d.update(mask_source={"kind": "swift", "swift": {"window": 0}}),
+        "SWIFT kappa a string": lambda d: d.update(mask_source={"kind": "swift", "swift": {"kappa": "2"}}),
+        "knapsack reselect_every zero": lambda d: d.update(mask_source={"kind": "knapsack", "reselect_every": 0}),
+        "device tpu": lambda d: d["model"].update(device="tpu"),
+        "device cuda:x": lambda d: d["model"].update(device="cuda:x"),
+        "dtype float8": lambda d: d["model"].update(dtype="float8"),
+        "dtype a number": lambda d: d["model"].update(dtype=16),
+        "inline mask with a negative layer": lambda d: d["mask_source"]["mask"].update(attention=[-1]),
+        "drafter vocab enormous": lambda d: d["drafter"].update(vocab=10**12),
+        "another model's fingerprint": lambda d: d["model"]["info"].update(fingerprint="0123456789abcdef"),
+    }
+    for label, change in specs.items():
+        plant = _spec_variant(change)
+        add(f"r3-models: generate --spec {label}", spec, plant)
+        if label not in ("another model's fingerprint",):
+            add(f"r3-models: bench --specs {label}", bench, plant)
+    # options named as options (never as the spec field they become)
+    for option, value in (("--device", ""), ("--dtype", ""), ("--dtype", "float8"), ("--steering", ""), ("--profile", ""),
+                          ("--max-new-tokens", "100000"), ("--draft-vocab", str(10**6))):
+        add(f"r3-models: generate {option} {value!r}", (*gen, option, value))
+    add("r3-models: bench --spec-bench --answers in a missing folder (before the model load)",
+        ("bench", "--model", "mask.json", "--spec-bench", "prompts.jsonl", "--answers", "missing/a", "--skip-ratios", "0.5",
+         "--out", "b.json"))
+    add("r3-models: mask import: a negative layer index", ("mask", "import", "p.json", "--format", "selfsd", "--key", "m",
+                                                           "--num-layers", "4", "--out", "o.json"),
+        lambda w: (w / "p.json").write_text('{"m": {"attention": [-1], "mlp": [2]}}'))
+    add("r3-models: profile with kernels gpu", (*gen, "--skip-ratio", "0.5", "--profile", "p.json"), _profile_with_kernels("gpu"))
+    # prompt files: OpenAI-style content parts
+    forty = lambda row: (lambda w: (w / "u.jsonl").write_text("".join(json.dumps(row).replace("Q", f"q{i}") + "\n"
+                                                                     for i in range(40))))
+    ub = ("bench", *M, "--prompts", "u.jsonl", "--prompts-per-domain", "1", "--max-new-tokens", "2", "--repeats", "1",
+          "--no-peers", "--drafters", "", "--out", "b.json")
+    for label, content in {"an image part": [{"type": "image_url", "image_url": {"url": "Q.png"}}],
+                           "parts not objects": ["Q"], "a text part without text": [{"type": "text", "Q": 1}]}.items():
+        add(f"r3-models: bench --prompts content {label}", ub, forty({"messages": [{"role": "user", "content": content}]}))
+    # must work now: labels from user data drawn as text (matplotlib's mathtext would fail on them)
+    add("r3-models: plot bench a domain named $x^{$ (must draw)", ("plot", "bench", "r.json", "--out", "r.png"),
+        lambda w: (w / "r.json").write_text(json.dumps({"domains": {"$x^{$": {"rows": [
+            {"config": "a $\\frac{$", "speedup": 1.2, "decode_speedup": 1.3}]}}})), expect_ok=True)
+    add("r3-models: generate --dynamic knapsack (no FutureWarning)",
+        (*gen, "--dynamic", "knapsack", "--profile", "p.json"), _profile_with_kernels("stock"), expect_ok=True)
+
+
+def _kv(key: str, value_type: int, value: bytes) -> bytes:
+    raw = key.encode()
+    return struct.pack("<Q", len(raw)) + raw + struct.pack("<I", value_type) + value
+
+
+def _spec_variant(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    """Plant ``s.json``: the spec ``generate --save-spec`` writes for the good mask, with ``change`` applied."""
+    def plant(work: Path) -> None:
+        if not _GOOD_SPEC:  # saved once (a model load), then copied: its paths are relative to the folder
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+            subprocess.run([sys.executable, "-m", "layersearch", "generate", "--model", "model", "--mask", "mask.json",
+                            "--prompt", "w1 w2", "--max-new-tokens", "2", "--save-spec", "s.json"], cwd=work, env=env,
+                           check=True, capture_output=True)
+            _GOOD_SPEC.append((work / "s.json").read_text())
+        data = json.loads(_GOOD_SPEC[0])
+        change(data)
+        (work / "s.json").write_text(json.dumps(data))
+    return plant
+
+
+_GOOD_SPEC: list[str] = []
+
+
+def _profile_with_kernels(kernels: str) -> Callable[[Path], None]:
+    """Plant ``p.json``: a latency profile of the good model naming ``kernels``."""
+    def plant(work: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from layersearch.mask import ModelInfo
+        from layersearch.profile import LatencyProfile
+
+        info = ModelInfo.from_dict(json.loads((work / "mask.json").read_text())["model"])
+        LatencyProfile(model=info, device="cpu", dtype="float32", torch_version="test", attention_slope=1e-7,
+                       attention_intercept=2e-4, mlp_seconds=2e-4, base_seconds=3e-4,
+                       verify_ratios=(1.0, 1.1, 1.2, 1.3)).save(work / "p.json")
+        _edit_json(work / "p.json", kernels=kernels)
+    return plant
 
 
 # ----- running ----------------------------------------------------------------------------------
@@ -641,11 +857,33 @@ class Result:
     cpu_seconds: float = 0.0  # user + system time of the process: its work, whatever the machine's load
     good: bool = False  # a good command (Case.check): exit 0 expected, its changes are its output
     wrong: str | None = None  # what its check found wrong
+    expect_ok: bool = False  # the case must succeed (see Case.expect_ok)
+    expect_text: str | None = None  # see Case.expect_text
 
     def problems(self, slow: float) -> list[str]:
         """The rules this case broke; ``slow``: the CPU seconds a refusal may take (wall time
         over ``slow`` is reported as ``over-10s-wall``: on a shared machine it is mostly waiting)."""
         found = []
+        if self.expect_ok:  # must work: any failure is counted by its kind, outputs are expected
+            if "Traceback" in self.stderr:
+                found.append("traceback")
+            if MARKER in self.stderr:
+                found.append("internal-error")
+            if self.status != 0:
+                found.append(f"status-{self.status}")
+            elif "Warning" in self.stderr:  # a library's warning leaking to the user
+                found.append("not-one-line")
+            return found
+        if self.expect_text is not None:
+            if "Traceback" in self.stderr:
+                found.append("traceback")
+            if self.status != 2:
+                found.append("exit-0" if self.status == 0 else f"status-{self.status}")
+            elif self.expect_text not in self.stderr:
+                found.append("not-one-line")  # refused, but not for the reason the case is about
+            if self.changed:
+                found.append("leftover")
+            return found
         if "Traceback" in self.stderr:
             found.append("traceback")
         if MARKER in self.stderr:
@@ -682,6 +920,7 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
         case.plant(work)
     before = snapshot(work)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **{k: str(work / v) for k, v in case.env}}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **dict(case.env)}
     env.pop(MARKER, None)
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
@@ -698,6 +937,7 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
         wrong = case.check(work) if status == 0 else None
         return Result(case.name, status, seconds, stderr, (), cpu, good=True, wrong=wrong)
     return Result(case.name, status, seconds, stderr, changed, cpu)
+    return Result(case.name, status, seconds, stderr, changed, cpu, case.expect_ok, case.expect_text)
 
 
 def _children_cpu() -> float:

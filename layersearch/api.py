@@ -116,8 +116,13 @@ def load_decoder(spec_or_path: DecoderSpec | str | Path, model: Any = None, *, k
     pair, to avoid loading the spec's model again; it must be the model the spec was made for.
     ``kernels`` (auto, stock, numba): the CPU kernels; auto follows the spec's latency profile."""
     spec = spec_or_path if isinstance(spec_or_path, DecoderSpec) else DecoderSpec.load(spec_or_path)
-    files = read_spec_files(spec)  # bad files fail before the model loads
-    return Decoder(build_decoder(_loaded(model, spec), spec, files, kernels=kernels))
+    try:
+        files = read_spec_files(spec)  # bad files fail before the model loads
+        return Decoder(build_decoder(_loaded(model, spec), spec, files, kernels=kernels))
+    except LayersearchError as exc:  # what a spec file names fails naming that file
+        if isinstance(spec_or_path, DecoderSpec) or str(exc).startswith(f"{spec_or_path}: "):
+            raise
+        raise LayersearchError(f"{spec_or_path}: {exc}") from None
 
 
 def _loaded(model: Any, spec: DecoderSpec) -> Any:

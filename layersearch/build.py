@@ -173,7 +173,7 @@ def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:
         return None
     from layersearch.vocab import draft_vocabulary
 
-    return draft_vocabulary(loaded, spec.drafter.vocab)
+    return draft_vocabulary(loaded, spec.drafter.vocab, "drafter.vocab")
 
 
 def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any) -> Any:

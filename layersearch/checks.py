@@ -8,6 +8,7 @@ count or a ratio to a user).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from layersearch.errors import LayersearchError
@@ -85,3 +86,20 @@ def check_context(loaded: Any, tokens: int, what: str) -> None:
         raise LayersearchError(
             f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
         )
+#: The dtype names every command and file takes (torch's float32, float16, bfloat16).
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+def check_device_name(device: Any) -> re.Match:
+    """The match of a device name ("cpu", "cuda", "cuda:N"; group 1: N), whatever this machine has."""
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", device.strip().lower()) if isinstance(device, str) else None
+    if match is None:
+        raise LayersearchError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    return match
+
+
+def check_dtype_name(dtype: Any) -> str:
+    """``dtype`` if it is one of :data:`DTYPE_NAMES`."""
+    if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
+        raise LayersearchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_NAMES)}")
+    return dtype

@@ -190,7 +190,10 @@ def _layer_sets(entry: Any, label: str, depth: int) -> tuple[list[int], list[int
         values = entry[part]
         if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
             raise LayersearchError(f"{label}: {part} must be a list of integer layer indices")
-        past = [v for v in values if not 0 <= v < depth]
+        negative = [v for v in values if v < 0]
+        if negative:  # not "past the last layer": papers' files count layers from 0, never from the end
+            raise LayersearchError(f"{label}: {part} index {negative[0]} is negative (layers are numbered 0 to {depth - 1})")
+        past = [v for v in values if v >= depth]
         if past:
             raise LayersearchError(f"{label}: {part} index {past[0]} is past the last layer ({depth - 1}) of a {depth}-layer model")
         out.append(values)

@@ -21,10 +21,11 @@ partial file.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
@@ -45,6 +46,23 @@ PLOTS_DIR = Path("plots")
 
 
 # ----- public API ---------------------------------------------------------------------------
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def plain_text(draw: _F) -> _F:
+    """Run ``draw`` with matplotlib's mathtext off: every label here is text from user data (domain,
+    study and mask names, titles), and a ``$`` in it must print as a ``$``, not start TeX."""
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):  # read when each text (tick labels too) is made
+            return draw(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@plain_text
 def plot_mask(mask: SkipMask, out: str | Path, *, title: str | None = None) -> Path:
     """Draw ``mask`` as a layers x {attention, MLP} grid and write it as a PNG to ``out``."""
     # Lay the figure out in inches around square cells, so the grid fills it at any depth.
@@ -65,6 +83,7 @@ def plot_mask(mask: SkipMask, out: str | Path, *, title: str | None = None) -> P
     return _save_atomic(fig, out)
 
 
+@plain_text
 def plot_history(study: "optuna.Study", out: str | Path, *, title: str | None = None) -> Path:
     """Plot each completed trial's objective and the best-so-far curve against wall-clock seconds."""
     direction = _single_direction(study)
@@ -91,6 +110,7 @@ def plot_history(study: "optuna.Study", out: str | Path, *, title: str | None = 
     return _save_atomic(fig, out)
 
 
+@plain_text
 def plot_compare(
     studies: Sequence["optuna.Study"], out: str | Path, *, labels: Sequence[str] | None = None
 ) -> Path:
@@ -119,6 +139,7 @@ def plot_compare(
     return _save_atomic(fig, out)
 
 
+@plain_text
 def plot_transfer(
     speedup: Sequence[Sequence[float | None]],
     accepted: Sequence[Sequence[float | None]],
@@ -154,6 +175,7 @@ def plot_transfer(
 
 
 # ----- SWIFT's input stream (issue 12) -----------------------------------------------------
+@plain_text
 def plot_swift_stream(
     domains: Sequence[str],
     speedups: dict[str, Sequence[float]],
@@ -193,6 +215,7 @@ def plot_swift_stream(
     return _save_atomic(fig, out)
 
 
+@plain_text
 def plot_head_to_head(strategies: dict[str, dict[str, Any]], out: "str | Path | OutputTarget") -> Path:
     """One panel per strategy: its best objective so far against search seconds (each in its own
     objective's units, which do not compare across strategies), its held-out speedup over plain
@@ -219,6 +242,7 @@ def plot_head_to_head(strategies: dict[str, dict[str, Any]], out: "str | Path | 
     return _save_atomic(fig, out)
 
 
+@plain_text
 def plot_bench(domains: dict[str, list[dict[str, Any]]], out: "str | Path | OutputTarget") -> Path:
     """One panel per domain of a ``bench`` report: each row's end-to-end and decode-phase speedup
     over plain ``generate`` as horizontal bars, fastest first, a line at 1.0; rows whose output

@@ -54,6 +54,9 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
 
+#: The CPU kernel sets a profile may name (:data:`layersearch.runtime.kernels.KERNELS` is this tuple).
+KERNEL_NAMES = ("stock", "numba")
+
 SCHEMA_VERSION = 1
 KIND = "latency-profile"
 PROFILE_FILE = FileKind(tag=KIND, called="profile", made_for="profile was measured for", schema_version=SCHEMA_VERSION)
@@ -73,8 +76,8 @@ class KernelTiming:
     verify_ratios: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kernels, str) or not self.kernels:
-            raise LayersearchError(f"kernel timing needs a kernels name, got {self.kernels!r}")
+        if self.kernels not in KERNEL_NAMES:
+            raise LayersearchError(f"kernel timing: unknown kernels {self.kernels!r}; choose from {', '.join(KERNEL_NAMES)}")
         object.__setattr__(self, "one_token_seconds", _non_negative(self.one_token_seconds, "one_token_seconds"))
         object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
 
@@ -147,8 +150,8 @@ class LatencyProfile(ModelBoundJson):
         object.__setattr__(self, "verify_ratios", _checked_ratios(self.verify_ratios))
         object.__setattr__(self, "contexts", _checked_contexts(self.contexts))
         object.__setattr__(self, "attention_windows", _checked_windows(self.attention_windows, self.model.num_layers))
-        if not isinstance(self.kernels, str) or not self.kernels:
-            raise LayersearchError(f"profile kernels must be a name, got {self.kernels!r}")
+        if self.kernels not in KERNEL_NAMES:  # refused with the file named, not later by the kernel switch
+            raise LayersearchError(f"profile kernels: unknown kernels {self.kernels!r}; choose from {', '.join(KERNEL_NAMES)}")
         object.__setattr__(self, "kernel_timings", tuple(self.kernel_timings))
         if any(not isinstance(t, KernelTiming) for t in self.kernel_timings):
             raise LayersearchError("profile kernel_timings must hold KernelTiming values")

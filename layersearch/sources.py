@@ -38,6 +38,8 @@ class MaskSource:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     build: Callable[[SourceInputs], dict[str, Any]]
+    #: checks a MaskSourceSpec's settings without a model (raises LayersearchError); None: nothing beyond the fields
+    check: Callable[[Any], None] | None = None
 
 
 def _fixed(inputs: SourceInputs) -> dict[str, Any]:
@@ -102,6 +104,19 @@ def _swift(inputs: SourceInputs) -> dict[str, Any]:
     return {"controller": SwiftController(len(decoder_layers(model)), SwiftConfig(**dict(inputs.source.swift)))}
 
 
+def _check_swift(source: Any) -> None:
+    """The spec's SWIFT settings must be SwiftConfig's fields with valid values."""
+    from dataclasses import fields
+
+    from layersearch.swift import SwiftConfig
+
+    known = [f.name for f in fields(SwiftConfig)]
+    unknown = sorted(set(source.swift) - set(known))
+    if unknown:
+        raise LayersearchError(f"unknown SWIFT setting {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+    SwiftConfig(**dict(source.swift))
+
+
 def load_or_measure_profile(path: str | None, loaded: Any, *, max_verify: int = 12, stream: Any = None) -> Any:
     """The profile at ``path`` (checked against the model), or a quick one measured now (said on ``stream``)."""
     import sys
@@ -132,7 +147,7 @@ MASK_SOURCES: dict[str, MaskSource] = {
     "none": MaskSource((), (), _none),  # no mask: an independent drafter, or plain decoding
     "knapsack": MaskSource(("reselect_every",), (), _knapsack),  # KnapSpec re-selection while decoding
     "router": MaskSource(("file",), (), _router),  # KNN-SSD: each prompt's mask by nearest neighbour
-    "swift": MaskSource(("swift",), (), _swift),  # SWIFT's on-the-fly optimisation
+    "swift": MaskSource(("swift",), (), _swift, _check_swift),  # SWIFT's on-the-fly optimisation
 }
 #: The sources that choose the mask while decoding: ``generate --mask knapsack`` re-selects it
 #: (dynamic), ``--mask swift`` optimises it (on the fly).

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from layersearch.checks import check_draft_length, check_fraction, check_int, check_seed
+from layersearch.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_seed
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo, SkipMask
 
@@ -91,8 +91,10 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         _require_str(self.device, "model.device")
+        _prefixed_check("model.device", check_device_name, self.device)  # the names the loader takes, before it runs
         if self.dtype is not None:
             _require_str(self.dtype, "model.dtype")
+            _prefixed_check("model.dtype", check_dtype_name, self.dtype)
 
 
 @dataclass(frozen=True)
@@ -153,11 +155,13 @@ class MaskSourceSpec:
         if self.skip_ratio is not None:
             check_fraction(self.skip_ratio, "mask_source.skip_ratio")
         if self.reselect_every is not None:
-            check_int(self.reselect_every, "--reselect-every")
+            check_int(self.reselect_every, "mask_source.reselect_every")
         if self.swift is not None:
             if not isinstance(self.swift, Mapping) or not all(isinstance(k, str) for k in self.swift):
                 raise LayersearchError("mask_source.swift must be an object of SWIFT settings")
             object.__setattr__(self, "swift", MappingProxyType(dict(self.swift)))
+        if source.check is not None:  # the source's own settings, checked before any model loads
+            _prefixed_check(f"mask_source.{self.kind}", source.check, self)
 
 
 @dataclass(frozen=True)
@@ -388,6 +392,14 @@ def _object(data: Any, where: str, *, required: tuple[str, ...], optional: tuple
 def _nested(parse: Callable[[Any], Any], data: Any, where: str) -> Any:
     try:
         return parse(data)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{where}: {exc}") from None
+
+
+def _prefixed_check(where: str, check: Callable[[Any], Any], value: Any) -> None:
+    """``check(value)``, its error prefixed with the spec field ``where``."""
+    try:
+        check(value)
     except LayersearchError as exc:
         raise LayersearchError(f"{where}: {exc}") from None
 

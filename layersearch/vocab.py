@@ -148,19 +148,30 @@ def frequent_subset(tokenizer, n: int, *, vocab_size: int, extra_ids: Iterable[i
     return VocabSubset(tuple(ids), tokenizer_hash(tokenizer), n)
 
 
-def draft_vocabulary(loaded, n: int) -> VocabSubset | None:
+def check_draft_vocab(loaded, n: int, what: str = "--draft-vocab") -> int:
+    """Refuse a draft vocabulary size ``n`` the loaded model cannot take (0: the full head, always
+    fine); returns the model's vocabulary size. ``what`` names where ``n`` came from."""
+    check_int(n, what, minimum=0)
+    vocab_size = loaded.model.get_output_embeddings().weight.shape[0]
+    if n >= vocab_size:
+        raise LayersearchError(f"{what}: the draft vocabulary size must be below the model's vocabulary ({vocab_size}), "
+                               f"got {n}; 0 means the full vocabulary")
+    return vocab_size
+
+
+def draft_vocabulary(loaded, n: int, what: str = "--draft-vocab") -> VocabSubset | None:
     """The draft vocabulary for ``--draft-vocab n`` of a loaded model (0: None, the full head):
-    its tokenizer's ``n`` most frequent tokens plus its special and end tokens."""
-    check_int(n, "--draft-vocab", minimum=0)
+    its tokenizer's ``n`` most frequent tokens plus its special and end tokens. ``what`` names
+    where ``n`` came from in errors (the option, or a spec's field)."""
+    vocab_size = check_draft_vocab(loaded, n, what)
     if n == 0:
         return None
     from layersearch.runtime.decoder import eos_ids
 
-    vocab_size = loaded.model.get_output_embeddings().weight.shape[0]
     try:
         return frequent_subset(loaded.tokenizer, n, vocab_size=vocab_size, extra_ids=eos_ids(loaded.model))
     except LayersearchError as exc:
-        raise LayersearchError(f"--draft-vocab: {exc}") from None
+        raise LayersearchError(f"{what}: {exc}") from None
 
 
 def _train_prompts(domain: str) -> tuple:

@@ -782,6 +782,25 @@ def _fifo(name: str) -> Maker:
     """A FIFO that nothing writes to or reads from: opening it the usual way would wait forever."""
     def make(work: Path) -> str:
         os.mkfifo(work / name)
+# ----- issue 33: models whose config and weights disagree, generic fallbacks (harden-models) --------
+# Each variant is one more row of the table above; the tests after the table check what a
+# message must name (the spec file, the option) and the cases that must now work.
+def _hm_model(name: str, config: dict | None = None, weights=None, files: dict | None = None) -> Maker:
+    """The good model folder (``draft``, a copy of the tiny model) as ``name``: ``config`` merged
+    into its config.json, ``weights`` applied to its tensors, ``files`` written into it."""
+    def make(work: Path) -> str:
+        shutil.copytree(work / "draft", work / name)
+        if config:
+            path = work / name / "config.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+        if weights is not None:
+            from safetensors.torch import load_file, save_file
+
+            tensors = load_file(str(work / name / "model.safetensors"))
+            weights(tensors)
+            save_file(tensors, str(work / name / "model.safetensors"), metadata={"format": "pt"})
+        for file, text in (files or {}).items():
+            (work / name / file).write_text(text)
         return name
     return make
 
@@ -907,6 +926,93 @@ COMMANDS.update({
         ("knn", "build", "--model", MODEL, "--domain", "translation=mask.json", "--samples", "1", "--out", "k_out.json"),
         (("--fallback", ""), ("--pca", ""), ("--domain", ""))),
 })
+
+
+def _hm_add_weight(tensors) -> None:
+    import torch
+
+    tensors["model.extra_head.weight"] = torch.zeros(4, 64)
+
+
+HM_BAD_MODEL_FOLDERS: dict[str, Maker] = {
+    "config one layer short of its weights": _hm_model("short", {"num_hidden_layers": 3}),
+    "config one layer past its weights": _hm_model("long", {"num_hidden_layers": 5}),
+    "config two layers short": _hm_model("shorter", {"num_hidden_layers": 2}),
+    "MLP width other than the weights'": _hm_model("ffn", {"intermediate_size": 100}),
+    "vocabulary other than the weights'": _hm_model("vocab100", {"vocab_size": 100}),
+    "a weight deleted": _hm_model("nonorm", weights=lambda t: t.pop("model.norm.weight")),
+    "a layer's weight deleted": _hm_model("noq", weights=lambda t: t.pop("model.layers.2.self_attn.q_proj.weight")),
+    "a stray weight added": _hm_model("stray", weights=_hm_add_weight),
+    "heads that do not divide the width": _hm_model("heads", {"num_attention_heads": 5}),
+    "tokenizer.json malformed": _hm_model("tokbad", files={"tokenizer.json": "{nope"}),
+    "tokenizer.json of another shape": _hm_model("tokshape", files={"tokenizer.json": '{"version": "1.0", "model": 5}'}),
+}
+COMMANDS.update({
+    "generate --model folder": Command(("generate", "--model", "{model_folder}", "--prompt", "w1 w2", "--max-new-tokens", "2")),
+    "generate --draft-model weights": Command(
+        ("generate", "--model", MODEL, "--draft-model", "{model_folder}", "--prompt", "w1 w2", "--max-new-tokens", "2")),
+    "steer train --drafter weights": Command(
+        ("steer", "train", "--model", MODEL, "--drafter", "{model_folder}", "--domain", "translation", "--prompts", "1",
+         "--new-tokens", "2", "--steps", "1", "--out", "steer_out.safetensors")),
+    "generate --device": Command(
+        ("generate", "--model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--device", ""), ("--device", "tpu"), ("--dtype", ""), ("--dtype", "float8"), ("--steering", ""), ("--profile", ""),
+         ("--steering", " "), ("--max-new-tokens", "100000"), ("--draft-vocab", str(10**6)))),
+    "bench --spec-bench": Command(
+        ("bench", "--model", MODEL, "--spec-bench", "{prompts}", "--skip-ratios", "0.5", "--max-new-tokens", "2", "--repeats", "1",
+         "--out", "bench_out.json"),
+        (("--answers", "missing/answers"), ("--answers", "mask.json"), ("--answers", "afile/x")),
+        kinds={"prompts": "hm_none"}),
+})
+
+
+def _hm_gguf_nested(depth: int) -> bytes:
+    """A GGUF header whose first value is an array of arrays ... ``depth`` deep, then a llama architecture."""
+    nested = struct.pack("<IQ", 9, 1) * (depth - 1) + struct.pack("<IQ", 4, 0)
+    return _gguf_header(kv=2, rest=_gguf_key("general.x", 9, nested) + _gguf_key("general.architecture", 8, _gguf_string(b"llama")))
+
+
+def _hm_block_count(claimed: int, held: int) -> Callable[[], bytes]:
+    """A complete small GGUF holding ``held`` layers whose llama.block_count says ``claimed``."""
+    def make() -> bytes:
+        data = _gguf_bytes("llama", tensors=held, layers=held)
+        return data.replace(b"llama.block_count\x04\x00\x00\x00" + bytes([held]), b"llama.block_count\x04\x00\x00\x00" + bytes([claimed]))
+    return make
+
+
+BAD_GGUF.update({
+    "arrays nested 5000 deep": _gguf("nest.gguf", lambda: _hm_gguf_nested(5000)),
+    "arrays nested 20 deep": _gguf("nest20.gguf", lambda: _hm_gguf_nested(20)),
+    "block_count one short of its layers": _gguf("bc.gguf", _hm_block_count(1, 2)),
+    "block_count two short of its layers": _gguf("bc2.gguf", _hm_block_count(1, 3)),
+})
+HM_BAD_SPECS: dict[str, Maker] = {
+    "SWIFT setting unknown": _spec("swbogus.json", _set("mask_source", {"kind": "swift", "swift": {"bogus": 1}})),
+    "SWIFT window zero": _spec("swwin.json", _set("mask_source", {"kind": "swift", "swift": {"window": 0}})),
+    "SWIFT kappa a string": _spec("swkappa.json", _set("mask_source", {"kind": "swift", "swift": {"kappa": "2"}})),
+    "SWIFT settings a list": _spec("swlist.json", _set("mask_source", {"kind": "swift", "swift": [1]})),
+    "knapsack reselect_every zero": _spec("knap.json", _set("mask_source", {"kind": "knapsack", "reselect_every": 0})),
+    "device empty": _spec("devempty.json", _set("model", "device", "")),
+    "device cuda:x": _spec("devx.json", _set("model", "device", "cuda:x")),
+    "dtype a number": _spec("dtypenum.json", _set("model", "dtype", 16)),
+    "inline mask with a negative layer": _spec("negmask.json", _set("mask_source", "mask", "attention", [-1])),
+}
+BAD_SPECS.update(HM_BAD_SPECS)
+BAD_KINDS["bench_spec"].update(HM_BAD_SPECS)
+BAD_KINDS["model_folder"] = HM_BAD_MODEL_FOLDERS
+BAD_KINDS["hm_none"] = {}  # a slot whose value is good in every row (the rows are the bad arguments)
+GOOD["model_folder"] = "draft"
+BAD_USER_PROMPTS.update({
+    "content parts of an image": _chat("image.jsonl", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x.png"}}]}]}),
+    "content parts not objects": _chat("parts.jsonl", {"messages": [{"role": "user", "content": ["hi"]}]}),
+    "a text part without text": _chat("notext.jsonl", {"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+})
+BAD_KINDS["hm_paper"] = {
+    "negative layer index": _file("negpaper.json", '{"m": {"attention": [-1], "mlp": [2]}}'),
+    "layer index past the model": _file("farpaper.json", '{"m": {"attention": [4], "mlp": [2]}}'),
+}
+COMMANDS["mask import paper"] = Command(COMMANDS["mask import"].argv, kinds={"paper": "hm_paper"})
 
 
 def cases():
@@ -1132,3 +1238,158 @@ def test_real_entry_point_prints_one_line(argv, work):
     proc = subprocess.run([sys.executable, "-m", "layersearch", *argv], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert_one_line(proc.returncode, proc.stderr)
     assert proc.stdout == "" and snapshot(work) == before
+
+
+# ----- issue 33, harden-models: what the messages name, and what must now work ---------------------
+@pytest.mark.parametrize("bad_name", ["SWIFT setting unknown", "SWIFT window zero", "device tpu", "dtype float8", "device empty",
+                                      "another model's", "vocab enormous", "knapsack reselect_every zero",
+                                      "inline mask with a negative layer", "model folder missing"])
+def test_hm_spec_errors_name_the_spec_file(bad_name, base, work, capsys):
+    """A spec file's error names that file and the spec's field, never a CLI option for it."""
+    path = BAD_SPECS[bad_name](work)
+    capsys.readouterr()
+    status = main(["generate", "--spec", path, "--prompt", "w1 w2"])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert err.startswith(f"layersearch: error: {path}: ") and " --" not in err, err
+
+
+@pytest.mark.parametrize("option, value, field", [("--device", "", "model.device"), ("--dtype", "", "model.dtype"),
+                                                  ("--steering", "", "steering"), ("--profile", "", "profile"),
+                                                  ("--max-new-tokens", "100000", "max_new_tokens"),
+                                                  ("--draft-vocab", str(10**6), "drafter.vocab")])
+def test_hm_options_are_named_as_options(option, value, field, base, work, capsys):
+    """A bad option value is named as the option, never as the spec field it becomes."""
+    capsys.readouterr()
+    status = main(["generate", "--model", str(base[1]), "--prompt", "w1 w2", "--max-new-tokens", "2", option, value])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert option in err and field not in err.replace(option, "") and "spec" not in err, err
+
+
+@pytest.mark.parametrize("bad_name, fragment", [
+    ("config one layer short of its weights", "num_hidden_layers=3 but its weights hold layers 0-3"),
+    ("config one layer past its weights", "num_hidden_layers=5 but its weights hold layers 0-3"),
+    ("a layer's weight deleted", "model.layers.2.self_attn.q_proj.weight"),
+    ("a stray weight added", "model.extra_head.weight"),
+    ("MLP width other than the weights'", "[64, 128] in the files, [64, 100] by the config"),
+    ("heads that do not divide the width", "not a multiple of the number of attention heads"),
+    ("tokenizer.json malformed", "tokenizer.json"),
+])
+@pytest.mark.parametrize("option", ["--model", "--draft-model"])
+def test_hm_weights_that_disagree_with_the_config_are_named(bad_name, fragment, option, base, work, capsys):
+    """transformers' own loading report decides: the model is named with what disagrees."""
+    folder = HM_BAD_MODEL_FOLDERS[bad_name](work)
+    model = folder if option == "--model" else str(base[1])
+    draft = ["--draft-model", folder] if option == "--draft-model" else []
+    capsys.readouterr()
+    status = main(["generate", "--model", model, *draft, "--prompt", "w1 w2", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert f"cannot load model {folder!r}" in err and fragment in err, err
+
+
+def test_hm_plot_labels_are_text(work, capsys):
+    """Domain and row names from a report are drawn as text: a ``$`` is no TeX (matplotlib's mathtext)."""
+    from layersearch.mask import SkipMask
+    from layersearch.plots import plot_mask
+
+    (work / "tex.json").write_text(json.dumps({"domains": {"$x^{$": {"rows": [
+        {"config": "mask $\\frac{$", "speedup": 1.2, "decode_speedup": 1.3}]}}}))
+    assert main(["plot", "bench", "tex.json", "--out", "tex.png"]) == 0, capsys.readouterr().err
+    assert (work / "tex.png").read_bytes().startswith(b"\x89PNG")
+    plot_mask(SkipMask(4, (1,), (2,)), work / "mask.png", title="$x^{$ 50% $")
+    assert (work / "mask.png").stat().st_size > 0
+
+
+def test_hm_answers_are_checked_before_the_model_load(work, capsys):
+    """``bench --spec-bench --answers`` in a missing folder is refused before the model (here a
+    file, which would fail to load) is touched."""
+    capsys.readouterr()
+    status = main(["bench", "--model", "mask.json", "--spec-bench", "prompts.jsonl", "--answers", "missing/answers",
+                   "--skip-ratios", "0.5", "--out", "bench_out.json"])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert "--answers" in err and "cannot load model" not in err, err
+
+
+def test_hm_text_content_parts_are_read(work):
+    """OpenAI-style content parts of text are one message's text."""
+    from layersearch.data.user import read_rows
+
+    (work / "parts.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "w1 "}, {"type": "text", "text": "w2"}]}]}) + "\n")
+    assert read_rows("parts.jsonl")[0].messages == (("user", "w1 w2"),)
+
+
+def _hm_large_gguf(path: Path) -> Path:
+    """A complete small llama GGUF file of ~4 MiB (a tensor big enough that its middle lies outside
+    the first and last MiB, which a sampled digest would read)."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(path, "llama")
+    writer.add_block_count(1)
+    writer.add_embedding_length(8)
+    writer.add_token_list(["a", "b", "c", "d"])
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.add_tensor("blk.0.ffn_up.weight", np.ones((1024, 1024), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _hm_plant_conversion(gguf: Path, model_dir: Path) -> Path:
+    """Put ``model_dir`` in the cache as the current conversion of ``gguf`` (as a real one would be)."""
+    from layersearch.models import loading
+
+    target = loading.gguf_cache_dir(gguf)
+    shutil.copytree(model_dir, target)
+    identity = {**loading._conversion_marker(gguf.resolve()), "source_path": str(gguf.resolve())}
+    marker = {**identity, "source_stat": loading._stat_key(gguf), "source_sha256": loading._content_digest(gguf)}
+    (target / loading._MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+    return target
+
+
+def test_hm_conversion_cache_follows_the_content(base, work, capsys, monkeypatch):
+    """A GGUF's cached conversion is reused while its content is the same (touched: reused), and
+    converted again when it is rewritten in place with its modification time put back."""
+    from layersearch.models import loading
+    from layersearch.models.loading import load_model
+
+    gguf = _hm_large_gguf(work / "big.gguf")
+    _hm_plant_conversion(gguf, base[1])
+    calls = []
+    monkeypatch.setattr(loading, "_load_gguf", lambda *a: calls.append(1) or pytest.fail("converted an unchanged file"))
+    assert load_model(str(gguf)).info.num_layers == 4
+    os.utime(gguf, ns=(gguf.stat().st_atime_ns, gguf.stat().st_mtime_ns + 10**9))  # touched: same content
+    assert load_model(str(gguf)).info.num_layers == 4 and calls == []
+
+    def convert(gguf_dir, name):
+        calls.append(name)
+        return build_tiny_model("llama", num_layers=3, seed=0), char_tokenizer()
+
+    monkeypatch.setattr(loading, "_load_gguf", convert)
+    before = gguf.stat()
+    with gguf.open("r+b") as handle:  # one float in the middle of the big tensor: 1.0 -> 2.0
+        handle.seek(before.st_size // 2 // 4 * 4)
+        handle.write(struct.pack("<f", 2.0))
+    os.utime(gguf, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert gguf.stat().st_size == before.st_size and gguf.stat().st_mtime_ns == before.st_mtime_ns
+    assert load_model(str(gguf)).info.num_layers == 3 and calls == ["big.gguf"]
+
+
+def test_hm_a_damaged_conversion_is_named(base, work, capsys):
+    """Garbage in the cached conversion: the message names the cache folder and how to mend it."""
+    gguf = _hm_large_gguf(work / "big.gguf")
+    target = _hm_plant_conversion(gguf, base[1])
+    (target / "model.safetensors").write_bytes(b"\xff" * 64)
+    before = snapshot(work)
+    capsys.readouterr()
+    status = main(["generate", "--model", "big.gguf", "--prompt", "w1 w2", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert str(target) in err and "delete" in err and "damaged" in err, err
+    assert snapshot(work) == before

@@ -16,7 +16,7 @@ from typing import Any
 from layersearch.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
-from layersearch.commands.generate_spec import spec_from_args
+from layersearch.commands.generate_spec import check_draft_vocab_option, named_spec, spec_from_args
 from layersearch.commands.renamed import renamed_option
 from layersearch.commands.onthefly import input_summary
 from layersearch.outputs import check_output
@@ -100,15 +100,19 @@ def run(args: Any) -> int:
         check_output(args.save_spec, "--save-spec")
     files = read_spec_files(spec)  # a bad DISCO or router file fails before the (slower) model load
     model = spec.model
-    loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
-    decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
+    with named_spec(args.spec):  # what a spec file names (its model, its files) fails naming that file
+        loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
+    max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+    length = "--max-new-tokens" if args.max_new_tokens is not None or not args.spec else f"{args.spec}'s max_new_tokens"
+    encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
+    for index, ids in enumerate(encoded):  # every prompt checked before any output (and under the option's name)
+        where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
+        check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + {length}")
+    check_draft_vocab_option(args, loaded)  # as --draft-vocab, before the spec's drafter.vocab
+    with named_spec(args.spec):
+        decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     if decoder.twins is not None:
         print(decoder.twins.describe(), file=sys.stderr)
-    max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
-    encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
-    for index, ids in enumerate(encoded):  # every prompt checked before any output
-        where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
-        check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + --max-new-tokens")
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
         stats = {**result.stats.to_dict(), "kernels": decoder.kernels}

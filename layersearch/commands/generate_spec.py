@@ -3,8 +3,9 @@ check that needs no model (so bad input fails before the model loads), or the ``
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from layersearch.commands.common import positive_int
 from layersearch.commands.onthefly import swift_config
@@ -33,6 +34,7 @@ def spec_from_args(args: Any, defaults: Mapping[str, Any]) -> DecoderSpec:
     if args.baseline and args.mask:
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask")
     _check_args(args)
+    _check_option_values(args)
     _check_draft_vocab(args)
     check_draft_model_args(args)
     source = _mask_source(args)  # a bad mask file fails here, before the model load
@@ -87,6 +89,22 @@ def _check_args(args: Any) -> None:
     if args.reselect_every < 1:
         raise LayersearchError(f"--reselect-every must be >= 1, got {args.reselect_every}")
     DraftPolicy(args.max_draft, args.draft_threshold)
+
+
+def _check_option_values(args: Any) -> None:
+    """The options that become spec fields, checked under their own names (the spec's checks
+    would name its fields: model.device, steering...)."""
+    from layersearch.checks import check_device_name, check_dtype_name
+
+    for option, value, check in (("--device", args.device, check_device_name), ("--dtype", args.dtype, check_dtype_name)):
+        if value is not None:
+            try:
+                check(value)
+            except LayersearchError as exc:
+                raise LayersearchError(f"{option}: {exc}") from None
+    for option, value in (("--steering", args.steering), ("--profile", args.profile)):
+        if value is not None and not value.strip():
+            raise LayersearchError(f"{option} needs a file name, got {value!r}")
 
 
 def check_draft_model_args(args: Any) -> None:
@@ -166,3 +184,23 @@ def _lookahead(args: Any) -> LookaheadSpec:
         names = [n for n in lookahead_names() if n != "disco"]
         raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(names)}, disco:FILE)")
     return LookaheadSpec(name, args.max_draft, args.draft_threshold, file)
+
+
+@contextmanager
+def named_spec(path: str | None) -> Iterator[None]:
+    """Errors inside prefixed with the spec file ``path`` (none without one: then the options said it)."""
+    try:
+        yield
+    except LayersearchError as exc:
+        if path is None or str(exc).startswith(f"{path}: "):
+            raise
+        raise LayersearchError(f"{path}: {exc}") from None
+
+
+def check_draft_vocab_option(args: Any, loaded: Any) -> None:
+    """``--draft-vocab`` against the loaded model's vocabulary, named as the option (a ``--spec``
+    file's drafter.vocab is checked by the builder, naming the file)."""
+    if not args.spec:
+        from layersearch.vocab import check_draft_vocab
+
+        check_draft_vocab(loaded, args.draft_vocab or 0)

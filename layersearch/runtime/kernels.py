@@ -27,9 +27,10 @@ import torch
 
 from layersearch.errors import LayersearchError
 from layersearch.extras import has_module, install_command, note_once, require_extra
+from layersearch.profile import KERNEL_NAMES
 
-#: Kernel sets, in the order a profile times them.
-KERNELS = ("stock", "numba")
+#: Kernel sets, in the order a profile times them (one list: a profile file is checked against it).
+KERNELS = KERNEL_NAMES
 #: ``--kernels`` choices: a kernel set, or ``auto`` (the profile's choice).
 CHOICES = ("auto", *KERNELS)
 

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+from layersearch.plots import plain_text
 from layersearch.spec import DecoderSpec
 from layersearch.tune.study import TrialRecord
 
@@ -55,6 +56,7 @@ def best_curve(records: Sequence[TrialRecord]) -> tuple[list[float], list[float]
     return xs, ys
 
 
+@plain_text  # the title holds user data: a $ in it is text, not TeX
 def curve_png(records: Sequence[TrialRecord], title: str) -> bytes:
     """The search curve as PNG bytes: every trial's train speedup and the best so far."""
     from matplotlib.figure import Figure

@@ -148,7 +148,12 @@ def test_a_gguf_path_converts_once_and_is_reused(tmp_path: Path, empty_cache: Pa
     again = load_model(str(path), progress=messages.append)
     assert again.info == loaded.info and len(messages) == 2
 
-    # An edited file (here: only its modification time) is converted again, replacing the copy.
+    # Touched (a new modification time, the same content): still the same conversion.
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert load_model(str(path)).info == loaded.info
+
+    # Rewritten in place (one byte in the middle, same size) with its modification time put back:
+    # converted again, replacing the copy.
     calls: list[int] = []
 
     def fake(gguf_dir, name):
@@ -156,7 +161,14 @@ def test_a_gguf_path_converts_once_and_is_reused(tmp_path: Path, empty_cache: Pa
         return build_tiny_model("llama", num_layers=3, vocab_size=128), loaded.tokenizer
 
     monkeypatch.setattr(loading, "_load_gguf", fake)
-    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    before = path.stat()
+    with path.open("r+b") as handle:
+        handle.seek(before.st_size // 2)
+        byte = handle.read(1)
+        handle.seek(before.st_size // 2)
+        handle.write(bytes([byte[0] ^ 1]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
     assert load_model(str(path)).info.num_layers == 3 and calls == [1]
     assert [p.name for p in (empty_cache / "models" / "gguf").iterdir()] == [folder.name]
 
