@@ -29,7 +29,7 @@ from layersearch.mask import SkipMask
 from layersearch.proposals import trial_seed  # noqa: F401  (the strategies' name for it)
 from layersearch.strategies.space import (
     SKIPS, check_space, mask_from_params, mask_from_plan_bits, params_from_mask, plan_bits, search_space,
-    space_names,
+    space_names, vector_width,
 )
 
 #: Trial system attribute naming how a strategy produced the trial's mask
@@ -136,8 +136,7 @@ def history(study: Study, num_layers: int, space: str = SKIPS) -> tuple[np.ndarr
         else:  # through the plan, so a skipped sub-layer's precision (TPE draws one) reads 0
             rows.append(plan_bits(mask_from_params(trial.params, num_layers, space)).tolist())
         values.append(sign * float(trial.value))
-    width = 2 * num_layers if space == SKIPS else 4 * num_layers + 1
-    x = np.asarray(rows, dtype=np.int8).reshape(len(rows), width)
+    x = np.asarray(rows, dtype=np.int8).reshape(len(rows), vector_width(num_layers, space))
     return x, np.asarray(values, dtype=np.float64)
 
 

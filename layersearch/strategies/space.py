@@ -120,14 +120,10 @@ def mask_from_params(params: Mapping[str, Any], num_layers: int, space: str | No
     ``space`` None reads the space from the parameters (:func:`space_of_params`), so a trial
     of either kind of study exports as what it measured."""
     space = space_of_params(params) if space is None else check_space(space)
-    mask = SkipMask.from_flat(flat_from_params(params, num_layers))
+    flat = flat_from_params(params, num_layers)
     if space == SKIPS:
-        return mask
-    int8 = _precisions(params, num_layers)
-    skipped = mask.to_flat()
-    attention = [i for i in range(num_layers) if int8[2 * i] and not skipped[2 * i]]
-    mlp = [i for i in range(num_layers) if int8[2 * i + 1] and not skipped[2 * i + 1]]
-    return mask.with_int8(attention, mlp, bool(int8[-1]))
+        return SkipMask.from_flat(flat)
+    return mask_from_plan_bits((*flat, *_precisions(params, num_layers)), num_layers)
 
 
 def flat_from_params(params: Mapping[str, int], num_layers: int) -> tuple[int, ...]:

@@ -104,3 +104,12 @@ def test_a_plan_study_needs_int8_timings(workdir, cli, create_args, listing):
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and "int8 timings" in err
     assert listing(workdir) == before
+
+
+def test_a_plan_trial_records_how_much_runs_in_int8():
+    from layersearch.objectives.scoring import trial_attrs
+
+    plan = SkipMask(4, attention=(3,)).with_int8((0, 1), (0, 1, 2, 3), True)
+    attrs = trial_attrs(plan, None)
+    assert attrs["int8_ratio"] == 6 / 8 and attrs["int8_head"] is True and attrs["skip_ratio"] == 1 / 8
+    assert "int8_ratio" not in trial_attrs(plan.skips_only(), None)  # a skip mask's attributes stay as they were
