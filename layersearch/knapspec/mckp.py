@@ -9,7 +9,8 @@ case of two options, skip at weight 0 and value 0, or run).
 
 Public API:
 
-* :func:`solve_choices_all_budgets` -- the fast solver (numba core, compiled once and cached).
+* :func:`solve_choices_all_budgets` -- the fast solver (numba core, compiled once and cached;
+  without numba it answers with the reference solver: the same choices, slower).
 * :func:`solve_choices_reference` -- a pure-Python solver with the same contract and the same
   tie rules (bit-identical outputs), and :func:`solve_choices_brute_force`, which enumerates
   every combination: the oracles of the tests.
@@ -33,9 +34,13 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from layersearch.errors import LayersearchError
+
+try:
+    from numba import njit
+except ModuleNotFoundError:  # numba is an optional extra: the reference solver answers instead
+    njit = None
 
 __all__ = ["solve_choices_all_budgets", "solve_choices_reference", "solve_choices_brute_force"]
 
@@ -64,7 +69,12 @@ def _validate(weights: Any, values: Any, capacity: Any) -> tuple[np.ndarray, np.
     return np.ascontiguousarray(clipped), np.ascontiguousarray(v), cap
 
 
-@njit(cache=True)
+def _jit(function):
+    """``function`` compiled by numba (on first call, cached on disk), or as is without numba."""
+    return njit(cache=True)(function) if njit is not None else function
+
+
+@_jit
 def _fill(weights, values, capacity):  # pragma: no cover - compiled by numba
     """dp[g, k]: best total of groups 0..g-1 within k; take[g, k]: group g's option there (-1: none)."""
     groups, options = weights.shape
@@ -93,7 +103,7 @@ def _fill(weights, values, capacity):  # pragma: no cover - compiled by numba
     return dp, take
 
 
-@njit(cache=True)
+@_jit
 def _backtrack(weights, take):  # pragma: no cover - compiled by numba
     """chosen[k, g]: each group's option in the best choice within k (-1 where none fits)."""
     groups = take.shape[0]
@@ -116,6 +126,8 @@ def solve_choices_all_budgets(weights: Any, values: Any, capacity: Any) -> tuple
     Returns ``(best, chosen)``: ``best`` float64 ``[capacity + 1]``; ``chosen`` int64
     ``[capacity + 1, G]``, the option index of each group. See the module docstring for the rules.
     """
+    if njit is None:
+        return solve_choices_reference(weights, values, capacity)
     w, v, cap = _validate(weights, values, capacity)
     dp, take = _fill(w, v, np.int64(cap))
     return dp[w.shape[0]].copy(), _backtrack(w, take)

@@ -314,7 +314,9 @@ class PerTokenInt8Linear(nn.Module):
 
     def __init__(self, quantized: nn.Module) -> None:
         super().__init__()
-        self.quantized = quantized
+        self.quantized = _fbgemm(quantized)
+        if self.quantized is None:
+            raise LayersearchError(f"per-token int8 needs an int8 Linear, not {type(quantized).__name__}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         levels = 127.0  # fbgemm's dynamic activations use 7 bits (reduce_range)
@@ -332,14 +334,23 @@ def _per_token_twin(twin: nn.Module) -> nn.Module:
     """A shallow copy of an int8 twin whose int8 Linears quantize activations per token."""
     import copy
 
-    from layersearch.models.quantize import is_quantized_linear
-
     module = copy.copy(twin)
     module._modules = dict(twin._modules)
     for name, child in twin.named_children():
-        if is_quantized_linear(child):
+        if _fbgemm(child) is not None:
             module._modules[name] = PerTokenInt8Linear(child)
     return module
+
+
+def _fbgemm(module: nn.Module) -> nn.Module | None:
+    """torch's dynamic int8 Linear inside an int8 twin's Linear (the module itself, or the
+    ``kernel`` a wrapper runs for one token), None for anything else."""
+    from layersearch.models.quantize import is_quantized_linear
+
+    for candidate in (module, getattr(module, "kernel", None)):
+        if candidate is not None and is_quantized_linear(candidate):
+            return candidate
+    return None
 
 
 def _int8_flat(mask: SkipMask) -> list[bool]:

@@ -82,3 +82,14 @@ def test_a_missing_option_is_never_taken():
 def test_bad_input_is_one_error(solver, weights, values, capacity):
     with pytest.raises(LayersearchError, match="knapsack"):
         solver(weights, values, capacity)
+
+
+def test_without_numba_the_reference_answers(monkeypatch):
+    from layersearch.knapspec import mckp
+
+    weights, values, capacity = random_instance(np.random.default_rng(7))
+    expected = solve_choices_reference(weights, values, capacity)
+    monkeypatch.setattr(mckp, "njit", None)
+    best, chosen = mckp.solve_choices_all_budgets(weights, values, capacity)
+    np.testing.assert_array_equal(best, expected[0])
+    np.testing.assert_array_equal(chosen, expected[1])

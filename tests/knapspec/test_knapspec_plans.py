@@ -46,10 +46,11 @@ def ids(seed: int, n: int = 20) -> torch.Tensor:
 
 
 def test_per_token_int8_is_the_int8_linear_one_token_at_a_time(tiny_llama):
-    linear = int8_twins(tiny_llama).mlp[0].down_proj
+    twin = int8_twins(tiny_llama).mlp[0].down_proj
+    linear = getattr(twin, "kernel", twin)  # torch's int8 Linear, what a one-token draft step runs
     x = torch.randn(2, 5, linear.weight().shape[1], generator=torch.Generator().manual_seed(0))
     one_by_one = torch.stack([torch.stack([linear(x[b, t : t + 1])[0] for t in range(5)]) for b in range(2)])
-    torch.testing.assert_close(PerTokenInt8Linear(linear)(x), one_by_one, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(PerTokenInt8Linear(twin)(x), one_by_one, atol=1e-5, rtol=1e-5)
     # One call over many tokens shares one scale between them: not what a draft step computes.
     assert not torch.allclose(linear(x), one_by_one, atol=1e-5, rtol=1e-5)
 
@@ -70,8 +71,10 @@ def test_runner_states_of_a_plan_are_what_the_plan_drafts():
                 with skipping(model, plan):  # a draft step: one token at a time
                     expected += [forward_tokens(model, tokens[i : i + 1], i, cache) for i in range(cut, end)]
             torch.testing.assert_close(runner.logits(final[row]), torch.cat(expected), atol=1e-4, rtol=1e-4)
-        head = int8_twins(model).head
-        assert torch.equal(runner.top1(final[1], int8_head=True), head.logits(runner.norm(final[1])).argmax(-1))
+        head = int8_twins(model).head  # one token at a time, as a draft step runs it
+        states = final[1].reshape(-1, final.shape[-1])
+        expected = torch.stack([head.logits(runner.norm(states[i : i + 1]))[0].argmax() for i in range(len(states))])
+        assert torch.equal(runner.top1(final[1], int8_head=True).reshape(-1), expected)
 
 
 def test_int8_importance_is_the_cosine_drop_of_one_int8_sub_layer(tiny_llama):
