@@ -319,6 +319,7 @@ class PerTokenInt8Linear(nn.Module):
             raise LayersearchError(f"per-token int8 needs an int8 Linear, not {type(quantized).__name__}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in] -> [..., out], each row quantized with its own activation range."""
         levels = 127.0  # fbgemm's dynamic activations use 7 bits (reduce_range)
         lo = x.amin(dim=-1, keepdim=True).clamp(max=0)
         hi = x.amax(dim=-1, keepdim=True).clamp(min=0)
