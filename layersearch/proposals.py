@@ -21,6 +21,10 @@ One function, :func:`propose_bits`, takes the evaluated masks as 0/1 rows and th
    the best one not yet evaluated. Without this step the rounded optimum is often a mask
    already in the history, and re-measuring it wastes a trial.
 
+Draft plans (issue 32) are 0/1 vectors too: :func:`plan_bits` lays a plan out as ``4L + 1``
+bits (the 2L skips, 2L int8 bits, the head's int8 bit) and :func:`mask_from_plan_bits` reads
+one back; every such vector is a plan, so the same maths proposes them.
+
 Imports of torch and BoTorch stay inside the functions: importing a strategy module must be
 cheap for the CLI and for strategies that never fit a GP.
 """
@@ -34,6 +38,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import numpy as np
+
+from layersearch.mask import SkipMask
 
 #: Observation noise variance on standardized values (Self-SD's GP ``alpha``).
 NOISE_ALPHA = 1e-2
@@ -57,12 +63,14 @@ def propose_bits(
     count: int | None = None,
     kappa: float = 2.5,
     kernel: str = "rbf",
+    free: int = 0,
 ) -> np.ndarray:
     """The next 0/1 vector to evaluate given rows ``x`` [n, d] with values ``y`` [n] (maximized).
 
     ``acquisition`` is ``"logei"`` or ``"ucb"`` (mean + kappa * std); with ``count`` the result has
-    exactly ``count`` ones; ``kernel`` one of :data:`KERNELS`. Deterministic for a seed. Needs at
-    least two observations.
+    exactly ``count`` ones among its first ``d - free`` coordinates (the last ``free`` ones, a
+    draft plan's precisions, are rounded at 0.5 and flipped alone); ``kernel`` one of
+    :data:`KERNELS`. Deterministic for a seed. Needs at least two observations.
     """
     import torch
 
@@ -78,8 +86,10 @@ def propose_bits(
     if len(x) < 2:
         raise ValueError("a GP proposal needs at least two observations")
     d = x.shape[1]
-    if count is not None and not 0 <= count <= d:
-        raise ValueError(f"count must be in 0..{d}, got {count}")
+    if not 0 <= free <= d:
+        raise ValueError(f"free must be in 0..{d}, got {free}")
+    if count is not None and not 0 <= count <= d - free:
+        raise ValueError(f"count must be in 0..{d - free}, got {count}")
     with _autograd_on(), _single_thread(), manual_seed(seed), warnings.catch_warnings():
         train_x = torch.as_tensor(x, dtype=torch.float64)
         train_y = torch.as_tensor(standardize(y), dtype=torch.float64).unsqueeze(-1)  # [n, 1]
@@ -90,8 +100,8 @@ def propose_bits(
         model = fit_gp(train_x, train_y, kernel)
         acq = make_acquisition(model, acquisition, best_f=best_f, kappa=kappa)
         optima = continuous_optima(acq, d)  # [restarts, d]
-        starts = np.stack([discretize(row, count) for row in optima.numpy()])
-        pool = np.unique(np.concatenate([starts, neighbours(starts, count)]), axis=0)
+        starts = np.stack([discretize(row, count, free) for row in optima.numpy()])
+        pool = np.unique(np.concatenate([starts, neighbours(starts, count, free)]), axis=0)
         unseen = _drop_seen(pool, x)
         if len(unseen):
             pool = unseen
@@ -192,18 +202,22 @@ def _log_ei(mean: Any, sigma: Any, best_f: float) -> Any:
     return torch.log(sigma) + torch.where(u > -1.0, direct, tail)
 
 
-def discretize(point: np.ndarray, count: int | None) -> np.ndarray:
-    """Skip where ``x > 0.5``, or the ``count`` largest coordinates (ties to the lower index)."""
+def discretize(point: np.ndarray, count: int | None, free: int = 0) -> np.ndarray:
+    """Skip where ``x > 0.5``, or the ``count`` largest coordinates (ties to the lower index); under
+    a count the last ``free`` coordinates are outside it and rounded at 0.5."""
     bits = np.zeros(len(point), dtype=np.int8)
     if count is None:
         bits[point > 0.5] = 1
     else:
-        bits[np.argsort(-point, kind="stable")[:count]] = 1
+        counted = len(point) - free
+        bits[np.argsort(-point[:counted], kind="stable")[:count]] = 1
+        bits[counted:] = point[counted:] > 0.5
     return bits
 
 
-def neighbours(rows: np.ndarray, count: int | None) -> np.ndarray:
-    """Every one-move neighbour of each row: single flips, or count-keeping swaps under ``count``."""
+def neighbours(rows: np.ndarray, count: int | None, free: int = 0) -> np.ndarray:
+    """Every one-move neighbour of each row: single flips, or count-keeping swaps under ``count``
+    (among the first ``len - free`` coordinates; the last ``free`` are single flips)."""
     out = []
     for row in rows:
         if count is None:
@@ -211,7 +225,12 @@ def neighbours(rows: np.ndarray, count: int | None) -> np.ndarray:
             flips[np.arange(len(row)), np.arange(len(row))] ^= 1
             out.append(flips)
             continue
-        on, off = np.flatnonzero(row), np.flatnonzero(row == 0)
+        counted = len(row) - free
+        if free:
+            flips = np.tile(row, (free, 1))
+            flips[np.arange(free), counted + np.arange(free)] ^= 1
+            out.append(flips)
+        on, off = np.flatnonzero(row[:counted]), np.flatnonzero(row[:counted] == 0)
         for i in on:
             swaps = np.tile(row, (len(off), 1))
             swaps[:, i] = 0
@@ -275,3 +294,32 @@ def random_bits(size: int, count: int | None, rng: np.random.Generator) -> np.nd
 def trial_seed(rng: np.random.Generator) -> int:
     """A 31-bit seed for torch drawn from ``rng`` (keeps torch's draws tied to the trial)."""
     return int(rng.integers(0, 2**31 - 1))
+
+
+# ----- draft plans as 0/1 vectors ------------------------------------------------------------------
+def plan_bits(mask: SkipMask) -> np.ndarray:
+    """The plan's ``4L + 1`` bits: 2L skip bits (interleaved, as :meth:`SkipMask.to_flat`), 2L int8
+    bits in the same order (0 where skipped), then the head's int8 bit."""
+    L = mask.num_layers
+    bits = np.zeros(4 * L + 1, dtype=np.int8)
+    bits[: 2 * L] = mask.to_flat()
+    for i in mask.int8_attention:
+        bits[2 * L + 2 * i] = 1
+    for i in mask.int8_mlp:
+        bits[2 * L + 2 * i + 1] = 1
+    bits[-1] = int(mask.int8_head)
+    return bits
+
+
+def mask_from_plan_bits(bits: Any, num_layers: int) -> SkipMask:
+    """The plan of a ``4L + 1`` bit vector (:func:`plan_bits`'s layout); a skipped sub-layer's int8 bit is ignored."""
+    from layersearch.errors import LayersearchError
+
+    bits = [int(b) for b in bits]
+    L = num_layers
+    if len(bits) != 4 * L + 1:
+        raise LayersearchError(f"a plan vector for {L} layers has {4 * L + 1} bits, got {len(bits)}")
+    skips = bits[: 2 * L]
+    attention = [i for i in range(L) if bits[2 * L + 2 * i] and not skips[2 * i]]
+    mlp = [i for i in range(L) if bits[2 * L + 2 * i + 1] and not skips[2 * i + 1]]
+    return SkipMask.from_flat(skips).with_int8(attention, mlp, bool(bits[-1]))

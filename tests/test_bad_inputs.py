@@ -286,6 +286,13 @@ COMMANDS: dict[str, Command] = {
          "--max-new-tokens", "2", "--prefix", "h2h", "--profile", "profile.json", "--storage", "h2h.db",
          "--out-prefix", "h2h_table"),
     ),
+    # Issue 32: a study's search space (--space); plans need a profile with int8 timings (this one has none).
+    "study create --space": Command(
+        ("study", "create", "--name", "plans", "--model", MODEL, "--domain", "translation", "--strategy", "random",
+         "--objective", "expected-speedup", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
+         "--storage", "studies.db"),
+        (("--space", "nope"), ("--space", "plans")),
+    ),
 }
 
 #: Good values of each placeholder, relative to the working folder built by ``base``.

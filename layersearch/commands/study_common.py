@@ -22,6 +22,9 @@ def search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (
     parser.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help=f"matchness window (default {DEFAULT_GAMMA})")
     draft_args(parser, threshold_note="")
     parser.add_argument("--decode-stats", action="store_true", help="matchness trials also run the decoder to record M, alpha, tokens/s")
+    parser.add_argument("--space", choices=["skips", "plans"], default="skips",
+                        help="search skip masks (default; every paper's space) or draft plans: each sub-layer "
+                             "skipped, int8 or full, the LM head int8 or full (CPU, float32)")
 
 
 def domain_from_args(args: Any, default: str | None = None) -> str:
@@ -63,6 +66,7 @@ def settings_from_args(args: Any, *, strategy: str | None = None, objective: str
         decode_stats=args.decode_stats,
         device=args.device,
         dtype=args.dtype or default_dtype(args.device),
+        space=getattr(args, "space", "skips"),
     )
     return with_strategy_options(settings, args)
 
@@ -72,7 +76,8 @@ def settings_from_args(args: Any, *, strategy: str | None = None, objective: str
 STRATEGY_OPTION_FLAGS = ("acquisition", "kappa", "n_startup_trials", "kernel", "bo_interval", "target", "patience", "max_trials")
 #: Argparse defaults of the search settings a preset may set (a flag left at its default takes the preset's value).
 PRESET_SETTING_DEFAULTS = {"skip_ratio": None, "samples": DEFAULT_SAMPLES, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
-                           "gamma": DEFAULT_GAMMA, "max_draft": 8, "draft_threshold": 0.8, "objective": None}
+                           "gamma": DEFAULT_GAMMA, "max_draft": 8, "draft_threshold": 0.8, "objective": None,
+                           "space": "skips"}
 
 
 def strategy_option_args(parser: argparse.ArgumentParser) -> None:

@@ -9,15 +9,21 @@ Pieces, in pipeline order:
   cache before them, read-only) and a runner executing single sub-layers on batches of states.
 * :mod:`~layersearch.knapspec.dp` -- candidate sets, one mask per budget: the hidden-state DP
   (:func:`candidates_hidden_dp`) and the per-item-value knapsack (:func:`candidates_item_values`,
-  by the numba :func:`~layersearch.knapspec.solver.solve_all_budgets`).
+  by the numba :func:`~layersearch.knapspec.solver.solve_all_budgets`), and draft plans
+  (:func:`candidates_plans`: each sub-layer skipped, int8 or full, by the multiple-choice
+  knapsack of :mod:`~layersearch.knapspec.mckp`).
 * :mod:`~layersearch.knapspec.select` -- alpha by top-1 agreement and the TPT grid search
-  (:func:`choose_tpt`), a reusable :class:`KnapSpecSelector`, and :func:`knapsack_masks` for studies.
+  (:func:`choose_tpt`), a reusable :class:`KnapSpecSelector`, and :func:`knapsack_masks` /
+  :func:`knapsack_plans` for studies.
 
 The runtime mode that re-selects while decoding is :mod:`layersearch.knapspec.controller`
 (a controller of the decode loop).
 """
 
-from layersearch.knapspec.dp import TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, item_importance
+from layersearch.knapspec.dp import (
+    TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int8_importance, item_importance,
+    plan_costs,
+)
 from layersearch.knapspec.select import (
     MAX_GAMMA,
     Choice,
@@ -26,9 +32,11 @@ from layersearch.knapspec.select import (
     alphas_from_states,
     choose_tpt,
     knapsack_masks,
+    knapsack_plans,
     spread_indices,
 )
 from layersearch.knapspec.sublayers import (
+    PerTokenInt8Linear,
     ReferenceWindow,
     SubLayerRunner,
     mean_cosine,
@@ -56,20 +64,25 @@ __all__ = [
     "Group",
     "KnapSpecConfig",
     "KnapSpecSelector",
+    "PerTokenInt8Linear",
     "ReferenceWindow",
     "SubLayerRunner",
     "alphas_from_states",
     "build_groups",
     "candidates_hidden_dp",
     "candidates_item_values",
+    "candidates_plans",
     "choose_tpt",
     "default_max_budget",
+    "int8_importance",
     "integer_weights",
     "item_importance",
     "knapsack_masks",
+    "knapsack_plans",
     "mask_from_groups",
     "mask_weight",
     "mean_cosine",
+    "plan_costs",
     "profile_weights",
     "spread_indices",
     "window_from_cache",

@@ -14,6 +14,13 @@ Two ways to fill the knapsack, both returning :class:`Candidate` lists (one mask
   :func:`~layersearch.knapspec.solver.solve_all_budgets` picks, for every budget, the executed items of
   largest total importance within the executed-weight budget; the rest are skipped.
 
+* :func:`candidates_plans` -- draft plans (issue 32): a multiple-choice knapsack
+  (:func:`~layersearch.knapspec.mckp.solve_choices_all_budgets`) gives each sub-layer one of
+  skip, int8 or full at its profiled cost (:meth:`LatencyProfile.sublayer_seconds`) for every
+  cost budget. The value of an option is minus the cosine it loses: skipping loses the item's
+  :func:`item_importance`, int8 loses :func:`int8_importance` (the same measurement with that
+  one sub-layer run by its int8 twin instead of skipped), full loses nothing.
+
 Cosine along the DP (what "monotone" means here): ``g[i, 0]`` is the full model, so budget 0
 always has cosine 1. More skipped weight can only be reached by skipping more, so the final
 cosine *tends* to fall as the budget grows, but it is not guaranteed to: each step keeps the
@@ -32,6 +39,7 @@ import torch
 from torch import nn
 
 from layersearch.errors import LayersearchError
+from layersearch.knapspec.mckp import solve_choices_all_budgets
 from layersearch.knapspec.solver import solve_all_budgets
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine
 from layersearch.knapspec.weights import Group, default_max_budget, mask_from_groups, skippable_weight
@@ -180,6 +188,93 @@ def item_importance(
     values = np.zeros(len(groups))
     values[skippable] = 1.0 - cos
     return values
+
+
+def int8_importance(
+    model: nn.Module, windows: Sequence[ReferenceWindow], *, runner: SubLayerRunner | None = None
+) -> np.ndarray:
+    """Per sub-layer (interleaved, 2L): ``1 - cos(full final state, final state with only that
+    sub-layer run by its int8 twin)``, measured as :func:`item_importance` measures skipping."""
+    runner = runner or SubLayerRunner(model)
+    L = runner.num_layers
+    masks = [SkipMask.none(L)]
+    for item in range(2 * L):
+        layer = (item // 2,)
+        masks.append(SkipMask.none(L).with_int8(() if item % 2 else layer, layer if item % 2 else (), False))
+    with torch.inference_mode():
+        final = runner.run_masks(masks, windows)
+        cos = mean_cosine(final[1:], final[0]).cpu().numpy()
+    return 1.0 - cos.astype(np.float64)
+
+
+#: Integer cost units of the plans' knapsack: the full model's sub-layers cost this many.
+PLAN_RESOLUTION = 400
+#: Option order of a sub-layer in the plans' knapsack (ties go to the earlier, cheaper one).
+PLAN_OPTIONS = ("skip", "int8", "full")
+
+
+def plan_costs(profile, context: int) -> np.ndarray:
+    """Each sub-layer's cost ``[2L, 3]`` (skip, int8, full) in integer units: the profile's seconds
+    at ``context`` scaled so the full sub-layers sum to :data:`PLAN_RESOLUTION`."""
+    L = profile.num_layers
+    seconds = np.array([[profile.sublayer_seconds(kind, precision, context, layer) for precision in PLAN_OPTIONS]
+                        for layer in range(L) for kind in ("attention", "mlp")])
+    unit = seconds[:, 2].sum() / PLAN_RESOLUTION
+    if unit <= 0:
+        raise LayersearchError("the profile gives the sub-layers no cost: nothing to trade for acceptance")
+    return np.round(seconds / unit).astype(np.int64)
+
+
+def candidates_plans(
+    costs: np.ndarray,
+    skip_values: Sequence[float],
+    int8_values: Sequence[float],
+    num_layers: int,
+    *,
+    keep_last_layers: int = 1,
+    tau: float = TAU,
+    info: ModelInfo | None = None,
+) -> list[Candidate]:
+    """One plan per cost budget ``0..sum of full costs`` by the multiple-choice knapsack.
+
+    ``costs`` ``[2L, 3]`` (:func:`plan_costs`), ``skip_values`` and ``int8_values`` the 2L cosine
+    losses (:func:`item_importance` per sub-layer, :func:`int8_importance`). Each sub-layer is
+    skipped, int8 or full; the last ``keep_last_layers`` layers are never skipped. Values are
+    minus the losses, a skip's clipped to a tiny positive loss (skipping is never free) and an
+    int8's to none (an int8 twin that loses nothing is as good as the full sub-layer, and
+    cheaper). Each candidate's ``budget`` is its cost and ``cosine`` the additive estimate
+    ``1 - sum of losses``; candidates below ``tau`` are dropped, identical plans kept once (at
+    their smallest budget). The plans carry the full LM head; the caller tries the int8 one.
+    """
+    costs = np.asarray(costs)
+    skip = np.maximum(np.asarray(skip_values, dtype=np.float64), 1e-9)
+    int8 = np.maximum(np.asarray(int8_values, dtype=np.float64), 0.0)
+    items = 2 * num_layers
+    if costs.shape != (items, 3) or skip.shape != (items,) or int8.shape != (items,):
+        raise LayersearchError(f"need costs [{items}, 3] and {items} skip and int8 values for {num_layers} layers")
+    if not (np.isfinite(skip).all() and np.isfinite(int8).all()):
+        raise LayersearchError("sub-layer values must be finite")
+    values = np.stack([-skip, -int8, np.zeros(items)], axis=1)
+    first_kept = num_layers - keep_last_layers
+    values[2 * first_kept:, 0] = -np.inf  # the last layers always run (as KnapSpec's DP)
+    capacity = int(costs[:, 2].sum())
+    best, chosen = solve_choices_all_budgets(costs, values, capacity)
+    out: list[Candidate] = []
+    seen: set[SkipMask] = set()
+    for k in range(capacity + 1):
+        if best[k] == -np.inf or 1.0 + best[k] < tau:
+            continue
+        choice = chosen[k]
+        flat = [int(o) == 0 for o in choice]
+        attention = [i for i in range(num_layers) if choice[2 * i] == 1]
+        mlp = [i for i in range(num_layers) if choice[2 * i + 1] == 1]
+        plan = SkipMask.from_flat(flat, info).with_int8(attention, mlp, False)
+        if plan in seen:
+            continue
+        seen.add(plan)
+        cost = int(sum(costs[j, o] for j, o in enumerate(choice)))
+        out.append(Candidate(plan, cost, float(1.0 + best[k])))
+    return out
 
 
 def candidates_item_values(

@@ -25,7 +25,10 @@ from torch import nn
 
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
-from layersearch.knapspec.dp import TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, item_importance
+from layersearch.knapspec.dp import (
+    TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int8_importance,
+    item_importance, plan_costs,
+)
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine, window_from_prompt
 from layersearch.knapspec.weights import build_groups, profile_weights
 from layersearch.mask import SkipMask
@@ -80,11 +83,14 @@ def spread_indices(count: int, limit: int | None) -> list[int]:
     return sorted({int(round(i * (count - 1) / (limit - 1))) for i in range(limit)})
 
 
-def alphas_from_states(runner: SubLayerRunner, states: torch.Tensor, reference: torch.Tensor) -> list[float]:
-    """Top-1 agreement of each state ``[B, R, d]`` with the reference ``[R, d]`` (share of the R tokens)."""
+def alphas_from_states(
+    runner: SubLayerRunner, states: torch.Tensor, reference: torch.Tensor, int8_head: bool = False
+) -> list[float]:
+    """Top-1 agreement of each state ``[B, R, d]`` with the reference ``[R, d]`` (share of the R tokens);
+    with ``int8_head`` the states' tokens come from the int8 head (the reference's from the full one)."""
     with torch.inference_mode():
-        tokens = runner.top1(torch.cat([reference.unsqueeze(0), states]))
-    target, drafts = tokens[0], tokens[1:]
+        target = runner.top1(reference.unsqueeze(0))[0]
+        drafts = runner.top1(states, int8_head=int8_head)
     return (drafts == target.unsqueeze(0)).float().mean(dim=1).tolist()
 
 
@@ -122,9 +128,12 @@ def choose_tpt(
 class KnapSpecConfig:
     """Knobs of one selection (defaults from the paper unless said otherwise).
 
-    ``method``: ``"hidden"`` (KnapSpec's hidden-state DP at every selection) or ``"items"``
+    ``method``: ``"hidden"`` (KnapSpec's hidden-state DP at every selection), ``"items"``
     (per-item cosine drops measured once per run, then :func:`solve_all_budgets` per selection
-    and one batched pass over the chosen masks for alpha). ``bound`` makes whole layers the
+    and one batched pass over the chosen masks for alpha) or ``"plans"`` (draft plans: the
+    per-item drops of skipping and of int8 measured once, the multiple-choice knapsack of
+    :func:`~layersearch.knapspec.dp.candidates_plans` per selection, each plan scored with the
+    full and the int8 LM head; needs a profile with int8 timings; decoupled sub-layers only). ``bound`` makes whole layers the
     items (CLaSp's binding) instead of separate attention and MLP sub-layers.
     ``max_alpha_candidates`` limits the alpha/TPT grid to an even spread of budgets (None: all,
     as the paper); ``max_skip_fraction`` is the K/2 cap on the skipped weight. ``allow_plain``
@@ -142,8 +151,10 @@ class KnapSpecConfig:
     allow_plain: bool = True
 
     def __post_init__(self) -> None:
-        if self.method not in ("hidden", "items"):
-            raise LayersearchError(f"knapsack method must be 'hidden' or 'items', got {self.method!r}")
+        if self.method not in ("hidden", "items", "plans"):
+            raise LayersearchError(f"knapsack method must be 'hidden', 'items' or 'plans', got {self.method!r}")
+        if self.method == "plans" and self.bound:
+            raise LayersearchError("knapsack method 'plans' gives each sub-layer its own precision: it cannot bind layers")
         check_int(self.max_gamma, "max_gamma")
         if not -1.0 <= self.tau <= 1.0:
             raise LayersearchError(f"tau must be a cosine in [-1, 1], got {self.tau!r}")
@@ -165,12 +176,14 @@ class KnapSpecSelector:
                 f"profile is for {profile.num_layers} layers but the model has {self.runner.num_layers}"
             )
         self.item_values: np.ndarray | None = None
+        self.int8_values: np.ndarray | None = None
         self.last_rows: list[dict] = []
         self.last_timing: dict[str, float] = {}
 
     def reset(self) -> None:
-        """Forget the measured per-item values (method ``"items"``)."""
+        """Forget the measured per-item values (methods ``"items"`` and ``"plans"``)."""
         self.item_values = None
+        self.int8_values = None
 
     def candidates(
         self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None = None
@@ -200,6 +213,8 @@ class KnapSpecSelector:
                 scored = [replace(c, alpha=a) for c, a in zip(picked, alphas)]
             else:
                 scored = self._score(picked, alpha_windows, keep_cosine=True)
+        elif cfg.method == "plans":
+            scored, t1 = self._plans(windows, context, alpha_windows)
         else:
             # Importance is a per-item cosine drop: it does not depend on the latency weights, so it
             # is measured once (on the first windows seen) and reused until reset().
@@ -212,17 +227,43 @@ class KnapSpecSelector:
         t2 = time.perf_counter()
         return scored, {"dp_seconds": t1 - t0, "alpha_seconds": t2 - t1}
 
-    def _score(self, picked: list[Candidate], windows: Sequence[ReferenceWindow], keep_cosine: bool) -> list[Candidate]:
-        """Alpha (and, unless ``keep_cosine``, the final cosine) of each candidate's mask on ``windows``."""
+    def _plans(
+        self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None
+    ) -> tuple[list[Candidate], float]:
+        """Plan candidates (method ``"plans"``), each with the full and (where it costs less) the
+        int8 head, alpha and cosine measured; and the time the knapsack was done."""
+        cfg = self.config
+        if not self.profile.has_int8:
+            raise LayersearchError("KnapSpec's plans need a latency profile with int8 timings: measure it again with "
+                                   "`layersearch profile`")
+        L = self.runner.num_layers
+        if self.item_values is None:  # cosine drops of skipping and of int8, measured once as for "items"
+            groups = build_groups(L, 1, 1, keep_last_layers=cfg.keep_last_layers)
+            self.item_values = item_importance(self.model, windows, groups, runner=self.runner)
+            self.int8_values = int8_importance(self.model, windows, runner=self.runner)
+        plans = candidates_plans(plan_costs(self.profile, context), self.item_values, self.int8_values, L,
+                                 keep_last_layers=cfg.keep_last_layers, tau=cfg.tau, info=self.profile.model)
+        t1 = time.perf_counter()
+        picked = [plans[i] for i in spread_indices(len(plans), cfg.max_alpha_candidates)]
+        heads = (False, True) if self.profile.int8_head_saving > 0 else (False,)
+        return self._score(picked, alpha_windows or windows, keep_cosine=False, heads=heads), t1
+
+    def _score(
+        self, picked: list[Candidate], windows: Sequence[ReferenceWindow], keep_cosine: bool, heads: tuple[bool, ...] = (False,)
+    ) -> list[Candidate]:
+        """Alpha (and, unless ``keep_cosine``, the final cosine) of each candidate's mask on ``windows``;
+        with ``heads`` ``(False, True)`` each plan once more with the int8 LM head (same states)."""
         masks = [SkipMask.none(self.runner.num_layers), *[c.mask for c in picked]]
         with torch.inference_mode():
             final = self.runner.run_masks(masks, windows)
             cos = mean_cosine(final[1:], final[0]).tolist()
-        alphas = alphas_from_states(self.runner, final[1:], final[0])
-        return [
-            replace(c, alpha=a) if keep_cosine else replace(c, alpha=a, cosine=float(cs))
-            for c, a, cs in zip(picked, alphas, cos)
-        ]
+        out = []
+        for int8_head in heads:
+            alphas = alphas_from_states(self.runner, final[1:], final[0], int8_head=int8_head)
+            for c, a, cs in zip(picked, alphas, cos):
+                cand = c if not int8_head else replace(c, mask=c.mask.with_int8(c.mask.int8_attention, c.mask.int8_mlp, True))
+                out.append(replace(cand, alpha=a) if keep_cosine else replace(cand, alpha=a, cosine=float(cs)))
+        return out
 
     def select(
         self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None = None
@@ -271,3 +312,22 @@ def knapsack_masks(
         rows.append((mask, tpt, gamma, float(cand.alpha)))
     rows.sort(key=lambda row: (-row[1], row[0].num_skipped))
     return rows[:max_candidates]
+
+
+def knapsack_plans(
+    model: nn.Module,
+    profile,
+    prompts_ids: Sequence[torch.Tensor | Sequence[int]],
+    *,
+    context: int,
+    max_candidates: int = 8,
+    window: int = 16,
+    config: KnapSpecConfig = KnapSpecConfig(method="plans", max_alpha_candidates=32),
+) -> list[tuple[SkipMask, float, int, float]]:
+    """:func:`knapsack_masks` for draft plans: the multiple-choice knapsack's candidates (each
+    sub-layer skipped, int8 or full; the head full or int8), ``(plan, tpt, gamma, alpha)``, best
+    predicted TPT first. ``config.method`` must be ``"plans"``; the profile needs int8 timings."""
+    if config.method != "plans":
+        raise LayersearchError(f"knapsack_plans needs a config of method 'plans', got {config.method!r}")
+    return knapsack_masks(model, profile, prompts_ids, context=context, max_candidates=max_candidates, window=window,
+                          config=config)

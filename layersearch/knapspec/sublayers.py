@@ -30,6 +30,16 @@ state, and the attention module's own forward (projections, q/k norms, rotary, G
 unchanged; an additive mask lets row ``b*r + t`` see the whole context and only its own state's
 window tokens ``<= t``. Several windows (e.g. one per prompt) are segments of one batch: the MLP
 runs on all of them at once, attention segment by segment.
+
+Draft plans: an int8 sub-layer runs its int8 twin (:func:`~layersearch.models.precision.int8_twins`,
+the weights the plan drafter runs) in the same place, and an int8 head gives the top-1 of a plan
+with ``int8_head``; :meth:`SubLayerRunner.run_masks` takes plans as well as skip masks. One
+difference is deliberate: torch's dynamic int8 Linear quantizes its input with one scale per
+*call*, which in a one-token decode step is one scale per token, but here a call holds every
+state's every reference token. The runner's twins therefore quantize activations per token
+(:class:`PerTokenInt8Linear`: the same int8 weights, the same 7-bit activation range), so a
+sub-layer's int8 error is the one the drafter sees, not that of a whole batch squeezed into one
+scale (issue 32: 0.78 agreement instead of 0.97 from exactly that).
 """
 
 from __future__ import annotations
@@ -161,6 +171,7 @@ class SubLayerRunner:
         self._cache_keyword = "cache" if attention is not None and "cache" in inspect.signature(attention).parameters \
             else "past_key_values"
         self._masks: dict[tuple, torch.Tensor] = {}
+        self._per_token: dict[int, nn.Module] = {}
 
     # ----- inputs ---------------------------------------------------------------------------
     def embed(self, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
@@ -170,17 +181,39 @@ class SubLayerRunner:
         return self.embedding(ids).unsqueeze(0)
 
     # ----- sub-layers -----------------------------------------------------------------------
-    def sublayer(self, item: int, h: torch.Tensor, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
-        """Flat item ``item`` (attention at ``2i``, MLP at ``2i+1``) applied to states ``[B, R, d]``."""
+    def sublayer(
+        self, item: int, h: torch.Tensor, windows: Sequence[ReferenceWindow], int8: bool = False
+    ) -> torch.Tensor:
+        """Flat item ``item`` (attention at ``2i``, MLP at ``2i+1``) applied to states ``[B, R, d]``;
+        with ``int8`` its int8 twin runs in its place (norms and residual as for the full one)."""
         layer = self.layers[item // 2]
         layout = self.layout
         if item % 2:
-            out = layer.mlp(getattr(layer, layout.mlp_pre)(h))
+            mlp = self.int8_sublayer(item) if int8 else layer.mlp
+            out = mlp(getattr(layer, layout.mlp_pre)(h))
             return h + (getattr(layer, layout.mlp_post)(out) if layout.mlp_post else out)
-        out = self._attention(item // 2, layer, h, windows)
+        attention = self.int8_sublayer(item) if int8 else layer.self_attn
+        out = self._attention(item // 2, layer, h, windows, attention)
         return h + (getattr(layer, layout.attention_post)(out) if layout.attention_post else out)
 
-    def _attention(self, index: int, layer: nn.Module, h: torch.Tensor, windows: Sequence[ReferenceWindow]) -> torch.Tensor:
+    def twins(self) -> Any:
+        """The model's int8 twins (built on first use, shared with the plan drafter)."""
+        from layersearch.models.precision import int8_twins
+
+        return int8_twins(self.model)
+
+    def int8_sublayer(self, item: int) -> nn.Module:
+        """Flat item ``item``'s int8 twin with per-token activation scales (:class:`PerTokenInt8Linear`)."""
+        module = self._per_token.get(item)
+        if module is None:
+            twins = self.twins()
+            module = _per_token_twin((twins.mlp if item % 2 else twins.attention)[item // 2])
+            self._per_token[item] = module
+        return module
+
+    def _attention(
+        self, index: int, layer: nn.Module, h: torch.Tensor, windows: Sequence[ReferenceWindow], attention: nn.Module
+    ) -> torch.Tensor:
         x = getattr(layer, self.layout.attention_pre)(h)  # [B, R, d]
         batch = x.shape[0]
         outputs = []
@@ -196,7 +229,7 @@ class SubLayerRunner:
                 cos_sin = self.rotary(part, positions)
             keys, values = window.context[index] if window.context else (None, None)
             first = window.context_starts[index] if window.context_starts else 0
-            out, _ = layer.self_attn(
+            out, _ = attention(
                 hidden_states=part,
                 position_embeddings=cos_sin,
                 attention_mask=self._mask(batch, r, window.start, first, self.windows[index], x.dtype, x.device),
@@ -232,12 +265,14 @@ class SubLayerRunner:
         return mask
 
     # ----- outputs --------------------------------------------------------------------------
-    def top1(self, h: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        """Greedy next token of each state and position: ``argmax(head(norm(h)))``, shape ``h.shape[:-1]``."""
+    def top1(self, h: torch.Tensor, chunk: int = 256, int8_head: bool = False) -> torch.Tensor:
+        """Greedy next token of each state and position: ``argmax(head(norm(h)))``, shape ``h.shape[:-1]``
+        (with ``int8_head`` the int8 twin of the head; soft-capping is monotone, so it is left out)."""
+        head = PerTokenInt8Linear(self.twins().head.linear) if int8_head else self.head
         flat = h.reshape(-1, h.shape[-1])
         out = torch.empty(flat.shape[0], dtype=torch.long, device=h.device)
         for lo in range(0, flat.shape[0], chunk):
-            out[lo : lo + chunk] = self.head(self.norm(flat[lo : lo + chunk])).argmax(-1)
+            out[lo : lo + chunk] = head(self.norm(flat[lo : lo + chunk])).argmax(-1)
         return out.reshape(h.shape[:-1])
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -249,9 +284,10 @@ class SubLayerRunner:
 
     # ----- whole masks ----------------------------------------------------------------------
     def run_masks(self, masks: Sequence[SkipMask], windows: Sequence[ReferenceWindow]) -> torch.Tensor:
-        """Final hidden states ``[len(masks), R, d]`` of the windows with each mask's sub-layers skipped.
+        """Final hidden states ``[len(masks), R, d]`` of the windows with each mask's sub-layers skipped
+        (and, for plans, its int8 sub-layers run by their twins; the head is :meth:`top1`'s business).
 
-        Each sub-layer runs once, on the rows of the masks that execute it.
+        Each sub-layer runs once per precision, on the rows of the masks that execute it so.
         """
         if not masks:
             raise LayersearchError("run_masks needs at least one mask")
@@ -259,15 +295,78 @@ class SubLayerRunner:
             if mask.num_layers != self.num_layers:
                 raise LayersearchError(f"mask is for {mask.num_layers} layers but the model has {self.num_layers}")
         flats = torch.tensor([mask.to_flat() for mask in masks], dtype=torch.bool)  # [B, 2L] True = skip
+        int8 = torch.tensor([_int8_flat(mask) for mask in masks], dtype=torch.bool)  # [B, 2L] True = int8
         h = self.embed(windows).expand(len(masks), -1, -1).clone()
         for item in range(2 * self.num_layers):
-            rows = (~flats[:, item]).nonzero().flatten()
-            if rows.numel() == len(masks):
-                h = self.sublayer(item, h, windows)
-            elif rows.numel():
-                rows = rows.to(h.device)
-                h[rows] = self.sublayer(item, h[rows], windows)
+            for quantized in (False, True):
+                chosen = ~flats[:, item] & (int8[:, item] if quantized else ~int8[:, item])
+                rows = chosen.nonzero().flatten()
+                if rows.numel() == len(masks):
+                    h = self.sublayer(item, h, windows, quantized)
+                elif rows.numel():
+                    rows = rows.to(h.device)
+                    h[rows] = self.sublayer(item, h[rows], windows, quantized)
         return h
+
+
+class PerTokenInt8Linear(nn.Module):
+    """A dynamic int8 Linear (torch's, fbgemm) applied with one activation scale per token.
+
+    Same int8 per-channel weights, same asymmetric 7-bit activation range (fbgemm's
+    ``reduce_range``), but the range is taken per row instead of per call: what the int8 twin
+    computes for a one-token decode step, for many tokens in one batched matmul. The weights are
+    dequantized per call (no float copy is kept)."""
+
+    def __init__(self, quantized: nn.Module) -> None:
+        super().__init__()
+        self.quantized = _fbgemm(quantized)
+        if self.quantized is None:
+            raise LayersearchError(f"per-token int8 needs an int8 Linear, not {type(quantized).__name__}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in] -> [..., out], each row quantized with its own activation range."""
+        levels = 127.0  # fbgemm's dynamic activations use 7 bits (reduce_range)
+        lo = x.amin(dim=-1, keepdim=True).clamp(max=0)
+        hi = x.amax(dim=-1, keepdim=True).clamp(min=0)
+        scale = ((hi - lo) / levels).clamp(min=torch.finfo(x.dtype).tiny)
+        zero = torch.round(-lo / scale).clamp(0, levels)
+        x_q = (torch.round(x / scale) + zero).clamp(0, levels)
+        weight = self.quantized.weight().dequantize()
+        bias = self.quantized.bias()
+        return torch.nn.functional.linear((x_q - zero) * scale, weight, bias)
+
+
+def _per_token_twin(twin: nn.Module) -> nn.Module:
+    """A shallow copy of an int8 twin whose int8 Linears quantize activations per token."""
+    import copy
+
+    module = copy.copy(twin)
+    module._modules = dict(twin._modules)
+    for name, child in twin.named_children():
+        if _fbgemm(child) is not None:
+            module._modules[name] = PerTokenInt8Linear(child)
+    return module
+
+
+def _fbgemm(module: nn.Module) -> nn.Module | None:
+    """torch's dynamic int8 Linear inside an int8 twin's Linear (the module itself, or the
+    ``kernel`` a wrapper runs for one token), None for anything else."""
+    from layersearch.models.quantize import is_quantized_linear
+
+    for candidate in (module, getattr(module, "kernel", None)):
+        if candidate is not None and is_quantized_linear(candidate):
+            return candidate
+    return None
+
+
+def _int8_flat(mask: SkipMask) -> list[bool]:
+    """Interleaved 2L flags of the plan's int8 sub-layers (attention at 2i, MLP at 2i+1)."""
+    flat = [False] * (2 * mask.num_layers)
+    for i in mask.int8_attention:
+        flat[2 * i] = True
+    for i in mask.int8_mlp:
+        flat[2 * i + 1] = True
+    return flat
 
 
 def mean_cosine(states: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

@@ -72,24 +72,51 @@ def draft_logits_in_cache(
     and a 4-D attention mask that hides positions ``start..`` of the cache, the way a token tree
     is verified (:mod:`layersearch.runtime.tree`). Either way one forward reuses the cached
     prefix, and the cache is cut back to exactly what it held (full-attention models only when
-    ``start`` is short of the cache's length: a sliding window would need its own mask).
+    ``start`` is short of the cache's length: a sliding window would need its own mask). A plan
+    with int8 parts runs one forward per token instead (per-token activation scales, as drafting
+    has them), with its int8 head where it has one.
     """
     cached = cache_length(cache)
     if not 0 <= start <= cached:
         raise ValueError(f"start {start} is outside the cache's {cached} positions")
     n = len(inputs)
-    options = {}
-    if start < cached:
-        dtype = next(model.parameters()).dtype
-        options = dict(
-            positions=torch.arange(start, start + n),  # [n]
-            attention_mask=hidden_suffix_mask(start, cached, n, dtype),  # [1, 1, n, cached + n]
-        )
+    head = {}
+    if mask.int8_head:  # a plan's int8 head drafts here as in the decode loop (its drafter passes the same)
+        from layersearch.models.precision import int8_twins
+
+        head = {"head": int8_twins(model).head}
     try:
         with skipping(model, mask):
-            return forward_tokens(model, list(inputs), start, cache, **options)  # [n, vocab]
+            if mask.has_int8:
+                # torch's int8 Linears quantize activations with one scale per call: one forward over
+                # n tokens would give them one scale between them, which no draft step ever sees (and
+                # agrees far less, issue 32). Token by token, each has its own scale, as when drafting.
+                rows = []
+                for j, token in enumerate(inputs):
+                    options = {}
+                    if start < cached:
+                        options = dict(positions=torch.arange(start + j, start + j + 1),
+                                       attention_mask=_hidden_span_mask(start, cached, cached + j + 1, model))
+                    rows.append(forward_tokens(model, [token], start + j, cache, **options, **head))
+                return torch.cat(rows) if rows else torch.empty(0, 0)
+            options = {}
+            if start < cached:
+                dtype = next(model.parameters()).dtype
+                options = dict(
+                    positions=torch.arange(start, start + n),  # [n]
+                    attention_mask=hidden_suffix_mask(start, cached, n, dtype),  # [1, 1, n, cached + n]
+                )
+            return forward_tokens(model, list(inputs), start, cache, **options, **head)  # [n, vocab]
     finally:
         truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
+
+
+def _hidden_span_mask(start: int, cached: int, total: int, model: torch.nn.Module) -> torch.Tensor:
+    """Additive mask ``[1, 1, 1, total]`` for one new token: cache positions ``start..cached-1`` hidden."""
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(1, total, dtype=dtype)
+    mask[:, start:cached] = torch.finfo(dtype).min
+    return mask.view(1, 1, 1, total)
 
 
 def hidden_suffix_mask(start: int, cached: int, n: int, dtype: torch.dtype) -> torch.Tensor:

@@ -4,8 +4,18 @@ Each strategy module ends with a :class:`~layersearch.strategies.base.Strategy` 
 (``STRATEGY``) that says everything a study needs: its Optuna sampler, the skip ratio it takes,
 the masks to enqueue before the search and its stop rule, checked after every trial. Adding a
 strategy is one new module here and one line in :data:`REGISTRY`; the contract suite
-(``tests/strategies/test_contract.py``) runs over the registry. All strategies search the space
-of :mod:`layersearch.strategies.space`.
+(``tests/strategies/test_contract.py``) runs over the registry. All strategies search either
+space of :mod:`layersearch.strategies.space`: skip masks (``skips``, the default and every
+paper preset's) or draft plans (``plans``: each sub-layer skipped, int8 or full, the head int8
+or full), chosen per study (``study create --space``) and passed as ``space``.
+
+In the ``plans`` space: ``selfsd-bo`` probes the all-int8 plan and each probe in int8 too, and
+its GP relaxes the plan's 4L + 1 bits; ``swift`` keeps its count of skips, precisions are coins
+(random steps) or GP coordinates outside the count (BO steps); ``random`` flips a coin per
+precision; ``tpe`` models the precision categoricals; ``uniform`` is the uniform int8
+self-draft (the uniform skips, every kept sub-layer and the head int8); ``knapsack`` solves a
+multiple-choice knapsack (each sub-layer full, int8 or skipped,
+:func:`layersearch.knapspec.knapsack_plans`).
 
 ============  ==========================================================  ===================
 name          what it does                                                skip count
@@ -42,6 +52,10 @@ from layersearch.strategies.base import Strategy, StrategyInputs
 from layersearch.strategies.fixed_ratio_random import RandomMaskSampler
 from layersearch.strategies.selfsd_bo import SelfSDBOSampler
 from layersearch.strategies.space import (
+    PLANS,
+    SKIPS,
+    SPACES,
+    check_space,
     mask_from_params,
     param_names,
     params_from_mask,
@@ -52,7 +66,10 @@ from layersearch.strategies.swift import StopRule, SwiftSampler
 from layersearch.strategies.uniform import UniformSampler
 
 __all__ = [
+    "PLANS",
     "REGISTRY",
+    "SKIPS",
+    "SPACES",
     "STRATEGIES",
     "Strategy",
     "StrategyInputs",
@@ -69,6 +86,7 @@ __all__ = [
     "initial_masks",
     "make_sampler",
     "check_options",
+    "check_space",
     "preset",
     "stop_rule",
     "mask_from_params",
@@ -107,14 +125,16 @@ def get_strategy(name: str) -> Strategy:
 
 def make_sampler(
     name: str, *, num_layers: int, skip_ratio: float | None = None, seed: int | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None, space: str = SKIPS,
 ) -> optuna.samplers.BaseSampler:
     """A fresh Optuna sampler for strategy ``name`` (one per study; same seed, same proposals);
-    ``options``: its sampler and stop-rule settings (:func:`check_options`)."""
+    ``options``: its sampler and stop-rule settings (:func:`check_options`); ``space``: ``skips``
+    or ``plans``."""
     ratio = _resolve_ratio(name, skip_ratio)
     param_names(num_layers)  # validates num_layers for every strategy, TPE included
+    check_space(space)
     sampler_options = {k: v for k, v in check_options(name, options).items() if k in REGISTRY[name].options}
-    return REGISTRY[name].sampler(num_layers=num_layers, skip_ratio=ratio, seed=seed, **sampler_options)
+    return REGISTRY[name].sampler(num_layers=num_layers, skip_ratio=ratio, seed=seed, space=space, **sampler_options)
 
 
 def check_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -161,15 +181,18 @@ def preset(name: str, preset_name: str) -> Mapping[str, Any]:
 
 
 def initial_masks(
-    name: str, *, num_layers: int, skip_ratio: float | None = None, inputs: StrategyInputs | None = None
+    name: str, *, num_layers: int, skip_ratio: float | None = None, inputs: StrategyInputs | None = None,
+    space: str | None = None,
 ) -> tuple[SkipMask, ...]:
     """Masks the study should enqueue before the search (Self-SD's probes, SWIFT's uniform start,
     KnapSpec's candidates); may be empty. ``inputs`` carries the model, prompts and profile for
-    strategies that need them (``knapsack``)."""
+    strategies that need them (``knapsack``); ``space`` (default: the inputs', else ``skips``)
+    the study's search space: plans for ``plans``."""
     ratio = _resolve_ratio(name, skip_ratio)
     param_names(num_layers)  # validates num_layers
     base = inputs or StrategyInputs(num_layers=num_layers)
-    return REGISTRY[name].initial_masks(replace(base, num_layers=num_layers, skip_ratio=ratio))
+    space = check_space(base.space if space is None else space)
+    return REGISTRY[name].initial_masks(replace(base, num_layers=num_layers, skip_ratio=ratio, space=space))
 
 
 def default_skip_ratio(name: str) -> float | None:

@@ -2,8 +2,9 @@
 
 Each strategy's sampler subclasses :class:`MaskSampler` and implements only
 :meth:`MaskSampler.propose`, a call into the strategy's pure functions. This base does the
-Optuna side: it declares the full 2L binary space (see :mod:`layersearch.strategies.space`),
-turns the proposed mask into trial parameters, records where the proposal came from, and
+Optuna side: it declares the study's whole space (the 2L skip switches, and for a ``plans``
+study each sub-layer's and the head's precision; see :mod:`layersearch.strategies.space`),
+turns the proposed mask (plan) into trial parameters, records where the proposal came from, and
 falls back to a :class:`~optuna.samplers.RandomSampler` for any parameter outside the mask.
 
 Randomness is drawn from a generator seeded by ``(seed, trial.number)`` rather than from a
@@ -26,7 +27,10 @@ from optuna.trial import FrozenTrial, TrialState
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.proposals import trial_seed  # noqa: F401  (the strategies' name for it)
-from layersearch.strategies.space import param_names, params_from_mask, search_space
+from layersearch.strategies.space import (
+    SKIPS, check_space, mask_from_params, mask_from_plan_bits, params_from_mask, plan_bits, search_space,
+    space_names, vector_width,
+)
 
 #: Trial system attribute naming how a strategy produced the trial's mask
 #: (e.g. ``"random"``, ``"startup"``, ``"bo"``, ``"uniform"``). Enqueued masks have none.
@@ -36,9 +40,10 @@ PROPOSAL_ATTR = "layersearch:proposal"
 class MaskSampler(BaseSampler):
     """Base of the strategies' samplers: proposes a whole mask per trial via :meth:`propose`."""
 
-    def __init__(self, *, num_layers: int, seed: int | None = None) -> None:
+    def __init__(self, *, num_layers: int, seed: int | None = None, space: str = SKIPS) -> None:
         self._num_layers = num_layers
-        self._space = search_space(num_layers)  # also validates num_layers
+        self._space_name = check_space(space)
+        self._space = search_space(num_layers, space)  # also validates num_layers
         self._seed = fresh_seed() if seed is None else int(seed)
         self._independent = RandomSampler(seed=seed)
 
@@ -47,13 +52,18 @@ class MaskSampler(BaseSampler):
         """Number of decoder layers the masks are for."""
         return self._num_layers
 
+    @property
+    def space(self) -> str:
+        """The search space proposals are drawn from: ``skips`` or ``plans``."""
+        return self._space_name
+
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
         """The mask for ``trial`` and a short label of how it was made; subclasses implement it."""
         raise NotImplementedError
 
     # ----- optuna.samplers.BaseSampler ----------------------------------------------------
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        """The full 2L binary space, whatever the history holds."""
+        """The study's whole space (2L binary switches, plus the precisions for plans), whatever the history holds."""
         return dict(self._space)
 
     def sample_relative(
@@ -64,7 +74,7 @@ class MaskSampler(BaseSampler):
             return {}
         mask, origin = self.propose(study, trial, trial_rng(self._seed, trial.number))
         study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, origin)
-        return params_from_mask(mask)
+        return params_from_mask(mask, self._space_name)
 
     def sample_independent(
         self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
@@ -102,16 +112,18 @@ def trial_rng(seed: int, trial_number: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed % 2**64, spawn_key=(trial_number,)))
 
 
-def history(study: Study, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
-    """Completed trials as ``(X, y)``: X the 0/1 flat masks ``[n, 2L]``, y the values to *maximize* ``[n]``.
+def history(study: Study, num_layers: int, space: str = SKIPS) -> tuple[np.ndarray, np.ndarray]:
+    """Completed trials as ``(X, y)``: X the 0/1 flat masks ``[n, 2L]`` (for ``plans`` the plan
+    vectors ``[n, 4L + 1]`` of :func:`~layersearch.strategies.space.plan_bits`), y the values to
+    *maximize* ``[n]``.
 
-    Trials without the full mask, or with a non-finite value, are left out; minimized
-    objectives are negated so every strategy can maximize.
+    Trials without every parameter of the space, or with a non-finite value, are left out;
+    minimized objectives are negated so every strategy can maximize.
     """
     if len(study.directions) != 1:
         raise LayersearchError("the Bayesian-optimization strategies need a single-objective study")
     sign = -1.0 if study.direction == StudyDirection.MINIMIZE else 1.0
-    names = param_names(num_layers)
+    names = space_names(num_layers, space)
     rows, values = [], []
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     for trial in sorted(trials, key=lambda t: t.number):
@@ -119,12 +131,27 @@ def history(study: Study, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
             continue
         if not all(name in trial.params for name in names):
             continue
-        rows.append([int(trial.params[name]) for name in names])
+        if space == SKIPS:
+            rows.append([int(trial.params[name]) for name in names])
+        else:  # through the plan, so a skipped sub-layer's precision (TPE draws one) reads 0
+            rows.append(plan_bits(mask_from_params(trial.params, num_layers, space)).tolist())
         values.append(sign * float(trial.value))
-    x = np.asarray(rows, dtype=np.int8).reshape(len(rows), len(names))
+    x = np.asarray(rows, dtype=np.int8).reshape(len(rows), vector_width(num_layers, space))
     return x, np.asarray(values, dtype=np.float64)
 
 
-def mask_from_bits(bits: Sequence[int] | np.ndarray) -> SkipMask:
-    """A :class:`SkipMask` from an interleaved 0/1 vector."""
-    return SkipMask.from_flat([int(b) for b in bits])
+def mask_from_bits(bits: Sequence[int] | np.ndarray, num_layers: int | None = None, space: str = SKIPS) -> SkipMask:
+    """A :class:`SkipMask` from an interleaved 0/1 vector, or for ``plans`` from a plan vector
+    (:func:`~layersearch.strategies.space.mask_from_plan_bits`, which needs ``num_layers``)."""
+    if space == SKIPS:
+        return SkipMask.from_flat([int(b) for b in bits])
+    return mask_from_plan_bits(bits, num_layers)
+
+
+def random_precisions(mask: SkipMask, rng: np.random.Generator) -> SkipMask:
+    """``mask`` with each sub-layer it keeps, and the head, in int8 on a fair coin (the random
+    part of a plan; drawn after the skips, so a skip-only draw from the same seed is unchanged)."""
+    bits = plan_bits(mask)
+    L = mask.num_layers
+    bits[2 * L:] = rng.integers(0, 2, size=2 * L + 1)
+    return mask_from_plan_bits(bits, L)

@@ -21,7 +21,8 @@ from layersearch.mask import SkipMask
 class StrategyInputs:
     """What a strategy may read to choose its starting masks.
 
-    ``num_layers`` and the resolved ``skip_ratio`` always; the loaded model (a
+    ``num_layers``, the resolved ``skip_ratio`` and the study's search ``space`` (``skips`` or
+    ``plans``, :mod:`layersearch.strategies.space`) always; the loaded model (a
     :class:`~layersearch.models.loading.LoadedModel`), the study's prompt texts, its latency
     profile and ``max_new_tokens`` only when a study creates them (strategies with
     ``needs_model``).
@@ -33,6 +34,7 @@ class StrategyInputs:
     texts: Sequence[str] = ()
     profile: Any = None
     max_new_tokens: int = 0
+    space: str = "skips"
 
 
 def no_masks(inputs: StrategyInputs) -> tuple[SkipMask, ...]:
@@ -49,8 +51,8 @@ def never_stops(study: Study, rule: Any = None) -> str | None:
 class Strategy:
     """One search strategy.
 
-    ``sampler(num_layers=, skip_ratio=, seed=)`` builds its Optuna sampler (the ratio already
-    resolved); ``skip_count(L, ratio)`` the exact skipped count it promises at a skip ratio
+    ``sampler(num_layers=, skip_ratio=, seed=, space=)`` builds its Optuna sampler (the ratio
+    already resolved; ``space`` the study's search space, ``skips`` or ``plans``); ``skip_count(L, ratio)`` the exact skipped count it promises at a skip ratio
     (None: it takes no skip ratio and searches the count freely); ``default_ratio`` the ratio
     it uses when none is given (None: free unless given); ``initial_masks`` the masks a study enqueues at creation; ``stop_reason(study,
     rule)`` why the study ends now (``rule``: SWIFT's :class:`~layersearch.strategies.swift.StopRule`

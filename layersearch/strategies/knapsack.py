@@ -6,6 +6,10 @@ the prompts' mean length plus half the generated tokens). The study enqueues the
 measures each with its objective and stops when the queue is empty; random masks only fill
 unexpected gaps. The candidates need the model, so this strategy has ``needs_model``; the
 KnapSpec package is imported only when they are made.
+
+In the ``plans`` space the candidates are plans: KnapSpec's knapsack becomes a multiple-choice
+knapsack, each sub-layer full, int8 or skipped at its profiled cost
+(:func:`layersearch.knapspec.knapsack_plans`); the profile must hold int8 timings.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ def candidate_masks(inputs: StrategyInputs) -> tuple[SkipMask, ...]:
     """KnapSpec's candidate masks for the study's model, prompts and profile, best first."""
     if inputs.loaded is None or inputs.profile is None or not inputs.texts:
         raise LayersearchError("strategy 'knapsack' needs the model, prompts and latency profile of a study")
-    from layersearch.knapspec import knapsack_masks
+    from layersearch.knapspec import knapsack_masks, knapsack_plans
 
     tokenizer = inputs.loaded.tokenizer
     ids = [tokenizer(text, return_tensors="pt").input_ids[0] for text in inputs.texts]
     context = int(sum(len(i) for i in ids) / len(ids) + inputs.max_new_tokens / 2)
-    return tuple(row[0] for row in knapsack_masks(inputs.loaded.model, inputs.profile, ids, context=context))
+    make = knapsack_masks if inputs.space == "skips" else knapsack_plans
+    return tuple(row[0] for row in make(inputs.loaded.model, inputs.profile, ids, context=context))
 
 
 def queue_stop_reason(study: Study, rule: object = None) -> str | None:
@@ -43,7 +48,9 @@ def queue_stop_reason(study: Study, rule: object = None) -> str | None:
 STRATEGY = Strategy(
     name="knapsack",
     summary="KnapSpec knapsack candidates, each measured once; skip count free",
-    sampler=lambda *, num_layers, skip_ratio, seed: RandomMaskSampler(num_layers=num_layers, seed=seed),
+    sampler=lambda *, num_layers, skip_ratio, seed, space="skips": RandomMaskSampler(
+        num_layers=num_layers, seed=seed, space=space
+    ),
     initial_masks=candidate_masks,
     stop_reason=queue_stop_reason,
     needs_model=True,

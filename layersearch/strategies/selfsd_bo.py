@@ -19,6 +19,16 @@ Options (``study create --acquisition/--kappa/--n-startup-trials/--kernel``) and
 ``--preset paper`` (:data:`PAPER_OPTIONS`, :data:`PAPER_SETTINGS`) run the search as Self-SD's
 code does: ``maximize(init_points=0)`` starts from the probes with no random points, and
 bayes_opt's defaults are UCB (kappa 2.576) over a Matern-2.5 GP.
+
+In the ``plans`` space (``study create --space plans``; the paper preset keeps ``skips``) the GP
+relaxes the plan's ``4L + 1`` bits (skips, then 1 = int8 per sub-layer, then the head; see
+:mod:`layersearch.strategies.space`) exactly as it relaxes the skips: ``[0, 1]^{4L+1}``, rounded
+at 0.5, single-flip neighbours. Every vector is a plan (a skipped sub-layer's int8 bit is
+ignored), so nothing else changes. The probes are the uniform int8 self-draft (every sub-layer
+and the head int8, none skipped), then each skip probe with its kept sub-layers and head in
+int8 (a skip-only probe is left to the random start, which flips a coin per precision too: on
+this project's CPU the int8 self-draft beats every skip mask, so skip-only probes would spend
+the start on the known-worse side).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch import proposals as _gp
 from layersearch.strategies._sampler import MaskSampler, history, mask_from_bits, trial_seed
+from layersearch.strategies.space import SKIPS
 from layersearch.strategies.base import Strategy, check_kappa
 from layersearch.strategies.fixed_ratio_random import random_mask
 
@@ -49,14 +60,17 @@ OPTIONS = ("acquisition", "kappa", "n_startup_trials", "kernel")
 PAPER_SETTINGS = {"objective": "time-per-token", "samples": 8, "max_new_tokens": 32, "max_draft": 8, "draft_threshold": 0.8}
 
 
-def probe_masks(num_layers: int) -> tuple[SkipMask, ...]:
-    """Self-SD-style starting points: uniform masks at :data:`PROBE_RATIOS` and the later half's attention.
+def probe_masks(num_layers: int, space: str = SKIPS) -> tuple[SkipMask, ...]:
+    """Self-SD-style starting points: uniform masks at :data:`PROBE_RATIOS` and the later half's attention;
+    for ``plans`` first the all-int8 plan and each probe with what it keeps in int8.
 
     Duplicates (tiny models) and the empty mask are dropped.
     """
     later_half = tuple(range((num_layers + 1) // 2, num_layers))
     candidates = [SkipMask.uniform(num_layers, ratio) for ratio in PROBE_RATIOS]
     candidates.append(SkipMask(num_layers, attention=later_half))
+    if space != SKIPS:
+        candidates = [SkipMask.none(num_layers).kept_in_int8(), *(c.kept_in_int8() for c in candidates)]
     probes: list[SkipMask] = []
     for mask in candidates:
         if not mask.is_empty and mask not in probes:
@@ -74,13 +88,15 @@ def propose(
     acquisition: str = "logei",
     kappa: float = UCB_KAPPA,
     kernel: str = "rbf",
+    space: str = SKIPS,
 ) -> tuple[SkipMask, str]:
-    """The next mask given the flat masks ``x`` [n, 2L] and values ``y`` [n] to maximize, and its origin."""
+    """The next mask given the flat masks ``x`` [n, 2L] (plan vectors [n, 4L + 1] for ``plans``)
+    and values ``y`` [n] to maximize, and its origin."""
     # A GP needs two distinct values at the very least, whatever n_startup_trials says.
     if len(x) < max(n_startup_trials, 2):
-        return random_mask(num_layers, None, rng), "startup"
+        return random_mask(num_layers, None, rng, space), "startup"
     bits = _gp.propose_bits(x, y, acquisition=acquisition, seed=trial_seed(rng), kappa=kappa, kernel=kernel)
-    return mask_from_bits(bits), "bo"
+    return mask_from_bits(bits, num_layers, space), "bo"
 
 
 class SelfSDBOSampler(MaskSampler):
@@ -95,8 +111,9 @@ class SelfSDBOSampler(MaskSampler):
         acquisition: str = "logei",
         kappa: float = UCB_KAPPA,
         kernel: str = "rbf",
+        space: str = SKIPS,
     ) -> None:
-        super().__init__(num_layers=num_layers, seed=seed)
+        super().__init__(num_layers=num_layers, seed=seed, space=space)
         if acquisition not in _gp.ACQUISITIONS:
             raise LayersearchError(f"acquisition must be one of {', '.join(_gp.ACQUISITIONS)}, got {acquisition!r}")
         if kernel not in _gp.KERNELS:
@@ -110,7 +127,7 @@ class SelfSDBOSampler(MaskSampler):
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
         """Random while the history is short, then the GP's suggestion."""
-        x, y = history(study, self.num_layers)
+        x, y = history(study, self.num_layers, self.space)
         return propose(
             x,
             y,
@@ -120,15 +137,18 @@ class SelfSDBOSampler(MaskSampler):
             acquisition=self._acquisition,
             kappa=self._kappa,
             kernel=self._kernel,
+            space=self.space,
         )
 
 
 STRATEGY = Strategy(
     name="selfsd-bo",
     summary="Self-SD: probes, random to 10 trials, then GP-BO (logEI); skip count free",
-    sampler=lambda *, num_layers, skip_ratio, seed, **options: SelfSDBOSampler(num_layers=num_layers, seed=seed, **options),
+    sampler=lambda *, num_layers, skip_ratio, seed, space=SKIPS, **options: SelfSDBOSampler(
+        num_layers=num_layers, seed=seed, space=space, **options
+    ),
     options=OPTIONS,
-    presets={"paper": {**PAPER_SETTINGS, **PAPER_OPTIONS}},
-    initial_masks=lambda inputs: probe_masks(inputs.num_layers),
+    presets={"paper": {**PAPER_SETTINGS, **PAPER_OPTIONS, "space": SKIPS}},
+    initial_masks=lambda inputs: probe_masks(inputs.num_layers, inputs.space),
     objective="time-per-token",
 )

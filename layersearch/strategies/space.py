@@ -1,33 +1,76 @@
-"""The Optuna search space of a skip mask: one binary parameter per sub-layer.
+"""The Optuna search spaces of a draft: skip masks (``skips``) and draft plans (``plans``).
 
 Every strategy, the study module and the dashboard rely on this convention, so it lives in
-one place. A decoder with ``L`` layers has ``2L`` parameters in interleaved order
+one place. A decoder with ``L`` layers has ``2L`` skip parameters in interleaved order
 (the same order as :meth:`SkipMask.to_flat`)::
 
     attn_00, mlp_00, attn_01, mlp_01, ..., attn_{L-1}, mlp_{L-1}
 
 each an ``IntDistribution(0, 1)`` where 1 means "skipped". Indices are zero-padded to two
 digits, or to as many as the largest index needs (three when ``L > 100``), so the names sort
-in layer order in the dashboard.
+in layer order in the dashboard. That is the whole ``skips`` space, every paper's space.
+
+The ``plans`` space (:data:`PLANS`, opt-in per study: ``study create --space plans``) adds
+what a draft plan gives a sub-layer it keeps, and the LM head::
+
+    attn_00_precision, mlp_00_precision, ..., head_precision
+
+each a ``CategoricalDistribution(("full", "int8"))``. A plan is the 2L skip switches, then a
+precision for each sub-layer (read only where the sub-layer is kept: a skipped sub-layer has no
+precision), then the head's. Why this encoding and not one three-way categorical per sub-layer
+or a skip set plus one precision level:
+
+* The skip parameters keep their names and meaning, so a skip mask is the plan whose
+  precisions are all ``full``: a skip-only study's trials read the same in either space, the
+  papers' presets keep exactly their space, and dashboards and plots of the skip switches
+  stay as they are.
+* Every combination of values is a valid plan (there is no "skipped and int8" to exclude), so
+  a sampler needs no constraint: the GP strategies relax the whole vector to ``[0, 1]^d`` as
+  Self-SD does, and SWIFT keeps its exact skip count on the skip switches alone.
+* A precision per sub-layer, not one level for all kept ones: the measured gain of a plan over
+  the uniform int8 self-draft comes from keeping in full precision the few sub-layers whose
+  int8 twin costs agreement (the MLP down projections: 0.969 -> 0.990 in issue 32), which one
+  level cannot express.
+
+Numeric encoding (what the GP strategies fit, :func:`plan_bits`): a vector of ``4L + 1``
+bits, the 2L skip bits, then 2L int8 bits (1 = int8, the categorical's index, which is how
+Optuna stores it), then the head's int8 bit. The int8 bit of a skipped sub-layer is 0
+(:func:`params_from_mask` writes ``full`` there), so equal plans have equal vectors.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import optuna
-from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from layersearch.checks import check_int
 from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
+from layersearch.proposals import mask_from_plan_bits, plan_bits  # noqa: F401  (the space's vectors; also named here)
 
 ATTENTION_PREFIX = "attn"
 MLP_PREFIX = "mlp"
+#: The two search spaces: ``skips`` (skip masks, every paper's) and ``plans`` (draft plans).
+SKIPS, PLANS = "skips", "plans"
+SPACES = (SKIPS, PLANS)
+#: Suffix of a sub-layer's precision parameter, and the head's parameter (``plans`` only).
+PRECISION_SUFFIX = "_precision"
+HEAD_PARAM = "head_precision"
+#: A kept sub-layer's (and the head's) precisions, in index order: the GP's 0 and 1.
+PRECISION_CHOICES = ("full", "int8")
+
+
+def check_space(space: Any) -> str:
+    """``space`` if it is one of :data:`SPACES`; a LayersearchError naming them otherwise."""
+    if space not in SPACES:
+        raise LayersearchError(f"search space must be one of {', '.join(SPACES)}, got {space!r}")
+    return space
 
 
 def param_names(num_layers: int) -> tuple[str, ...]:
-    """The 2L parameter names in interleaved order: ``attn_00, mlp_00, attn_01, ...``."""
+    """The 2L skip parameter names in interleaved order: ``attn_00, mlp_00, attn_01, ...``."""
     _check_num_layers(num_layers)
     width = max(2, len(str(num_layers - 1)))
     names: list[str] = []
@@ -37,20 +80,50 @@ def param_names(num_layers: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-def search_space(num_layers: int) -> dict[str, BaseDistribution]:
-    """The full search space: every name of :func:`param_names` mapped to ``IntDistribution(0, 1)``."""
-    return {name: IntDistribution(0, 1) for name in param_names(num_layers)}
+def precision_names(num_layers: int) -> tuple[str, ...]:
+    """The 2L precision parameter names of the plan space (``attn_00_precision, ...``), then the head's."""
+    return (*(name + PRECISION_SUFFIX for name in param_names(num_layers)), HEAD_PARAM)
 
 
-def suggest_mask(trial: optuna.trial.BaseTrial, num_layers: int) -> SkipMask:
-    """Ask ``trial`` for every sub-layer in interleaved order and return the mask it chose."""
-    flat = [trial.suggest_int(name, 0, 1) for name in param_names(num_layers)]
-    return SkipMask.from_flat(flat)
+def space_names(num_layers: int, space: str = SKIPS) -> tuple[str, ...]:
+    """Every parameter name of ``space``: the skip switches, and for plans the precisions."""
+    if check_space(space) == SKIPS:
+        return param_names(num_layers)
+    return (*param_names(num_layers), *precision_names(num_layers))
 
 
-def mask_from_params(params: Mapping[str, int], num_layers: int) -> SkipMask:
-    """The mask that a trial's ``params`` describe (other parameters are ignored)."""
-    return SkipMask.from_flat(flat_from_params(params, num_layers))
+def search_space(num_layers: int, space: str = SKIPS) -> dict[str, BaseDistribution]:
+    """The full search space: each skip switch an ``IntDistribution(0, 1)``; for ``plans`` also each
+    precision a ``CategoricalDistribution(("full", "int8"))``."""
+    distributions: dict[str, BaseDistribution] = {name: IntDistribution(0, 1) for name in param_names(num_layers)}
+    if check_space(space) == PLANS:
+        distributions.update({name: CategoricalDistribution(PRECISION_CHOICES) for name in precision_names(num_layers)})
+    return distributions
+
+
+def space_of_params(params: Mapping[str, Any]) -> str:
+    """The space a trial's ``params`` were drawn from: ``plans`` when they hold precisions."""
+    return PLANS if HEAD_PARAM in params else SKIPS
+
+
+def suggest_mask(trial: optuna.trial.BaseTrial, num_layers: int, space: str = SKIPS) -> SkipMask:
+    """Ask ``trial`` for every parameter of ``space`` in order and return the mask (plan) it chose."""
+    params: dict[str, Any] = {name: trial.suggest_int(name, 0, 1) for name in param_names(num_layers)}
+    if check_space(space) == PLANS:
+        params.update({name: trial.suggest_categorical(name, PRECISION_CHOICES) for name in precision_names(num_layers)})
+    return mask_from_params(params, num_layers, space)
+
+
+def mask_from_params(params: Mapping[str, Any], num_layers: int, space: str | None = None) -> SkipMask:
+    """The mask (plan) that a trial's ``params`` describe (other parameters are ignored).
+
+    ``space`` None reads the space from the parameters (:func:`space_of_params`), so a trial
+    of either kind of study exports as what it measured."""
+    space = space_of_params(params) if space is None else check_space(space)
+    flat = flat_from_params(params, num_layers)
+    if space == SKIPS:
+        return SkipMask.from_flat(flat)
+    return mask_from_plan_bits((*flat, *_precisions(params, num_layers)), num_layers)
 
 
 def flat_from_params(params: Mapping[str, int], num_layers: int) -> tuple[int, ...]:
@@ -70,9 +143,43 @@ def flat_from_params(params: Mapping[str, int], num_layers: int) -> tuple[int, .
     return tuple(flat)
 
 
-def params_from_mask(mask: SkipMask) -> dict[str, int]:
-    """Trial parameters for ``mask`` (what ``study.enqueue_trial`` takes), in interleaved order."""
-    return {name: int(skip) for name, skip in zip(param_names(mask.num_layers), mask.to_flat())}
+def _precisions(params: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """The 2L + 1 int8 bits (1 = int8) of a plan's precision parameters; raises on a missing or bad one."""
+    names = precision_names(num_layers)
+    missing = [name for name in names if name not in params]
+    if missing:
+        raise LayersearchError(
+            f"trial parameters lack {len(missing)} of the {len(names)} precision parameters (first: {missing[0]})"
+        )
+    bits = []
+    for name in names:
+        value = params[name]
+        if not isinstance(value, str) or value not in PRECISION_CHOICES:
+            raise LayersearchError(f"precision parameter {name} must be full or int8, got {value!r}")
+        bits.append(PRECISION_CHOICES.index(value))
+    return tuple(bits)
+
+
+def params_from_mask(mask: SkipMask, space: str | None = None) -> dict[str, Any]:
+    """Trial parameters for ``mask`` in ``space`` (what ``study.enqueue_trial`` takes), in order.
+
+    ``space`` None: ``plans`` for a plan with int8 parts, ``skips`` for a skip mask. A skipped
+    sub-layer's precision is ``full`` (it has none), so every plan has one set of parameters."""
+    space = (SKIPS if mask.is_skip_only else PLANS) if space is None else check_space(space)
+    params: dict[str, Any] = {name: int(skip) for name, skip in zip(param_names(mask.num_layers), mask.to_flat())}
+    if space == SKIPS:
+        if not mask.is_skip_only:
+            raise LayersearchError("a plan with int8 sub-layers or head is outside the skip-mask search space "
+                                   "(create the study with --space plans)")
+        return params
+    bits = plan_bits(mask)[2 * mask.num_layers:]
+    params.update({name: PRECISION_CHOICES[bit] for name, bit in zip(precision_names(mask.num_layers), bits)})
+    return params
+
+
+def vector_width(num_layers: int, space: str = SKIPS) -> int:
+    """Length of a mask's numeric vector in ``space``: 2L, or 4L + 1 for plans."""
+    return 2 * num_layers if check_space(space) == SKIPS else 4 * num_layers + 1
 
 
 def _check_num_layers(num_layers: int) -> None:

@@ -17,7 +17,9 @@ fixed number of skipped sub-layers:
   300 steps without improvement, or 1000 steps.
 
 SWIFT keeps a proposal only if it beats the best so far; in a study that is simply the best
-trial. Its on-the-fly setting (matchness on the context window) is the objective's business.
+trial. In the ``plans`` space (not the paper preset's) the count still counts skipped
+sub-layers; each precision is a coin on random steps and a GP coordinate outside the count on
+BO steps (:mod:`layersearch.swift.search`). Its on-the-fly setting (matchness on the context window) is the objective's business.
 """
 
 from __future__ import annotations
@@ -36,15 +38,15 @@ from layersearch.strategies._sampler import MaskSampler, history
 from layersearch.strategies.base import Strategy, check_kappa
 # SWIFT's count, starting mask and proposals live with its on-the-fly optimiser, without Optuna.
 from layersearch.swift.search import (  # noqa: F401  (this module's names for them, as before)
-    BO_INTERVAL, KAPPA, MATCHNESS_TARGET, MAX_TRIALS, PATIENCE, SKIP_RATIO, allowed_positions, initial_mask, is_bo_step,
-    propose, skip_count,
+    BO_INTERVAL, KAPPA, MATCHNESS_TARGET, MAX_TRIALS, PATIENCE, SKIP_RATIO, allowed_positions, initial_mask, initial_masks,
+    is_bo_step, propose, skip_count,
 )
 
 #: SWIFT's settings (Appendix B.2) for ``study create --preset paper``: matchness over a
 #: 32-token window, r = 0.45, beta = 25, kappa = 2.5, stop at 0.95 / 300 / 1000.
 PAPER_PRESET = {
     "objective": "matchness", "skip_ratio": SKIP_RATIO, "gamma": 32, "bo_interval": BO_INTERVAL, "kappa": KAPPA,
-    "target": MATCHNESS_TARGET, "patience": PATIENCE, "max_trials": MAX_TRIALS,
+    "target": MATCHNESS_TARGET, "patience": PATIENCE, "max_trials": MAX_TRIALS, "space": "skips",
 }
 
 
@@ -100,8 +102,9 @@ class SwiftSampler(MaskSampler):
         seed: int | None = None,
         bo_interval: int = BO_INTERVAL,
         kappa: float = KAPPA,
+        space: str = "skips",
     ) -> None:
-        super().__init__(num_layers=num_layers, seed=seed)
+        super().__init__(num_layers=num_layers, seed=seed, space=space)
         check_int(bo_interval, "bo_interval")
         check_kappa(kappa)
         self._count = skip_count(num_layers, skip_ratio)
@@ -115,7 +118,7 @@ class SwiftSampler(MaskSampler):
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
         """Random subset of the allowed sub-layers, or the GP's choice on every ``bo_interval``-th trial."""
-        x, y = history(study, self.num_layers) if is_bo_step(trial.number, self._bo_interval) else _no_history()
+        x, y = history(study, self.num_layers, self.space) if is_bo_step(trial.number, self._bo_interval) else _no_history()
         return propose(
             x,
             y,
@@ -125,6 +128,7 @@ class SwiftSampler(MaskSampler):
             rng=rng,
             bo_interval=self._bo_interval,
             kappa=self._kappa,
+            space=self.space,
         )
 
 
@@ -140,15 +144,15 @@ def _stop_reason(study: Study, rule: StopRule | None = None) -> str | None:
 STRATEGY = Strategy(
     name="swift",
     summary="SWIFT: random subsets + a GP-UCB step every 25th trial; skips int((L-2)*2r), r=.45",
-    sampler=lambda *, num_layers, skip_ratio, seed, **options: SwiftSampler(
-        num_layers=num_layers, skip_ratio=skip_ratio, seed=seed, **options
+    sampler=lambda *, num_layers, skip_ratio, seed, space="skips", **options: SwiftSampler(
+        num_layers=num_layers, skip_ratio=skip_ratio, seed=seed, space=space, **options
     ),
     options=("bo_interval", "kappa"),
     stop_options=("target", "patience", "max_trials"),
     presets={"paper": PAPER_PRESET},
     skip_count=skip_count,
     default_ratio=SKIP_RATIO,
-    initial_masks=lambda inputs: (initial_mask(inputs.num_layers, inputs.skip_ratio),),
+    initial_masks=lambda inputs: initial_masks(inputs.num_layers, inputs.skip_ratio, inputs.space),
     stop_reason=_stop_reason,
     objective="matchness",
 )

@@ -5,6 +5,9 @@ per-parameter densities). There is no skip-ratio constraint: the skipped count i
 finds worth it, so the objective has to price the draft's cost (e.g. tokens/s, not matchness).
 Note that Optuna's startup draws come from a stream seeded at construction: a study resumed
 within its first 10 trials with the same seed repeats the startup masks of its first trials.
+In the ``plans`` space TPE models the precision categoricals with its categorical kernel;
+the study's objective asks for them (:func:`~layersearch.strategies.space.suggest_mask`), so
+the sampler itself needs no space.
 """
 
 from __future__ import annotations
@@ -22,6 +25,6 @@ def make_tpe_sampler(*, seed: int | None = None) -> optuna.samplers.TPESampler:
 STRATEGY = Strategy(
     name="tpe",
     summary="Optuna's TPESampler; skip count free",
-    sampler=lambda *, num_layers, skip_ratio, seed: make_tpe_sampler(seed=seed),
+    sampler=lambda *, num_layers, skip_ratio, seed, space="skips": make_tpe_sampler(seed=seed),
     stream_seeded=True,
 )

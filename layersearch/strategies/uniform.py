@@ -4,6 +4,10 @@ It always proposes ``SkipMask.uniform(L, skip_ratio)`` (``round(r * 2L)`` sub-la
 and MLP halves each spread evenly over the depth; skip ratio 0.45 by default, SWIFT's 13B
 setting). It is the baseline every searched mask must beat, and a study of it needs a single
 trial: its stop rule fires once one trial has completed.
+
+In the ``plans`` space it proposes the uniform int8 self-draft: the same skips, every kept
+sub-layer and the LM head in int8 (:meth:`SkipMask.kept_in_int8`; ``--skip-ratio 0``: the whole
+model in int8, what ``--draft-quant int8`` drafts with), the plan every searched plan must beat.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ SKIP_RATIO = 0.45
 class UniformSampler(MaskSampler):
     """Optuna sampler that proposes the uniform mask for every trial."""
 
-    def __init__(self, *, num_layers: int, skip_ratio: float = SKIP_RATIO, seed: int | None = None) -> None:
-        super().__init__(num_layers=num_layers, seed=seed)
-        self._mask = SkipMask.uniform(num_layers, skip_ratio)
+    def __init__(
+        self, *, num_layers: int, skip_ratio: float = SKIP_RATIO, seed: int | None = None, space: str = "skips"
+    ) -> None:
+        super().__init__(num_layers=num_layers, seed=seed, space=space)
+        self._mask = uniform_plan(num_layers, skip_ratio, space)
 
     @property
     def mask(self) -> SkipMask:
@@ -35,6 +41,12 @@ class UniformSampler(MaskSampler):
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> tuple[SkipMask, str]:
         """Always the same uniform mask."""
         return self._mask, "uniform"
+
+
+def uniform_plan(num_layers: int, skip_ratio: float, space: str = "skips") -> SkipMask:
+    """The uniform mask at ``skip_ratio``; for ``plans`` with every kept sub-layer and the head in int8."""
+    mask = SkipMask.uniform(num_layers, skip_ratio)
+    return mask if space == "skips" else mask.kept_in_int8(head=True)
 
 
 def stop_reason(study: Study, rule: object = None) -> str | None:
@@ -48,7 +60,9 @@ def stop_reason(study: Study, rule: object = None) -> str | None:
 STRATEGY = Strategy(
     name="uniform",
     summary="the evenly spread mask, one trial; skips round(2Lr), r=.45",
-    sampler=lambda *, num_layers, skip_ratio, seed: UniformSampler(num_layers=num_layers, skip_ratio=skip_ratio, seed=seed),
+    sampler=lambda *, num_layers, skip_ratio, seed, space="skips": UniformSampler(
+        num_layers=num_layers, skip_ratio=skip_ratio, seed=seed, space=space
+    ),
     skip_count=skip_count,
     default_ratio=SKIP_RATIO,
     stop_reason=stop_reason,

@@ -67,6 +67,8 @@ def create_study(
     else:
         say(f"measuring a quick latency profile of {info.name} ...")
         profile = _quick_profile(loaded, settings)
+    if settings.space == "plans":
+        _check_plans(loaded, profile)
     initial = initial_masks(settings, loaded, texts, profile)
     settings = replace(settings, model_info=info.to_dict(), profile=profile.to_dict())
     storage_obj = open_storage(location, create=True)
@@ -82,7 +84,7 @@ def create_study(
     from layersearch.strategies import params_from_mask
 
     for mask in initial:
-        study.enqueue_trial(params_from_mask(mask))
+        study.enqueue_trial(params_from_mask(mask, settings.space))
     return CreateResult(name, location.url, True, settings, len(initial))
 
 
@@ -116,6 +118,17 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
             f"study {name!r} already exists in {location.url} with different settings ({'; '.join(diff)})"
         )
     return CreateResult(name, location.url, False, found)
+
+
+def _check_plans(loaded: Any, profile: Any) -> None:
+    """One error line, before the study exists, where plans cannot run or be costed."""
+    from layersearch.models.precision import check_int8_device
+
+    check_int8_device(loaded.model)
+    if not profile.has_int8:
+        raise LayersearchError("a study of plans (--space plans) needs a latency profile with int8 timings; this one has "
+                               "none (measured before plans): measure it again with `layersearch profile`, or leave "
+                               "--profile out")
 
 
 def _quick_profile(loaded: Any, settings: StudySettings) -> Any:

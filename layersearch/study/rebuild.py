@@ -30,7 +30,8 @@ def strategy_plan(settings: StudySettings, num_layers: int, *, n_finished: int) 
     # A stream-seeded sampler (TPE) starts a resumed run past the draws already made.
     seed = settings.seed + n_finished if strategy.stream_seeded else settings.seed
     options = settings.strategy_options
-    sampler = make_sampler(strategy.name, num_layers=num_layers, skip_ratio=settings.skip_ratio, seed=seed, options=options)
+    sampler = make_sampler(strategy.name, num_layers=num_layers, skip_ratio=settings.skip_ratio, seed=seed, options=options,
+                           space=settings.space)
     # SWIFT's target (0.95) is a matchness level; with another objective only patience/length apply.
     rule = stop_rule(options, objective_is_matchness=settings.objective == "matchness")
     return StrategyPlan(sampler, lambda study: stop_reason(strategy.name, study, rule=rule))
@@ -42,7 +43,7 @@ def initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], pr
 
     inputs = StrategyInputs(
         num_layers=loaded.info.num_layers, loaded=loaded, texts=tuple(texts), profile=profile,
-        max_new_tokens=settings.max_new_tokens,
+        max_new_tokens=settings.max_new_tokens, space=settings.space,
     )
     return strategy_masks(
         settings.strategy, num_layers=inputs.num_layers, skip_ratio=settings.skip_ratio, inputs=inputs

@@ -107,14 +107,15 @@ def trial_function(study: Any, settings: Any, storage_obj: Any, loaded: Any = No
         settings.objective, profile=settings.latency_profile(), gamma=settings.gamma,
         decode_stats=settings.decode_stats,
     )
-    return TrialFunction(study, storage_obj, info, runtime, objective)
+    return TrialFunction(study, storage_obj, info, runtime, objective, space=settings.space)
 
 
 class TrialFunction:
     """Scores one trial's mask; remembers the trial it is in (to fail it on an interrupt)."""
 
-    def __init__(self, study: Any, storage_obj: Any, info: Any, runtime: Any, objective: Any) -> None:
+    def __init__(self, study: Any, storage_obj: Any, info: Any, runtime: Any, objective: Any, space: str = "skips") -> None:
         self.storage = storage_obj
+        self.space = space
         self.info = info
         self.runtime = runtime
         self.objective = objective
@@ -128,7 +129,7 @@ class TrialFunction:
 
         self.trial_id = trial._trial_id
         self.storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, self.worker)
-        mask = suggest_mask(trial, self.info.num_layers).with_model(self.info)
+        mask = suggest_mask(trial, self.info.num_layers, self.space).with_model(self.info)
         with self.interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
             score = self.objective.evaluate(self.runtime, mask)
         for key, value in score.attrs.items():

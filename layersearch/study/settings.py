@@ -4,6 +4,10 @@ The settings are the study's user attribute ``"settings"`` (:data:`SETTINGS_ATTR
 domain, strategy, objective, skip ratio, samples, seed, decoding options, the model's
 :class:`~layersearch.mask.ModelInfo` and the latency profile.
 
+``space`` is the search space (:mod:`layersearch.strategies.space`): ``skips`` (skip masks,
+the default, and what settings stored without it mean, so older studies resume unchanged) or
+``plans`` (draft plans: each sub-layer skipped, int8 or full, and the head int8 or full).
+
 ``seed`` seeds the sampler; ``prompt_seed`` chooses the prompts, drawn from the domain's
 ``prompt_split`` (``train`` for searches). Settings stored before version 2 had one seed for
 both and searched on all items: they load with ``prompt_seed = seed`` and no split, so an
@@ -57,6 +61,7 @@ class StudySettings:
     device: str = "cpu"
     dtype: str = "float32"
     strategy_options: dict[str, Any] = field(default_factory=dict)  # sampler / stop-rule settings (e.g. kappa)
+    space: str = "skips"  # the search space: skips (skip masks) or plans (draft plans)
     model_info: dict[str, Any] | None = field(default=None, compare=False)
     profile: dict[str, Any] | None = field(default=None, compare=False)
 
@@ -67,7 +72,7 @@ class StudySettings:
         """Checked copy with the strategy's default skip ratio filled in; raises LayersearchError."""
         from layersearch.data import DOMAINS
 
-        from layersearch.strategies import check_options, get_strategy, make_sampler
+        from layersearch.strategies import check_options, check_space, get_strategy, make_sampler
 
         strategy = get_strategy(self.strategy)
         check_objective(self.objective)
@@ -88,8 +93,9 @@ class StudySettings:
         if ratio is None:
             ratio = STUDY_SKIP_RATIO_DEFAULTS.get(self.strategy, strategy.default_ratio)
         options = check_options(self.strategy, self.strategy_options)
+        check_space(self.space)
         # Rejects a ratio or an option value it cannot use.
-        make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0, options=options)
+        make_sampler(self.strategy, num_layers=4, skip_ratio=ratio, seed=0, options=options, space=self.space)
         return replace(self, skip_ratio=None if ratio is None else float(ratio), strategy_options=options)
 
     @property

@@ -31,6 +31,8 @@ def describe_settings(settings: dict[str, Any]) -> str:
     keys = ("model", "domain", "strategy", "objective", "skip_ratio", "samples", "seed", "prompt_seed", "prompt_split",
             "max_new_tokens")
     text = ", ".join(f"{key} {settings.get(key)}" for key in keys if settings.get(key) is not None)
+    if settings.get("space", "skips") != "skips":  # skip-mask studies read as they always did
+        text += f", space {settings['space']}"
     options = settings.get("strategy_options") or {}
     return text + "".join(f", {key} {value}" for key, value in options.items())
 

@@ -2,6 +2,14 @@
 proposals (a random subset of exactly that count, or a GP-UCB step every ``bo_interval``-th
 step). Shared by the offline ``swift`` strategy (:mod:`layersearch.strategies.swift`, which adds
 the Optuna sampler and stop rule) and the on-the-fly optimiser (:mod:`.controller`).
+
+Draft plans (``space="plans"``, :mod:`layersearch.strategies.space`): SWIFT's count stays a
+count of *skipped* sub-layers over layers 1..L-2; what a plan adds (each sub-layer's precision
+and the head's, first and last layers included) is outside the count. A random step draws the
+skips as before, then each precision on a fair coin; a BO step fits the GP to the allowed skip
+bits and every precision bit, takes the top-``count`` skips and rounds the precisions at 0.5
+(``proposals.propose_bits(free=...)``). The starting masks are the uniform one and the same
+with its kept sub-layers and head in int8.
 """
 
 from __future__ import annotations
@@ -30,6 +38,12 @@ def allowed_positions(num_layers: int) -> tuple[int, ...]:
     """Flat (interleaved) indices SWIFT may skip: both sub-layers of layers 1..L-2."""
     _check_layers(num_layers)
     return tuple(range(2, 2 * num_layers - 2))
+
+
+def initial_masks(num_layers: int, skip_ratio: float = SKIP_RATIO, space: str = "skips") -> tuple[SkipMask, ...]:
+    """The study's starting masks: :func:`initial_mask`, and for plans also that mask in int8 where it runs."""
+    mask = initial_mask(num_layers, skip_ratio)
+    return (mask,) if space == "skips" else (mask, mask.kept_in_int8(head=True))
 
 
 def initial_mask(num_layers: int, skip_ratio: float = SKIP_RATIO) -> SkipMask:
@@ -62,19 +76,29 @@ def propose(
     rng: np.random.Generator,
     bo_interval: int = BO_INTERVAL,
     kappa: float = KAPPA,
+    space: str = "skips",
 ) -> tuple[SkipMask, str]:
-    """The next mask given flat masks ``x`` [n, 2L] and values ``y`` [n] to maximize, and its origin."""
+    """The next mask given flat masks ``x`` [n, 2L] (plan vectors [n, 4L + 1] of
+    :func:`~layersearch.proposals.plan_bits` for ``plans``) and values ``y`` [n] to maximize, and its origin."""
     allowed = np.asarray(allowed_positions(num_layers))
-    bits = np.zeros(2 * num_layers, dtype=np.int8)
+    plans = space != "skips"
+    # The GP's columns: the allowed skips, then (plans) every precision bit, outside the count.
+    columns = np.concatenate([allowed, np.arange(2 * num_layers, 4 * num_layers + 1)]) if plans else allowed
+    bits = np.zeros(4 * num_layers + 1 if plans else 2 * num_layers, dtype=np.int8)
     # A BO step with fewer than two observations has nothing to fit: it falls back to random.
     if is_bo_step(trial_number, bo_interval) and len(x) >= 2:
-        bits[allowed] = proposals.propose_bits(
-            x[:, allowed], y, acquisition="ucb", kappa=kappa, count=count, seed=proposals.trial_seed(rng)
+        bits[columns] = proposals.propose_bits(
+            x[:, columns], y, acquisition="ucb", kappa=kappa, count=count, seed=proposals.trial_seed(rng),
+            free=len(columns) - len(allowed),
         )
         origin = "bo"
     else:
         bits[allowed] = proposals.random_bits(len(allowed), count, rng)
+        if plans:  # drawn after the skips: a skip-only draw from the same seed is unchanged
+            bits[2 * num_layers:] = rng.integers(0, 2, size=2 * num_layers + 1)
         origin = "random"
+    if plans:
+        return proposals.mask_from_plan_bits(bits, num_layers), origin
     return SkipMask.from_flat(bits.tolist()), origin
 
 

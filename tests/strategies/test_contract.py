@@ -3,7 +3,8 @@
 Each test runs against every strategy (and the skip-ratio variants that change behaviour):
 proposals are valid masks for the model, fixed-count strategies keep their count, a seed
 reproduces the sequence, a study survives sqlite storage and resumes with a fresh sampler,
-starting masks are valid, and bad names or ratios raise LayersearchError.
+starting masks are valid, and bad names or ratios raise LayersearchError. The tests that
+propose run in both search spaces (``skips`` and ``plans``, :mod:`layersearch.strategies.space`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from layersearch.strategies import (
     stop_reason,
     suggest_mask,
 )
+from layersearch.strategies.space import PLANS, SKIPS, SPACES, plan_bits, space_names
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -43,13 +45,15 @@ VARIANT_IDS = [f"{name}-{ratio}" for name, ratio in VARIANTS]
 RESUMABLE = tuple(name for name in STRATEGIES if name != "tpe")
 
 
-def weighted_objective(num_layers: int):
-    """A deterministic synthetic objective: a fixed weighted sum of the flat mask (maximized)."""
-    weights = [((7 * j) % 5) - 2 + 0.01 * j for j in range(2 * num_layers)]
+def weighted_objective(num_layers: int, space: str = SKIPS):
+    """A deterministic synthetic objective: a fixed weighted sum of the flat mask (maximized);
+    for plans a weighted sum of the plan's bits (skips, int8 sub-layers, int8 head)."""
+    weights = [((7 * j) % 5) - 2 + 0.01 * j for j in range(4 * num_layers + 1)]
 
     def objective(trial: optuna.trial.Trial) -> float:
-        flat = suggest_mask(trial, num_layers).to_flat()
-        return sum(w for w, skipped in zip(weights, flat) if skipped)
+        mask = suggest_mask(trial, num_layers, space)
+        bits = plan_bits(mask) if space == PLANS else mask.to_flat()
+        return sum(w for w, on in zip(weights, bits) if on)
 
     return objective
 
@@ -66,7 +70,8 @@ def model_inputs(num_layers: int) -> StrategyInputs:
     profile = LatencyProfile(
         model=info, device="cpu", dtype="float32", torch_version="test",
         attention_slope=1e-7, attention_intercept=2e-4, mlp_seconds=2e-4, base_seconds=3e-4,
-        verify_ratios=(1.0, 1.1, 1.2, 1.3),
+        verify_ratios=(1.0, 1.1, 1.2, 1.3), int8_attention_slope=1e-7, int8_attention_intercept=6e-5,
+        int8_mlp_seconds=6e-5, int8_head_saving=5e-5,
     )
     texts = ("The quick brown fox jumps over the lazy dog. " * 2, "SELECT name FROM users WHERE id = 3;")
     return StrategyInputs(
@@ -75,14 +80,14 @@ def model_inputs(num_layers: int) -> StrategyInputs:
     )
 
 
-def run(name, skip_ratio, num_layers, n_trials, *, seed=0, storage=None, study_name=None):
-    """A new study of ``name`` with its starting masks enqueued, after ``n_trials`` trials."""
-    sampler = make_sampler(name, num_layers=num_layers, skip_ratio=skip_ratio, seed=seed)
+def run(name, skip_ratio, num_layers, n_trials, *, seed=0, storage=None, study_name=None, space=SKIPS):
+    """A new study of ``name`` in ``space`` with its starting masks enqueued, after ``n_trials`` trials."""
+    sampler = make_sampler(name, num_layers=num_layers, skip_ratio=skip_ratio, seed=seed, space=space)
     study = optuna.create_study(direction="maximize", sampler=sampler, storage=storage, study_name=study_name)
     inputs = model_inputs(num_layers) if REGISTRY[name].needs_model else None
-    for mask in initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio, inputs=inputs):
-        study.enqueue_trial(params_from_mask(mask))
-    study.optimize(weighted_objective(num_layers), n_trials=n_trials)
+    for mask in initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio, inputs=inputs, space=space):
+        study.enqueue_trial(params_from_mask(mask, space))
+    study.optimize(weighted_objective(num_layers, space), n_trials=n_trials)
     return study
 
 
@@ -91,10 +96,14 @@ def masks_of(study, num_layers) -> list[SkipMask]:
     return [mask_from_params(t.params, num_layers) for t in sorted(study.trials, key=lambda t: t.number)]
 
 
-def check_mask(mask: SkipMask, name: str, skip_ratio, num_layers: int) -> None:
-    """Assert that ``mask`` is one that strategy ``name`` may propose."""
+def check_mask(mask: SkipMask, name: str, skip_ratio, num_layers: int, space: str = SKIPS) -> None:
+    """Assert that ``mask`` is one that strategy ``name`` may propose in ``space``."""
     assert isinstance(mask, SkipMask)
     assert mask.num_layers == num_layers
+    if space == SKIPS:
+        assert mask.is_skip_only
+    elif name == "uniform":  # the uniform int8 self-draft: everything it keeps in int8
+        assert mask == mask.skips_only().kept_in_int8(head=True)
     count = skip_count(name, num_layers=num_layers, skip_ratio=skip_ratio)
     assert (count is not None) == fixed_ratio(name, skip_ratio)
     if count is not None:
@@ -104,35 +113,43 @@ def check_mask(mask: SkipMask, name: str, skip_ratio, num_layers: int) -> None:
             assert kept not in mask.attention and kept not in mask.mlp
 
 
+@pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize("num_layers", [6, 8])
 @pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
-def test_proposals_are_valid_masks(name, skip_ratio, num_layers):
-    study = run(name, skip_ratio, num_layers, n_trials=8)
+def test_proposals_are_valid_masks(name, skip_ratio, num_layers, space):
+    study = run(name, skip_ratio, num_layers, n_trials=8, space=space)
     assert len(study.trials) == 8
     for trial in study.trials:
         assert trial.state == optuna.trial.TrialState.COMPLETE
-        assert set(trial.params) == set(param_names(num_layers))
+        assert set(trial.params) == set(space_names(num_layers, space))
         assert all(trial.params[p] in (0, 1) for p in param_names(num_layers))
-        check_mask(mask_from_params(trial.params, num_layers), name, skip_ratio, num_layers)
+        mask = mask_from_params(trial.params, num_layers)
+        check_mask(mask, name, skip_ratio, num_layers, space)
+        # The plan reads back as the trial's own parameters (up to a skipped sub-layer's precision, which it lacks).
+        assert mask_from_params(params_from_mask(mask, space), num_layers) == mask
+    if space == PLANS:  # the search does use the precisions
+        assert any(mask.has_int8 for mask in masks_of(study, num_layers))
 
 
+@pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize("num_layers", [6, 8])
 @pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
-def test_initial_masks_are_valid(name, skip_ratio, num_layers):
+def test_initial_masks_are_valid(name, skip_ratio, num_layers, space):
     inputs = model_inputs(num_layers) if REGISTRY[name].needs_model else None
-    masks = initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio, inputs=inputs)
+    masks = initial_masks(name, num_layers=num_layers, skip_ratio=skip_ratio, inputs=inputs, space=space)
     assert isinstance(masks, tuple)
     assert len(set(masks)) == len(masks)
     for mask in masks:
-        check_mask(mask, name, skip_ratio, num_layers)
+        check_mask(mask, name, skip_ratio, num_layers, space)
         assert not mask.is_empty
 
 
+@pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
-def test_same_seed_same_masks(name, skip_ratio):
+def test_same_seed_same_masks(name, skip_ratio, space):
     # 13 trials: selfsd-bo's GP takes over after 10 completed trials, so its BO steps are covered.
-    first = masks_of(run(name, skip_ratio, 6, n_trials=13, seed=7), 6)
-    second = masks_of(run(name, skip_ratio, 6, n_trials=13, seed=7), 6)
+    first = masks_of(run(name, skip_ratio, 6, n_trials=13, seed=7, space=space), 6)
+    second = masks_of(run(name, skip_ratio, 6, n_trials=13, seed=7, space=space), 6)
     assert first == second
 
 
@@ -143,21 +160,23 @@ def test_other_seed_other_masks(name, skip_ratio):
     assert first != second
 
 
+@pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize("name", STRATEGIES)
-def test_sqlite_storage_and_resume(tmp_path, name):
+def test_sqlite_storage_and_resume(tmp_path, name, space):
     # One variant per strategy: the ratio does not touch storage, and sqlite commits are slow.
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    run(name, None, 6, n_trials=5, seed=3, storage=storage, study_name="s")
-    resumed = optuna.load_study(study_name="s", storage=storage, sampler=make_sampler(name, num_layers=6, seed=3))
-    resumed.optimize(weighted_objective(6), n_trials=5)
+    run(name, None, 6, n_trials=5, seed=3, storage=storage, study_name="s", space=space)
+    sampler = make_sampler(name, num_layers=6, seed=3, space=space)
+    resumed = optuna.load_study(study_name="s", storage=storage, sampler=sampler)
+    resumed.optimize(weighted_objective(6, space), n_trials=5)
     reloaded = optuna.load_study(study_name="s", storage=storage)
     assert len(reloaded.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 10
     masks = masks_of(reloaded, 6)
     for mask in masks:
-        check_mask(mask, name, None, 6)
+        check_mask(mask, name, None, 6, space)
     if name in RESUMABLE:
         # Proposals depend only on (seed, trial number, history): resuming changes nothing.
-        assert masks == masks_of(run(name, None, 6, n_trials=10, seed=3), 6)
+        assert masks == masks_of(run(name, None, 6, n_trials=10, seed=3, space=space), 6)
 
 
 @pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
@@ -175,14 +194,15 @@ def test_objective_may_suggest_other_parameters(name, skip_ratio):
         check_mask(mask_from_params(trial.params, 6), name, skip_ratio, 6)
 
 
+@pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize(("name", "skip_ratio"), VARIANTS, ids=VARIANT_IDS)
-def test_parallel_workers_propose_valid_masks(name, skip_ratio):
-    sampler = make_sampler(name, num_layers=6, skip_ratio=skip_ratio, seed=0)
+def test_parallel_workers_propose_valid_masks(name, skip_ratio, space):
+    sampler = make_sampler(name, num_layers=6, skip_ratio=skip_ratio, seed=0, space=space)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.optimize(weighted_objective(6), n_trials=6, n_jobs=2)
+    study.optimize(weighted_objective(6, space), n_trials=6, n_jobs=2)
     assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 6
     for mask in masks_of(study, 6):
-        check_mask(mask, name, skip_ratio, 6)
+        check_mask(mask, name, skip_ratio, 6, space)
 
 
 @pytest.mark.parametrize("name", STRATEGIES)
@@ -233,6 +253,15 @@ def test_bad_skip_ratio_raises(name, ratio):
 def test_free_count_strategies_refuse_a_ratio(name):
     with pytest.raises(LayersearchError, match="no skip ratio"):
         make_sampler(name, num_layers=6, skip_ratio=0.4)
+
+
+@pytest.mark.parametrize("space", ["Plans", "int8", 1])
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_unknown_space_raises(name, space):
+    with pytest.raises(LayersearchError, match="search space"):
+        make_sampler(name, num_layers=6, space=space)
+    with pytest.raises(LayersearchError, match="search space"):
+        initial_masks(name, num_layers=6, space=space, inputs=model_inputs(6) if REGISTRY[name].needs_model else None)
 
 
 @pytest.mark.parametrize("name", STRATEGIES)

@@ -69,3 +69,24 @@ def test_needs_two_observations(observations):
     x, y = observations
     with pytest.raises(ValueError):
         _gp.propose_bits(x[:1], y[:1], acquisition="ucb", seed=0)
+
+
+def test_free_coordinates_are_outside_the_count():
+    # A plan's precisions (the last ``free`` coordinates) are rounded and flipped alone; the count
+    # binds the skips only.
+    point = np.array([0.9, 0.5, 0.51, 0.2, 0.7, 0.4])
+    assert _gp.discretize(point, 2, free=2).tolist() == [1, 0, 1, 0, 1, 0]
+    row = np.array([[1, 0, 1, 0, 1, 0]], dtype=np.int8)
+    moves = _gp.neighbours(row, 2, free=2)
+    assert len(moves) == 2 + 2 * 2  # one flip per free coordinate, every swap among the first four
+    for move in moves:
+        assert move[:4].sum() == 2 and np.abs(move - row[0]).sum() in (1, 2)
+        assert np.abs(move - row[0]).sum() == 2 or np.array_equal(move[:4], row[0, :4])
+
+
+def test_a_proposal_with_free_coordinates_keeps_the_count_on_the_others(observations):
+    x, y = observations
+    bits = _gp.propose_bits(x, y, acquisition="ucb", seed=1, count=3, free=4)
+    assert bits[:6].sum() == 3 and set(bits.tolist()) <= {0, 1}
+    with pytest.raises(ValueError, match="count"):
+        _gp.propose_bits(x, y, acquisition="ucb", seed=1, count=7, free=4)

@@ -98,3 +98,12 @@ def test_preset_of_a_strategy_without_one_and_missing_objective_are_refused():
         settings_from_args(parse("--strategy", "random", "--preset", "paper"))
     with pytest.raises(LayersearchError, match="needs --objective"):
         settings_from_args(parse("--strategy", "random"))
+
+
+@pytest.mark.parametrize("strategy", ["selfsd-bo", "swift"])
+def test_the_paper_presets_search_skip_masks_unless_told_otherwise(strategy):
+    settings = settings_from_args(parse("--strategy", strategy, "--preset", "paper")).validated()
+    assert settings.space == "skips" and "space" not in settings.strategy_options
+    told = settings_from_args(parse("--strategy", strategy, "--preset", "paper", "--space", "plans")).validated()
+    assert told.space == "plans"  # an explicit flag wins over the preset, as for every setting
+    assert strategy_plan(told, 6, n_finished=0).sampler.space == "plans"

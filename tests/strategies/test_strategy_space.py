@@ -81,3 +81,80 @@ def test_history_negates_minimized_values_and_skips_unusable_trials():
     assert y.tolist() == [-3.0]
     empty_x, empty_y = history(optuna.create_study(), 2)
     assert empty_x.shape == (0, 4) and empty_y.shape == (0,) and empty_x.dtype == np.int8
+
+
+# ----- the plans space (draft plans: skip, int8 or full per sub-layer; the head int8 or full) -------
+from layersearch.strategies.space import (  # noqa: E402
+    PLANS, mask_from_plan_bits, plan_bits, precision_names, space_names, space_of_params,
+)
+
+
+def plans(draw_bits):
+    """A plan from three bit lists of equal length L (skip attention/MLP as flat, int8 flat) and a head bit."""
+    flat, int8, head = draw_bits
+    return mask_from_plan_bits([*flat, *int8, head], len(flat) // 2)
+
+
+plan_bits_strategy = st.integers(1, 12).flatmap(
+    lambda n: st.tuples(st.lists(st.booleans(), min_size=2 * n, max_size=2 * n),
+                        st.lists(st.booleans(), min_size=2 * n, max_size=2 * n), st.booleans())
+)
+
+
+def test_plan_space_adds_a_precision_per_sub_layer_and_the_head():
+    space = search_space(2, PLANS)
+    assert tuple(space) == (*param_names(2), "attn_00_precision", "mlp_00_precision", "attn_01_precision",
+                            "mlp_01_precision", "head_precision")
+    assert tuple(space) == space_names(2, PLANS)
+    assert all(space[name].choices == ("full", "int8") for name in precision_names(2))
+    assert search_space(2) == search_space(2, "skips")  # the skip space is what it always was
+
+
+@given(plan_bits_strategy)
+def test_plan_params_round_trip(bits):
+    plan = plans(bits)
+    params = params_from_mask(plan, PLANS)
+    assert list(params) == list(space_names(plan.num_layers, PLANS))
+    assert mask_from_params(params, plan.num_layers, PLANS) == plan
+    assert mask_from_params(params, plan.num_layers) == plan  # the space is read from the params
+    assert space_of_params(params) == PLANS
+    assert mask_from_plan_bits(plan_bits(plan), plan.num_layers) == plan
+    trial = optuna.trial.FixedTrial(params)
+    assert suggest_mask(trial, plan.num_layers, PLANS) == plan
+    if plan.is_skip_only:  # a skip mask is the plan with every precision full
+        assert params == {**params_from_mask(plan), **{name: "full" for name in precision_names(plan.num_layers)}}
+
+
+def test_a_skipped_sub_layer_has_no_precision():
+    params = {**params_from_mask(SkipMask(1, attention=(0,)), PLANS), "attn_00_precision": "int8"}
+    plan = mask_from_params(params, 1)
+    assert plan == SkipMask(1, attention=(0,))  # the int8 of a skipped attention is ignored
+    assert params_from_mask(plan, PLANS)["attn_00_precision"] == "full"  # one set of parameters per plan
+
+
+def test_a_plan_is_outside_the_skip_space():
+    plan = SkipMask(2).with_int8((0,), (), False)
+    assert params_from_mask(plan) == params_from_mask(plan, PLANS)  # its own space by default
+    with pytest.raises(LayersearchError, match="--space plans"):
+        params_from_mask(plan, "skips")
+
+
+def test_missing_or_bad_precisions_raise():
+    params = params_from_mask(SkipMask(2), PLANS)
+    with pytest.raises(LayersearchError, match="mlp_01_precision"):
+        mask_from_params({k: v for k, v in params.items() if k != "mlp_01_precision"}, 2, PLANS)
+    with pytest.raises(LayersearchError, match="full or int8"):
+        mask_from_params({**params, "attn_00_precision": "int4"}, 2)
+    with pytest.raises(LayersearchError, match="search space"):
+        search_space(2, "plan")
+
+
+def test_plan_history_is_the_plan_vector():
+    study = optuna.create_study(direction="maximize")
+    space = search_space(2, PLANS)
+    plan = SkipMask(2, mlp=(1,)).with_int8((0, 1), (0,), True)
+    params = {**params_from_mask(plan, PLANS), "mlp_01_precision": "int8"}  # skipped: its int8 reads 0
+    study.add_trial(create_trial(params=params, distributions=space, value=2.0))
+    x, y = history(study, 2, PLANS)
+    assert x.tolist() == [[0, 0, 0, 1, 1, 1, 1, 0, 1]] and y.tolist() == [2.0]
+    assert history(study, 2)[0].tolist() == [[0, 0, 0, 1]]  # the skip switches alone, as before

@@ -1,0 +1,61 @@
+"""Teacher-forced drafts of a plan with int8 parts (SWIFT's matchness, on the fly and offline):
+every position is drafted as a decode step drafts it, one token with its own activation scale."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from layersearch.mask import SkipMask
+from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.cache import cache_length, new_cache
+from layersearch.runtime.forward import forward_tokens
+from layersearch.runtime.teacher import draft_logits, draft_logits_in_cache, target_continuation
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_model("llama", num_layers=4, seed=1)
+
+
+PLANS = [
+    SkipMask.none(4).kept_in_int8(head=True),
+    SkipMask(4, attention=(1,), mlp=(2,)).kept_in_int8(head=False),
+]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=["all-int8", "skips-and-int8"])
+def test_a_position_is_drafted_the_same_whatever_follows_it(tiny, plan):
+    # With one activation scale for the whole teacher-forced pass, the tokens after a position
+    # would change what is drafted there; a draft step never sees them.
+    prompt = torch.randint(0, 128, (9,), generator=torch.Generator().manual_seed(2)).tolist()
+    run = target_continuation(tiny, prompt, 8)
+    full = draft_logits(tiny, plan, run)
+    inputs = list(run.tokens[:-1])
+    for k in (1, 3):
+        prefix = draft_logits_in_cache(tiny, plan, run.cache, inputs[:k], run.length)
+        torch.testing.assert_close(prefix, full[:k], rtol=0, atol=0)
+    assert cache_length(run.cache) == len(prompt)  # the cache is back to the prompt
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=["all-int8", "skips-and-int8"])
+def test_in_a_decode_loops_cache_it_drafts_as_offline(tiny, plan):
+    prompt = torch.randint(0, 128, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    run = target_continuation(tiny, prompt, 7)
+    offline = draft_logits(tiny, plan, run)
+    cache = new_cache(tiny)
+    with torch.inference_mode():
+        forward_tokens(tiny, prompt + list(run.tokens[:-1]), 0, cache)
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    in_loop = draft_logits_in_cache(tiny, plan, cache, list(run.tokens[:-1]), len(prompt))
+    torch.testing.assert_close(in_loop, offline, rtol=1e-4, atol=1e-4)
+    for layer, (keys, values) in zip(cache.layers, before):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+
+
+def test_the_int8_head_is_the_one_that_drafts(tiny):
+    prompt = torch.randint(0, 128, (9,), generator=torch.Generator().manual_seed(4)).tolist()
+    run = target_continuation(tiny, prompt, 6)
+    body = SkipMask.none(4).kept_in_int8(head=False)
+    with_head = draft_logits(tiny, body.with_int8(body.int8_attention, body.int8_mlp, True), run)
+    assert not torch.equal(with_head, draft_logits(tiny, body, run))
