@@ -342,7 +342,9 @@ def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[SkipMask]:
     for path in filter(None, masks.split(",")):
         mask = SkipMask.load(path, model=info)
         result.append(mask if mask.provenance.get("label") else mask.with_provenance(label=Path(path).stem))
-    return result
+    # A mask that changes nothing is the loop's own row, which every bench has already: two rows
+    # of one name would pool their runs (and read as outputs that differ).
+    return [mask for mask in result if not mask.is_empty]
 
 
 @dataclass
