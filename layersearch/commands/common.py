@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from layersearch.checks import check_draft_length, check_int, check_real, check_seed
+from layersearch.checks import (
+    check_draft_length, check_finite, check_int, check_real, check_seed, check_text, check_threads,
+)
 from layersearch.errors import LayersearchError
 
 
@@ -23,7 +25,7 @@ def load(args: Any):
 
     if getattr(args, "threads", None) is not None:
         # On a shared machine one thread per process is steadier than contending for all cores.
-        torch.set_num_threads(positive_int(args.threads, "--threads"))
+        torch.set_num_threads(check_threads(args.threads, "--threads"))
     from layersearch.steer.modeldir import check_model_config
 
     check_model_config(args.model, "--model")  # sizes checked before transformers allocates from them
@@ -152,11 +154,16 @@ def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[Any]:
 def check_shared_options(args: Any) -> None:
     """Range and finiteness of the options many commands share, checked by name before any
     command starts work (each command narrows them further where it needs to): every seed,
-    ``--max-draft``, ``--draft-threshold``, ``--skip-ratio``, learning rates and ``--threads``."""
+    ``--max-draft``, ``--draft-threshold``, ``--skip-ratio``, learning rates, ``--threads``
+    (at most the machine's CPU threads), every float option (finite: no NaN or infinity) and
+    every text value (valid UTF-8: a non-UTF-8 byte from the shell is named, not decoded)."""
     for name, value in vars(args).items():
         if value is None or isinstance(value, bool):
             continue
-        option = "--" + name.replace("_", "-")
+        option = "FILE" if name == "file" else "--" + name.replace("_", "-")
+        for text in value if isinstance(value, list) else (value,):
+            if isinstance(text, str):
+                check_text(text, option, argv=True)
         if name == "seed" or name.endswith("_seed"):
             seed(value, option)
         elif name == "max_draft":
@@ -167,4 +174,6 @@ def check_shared_options(args: Any) -> None:
         elif name in ("lr", "drafter_lr"):
             learning_rate(value, option)
         elif name == "threads":
-            positive_int(value, option)
+            check_threads(value, option)
+        elif isinstance(value, float):  # each command checks its own range; none takes NaN or infinity
+            check_finite(value, option)
