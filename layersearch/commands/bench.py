@@ -86,6 +86,15 @@ def run(args: Any) -> int:
     _check_quantized(args, peers + tuple(drafters))  # before the model loads
     specs = _read_specs(args.specs, args.model)  # a bad spec or file it names fails before the model load
     loaded = load(args)
+    from layersearch.models.context import check_all_fit
+
+    check_all_fit(loaded, (), args.max_new_tokens)  # a runaway --max-new-tokens, before anything else loads
+    split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
+    prompts = {} if getattr(args, "spec_bench", None) else {
+        d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
+        for d in domains}
+    check_all_fit(loaded, ((f"{_shown(d)} prompt {_start(text)}", len(loaded.tokenizer(text).input_ids))
+                           for d in domains for text in prompts.get(d, ())), args.max_new_tokens)
     spec_rows = _spec_rows(loaded, specs)
     draft_models = _draft_models(args, loaded, peers + tuple(drafters))
     from layersearch.vocab import draft_vocabulary
@@ -95,9 +104,6 @@ def run(args: Any) -> int:
         from layersearch.commands import spec_bench
 
         return spec_bench.run(args, loaded)
-    split = getattr(args, "split", None) or "test"  # a comparison: held-out prompts by default
-    prompts = {d: [p.text for p in load_prompts(d, args.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
-               for d in domains}
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(args.skip_ratios, args.masks, loaded.info)
     profile = _profile(args, loaded)
     kernels = choose_kernels(args.kernels, profile)
@@ -130,6 +136,19 @@ def _run_domains(args: Any, loaded, domains, prompts, masks, profile, policy, op
         report["domains"][domain] = {"context": context, "rows": rows}
         print(format_table(domain, rows), flush=True)
         write_json_atomic(out, report)
+
+
+def _shown(domain: str) -> str:
+    """A domain as the user named it: ``file:PATH`` is the ``--prompts`` file."""
+    from layersearch.data.user import PREFIX
+
+    return domain[len(PREFIX):] + ":" if domain.startswith(PREFIX) else f"domain {domain}:"
+
+
+def _start(text: str) -> str:
+    """A prompt's first words, quoted: how a user finds it in a file."""
+    words = " ".join(text.split())
+    return repr(words if len(words) <= 40 else words[:40] + "...")
 
 
 def _domains(args: Any) -> list[str]:

@@ -98,17 +98,17 @@ def max_draft(value: int, what: str = "--max-draft") -> int:
 
 def context_limit(loaded: Any) -> int | None:
     """The model's context length (``max_position_embeddings``), None when it states none."""
-    limit = getattr(loaded.model.config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
+    from layersearch.models.context import context_limit as limit
+
+    return limit(loaded)
 
 
 def check_context(loaded: Any, tokens: int, what: str) -> None:
-    """Raise when ``tokens`` positions do not fit the model's context length."""
-    limit = context_limit(loaded)
-    if limit is not None and tokens > limit:
-        raise LayersearchError(
-            f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
-        )
+    """Raise when ``tokens`` positions do not fit the model's context length (the one check,
+    :mod:`layersearch.models.context`)."""
+    from layersearch.models.context import check_context as check
+
+    check(loaded, tokens, what)
 
 
 def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:

@@ -112,8 +112,14 @@ def tune(
     train_texts = [p.text for p in load_prompts(prepared.domain, settings.train_prompts, seed=settings.seed, split="train",
                                                 tokenizer=loaded.tokenizer)]
     train = _ids(loaded, train_texts)
-    test = _ids(loaded, [p.text for p in load_prompts(prepared.domain, settings.test_prompts, seed=settings.seed, split="test",
-                                                       tokenizer=loaded.tokenizer)])
+    test_texts = [p.text for p in load_prompts(prepared.domain, settings.test_prompts, seed=settings.seed, split="test",
+                                               tokenizer=loaded.tokenizer)]
+    test = _ids(loaded, test_texts)
+    from layersearch.models.context import check_all_fit
+
+    check_all_fit(loaded, ((f"{settings.prompts}: {split} prompt {i} ({text[:30]!r}...)", ids.shape[1])
+                           for split, texts, ids_list in (("train", train_texts, train), ("test", test_texts, test))
+                           for i, (text, ids) in enumerate(zip(texts, ids_list), 1)), settings.max_new_tokens)
     identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
     pool = stored_pool(study)
