@@ -14,9 +14,10 @@ from typing import Any
 
 from layersearch.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
-from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
+from layersearch.commands.common import format_stats, load, positive_int, read_prompts
 from layersearch.commands.generate_spec import spec_from_args
 from layersearch.commands.onthefly import dynamic_decoder, input_summary  # noqa: F401 (dynamic_decoder re-exported)
+from layersearch.models.context import check_all_fit
 from layersearch.outputs import check_output
 from layersearch.spec import registry_names
 
@@ -93,9 +94,9 @@ def run(args: Any) -> int:
     decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
-    for index, ids in enumerate(encoded):  # every prompt checked before any output
-        where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
-        check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + --max-new-tokens")
+    # every prompt checked before any output
+    check_all_fit(loaded, (("the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}", ids.shape[1])
+                           for index, ids in enumerate(encoded)), max_new)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
         stats = {**result.stats.to_dict(), "kernels": decoder.kernels}
