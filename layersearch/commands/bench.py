@@ -74,6 +74,7 @@ def run(args: Any) -> int:
     from layersearch.runtime.drafting import DraftPolicy
     from layersearch.runtime.kernels import choose_kernels, model_kernels
 
+    from layersearch.jsonfile import BENCH_SCHEMA_VERSION
     from layersearch.outputs import announce, check_output
 
     out = check_output(args.out)
@@ -109,7 +110,8 @@ def run(args: Any) -> int:
     kernels = choose_kernels(args.kernels, profile)
     _say(f"kernels: {kernels}")
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
-    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
+    report: dict[str, Any] = {"schema_version": BENCH_SCHEMA_VERSION, "model": loaded.info.to_dict(), "profile": profile.to_dict(),
+                              "kernels": kernels, "domains": {}}
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
         options = dict(peers=peers, drafters=drafters, draft_models=draft_models, lookaheads=lookaheads, vocab=vocab)
         _run_domains(args, loaded, domains, prompts, masks, profile, policy, options, report, out, spec_rows)
