@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from layersearch.errors import LayersearchError
 from layersearch.mask import SkipMask
 from layersearch.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profile import LatencyProfile
@@ -39,8 +40,14 @@ def split_quant(name: str) -> tuple[str, str | None]:
     """``"small@int8"`` -> ``("small", "int8")`` (a draft model with quantized weights); ``"small"`` -> ``("small", None)``."""
     from layersearch.models.quantize import QUANT_SCHEMES
 
+    import os
+
     ref, sep, quant = name.rpartition("@")
-    return (ref, quant) if sep and ref and quant in QUANT_SCHEMES else (name, None)
+    if not sep or not ref or "/" in quant or os.path.exists(name):  # no suffix, or a path with an @ in it
+        return name, None
+    if quant not in QUANT_SCHEMES:  # "small@int4" is a quantization asked for, not a model named so
+        raise LayersearchError(f"unknown draft quantization {quant!r} in {name!r} (choose from {', '.join(QUANT_SCHEMES)})")
+    return ref, quant
 
 
 # The harness's configuration and measurement, under the names this module has always used.
