@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import struct
@@ -1145,3 +1146,73 @@ def test_real_entry_point_prints_one_line(argv, work):
     proc = subprocess.run([sys.executable, "-m", "layersearch", *argv], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert_one_line(proc.returncode, proc.stderr)
     assert proc.stdout == "" and snapshot(work) == before
+
+
+# ----- issue 33, harden-values: the Python API refuses as the CLI does (LayersearchError, one line) ----
+_API_CALLS = {
+    "load_decoder(123)": (lambda ls, d, torch: ls.load_decoder(123), "load_decoder takes a DecoderSpec"),
+    "load_decoder(None)": (lambda ls, d, torch: ls.load_decoder(None), "load_decoder takes a DecoderSpec"),
+    "load_decoder(dict)": (lambda ls, d, torch: ls.load_decoder(dict), "load_decoder takes a DecoderSpec"),
+    "load_decoder('')": (lambda ls, d, torch: ls.load_decoder(""), "the spec path is empty"),
+    "load_decoder(kernels='gpu')": (lambda ls, d, torch: ls.load_decoder(d.spec, kernels="gpu"), "kernels must be one of"),
+    "model=(None, None)": (lambda ls, d, torch: ls.load_decoder(d.spec, model=(None, None)), "must be a transformers model"),
+    "model=(model, None)": (lambda ls, d, torch: ls.load_decoder(d.spec, model=(d.model, None)), "must be a transformers tokenizer"),
+    "model='x'": (lambda ls, d, torch: ls.load_decoder(d.spec, model="x"), "model= takes a LoadedModel"),
+    "generate([10**12])": (lambda ls, d, torch: d.generate([10**12], 2), "outside the model's vocabulary"),
+    "generate([-1])": (lambda ls, d, torch: d.generate([-1], 2), "outside the model's vocabulary"),
+    "a float id tensor": (lambda ls, d, torch: d.generate(torch.tensor([[1.0, 2.0]]), 2), "integer tensor"),
+    "a bool id tensor": (lambda ls, d, torch: d.generate(torch.tensor([True]), 2), "integer tensor"),
+    "a 3-D id tensor": (lambda ls, d, torch: d.generate(torch.ones(1, 2, 3, dtype=torch.long), 2), "[n] or [1, n]"),
+    "a batch of two": (lambda ls, d, torch: d.generate(torch.ones(2, 3, dtype=torch.long), 2), "[n] or [1, n]"),
+    "an id tensor past the vocabulary": (lambda ls, d, torch: d.generate(torch.tensor([[5, 10**6]]), 2), "position 1"),
+    "bytes": (lambda ls, d, torch: d.generate(b"w1 w2", 2), "the prompt is bytes"),
+    "bytearray": (lambda ls, d, torch: d.generate(bytearray(b"w1"), 2), "the prompt is bytes"),
+    "an empty prompt": (lambda ls, d, torch: d.generate([], 2), "the prompt is empty"),
+    "do_sample='yes'": (lambda ls, d, torch: d.generate("w1", 2, do_sample="yes"), "do_sample must be True, False or None"),
+    "do_sample=1": (lambda ls, d, torch: d.generate("w1", 2, do_sample=1), "do_sample must be"),
+    "a streamer without put": (lambda ls, d, torch: d.generate("w1", 2, streamer=object()), "streamer must have put()"),
+    "max_new_tokens=True": (lambda ls, d, torch: d.generate("w1", True), "max_new_tokens must be an integer"),
+    "max_new_tokens=2.0": (lambda ls, d, torch: d.generate("w1", 2.0), "max_new_tokens must be an integer"),
+    "max_new_tokens=0": (lambda ls, d, torch: d.generate("w1", 0), "max_new_tokens must be an integer"),
+    "max_new_tokens=10**9": (lambda ls, d, torch: d.generate("w1", 10**9), "context length of 2048"),
+    "a prompt longer than the context": (lambda ls, d, torch: d.generate("w" * 2100, 2), "context length of 2048"),
+    "a lone surrogate": (lambda ls, d, torch: d.generate("bad \ud800", 2), "not valid Unicode text"),
+    "temperature=inf": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=float("inf")), "temperature must be"),
+    "temperature=nan": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=float("nan")), "temperature must be"),
+    "top_p=0": (lambda ls, d, torch: d.generate("w1", 2, top_p=0), "top_p must be"),
+    "seed=-1": (lambda ls, d, torch: d.generate("w1", 2, seed=-1), "seed must be"),
+    "seed=2**80": (lambda ls, d, torch: d.generate("w1", 2, seed=2**80), "seed must be"),
+}
+
+
+@pytest.fixture(scope="module")
+def api_decoder(base):
+    import layersearch
+    from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+
+    return layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(base[1]), True))))
+
+
+@pytest.mark.parametrize("label", list(_API_CALLS))
+def test_the_api_refuses_bad_arguments_in_one_line(label, api_decoder, tmp_path, monkeypatch):
+    import torch
+
+    import layersearch
+    from layersearch.errors import LayersearchError
+
+    call, says = _API_CALLS[label]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LayersearchError, match=re.escape(says)) as raised:
+        call(layersearch, api_decoder, torch)
+    assert "\n" not in str(raised.value) and list(tmp_path.iterdir()) == []
+
+
+def test_the_api_streamer_sees_nothing_of_a_refused_call(api_decoder):
+    """The arguments are checked before the streamer is fed: a refused call leaves it untouched."""
+    from layersearch.errors import LayersearchError
+
+    seen = []
+    streamer = type("S", (), {"put": lambda self, x: seen.append(x), "end": lambda self: seen.append("end")})()
+    with pytest.raises(LayersearchError):
+        api_decoder.generate("w" * 2100, 2, streamer=streamer)
+    assert seen == []
