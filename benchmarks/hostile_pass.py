@@ -464,7 +464,7 @@ _DECODER = ("from layersearch.spec import DecoderSpec, ModelSpec, ModelRef; "
 
 def _api(name: str, call: str, setup: str = _DECODER) -> Case:
     """A Python API call that must raise LayersearchError (printed as one line, exit 2)."""
-    return Case(name, ("-c", _API.format(setup=setup, call=call)), api=True)
+    return Case(name, ("-c", _API.format(setup=setup, call=call)), api=True, expect="api")
 
 
 def value_cases() -> list[Case]:
@@ -476,7 +476,8 @@ def value_cases() -> list[Case]:
         found.append(Case("values: " + name, tuple(argv), plant, **kw))
 
     rows = lambda name, text, n=40: (lambda w: (w / name).write_text("".join(text.replace("{i}", str(i)) + "\n" for i in range(n))))
-    long_rows = rows("long.jsonl", '{"prompt": "{i} ' + "w" * 2100 + '"}')  # the model's context is 2048
+    long_text = " ".join(["w1"] * 2100)  # a token per word (and per character): past the model's context of 2048
+    long_rows = rows("long.jsonl", '{"prompt": "{i} ' + long_text + '"}')
     forty = rows("u.jsonl", '{"prompt": "w{i} w1"}')
     bench = ("bench", *M, "--prompts-per-domain", "1", "--max-new-tokens", "2", "--repeats", "1", "--no-peers", "--drafters", "",
              "--out", "b.json")
@@ -494,10 +495,10 @@ def value_cases() -> list[Case]:
                                               "--max-new-tokens", "1000000", "--out-prefix", "tr"))
     add("bench --spec-bench question longer than the context",
         ("bench", *M, "--spec-bench", "q.jsonl", "--answers", "ans", "--skip-ratios", "0.5", "--max-new-tokens", "2", "--out", "b.json"),
-        lambda w: (w / "q.jsonl").write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["w" * 2100]}) + "\n"))
+        lambda w: (w / "q.jsonl").write_text(json.dumps({"question_id": 1, "category": "qa", "turns": [long_text]}) + "\n"))
     found.append(_api("values: API generate max_new_tokens=10**9", "d.generate('hi', max_new_tokens=10**9)"))
     found.append(_api("values: API a 3,000-message chat", "d.tokenizer.chat_template = \"{% for m in messages %}{{ m['content'] }} "
-                      "{% endfor %}\"; d.generate([{'role': 'user', 'content': 'hi there'}] * 3000, max_new_tokens=2)"))
+                      "{% endfor %}\"; d.generate([{'role': 'user', 'content': 'w1 w2'}] * 3000, max_new_tokens=2)"))
     # 7: a huge bench report is drawn bounded (a good input: it must finish, and say what it left out)
     add("plot bench a 100,000-row report", ("plot", "bench", "big.json", "--out", "big.png"),
         lambda w: (w / "big.json").write_text(json.dumps({"domains": {"code": {"rows": [
@@ -626,6 +627,14 @@ class Result:
                 found.append(f"status-{self.status}")
             if not self.stderr.strip().endswith("layersearch: interrupted"):
                 found.append("not-one-line")
+            return found
+        if self.expect == "api":  # a script's LayersearchError, printed as its last line (loading bars may come first)
+            if self.status != 2:
+                found.append("exit-0" if self.status == 0 else f"status-{self.status}")
+            if not (self.stderr.strip().splitlines() or [""])[-1].startswith("layersearch: error: "):
+                found.append("not-one-line")
+            if self.changed:
+                found.append("leftover")
             return found
         if self.expect == "ok":  # a large good input: it finishes, bounded, and may leave its output
             if self.status != 0:

@@ -40,6 +40,7 @@ def run(args: Any, loaded: Any) -> int:
     if not questions:
         raise LayersearchError("no Spec-Bench question matches --categories / --split")
     model, tokenizer = loaded.model, loaded.tokenizer
+    _check_lengths(args, loaded, questions)  # every question before any answer
     policy = DraftPolicy(args.max_draft, args.draft_threshold, args.adaptive_threshold)
     methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
     for label, mask in masks:
@@ -71,6 +72,19 @@ def run(args: Any, loaded: Any) -> int:
           "re-tokenized minus one per turn); mean acc.: tokens per target forward")
     print(f"wrote {', '.join(str(p) for p in paths.values())} and {write_json_atomic(args.out, report)}")
     return 0
+
+
+def _check_lengths(args: Any, loaded: Any, questions: Any) -> None:
+    """Each question fits the context: its user turns in one prompt, and an answer of
+    ``--max-new-tokens`` per turn (the later turns' prompts hold the earlier answers)."""
+    from layersearch.models.context import check_fits
+    from layersearch.specbench import prompt_ids
+
+    for question in questions:
+        turns = len(question.turns)
+        ids = prompt_ids(loaded.tokenizer, [{"role": "user", "content": turn} for turn in question.turns])
+        check_fits(loaded, ids.shape[1], turns * args.max_new_tokens, f"{args.spec_bench}: question {question.question_id}",
+                   f"{turns} x --max-new-tokens" if turns > 1 else "--max-new-tokens")
 
 
 def _labelled_masks(args: Any, info: Any) -> list[tuple[str, Any]]:
