@@ -50,23 +50,20 @@ def run(args: Any) -> int:
 def tune_from_args(args: Any) -> Any:
     """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
     from layersearch.build import load_draft_model
+    from layersearch.checks import check_int
     from layersearch.commands.common import load
+    from layersearch.errors import LayersearchError
     from layersearch.outputs import announce, check_output, write_outputs
     from layersearch.plots import check_png_output
     from layersearch.spec import ModelRef, ModelSpec
     from layersearch.tune import TuneSettings
     from layersearch.tune.report import curve_png, markdown, report_paths
-    from layersearch.tune.run import prepare, tune
-
-    from layersearch.checks import check_int
-    from layersearch.tune.run import prompt_counts
+    from layersearch.tune.run import prepare, prompt_counts, tune
 
     for given, option in ((args.train_prompts, "--train-prompts"), (args.test_prompts, "--test-prompts")):
         if given is not None:
             check_int(given, option)
     if args.name is not None and not args.name.strip():
-        from layersearch.errors import LayersearchError
-
         raise LayersearchError("--name is empty: give a study name (or leave it out: the prompt file's name)")
     train, test, note = prompt_counts(args.prompts, args.train_prompts, args.test_prompts)
     settings = TuneSettings(args.prompts, args.budget, args.name or default_name(args.prompts), args.storage,
@@ -75,8 +72,6 @@ def tune_from_args(args: Any) -> Any:
     md_path, png_path = report_paths(args.out, args.report)
     md, png = check_output(md_path, "--report"), check_png_output(png_path)
     if args.draft_model is not None and not args.draft_model.strip():
-        from layersearch.errors import LayersearchError
-
         raise LayersearchError("--draft-model is empty: name a model")
     draft_ref = ModelRef.given(args.draft_model) if args.draft_model else None
     prepared = prepare(settings, draft_ref)
