@@ -691,7 +691,10 @@ def _interrupted(argv: list[str], work: Path, env: dict, timeout: float, when: s
     import signal
     import threading
 
-    proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # SIGINT restored: a pass started in the background (``&``) passes SIGINT on ignored, and
+    # Python then never raises KeyboardInterrupt; a user's terminal has it.
+    proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
 
     def read() -> None:
