@@ -60,6 +60,13 @@ class Case:
     #: a case judged by what it says: exit 2 with this text on stderr (progress lines allowed), e.g.
     #: "converting" where a stale conversion must be redone and the planted file cannot convert
     expect_text: str | None = None
+    #: "refused" (exit 2, one line, nothing changed), "ok" (a large but good input: exit 0 within
+    #: --slow CPU seconds, no traceback) or "interrupt" (SIGINT once stderr shows ``interrupt_on``:
+    #: exit 130, no traceback)
+    expect: str = "refused"
+    interrupt_on: str = ""
+    #: argv is ``python -c SCRIPT`` (the Python API) instead of ``python -m layersearch ...``
+    api: bool = False
 
 
 # ----- the working folder ------------------------------------------------------------------------
@@ -828,6 +835,150 @@ def _profile_with_kernels(kernels: str) -> Callable[[Path], None]:
                        verify_ratios=(1.0, 1.1, 1.2, 1.3)).save(work / "p.json")
         _edit_json(work / "p.json", kernels=kernels)
     return plant
+    found.extend(value_cases())
+    return found
+
+
+# ----- issue 33, round three: values (each name starts "values:") ---------------------------------
+_API = """import sys, torch, layersearch
+from layersearch.errors import LayersearchError
+try:
+    {setup}
+    {call}
+except LayersearchError as exc:
+    print(f"layersearch: error: {{exc}}", file=sys.stderr)
+    sys.exit(2)
+"""
+_DECODER = ("from layersearch.spec import DecoderSpec, ModelSpec, ModelRef; "
+            "d = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef('model', True))))")
+
+
+def _api(name: str, call: str, setup: str = _DECODER) -> Case:
+    """A Python API call that must raise LayersearchError (printed as one line, exit 2)."""
+    return Case(name, ("-c", _API.format(setup=setup, call=call)), api=True, expect="api")
+
+
+def value_cases() -> list[Case]:
+    """Issue 33's classes 6, 7, 9, 10, 13, 14, 15, the small prompt file and the weak spots of the values."""
+    M = ("--model", "model")
+    found: list[Case] = []
+
+    def add(name, argv, plant=None, **kw):
+        found.append(Case("values: " + name, tuple(argv), plant, **kw))
+
+    rows = lambda name, text, n=40: (lambda w: (w / name).write_text("".join(text.replace("{i}", str(i)) + "\n" for i in range(n))))
+    long_text = " ".join(["w1"] * 2100)  # a token per word (and per character): past the model's context of 2048
+    long_rows = rows("long.jsonl", '{"prompt": "{i} ' + long_text + '"}')
+    forty = rows("u.jsonl", '{"prompt": "w{i} w1"}')
+    bench = ("bench", *M, "--prompts-per-domain", "1", "--max-new-tokens", "2", "--repeats", "1", "--no-peers", "--drafters", "",
+             "--out", "b.json")
+    tune = ("tune", *M, "--budget", "1", "--out", "t.json")
+    create = ("study", "create", "--name", "v", *M, "--strategy", "random", "--objective", "matchness", "--samples", "1",
+              "--max-new-tokens", "2", "--storage", "v.db")
+    # 6: prompt + new tokens against the context, in every command and the API
+    add("bench --prompts rows longer than the context", (*bench, "--prompts", "long.jsonl"), long_rows)
+    add("bench --max-new-tokens 1000000", (*bench, "--prompts", "u.jsonl", "--max-new-tokens", "1000000"), forty)
+    add("tune --max-new-tokens 100000", (*tune, "--prompts", "u.jsonl", "--max-new-tokens", "100000"), forty)
+    add("tune --prompts rows longer than the context", (*tune, "--prompts", "long.jsonl"), long_rows)
+    add("study create --max-new-tokens 1000000", (*create, "--domain", "translation", "--max-new-tokens", "1000000"))
+    add("study create --prompts rows longer than the context", (*create, "--prompts", "long.jsonl"), long_rows)
+    add("transfer --max-new-tokens 1000000", ("transfer", *M, "--mask", "translation=mask.json", "--samples", "1",
+                                              "--max-new-tokens", "1000000", "--out-prefix", "tr"))
+    add("bench --spec-bench question longer than the context",
+        ("bench", *M, "--spec-bench", "q.jsonl", "--answers", "ans", "--skip-ratios", "0.5", "--max-new-tokens", "2", "--out", "b.json"),
+        lambda w: (w / "q.jsonl").write_text(json.dumps({"question_id": 1, "category": "qa", "turns": [long_text]}) + "\n"))
+    found.append(_api("values: API generate max_new_tokens=10**9", "d.generate('hi', max_new_tokens=10**9)"))
+    found.append(_api("values: API a 3,000-message chat", "d.tokenizer.chat_template = \"{% for m in messages %}{{ m['content'] }} "
+                      "{% endfor %}\"; d.generate([{'role': 'user', 'content': 'w1 w2'}] * 3000, max_new_tokens=2)"))
+    # 7: a huge bench report is drawn bounded (a good input: it must finish, and say what it left out)
+    add("plot bench a 100,000-row report", ("plot", "bench", "big.json", "--out", "big.png"),
+        lambda w: (w / "big.json").write_text(json.dumps({"domains": {"code": {"rows": [
+            {"config": f"c{i}", "speedup": 1 + i / 1e5, "decode_speedup": 1.0} for i in range(100_000)]}}})), expect="ok")
+    # 9: text that is not valid Unicode: typed, in prompt rows, in questions, through the API
+    add("generate --prompt with byte 0xff", ("generate", *M, "--prompt", "x \udcff y", "--max-new-tokens", "2"))
+    surrogate = rows("s.jsonl", '{"prompt": "bad {i} \\ud800"}')
+    add("bench --prompts a lone surrogate", (*bench, "--prompts", "s.jsonl"), surrogate)
+    add("tune --prompts a lone surrogate", (*tune, "--prompts", "s.jsonl"), surrogate)
+    add("study create --prompts a lone surrogate", (*create, "--prompts", "s.jsonl"), surrogate)
+    add("transfer --prompts a lone surrogate", ("transfer", *M, "--mask", "translation=mask.json", "--prompts", "s.jsonl",
+                                                "--samples", "1", "--max-new-tokens", "2", "--out-prefix", "tr"), surrogate)
+    add("generate --prompts a lone surrogate", ("generate", *M, "--prompts", "s.jsonl", "--max-new-tokens", "2"), surrogate)
+    add("bench --prompts a chat with a lone surrogate", (*bench, "--prompts", "c.jsonl"),
+        rows("c.jsonl", '{"messages": [{"role": "user", "content": "{i} \\udfff"}]}'))
+    add("bench --spec-bench a lone surrogate in a turn",
+        ("bench", *M, "--spec-bench", "q.jsonl", "--answers", "ans", "--skip-ratios", "0.5", "--max-new-tokens", "2", "--out", "b.json"),
+        lambda w: (w / "q.jsonl").write_text('{"question_id": 1, "category": "qa", "turns": ["bad \\ud800"]}\n'))
+    found.append(_api("values: API generate a lone surrogate", "d.generate('bad \\ud800', max_new_tokens=2)"))
+    found.append(_api("values: API chat content a lone surrogate", "d.generate([{'role': 'user', 'content': '\\udc80'}], 2)"))
+    # 10: --threads bounded by the machine, in the shared option check
+    for value in ("100000", str(2**63), "-3"):
+        add(f"generate --threads {value}", ("generate", *M, "--prompt", "w1", "--max-new-tokens", "2", "--threads", value))
+    add("bench --threads 100000", (*bench, "--prompts", "u.jsonl", "--threads", "100000"), forty)
+    add("steer shrink --threads 9223372036854775808", ("steer", "shrink", *M, "--keep-layers", "2", "--out", "small",
+                                                        "--threads", str(2**63)))
+    # 13: infinities in every float option and every number read from a file
+    gen = ("generate", *M, "--prompt", "w1", "--max-new-tokens", "2")
+    for option in ("--swift-kappa", "--swift-target", "--swift-tolerance"):
+        add(f"generate {option} inf", (*gen, "--on-the-fly", "swift", option, "inf"))
+    add("study create --kappa inf", (*create, "--domain", "translation", "--strategy", "selfsd-bo", "--kappa", "inf"))
+    add("study run --timeout inf", ("study", "run", "--name", "v", "--storage", "v.db", "--timeout", "inf"))
+    add("tune --budget -inf", (*tune[:3], "--budget=-inf", "--out", "t.json", "--prompts", "u.jsonl"), forty)
+    report = {"domains": {"code": {"rows": [{"config": "plain generate", "speedup": 1.0, "decode_speedup": 1.0}]}}}
+    for label, text in {"Infinity speedup": json.dumps(report).replace("1.0,", "Infinity,", 1),
+                        "1e999 speedup": json.dumps(report).replace("1.0,", "1e999,", 1),
+                        "schema_version 99": json.dumps({**report, "schema_version": 99}),
+                        "no object": "[]"}.items():
+        add(f"plot bench {label}", ("plot", "bench", "r.json", "--out", "r.png"), lambda w, text=text: (w / "r.json").write_text(text))
+    add("mask show: Infinity num_layers", ("mask", "show", "m.json"),
+        lambda w: (w / "m.json").write_text('{"schema_version": 1, "num_layers": Infinity, "attention": [], "mlp": []}'))
+    # 14: the Python API validates its arguments
+    for label, call in {"load_decoder(123)": "layersearch.load_decoder(123)", "load_decoder(None)": "layersearch.load_decoder(None)",
+                        "load_decoder(dict)": "layersearch.load_decoder(dict)", "load_decoder('')": "layersearch.load_decoder('')",
+                        "load_decoder(kernels='gpu')": "layersearch.load_decoder('s.json', kernels='gpu')"}.items():
+        found.append(_api(f"values: API {label}", call, setup="pass"))
+    found.append(_api("values: API model=(None, None)", "layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef('model', True))), "
+                      "model=(None, None))", setup="from layersearch.spec import DecoderSpec, ModelSpec, ModelRef"))
+    for label, call in {"generate([10**12])": "d.generate([10**12], 2)", "generate([-1])": "d.generate([-1], 2)",
+                        "a float id tensor": "d.generate(torch.tensor([[1.0, 2.0]]), 2)",
+                        "a 3-D id tensor": "d.generate(torch.ones(1, 2, 3, dtype=torch.long), 2)",
+                        "a batch of two prompts": "d.generate(torch.ones(2, 3, dtype=torch.long), 2)",
+                        "bytes": "d.generate(b'abc', 2)", "do_sample='yes'": "d.generate('hi', 2, do_sample='yes')",
+                        "a streamer without put": "d.generate('hi', 2, streamer=object())",
+                        "max_new_tokens=True": "d.generate('hi', True)", "max_new_tokens=2.5": "d.generate('hi', 2.5)",
+                        "temperature=inf": "d.generate('hi', 2, do_sample=True, temperature=float('inf'))",
+                        "top_p=0": "d.generate('hi', 2, top_p=0)", "seed=-1": "d.generate('hi', 2, seed=-1)",
+                        "an empty prompt": "d.generate([], 2)"}.items():
+        found.append(_api(f"values: API {label}", call))
+    # 15: Ctrl-C during a search: "interrupted", no traceback
+    add("tune interrupted by Ctrl-C", (*tune, "--prompts", "u.jsonl", "--budget", "60", "--max-new-tokens", "4"), forty,
+        expect="interrupt", interrupt_on="searching for")
+    # small files are normal: a first tune on 12 prompts runs (its counts adapted and said)
+    add("tune on a 12-prompt file", (*tune, "--prompts", "u.jsonl", "--max-new-tokens", "2", "--finalists", "1", "--repeats", "1"),
+        rows("u.jsonl", '{"prompt": "w{i} w2"}', 12), expect="ok")
+    add("tune on a 1-prompt file", (*tune, "--prompts", "u.jsonl"), rows("u.jsonl", '{"prompt": "w1 w2"}', 1))
+    # the weak spots of the values
+    add("bench --drafters model:MODEL@int4", (*bench, "--prompts", "u.jsonl", "--drafters", "model:smollm2-135m@int4"), forty)
+    spec = lambda change: (lambda w: (w / "s.json").write_text(json.dumps(change(_good_spec(w)))))
+    add("generate --spec format true", ("generate", "--spec", "s.json", "--prompt", "w1", "--max-new-tokens", "2"),
+        spec(lambda d: {**d, "format": True}))
+    add("generate --spec info.num_layers wrong", ("generate", "--spec", "s.json", "--prompt", "w1", "--max-new-tokens", "2"),
+        spec(lambda d: {**d, "model": {**d["model"], "info": {**d["model"]["info"], "num_layers": 5}}}))
+    return found
+
+
+def _good_spec(work: Path) -> dict:
+    """A good decoder spec of the working folder's model (written by generate --save-spec)."""
+    from layersearch.cli import main as cli
+
+    old = os.getcwd()
+    os.chdir(work)
+    try:
+        assert cli(["generate", "--model", "model", "--prompt", "w1", "--max-new-tokens", "1", "--save-spec", "good.json"]) == 0
+        data = json.loads(Path("good.json").read_text())
+        os.unlink("good.json")
+    finally:
+        os.chdir(old)
+    return data
 
 
 # ----- running ----------------------------------------------------------------------------------
@@ -859,6 +1010,7 @@ class Result:
     wrong: str | None = None  # what its check found wrong
     expect_ok: bool = False  # the case must succeed (see Case.expect_ok)
     expect_text: str | None = None  # see Case.expect_text
+    expect: str = "refused"  # the case's expectation (Case.expect)
 
     def problems(self, slow: float) -> list[str]:
         """The rules this case broke; ``slow``: the CPU seconds a refusal may take (wall time
@@ -893,6 +1045,25 @@ class Result:
                 found.append(f"status-{self.status}")
             elif self.wrong:
                 found.append("wrong-result")
+        if self.expect == "interrupt":  # exit 130 after Ctrl-C; progress lines before it are fine
+            if self.status != 130:
+                found.append(f"status-{self.status}")
+            if not self.stderr.strip().endswith("layersearch: interrupted"):
+                found.append("not-one-line")
+            return found
+        if self.expect == "api":  # a script's LayersearchError, printed as its last line (loading bars may come first)
+            if self.status != 2:
+                found.append("exit-0" if self.status == 0 else f"status-{self.status}")
+            if not (self.stderr.strip().splitlines() or [""])[-1].startswith("layersearch: error: "):
+                found.append("not-one-line")
+            if self.changed:
+                found.append("leftover")
+            return found
+        if self.expect == "ok":  # a large good input: it finishes, bounded, and may leave its output
+            if self.status != 0:
+                found.append(f"status-{self.status}")
+            if self.cpu_seconds > slow or self.status is None:
+                found.append("slow")
             return found
         if self.status == 0:
             found.append("exit-0")
@@ -922,6 +1093,7 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **{k: str(work / v) for k, v in case.env}}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **dict(case.env)}
     env.pop(MARKER, None)
+    argv = [sys.executable, *case.argv] if case.api else [sys.executable, "-m", "layersearch", *case.argv]
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         proc = subprocess.run([sys.executable, "-m", "layersearch", *case.argv], cwd=work, env=env,
@@ -938,6 +1110,48 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
         return Result(case.name, status, seconds, stderr, (), cpu, good=True, wrong=wrong)
     return Result(case.name, status, seconds, stderr, changed, cpu)
     return Result(case.name, status, seconds, stderr, changed, cpu, case.expect_ok, case.expect_text)
+    if case.expect == "interrupt":
+        status, stderr = _interrupted(argv, work, env, timeout, case.interrupt_on)
+    else:
+        try:
+            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+            status, stderr = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            status, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
+    after = snapshot(work)
+    changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+    return Result(case.name, status, seconds, stderr, changed, cpu, case.expect)
+
+
+def _interrupted(argv: list[str], work: Path, env: dict, timeout: float, when: str) -> tuple[int | None, str]:
+    """Run ``argv``, send SIGINT once its stderr shows ``when`` (as Ctrl-C would), and return
+    (status, stderr); None when it did not end within ``timeout``."""
+    import signal
+    import threading
+
+    # SIGINT restored: a pass started in the background (``&``) passes SIGINT on ignored, and
+    # Python then never raises KeyboardInterrupt; a user's terminal has it.
+    proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if when in line and proc.poll() is None:
+                time.sleep(1.0)  # inside the search, not at its first line
+                proc.send_signal(signal.SIGINT)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        status = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        status = None
+    reader.join(5)
+    return status, "".join(lines)
 
 
 def _children_cpu() -> float:

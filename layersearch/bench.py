@@ -392,7 +392,10 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     profile = _bench_profile(settings, loaded, say)
     kernels = choose_kernels(settings.kernels, profile)
     say(f"kernels: {kernels}")
-    report: dict[str, Any] = {"model": loaded.info.to_dict(), "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
+    from layersearch.jsonfile import BENCH_SCHEMA_VERSION
+
+    report: dict[str, Any] = {"schema_version": BENCH_SCHEMA_VERSION, "model": loaded.info.to_dict(),
+                              "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
     options = dict(peers=settings.peers, drafters=settings.drafters, draft_models=prepared.draft_models,
                    lookaheads=settings.lookaheads, vocab=prepared.vocab)
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them

@@ -86,6 +86,8 @@ def check_context(loaded: Any, tokens: int, what: str) -> None:
         raise LayersearchError(
             f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
         )
+
+
 #: The dtype names every command and file takes (torch's float32, float16, bfloat16).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -103,3 +105,44 @@ def check_dtype_name(dtype: Any) -> str:
     if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
         raise LayersearchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_NAMES)}")
     return dtype
+
+
+def check_finite(value: Any, what: str) -> float:
+    """``value`` as a float if it is a finite real number (NaN and infinities refused): the
+    check every float option and every number read from a file passes before its own range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LayersearchError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def max_threads() -> int:
+    """The most CPU threads a command may ask for: the machine's CPU count (more only contend,
+    and torch fails deep inside a model load on numbers it cannot start)."""
+    import os
+
+    return os.cpu_count() or 1
+
+
+def check_threads(value: Any, what: str = "--threads") -> int:
+    """``value`` if it is a thread count in ``[1, max_threads()]``."""
+    limit = max_threads()
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise LayersearchError(f"{what} must be an integer in [1, {limit}] (this machine has {limit} CPU threads), got {value!r}")
+    return value
+
+
+def check_text(value: Any, what: str, *, argv: bool = False) -> str:
+    """``value`` if it is a str that is valid Unicode (encodes as UTF-8). With ``argv`` (a
+    command-line value), bytes that were not UTF-8 reached Python as lone surrogates
+    (U+DC80..U+DCFF) and are named as the byte they were; otherwise (a JSON ``\\ud800``
+    escape, a Python string) a lone surrogate is named as its code point."""
+    if not isinstance(value, str):
+        raise LayersearchError(f"{what} must be text (a str), got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code, at = ord(value[exc.start]), exc.start + 1
+        if argv and 0xDC80 <= code <= 0xDCFF:
+            raise LayersearchError(f"{what} is not valid UTF-8 text (byte 0x{code - 0xDC00:02x} at character {at})") from None
+        raise LayersearchError(f"{what} is not valid Unicode text (a lone surrogate U+{code:04X} at character {at})") from None
+    return value

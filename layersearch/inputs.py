@@ -12,6 +12,7 @@ the parser, or code walking its result, run for long or recurse deeply.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -27,6 +28,7 @@ MAX_JSON_DEPTH = 32
 #: Longest integer literal accepted, in digits.
 MAX_INT_DIGITS = 30
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
@@ -115,11 +117,46 @@ def parse_json(text: str, where: str) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise LayersearchError(f"{where}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH})")
     try:
-        return json.loads(text, parse_int=_bounded_int)
+        data = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_constant)
     except json.JSONDecodeError as exc:
         raise LayersearchError(f"{where}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:
         raise LayersearchError(f"{where}: {exc}") from None
+    if _SURROGATE_ESCAPE.search(text):  # only an escape can make a lone surrogate: walk just then
+        _check_strings(data, where)
+    return data
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):  # 1e999: no file of ours holds a number beyond a float's range
+        raise ValueError(f"number {literal[:40]} is too large for a float (numbers must be finite)")
+    return value
+
+
+def _constant(name: str) -> float:
+    # NaN stays (a measurement that could not be taken is written as NaN; each reader checks
+    # its own fields); an infinity is never a setting or a measurement of ours.
+    if name != "NaN":
+        raise ValueError(f"{name} is not a finite number (numbers must be finite)")
+    return math.nan
+
+
+def _check_strings(data: Any, where: str) -> None:
+    """Raise naming the first string (or key) of ``data`` that is not valid Unicode (a lone surrogate)."""
+    from layersearch.checks import check_text
+
+    stack: list[tuple[Any, str]] = [(data, "a string")]
+    while stack:
+        item, what = stack.pop()
+        if isinstance(item, str):
+            check_text(item, f"{where}: {what}")
+        elif isinstance(item, list):
+            stack.extend((value, what) for value in item)
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                check_text(key, f"{where}: a key")
+                stack.append((value, f'"{key}"'))
 
 
 def json_depth(text: str) -> int:

@@ -16,6 +16,11 @@ from layersearch.inputs import parse_json, read_text
 from layersearch.outputs import OutputTarget, write_output
 
 
+#: schema_version of a ``bench`` report (``bench --out``); reports written before it had none
+#: and are the same format.
+BENCH_SCHEMA_VERSION = 1
+
+
 def read_json_file(path: str | Path, what: str) -> Any:
     """The parsed JSON of ``path``, a ``what`` file ("mask", "profile"); raises LayersearchError."""
     return parse_json(read_text(path, what), str(path))

@@ -242,23 +242,49 @@ def plot_head_to_head(strategies: dict[str, dict[str, Any]], out: "str | Path | 
     return _save_atomic(fig, out)
 
 
+#: Most rows drawn per domain and most domains drawn by ``plot bench``: a figure of more is
+#: unreadable, and matplotlib lays out 100,000 bars for minutes. The fastest rows are drawn.
+MAX_BENCH_ROWS = 40
+MAX_BENCH_DOMAINS = 12
+
+
+def bench_rows_to_draw(domains: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """The rows :func:`plot_bench` draws: the first :data:`MAX_BENCH_DOMAINS` domains with rows,
+    each its :data:`MAX_BENCH_ROWS` fastest rows (end to end), and one note per cut made."""
+    kept, notes = {}, []
+    with_rows = [(name, rows) for name, rows in domains.items() if rows]
+    if len(with_rows) > MAX_BENCH_DOMAINS:
+        notes.append(f"drawing the first {MAX_BENCH_DOMAINS} of {len(with_rows)} domains")
+    for name, rows in with_rows[:MAX_BENCH_DOMAINS]:
+        if len(rows) > MAX_BENCH_ROWS:
+            notes.append(f"domain {name}: drawing the {MAX_BENCH_ROWS} fastest of {len(rows)} rows")
+            rows = sorted(rows, key=lambda r: -_bar(r.get("speedup")))[:MAX_BENCH_ROWS]
+        kept[name] = rows
+    return kept, notes
+
+
+def _bar(value: Any) -> float:
+    """A bar's length: a missing or unmeasured (NaN) speedup is no bar."""
+    return 0.0 if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
 @plain_text
 def plot_bench(domains: dict[str, list[dict[str, Any]]], out: "str | Path | OutputTarget") -> Path:
     """One panel per domain of a ``bench`` report: each row's end-to-end and decode-phase speedup
     over plain ``generate`` as horizontal bars, fastest first, a line at 1.0; rows whose output
     differed from plain are marked. ``domains`` maps a domain to its report rows (``config``,
     ``speedup``, ``decode_speedup``, ``identical_to_plain``)."""
-    domains = {name: rows for name, rows in domains.items() if rows}
+    domains, _ = bench_rows_to_draw(domains)  # bounded: see MAX_BENCH_ROWS
     if not domains:
         raise LayersearchError("nothing to plot: the report has no rows")
     heights = [len(rows) for rows in domains.values()]
     fig = _figure_class()(figsize=(10.0, 1.0 + 0.28 * sum(heights) + 0.6 * len(heights)))
     axes = fig.subplots(len(domains), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for ax, (domain, rows) in zip(axes, domains.items()):
-        rows = sorted(rows, key=lambda r: r.get("speedup") or 0.0)
+        rows = sorted(rows, key=lambda r: _bar(r.get("speedup")))
         ys = range(len(rows))
-        ends = [r.get("speedup") or 0.0 for r in rows]
-        decodes = [r.get("decode_speedup") or 0.0 for r in rows]
+        ends = [_bar(r.get("speedup")) for r in rows]
+        decodes = [_bar(r.get("decode_speedup")) for r in rows]
         ax.barh([y + 0.2 for y in ys], decodes, height=0.4, color="#9ecae1", label="decode phase")
         ax.barh([y - 0.2 for y in ys], ends, height=0.4, color="#3182bd", label="end to end")
         for y, value in zip(ys, ends):

@@ -250,6 +250,11 @@ class DecoderSpec:
                 f"spec was made for model {info.name!r} (fingerprint {info.fingerprint}), "
                 f"not {model.name!r} (fingerprint {model.fingerprint})"
             )
+        if info is not None and not info.same_model(model):  # the fingerprint agrees, the sizes written beside it do not
+            raise LayersearchError(
+                f"the spec's model.info says {info.num_layers} layers of width {info.hidden_size}, but model {model.name!r} "
+                f"has {model.num_layers} of width {model.hidden_size} (the file was edited)"
+            )
 
     # ----- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -286,7 +291,7 @@ class DecoderSpec:
             kind = file_kind(data)
             raise LayersearchError(f"this is {kind}, not a decoder spec" if kind else
                                    f"not a decoder spec (expected an object with \"kind\": \"{SPEC_KIND}\")")
-        if data.get("format") != SPEC_FORMAT:
+        if isinstance(data.get("format"), bool) or data.get("format") != SPEC_FORMAT:  # true == 1 to Python, not to a file
             raise LayersearchError(f"unsupported spec format {data.get('format')!r} (this version reads {SPEC_FORMAT})")
         body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format"))
         model = _object(body["model"], "model", required=("ref", "path", "info", "device", "dtype"))

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from layersearch.data.spec_bench import GROUPS, MT_BENCH, Question
 from layersearch.errors import LayersearchError
+from layersearch.inputs import parse_json
 from layersearch.jsonfile import write_text_atomic
 
 #: Report groups in Spec-Bench's order, "overall" last.
@@ -104,14 +105,12 @@ def read_answers(path: str | Path) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        row = parse_json(line, f"{path}:{number}")  # bounded, finite numbers, valid Unicode
         try:
-            row = json.loads(line)
             choice = row["choices"][0]
             ok = isinstance(row["question_id"], int) and isinstance(row["category"], str) and all(
                 isinstance(choice[key], list) for key in ("turns", "new_tokens", "wall_time", "accept_lengths")
             )
-        except json.JSONDecodeError as exc:
-            raise LayersearchError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
         except (KeyError, IndexError, TypeError):
             ok = False
         if not ok:

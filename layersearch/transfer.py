@@ -89,6 +89,10 @@ def transfer_matrix(
     texts = {d: [p.text for p in load_prompts(d, samples, seed=prompt_seed, split=split, spec_bench=spec_bench,
                                               tokenizer=loaded.tokenizer)]  # chat rows of a file: domain
              for d in domains}
+    from layersearch.models.context import check_all_fit
+
+    check_all_fit(loaded, ((f"{d.removeprefix('file:')}: prompt {i} ({t[:30]!r}...)", len(loaded.tokenizer(t).input_ids))
+                           for d in domains for i, t in enumerate(texts[d], 1)), max_new_tokens)  # before any timing
     configurations = plain_and_masks(loaded.model, dict(masks), max_draft=max_draft, draft_threshold=draft_threshold)
     cells = []
     for domain in domains:

@@ -1020,6 +1020,144 @@ BAD_KINDS["hm_paper"] = {
     "layer index past the model": _file("farpaper.json", '{"m": {"attention": [4], "mlp": [2]}}'),
 }
 COMMANDS["mask import paper"] = Command(COMMANDS["mask import"].argv, kinds={"paper": "hm_paper"})
+# ----- issue 33, harden-values: context, plot bench, Unicode, threads, infinities, the API, Ctrl-C -----
+# Kept in one block (other helpers add theirs): new commands and bad values for the classes of
+# values a user types or a file holds. The tiny model's context is 2048 positions.
+_LONG = "w" * 2100  # one character is one token: a prompt longer than the context by itself
+_VALUES_COMMANDS: dict[str, Command] = {
+    # 6: prompt + new tokens against the context, right after the load, in every command
+    "bench --max-new-tokens": Command(
+        ("bench", "--model", MODEL, "--prompts", "{user_prompts}", "--prompts-per-domain", "1", "--max-new-tokens", "2",
+         "--repeats", "1", "--skip-ratios", "0.5", "--no-peers", "--drafters", "", "--profile", "profile.json",
+         "--out", "bench_out.json"),
+        (("--max-new-tokens", "1000000"), ("--max-new-tokens", "2047"), ("--threads", "100000"),
+         ("--threads", str(2**63)), ("--drafters", "model:smollm2-135m@int4"), ("--drafters", "hybrid:smollm2-135m@fp4"),
+         ("--prompt", "x")),
+        kinds={"user_prompts": "values_prompts"},
+    ),
+    "tune --max-new-tokens": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "{out}", "--storage", "tune.db"),
+        (("--max-new-tokens", "100000"), ("--max-new-tokens", "2047"), ("--name", ""), ("--name", " "),
+         ("--train-prompts", "0"), ("--test-prompts", "-1"), ("--budget", "inf"), ("--budget", "-inf"),
+         ("--threads", "100000")),
+    ),
+    "study create --max-new-tokens": Command(
+        ("study", "create", "--name", "{name}", "--model", MODEL, "--prompts", "user.jsonl", "--strategy", "random",
+         "--objective", "matchness", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
+         "--storage", "studies.db"),
+        (("--max-new-tokens", "1000000"), ("--max-new-tokens", "2048"), ("--kappa", "inf"), ("--skip-ratio", "inf"),
+         ("--threads", "100000")),
+        kinds={"name": "new_name"},
+    ),
+    # 9: text that is not valid Unicode, typed (a non-UTF-8 byte reaches Python as a lone surrogate) or in a file
+    "generate --prompt text": Command(
+        ("generate", "--model", MODEL, "--prompts", "{prompts}", "--max-new-tokens", "2"),
+        (("--prompts", "p\udcff.jsonl"), ("--threads", "100000"), ("--threads", str(2**63)), ("--threads", "-5"),
+         ("--swift-kappa", "inf", "--on-the-fly", "swift"), ("--swift-tolerance", "nan", "--on-the-fly", "swift"),
+         ("--swift-target", "-inf", "--on-the-fly", "swift"), ("--max-new-tokens", "2047"),
+         ("--max-new-tokens", str(10**18)), ("--save-spec", "s\udcff.json")),
+        kinds={"prompts": "values_prompts_jsonl"},
+    ),
+    "generate --prompt bytes": Command(
+        ("generate", "--model", MODEL, "--prompt", "{text}", "--max-new-tokens", "2"),
+        kinds={"text": "values_text"},
+    ),
+    "bench --spec-bench": Command(
+        ("bench", "--model", MODEL, "--spec-bench", "{questions}", "--answers", "answers", "--limit", "1",
+         "--skip-ratios", "0.5", "--max-new-tokens", "2", "--no-peers", "--drafters", "", "--profile", "profile.json",
+         "--out", "bench_out.json"),
+        (("--max-new-tokens", "100000"),),
+        kinds={"questions": "values_questions"},
+    ),
+    # 13: infinities in every float option and every file
+    "study run --timeout": Command(("study", "run", "--name", "ok", "--storage", "studies.db", "--trials", "1", "--quiet"),
+                                   (("--timeout", "inf"), ("--timeout", "nan"), ("--threads", "100000"))),
+    "knn build --threshold-margin": Command(
+        ("knn", "build", "--model", MODEL, "--domain", "translation=mask.json", "--samples", "1", "--out", "{out}"),
+        (("--threshold-margin", "-inf"), ("--threads", str(2**63))),
+    ),
+    "plot bench --values": Command(("plot", "bench", "{bench_report}", "--out", "out.png"),
+                                   kinds={"bench_report": "values_bench_report"}),
+}
+COMMANDS.update(_VALUES_COMMANDS)
+GOOD.update({"text": "w1 w2", "questions": "questions.jsonl"})
+
+
+def _rows_file(name: str, rows) -> Maker:
+    return _file(name, "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def _every_row(name: str, row: str, n: int = 40) -> Maker:
+    """A prompt file of ``n`` rows like ``row`` (numbered, so each is distinct): whichever split
+    a command draws from holds such a row."""
+    return _file(name, "".join(row.replace("{i}", str(i)) + "\n" for i in range(n)))
+
+
+_VALUES_PROMPTS: dict[str, Maker] = {
+    "every row longer than the context": _every_row("long.jsonl", '{"prompt": "{i} ' + _LONG + '"}'),
+    "every chat longer than the context": _every_row(
+        "longchat.jsonl", '{"messages": [' + ", ".join(['{"role": "user", "content": "{i} ' + "w" * 60 + '"}'] * 40) + "]}"),
+    "a lone surrogate in every prompt": _every_row("sur.jsonl", '{"prompt": "bad {i} \\ud800"}'),
+    "a lone low surrogate": _every_row("low.jsonl", '{"prompt": "bad {i} \\udcff"}'),
+    "a lone surrogate in a chat message": _every_row("surchat.jsonl", '{"messages": [{"role": "user", "content": "{i} \\udfff"}]}'),
+    "a lone surrogate in a key": _every_row("surkey.jsonl", '{"prompt": "{i}", "\\ud800": 1}'),
+    "Infinity in a row": _every_row("inf.jsonl", '{"prompt": "{i}", "weight": Infinity}'),
+    "1e999 in a row": _every_row("big.jsonl", '{"prompt": "{i}", "weight": 1e999}'),
+}
+BAD_USER_PROMPTS.update(_VALUES_PROMPTS)  # every command reading a prompt file (bench, tune, study create, head-to-head)
+BAD_KINDS["user_prompts"].update(_VALUES_PROMPTS)
+BAD_KINDS["values_prompts"] = {k: v for k, v in _VALUES_PROMPTS.items() if "chat" not in k}  # chats: no template here
+BAD_KINDS["values_prompts_jsonl"] = {
+    "a prompt longer than the context": _rows_file("long.jsonl", [{"prompt": "w1"}, {"prompt": _LONG}]),
+    "a lone surrogate": _rows_file("sur.jsonl", ['{"prompt": "bad \\ud800"}']),
+    "a lone surrogate after good rows": _rows_file("sur2.jsonl", [{"prompt": "w1"}, '{"prompt": "w2 \\udbff w3"}']),
+    "Infinity beside the prompt": _rows_file("inf.jsonl", ['{"prompt": "w1", "n": -Infinity}']),
+}
+BAD_KINDS["values_text"] = {
+    "a non-UTF-8 byte": _value("x \udcff y"),
+    "a lone surrogate": _value("x \ud800 y"),
+    "longer than the context": _value(_LONG),
+}
+_Q = {"question_id": 1, "category": "qa", "turns": ["What is 2+2?"]}
+BAD_KINDS["values_questions"] = {
+    "a lone surrogate in a turn": _rows_file("q1.jsonl", ['{"question_id": 1, "category": "qa", "turns": ["bad \\ud800"]}']),
+    "a lone surrogate in the category": _rows_file("q2.jsonl", ['{"question_id": 1, "category": "\\udc80", "turns": ["x"]}']),
+    "Infinity as the id": _rows_file("q3.jsonl", ['{"question_id": Infinity, "category": "qa", "turns": ["x"]}']),
+    "a turn longer than the context": _rows_file("q4.jsonl", [{**_Q, "turns": [_LONG]}]),
+    "malformed": _rows_file("q5.jsonl", ['{"question_id": ']),
+}
+_REPORT = {"domains": {"code": {"rows": [{"config": "plain generate", "speedup": 1.0, "decode_speedup": 1.0}]}}}
+BAD_KINDS["values_bench_report"] = {
+    "schema_version 99": _file("v99.json", json.dumps({**_REPORT, "schema_version": 99})),
+    "schema_version true": _file("vtrue.json", json.dumps({**_REPORT, "schema_version": True})),
+    "schema_version a string": _file("vstr.json", json.dumps({**_REPORT, "schema_version": "1"})),
+    "a JSON array": _file("arr.json", "[]"),
+    "a JSON string": _file("str.json", '"bench"'),
+    "Infinity speedup": _file("inf.json", json.dumps(_REPORT).replace("1.0,", "Infinity,", 1)),
+    "-Infinity decode speedup": _file("ninf.json", json.dumps(_REPORT).replace('"decode_speedup": 1.0', '"decode_speedup": -Infinity')),
+    "1e999 speedup": _file("e999.json", json.dumps(_REPORT).replace("1.0,", "1e999,", 1)),
+    "a lone surrogate in a label": _file("sur.json", json.dumps(_REPORT).replace("plain generate", "plain \\ud800")),
+}
+_VALUES_SPECS: dict[str, Maker] = {
+    "format true": _spec("fmttrue.json", _set("format", True)),
+    "info.num_layers wrong": _spec("layers.json", _set("model", "info", "num_layers", 5)),
+    "info.hidden_size wrong": _spec("width.json", _set("model", "info", "hidden_size", 65)),
+    "max_new_tokens beyond the context": _spec("long.json", _set("max_new_tokens", 5000)),
+    "top_p Infinity": _spec("topinf.json", lambda d: json.dumps(d).replace('"top_p": 1.0', '"top_p": Infinity')),
+    "a lone surrogate in the device": _spec("dev.json", lambda d: json.dumps(d).replace('"device": "cpu"', '"device": "cpu\\ud800"')),
+}
+BAD_KINDS["spec"].update(_VALUES_SPECS)
+BAD_KINDS["bench_spec"].update(_VALUES_SPECS)
+for _kind in ("profile", "existing_profile"):
+    BAD_KINDS[_kind].update({
+        "an infinite slope": _json_variant("profile.json", "pinf.json", lambda d: json.dumps(d).replace(
+            '"attention_slope": 1e-07', '"attention_slope": Infinity')),
+        "an overflowing base": _json_variant("profile.json", "pbig.json", lambda d: json.dumps(d).replace(
+            '"base_seconds": 0.0003', '"base_seconds": 1e999')),
+    })
+BAD_KINDS["mask"].update({"Infinity layers": _file("minf.json", '{"schema_version": 1, "num_layers": Infinity, "attention": [], "mlp": []}'),
+                          "a lone surrogate in the label": _json_variant("mask.json", "msur.json", lambda d: json.dumps(
+                              {**d, "provenance": {"label": "x"}}).replace('"label": "x"', '"label": "\\ud800"'))})
 
 
 def cases():
@@ -1102,6 +1240,7 @@ def _spec_and_user_prompts(work: Path, model_dir: Path) -> None:
     (work / "bench_report.json").write_text(json.dumps(
         {"domains": {"code": {"rows": [{"config": "plain generate", "speedup": 1.0, "decode_speedup": 1.0}]}}}))
     (work / "user.jsonl").write_text("".join(json.dumps({"prompt": f"w{i} w{i + 1}"}) + "\n" for i in range(40)))
+    (work / "questions.jsonl").write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["w1 w2"]}) + "\n")  # Spec-Bench
 
 
 def _method_files(work: Path, info, model_dir: Path) -> None:
@@ -1400,3 +1539,71 @@ def test_hm_a_damaged_conversion_is_named(base, work, capsys):
     assert_one_line(status, err)
     assert str(target) in err and "delete" in err and "damaged" in err, err
     assert snapshot(work) == before
+# ----- issue 33, harden-values: the Python API refuses as the CLI does (LayersearchError, one line) ----
+_API_CALLS = {
+    "load_decoder(123)": (lambda ls, d, torch: ls.load_decoder(123), "load_decoder takes a DecoderSpec"),
+    "load_decoder(None)": (lambda ls, d, torch: ls.load_decoder(None), "load_decoder takes a DecoderSpec"),
+    "load_decoder(dict)": (lambda ls, d, torch: ls.load_decoder(dict), "load_decoder takes a DecoderSpec"),
+    "load_decoder('')": (lambda ls, d, torch: ls.load_decoder(""), "the spec path is empty"),
+    "load_decoder(kernels='gpu')": (lambda ls, d, torch: ls.load_decoder(d.spec, kernels="gpu"), "kernels must be one of"),
+    "model=(None, None)": (lambda ls, d, torch: ls.load_decoder(d.spec, model=(None, None)), "must be a transformers model"),
+    "model=(model, None)": (lambda ls, d, torch: ls.load_decoder(d.spec, model=(d.model, None)), "must be a transformers tokenizer"),
+    "model='x'": (lambda ls, d, torch: ls.load_decoder(d.spec, model="x"), "model= takes a LoadedModel"),
+    "generate([10**12])": (lambda ls, d, torch: d.generate([10**12], 2), "outside the model's vocabulary"),
+    "generate([-1])": (lambda ls, d, torch: d.generate([-1], 2), "outside the model's vocabulary"),
+    "a float id tensor": (lambda ls, d, torch: d.generate(torch.tensor([[1.0, 2.0]]), 2), "integer tensor"),
+    "a bool id tensor": (lambda ls, d, torch: d.generate(torch.tensor([True]), 2), "integer tensor"),
+    "a 3-D id tensor": (lambda ls, d, torch: d.generate(torch.ones(1, 2, 3, dtype=torch.long), 2), "[n] or [1, n]"),
+    "a batch of two": (lambda ls, d, torch: d.generate(torch.ones(2, 3, dtype=torch.long), 2), "[n] or [1, n]"),
+    "an id tensor past the vocabulary": (lambda ls, d, torch: d.generate(torch.tensor([[5, 10**6]]), 2), "position 1"),
+    "bytes": (lambda ls, d, torch: d.generate(b"w1 w2", 2), "the prompt is bytes"),
+    "bytearray": (lambda ls, d, torch: d.generate(bytearray(b"w1"), 2), "the prompt is bytes"),
+    "an empty prompt": (lambda ls, d, torch: d.generate([], 2), "the prompt is empty"),
+    "do_sample='yes'": (lambda ls, d, torch: d.generate("w1", 2, do_sample="yes"), "do_sample must be True, False or None"),
+    "do_sample=1": (lambda ls, d, torch: d.generate("w1", 2, do_sample=1), "do_sample must be"),
+    "a streamer without put": (lambda ls, d, torch: d.generate("w1", 2, streamer=object()), "streamer must have put()"),
+    "max_new_tokens=True": (lambda ls, d, torch: d.generate("w1", True), "max_new_tokens must be an integer"),
+    "max_new_tokens=2.0": (lambda ls, d, torch: d.generate("w1", 2.0), "max_new_tokens must be an integer"),
+    "max_new_tokens=0": (lambda ls, d, torch: d.generate("w1", 0), "max_new_tokens must be an integer"),
+    "max_new_tokens=10**9": (lambda ls, d, torch: d.generate("w1", 10**9), "context length of 2048"),
+    "a prompt longer than the context": (lambda ls, d, torch: d.generate("w" * 2100, 2), "context length of 2048"),
+    "a lone surrogate": (lambda ls, d, torch: d.generate("bad \ud800", 2), "not valid Unicode text"),
+    "temperature=inf": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=float("inf")), "temperature must be"),
+    "temperature=nan": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=float("nan")), "temperature must be"),
+    "top_p=0": (lambda ls, d, torch: d.generate("w1", 2, top_p=0), "top_p must be"),
+    "seed=-1": (lambda ls, d, torch: d.generate("w1", 2, seed=-1), "seed must be"),
+    "seed=2**80": (lambda ls, d, torch: d.generate("w1", 2, seed=2**80), "seed must be"),
+}
+
+
+@pytest.fixture(scope="module")
+def api_decoder(base):
+    import layersearch
+    from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+
+    return layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(base[1]), True))))
+
+
+@pytest.mark.parametrize("label", list(_API_CALLS))
+def test_the_api_refuses_bad_arguments_in_one_line(label, api_decoder, tmp_path, monkeypatch):
+    import torch
+
+    import layersearch
+    from layersearch.errors import LayersearchError
+
+    call, says = _API_CALLS[label]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LayersearchError, match=re.escape(says)) as raised:
+        call(layersearch, api_decoder, torch)
+    assert "\n" not in str(raised.value) and list(tmp_path.iterdir()) == []
+
+
+def test_the_api_streamer_sees_nothing_of_a_refused_call(api_decoder):
+    """The arguments are checked before the streamer is fed: a refused call leaves it untouched."""
+    from layersearch.errors import LayersearchError
+
+    seen = []
+    streamer = type("S", (), {"put": lambda self, x: seen.append(x), "end": lambda self: seen.append("end")})()
+    with pytest.raises(LayersearchError):
+        api_decoder.generate("w" * 2100, 2, streamer=streamer)
+    assert seen == []

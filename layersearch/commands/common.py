@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from layersearch.checks import check_context, check_draft_length, check_int, check_real, check_seed, context_limit  # noqa: F401 (re-exported)
+from layersearch.checks import (
+    check_draft_length, check_finite, check_int, check_real, check_seed, check_text, check_threads,
+)
 from layersearch.errors import LayersearchError
 
 
@@ -22,7 +24,7 @@ def load(args: Any):
 
     if getattr(args, "threads", None) is not None:
         # On a shared machine one thread per process is steadier than contending for all cores.
-        torch.set_num_threads(positive_int(args.threads, "--threads"))
+        torch.set_num_threads(check_threads(args.threads, "--threads"))
     from layersearch.steer.modeldir import check_model_config
 
     check_model_config(args.model, "--model")  # sizes checked before transformers allocates from them
@@ -91,6 +93,21 @@ def learning_rate(value: float, what: str = "--lr") -> float:
 def max_draft(value: int, what: str = "--max-draft") -> int:
     """Check a draft-length bound: an integer in [1, 64] (:data:`layersearch.checks.MAX_DRAFT_LENGTH`)."""
     return check_draft_length(value, what)
+
+
+def context_limit(loaded: Any) -> int | None:
+    """The model's context length (``max_position_embeddings``), None when it states none."""
+    from layersearch.models.context import context_limit as limit
+
+    return limit(loaded)
+
+
+def check_context(loaded: Any, tokens: int, what: str) -> None:
+    """Raise when ``tokens`` positions do not fit the model's context length (the one check,
+    :mod:`layersearch.models.context`)."""
+    from layersearch.models.context import check_context as check
+
+    check(loaded, tokens, what)
 
 
 def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
@@ -168,11 +185,16 @@ def _paths_in(value: str) -> list[str]:
 def check_shared_options(args: Any) -> None:
     """Range and finiteness of the options many commands share, checked by name before any
     command starts work (each command narrows them further where it needs to): every seed,
-    ``--max-draft``, ``--draft-threshold``, ``--skip-ratio``, learning rates and ``--threads``."""
+    ``--max-draft``, ``--draft-threshold``, ``--skip-ratio``, learning rates, ``--threads``
+    (at most the machine's CPU threads), every float option (finite: no NaN or infinity) and
+    every text value (valid UTF-8: a non-UTF-8 byte from the shell is named, not decoded)."""
     for name, value in vars(args).items():
         if value is None or isinstance(value, bool):
             continue
-        option = "--" + name.replace("_", "-")
+        option = "FILE" if name == "file" else "--" + name.replace("_", "-")
+        for text in value if isinstance(value, list) else (value,):
+            if isinstance(text, str):
+                check_text(text, option, argv=True)
         if name == "seed" or name.endswith("_seed"):
             seed(value, option)
         elif name == "max_draft":
@@ -183,4 +205,6 @@ def check_shared_options(args: Any) -> None:
         elif name in ("lr", "drafter_lr"):
             learning_rate(value, option)
         elif name == "threads":
-            positive_int(value, option)
+            check_threads(value, option)
+        elif isinstance(value, float):  # each command checks its own range; none takes NaN or infinity
+            check_finite(value, option)

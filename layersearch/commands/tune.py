@@ -29,8 +29,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--report", metavar="FILE", help="markdown report (default: --out with .md); a .png beside it")
     p.add_argument("--name", help="study name: the same name resumes the search (default: the prompt file's name)")
     storage_arg(p, "Optuna storage URL (default sqlite:///studies/tune-<name>.db)")
-    p.add_argument("--train-prompts", type=int, default=4, help="train prompts each trial decodes (default 4)")
-    p.add_argument("--test-prompts", type=int, default=4, help="held-out prompts the finalists decode (default 4)")
+    p.add_argument("--train-prompts", type=int, default=None,
+                   help="train prompts each trial decodes (default 4, or all of a smaller file's train split)")
+    p.add_argument("--test-prompts", type=int, default=None,
+                   help="held-out prompts the finalists decode (default 4, or all of a smaller file's test split)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2, help="held-out repeats (default 2)")
     p.add_argument("--finalists", type=int, default=3, help="configurations re-measured on held-out prompts (default 3)")
@@ -57,25 +59,33 @@ def output_paths(args: Any) -> dict[str, str]:
 
 def tune_from_args(args: Any) -> Any:
     """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
+    from layersearch.checks import check_int
     from layersearch.commands.common import load
+    from layersearch.errors import LayersearchError
     from layersearch.outputs import announce, check_output, write_outputs
     from layersearch.plots import check_png_output
     from layersearch.spec import ModelRef, ModelSpec
     from layersearch.tune import TuneSettings
     from layersearch.tune.report import curve_png, markdown, report_paths
-    from layersearch.tune.run import TrialLines, load_drafts, prepare, tune
+    from layersearch.tune.run import TrialLines, load_drafts, prepare, prompt_counts, tune
 
+    for given, option in ((args.train_prompts, "--train-prompts"), (args.test_prompts, "--test-prompts")):
+        if given is not None:
+            check_int(given, option)
+    if args.name is not None and not args.name.strip():
+        raise LayersearchError("--name is empty: give a study name (or leave it out: the prompt file's name)")
+    train, test, note = prompt_counts(args.prompts, args.train_prompts, args.test_prompts)
     settings = TuneSettings(args.prompts, args.budget, args.name or default_name(args.prompts), args.storage,
-                            args.train_prompts, args.test_prompts, args.max_new_tokens, args.repeats, args.finalists)
+                            train, test, args.max_new_tokens, args.repeats, args.finalists)
     out = check_output(args.out)
     md_path, png_path = report_paths(args.out, args.report)
     md, png = check_output(md_path, "--report"), check_png_output(png_path)
     if args.draft_model is not None and not args.draft_model.strip():
-        from layersearch.errors import LayersearchError
-
         raise LayersearchError("--draft-model is empty: name a model")
     draft_ref = _draft_ref(args.draft_model) if args.draft_model else None
     prepared = prepare(settings, draft_ref)
+    if note is not None and not args.quiet:
+        _say(note)
     loaded = load(args)
     drafts = load_drafts(loaded, draft_ref, args.device, args.dtype, _say)
     model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)

@@ -13,7 +13,6 @@ MT-bench categories). As a prompt source a question is its first turn; the stabl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from layersearch.data._common import Prompt, rng_for
 from layersearch.data.splits import in_split
 from layersearch.errors import LayersearchError
+from layersearch.inputs import parse_json
 
 PREFIX = "spec-bench:"
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -71,10 +71,7 @@ def _read(path: str, stamp: tuple[float, int]) -> tuple[Question, ...]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LayersearchError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        row = parse_json(line, f"{path}:{number}")  # bounded, finite numbers, valid Unicode (the turns are prompts)
         turns = row.get("turns") if isinstance(row, dict) else None
         if (
             not isinstance(row, dict)

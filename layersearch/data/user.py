@@ -82,6 +82,14 @@ def choose_rows(path: str, n: int, seed: int, split: str | None) -> list[PromptR
     return rng_for(f"{PREFIX}{path}", seed).sample(pool, n)
 
 
+def split_sizes(path: str) -> dict[str, int]:
+    """How many of the file's distinct rows fall in each split (train, validation, test)."""
+    from layersearch.data.splits import SPLITS
+
+    ids = [f"user/{row.id}" for row in read_rows(path)]
+    return {split: sum(in_split(item, split) for item in ids) for split in SPLITS}
+
+
 def render(row: PromptRow, tokenizer: Any, path: str) -> str:
     """A row's text: as written, or its messages through the tokenizer's chat template."""
     if row.messages is None:

@@ -60,6 +60,11 @@ def create_study(
     check_prompts(settings)  # the domain's packages or prompt file, before the model loads
     loaded = loaded if loaded is not None else load_study_model(settings)
     texts = prompt_texts(settings, tokenizer=loaded.tokenizer)
+    from layersearch.models.context import check_all_fit
+
+    where = settings.domain.removeprefix("file:")  # a prompt file by its path
+    check_all_fit(loaded, ((f"{where}: prompt {i} ({text[:30]!r}...)", len(loaded.tokenizer(text).input_ids))
+                           for i, text in enumerate(texts, 1)), settings.max_new_tokens)  # before the profile and the storage
     info = loaded.info
     strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
     if profile is not None:

@@ -115,6 +115,7 @@ def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: 
     import optuna
 
     from layersearch.strategies import initial_masks, make_sampler, mask_from_params, params_from_mask, suggest_mask
+    from layersearch.study.interrupts import no_interrupt_tracebacks
 
     layers = runtime.info.num_layers
     study = optuna.create_study(direction="maximize", sampler=make_sampler(strategy, num_layers=layers, skip_ratio=ratio, seed=seed))
@@ -122,8 +123,9 @@ def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: 
         study.enqueue_trial(params_from_mask(mask))
     deadline = time.monotonic() + seconds
     # At least one mask (the strategy's start, where it has one), however short the budget.
-    while not study.trials or time.monotonic() < deadline:
-        study.optimize(lambda trial: objective.evaluate(runtime, suggest_mask(trial, layers)).value, n_trials=1)
+    with no_interrupt_tracebacks():  # Ctrl-C here too: "interrupted", not Optuna's traceback of the trial it stopped
+        while not study.trials or time.monotonic() < deadline:
+            study.optimize(lambda trial: objective.evaluate(runtime, suggest_mask(trial, layers)).value, n_trials=1)
     done = sorted((t for t in study.trials if t.value is not None), key=lambda t: -t.value)
     best: list[tuple[str, SkipMask, float]] = []
     for trial in done:

@@ -67,6 +67,34 @@ class Progress:
     seconds_left: float
 
 
+#: Train and test prompts when not given: fewer when the file's split holds fewer.
+DEFAULT_TRAIN_PROMPTS = DEFAULT_TEST_PROMPTS = 4
+
+
+def prompt_counts(prompts: str, train: int | None, test: int | None) -> tuple[int, int, str | None]:
+    """The train and test prompt counts for the file ``prompts``: those given, else the defaults
+    capped to what its splits hold (a first file of a dozen rows is normal), with a line saying
+    so (None when nothing was adapted). Only a file with no row in its train or test split is
+    refused, naming the minimum."""
+    from layersearch.data.splits import FRACTIONS
+    from layersearch.data.user import domain_for, split_sizes
+
+    domain_for(prompts)  # an empty --prompts named as such
+    sizes = split_sizes(prompts)
+    total = sum(sizes.values())
+    if (train is None and not sizes["train"]) or (test is None and not sizes["test"]):
+        raise LayersearchError(
+            f"{prompts}: too small to split: its {total} distinct row(s) put {sizes['train']} in the train split and "
+            f"{sizes['test']} in the test split, and tune needs at least 1 in each; give at least about 10 rows "
+            f"(rows are split {', '.join(f'{k} {v:.0%}' for k, v in FRACTIONS.items())} by a hash of their content)")
+    chosen_train = min(DEFAULT_TRAIN_PROMPTS, sizes["train"]) if train is None else train
+    chosen_test = min(DEFAULT_TEST_PROMPTS, sizes["test"]) if test is None else test
+    adapted = (train is None and chosen_train < DEFAULT_TRAIN_PROMPTS) or (test is None and chosen_test < DEFAULT_TEST_PROMPTS)
+    note = (f"{prompts}: {total} distinct rows ({sizes['train']} train, {sizes['validation']} validation, {sizes['test']} test): "
+            f"using {chosen_train} train and {chosen_test} test prompts (more rows give steadier choices)") if adapted else None
+    return chosen_train, chosen_test, note
+
+
 def prepare(settings: TuneSettings, draft_model: ModelRef | None = None) -> Prepared:
     """Every check that needs no model: the prompt file has enough train and test rows, the
     storage is usable and any study of that name was made for these prompts."""
@@ -112,8 +140,14 @@ def tune(
     train_texts = [p.text for p in load_prompts(prepared.domain, settings.train_prompts, seed=settings.seed, split="train",
                                                 tokenizer=loaded.tokenizer)]
     train = _ids(loaded, train_texts)
-    test = _ids(loaded, [p.text for p in load_prompts(prepared.domain, settings.test_prompts, seed=settings.seed, split="test",
-                                                       tokenizer=loaded.tokenizer)])
+    test_texts = [p.text for p in load_prompts(prepared.domain, settings.test_prompts, seed=settings.seed, split="test",
+                                               tokenizer=loaded.tokenizer)]
+    test = _ids(loaded, test_texts)
+    from layersearch.models.context import check_all_fit
+
+    check_all_fit(loaded, ((f"{settings.prompts}: {split} prompt {i} ({text[:30]!r}...)", ids.shape[1])
+                           for split, texts, ids_list in (("train", train_texts, train), ("test", test_texts, test))
+                           for i, (text, ids) in enumerate(zip(texts, ids_list), 1)), settings.max_new_tokens)
     identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
     choices = study_choices(study, fresh)

@@ -128,5 +128,8 @@ def trial_records(study: Any) -> list[TrialRecord]:
 def run_trials(study: Any, objective: Callable[[Any], float], seconds: float, on_trial: Callable[[Any, Any], None]) -> None:
     """Optimize until ``seconds`` of wall time have passed (Optuna's timeout: the trial running
     then finishes); ``on_trial(study, trial)`` after each."""
-    with quiet_warnings():
+    from layersearch.study.interrupts import no_interrupt_tracebacks
+
+    # Ctrl-C: Optuna logs the trial it fails with a KeyboardInterrupt traceback; the CLI says "interrupted" once.
+    with quiet_warnings(), no_interrupt_tracebacks():
         study.optimize(objective, timeout=max(seconds, 1e-3), callbacks=[on_trial], gc_after_trial=False)

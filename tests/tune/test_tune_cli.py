@@ -73,7 +73,7 @@ def test_bad_input_is_one_line_and_writes_nothing(case, says, prompt_file, tmp_p
     if case == "missing prompts":
         argv["prompts"] = str(tmp_path / "absent.jsonl")
     elif case == "too few rows":
-        argv["prompts"] = str(_rows(tmp_path / "few.jsonl", 3))
+        argv["prompts"] = str(_rows(tmp_path / "few.jsonl", 1))  # one row: no split can hold both train and test
     elif case == "unknown storage":
         argv["storage"] = "notes.txt"
     else:
@@ -101,3 +101,18 @@ def test_a_study_of_that_name_made_otherwise_is_refused_before_loading(theirs, s
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and says in err[0], err
     assert (tmp_path / "tune.db").read_bytes() == before and not (tmp_path / "spec.json").exists()
+
+
+def test_a_first_file_of_a_dozen_rows_is_tuned_on_what_it_holds(tmp_path, capsys):
+    """Issue 33: the train and test counts adapt to a small file and say so; counts given are kept."""
+    from layersearch.tune.run import prompt_counts
+
+    few = _rows(tmp_path / "twelve.jsonl", 12)
+    train, test, note = prompt_counts(str(few), None, None)
+    assert 1 <= test < 4 and train >= 1 and note is not None and f"using {train} train and {test} test prompts" in note
+    assert prompt_counts(str(few), 2, 1) == (2, 1, None)
+    # through the CLI: the note comes before the model loads (this model is missing: that is the error)
+    status = main(["tune", "--prompts", str(few), "--budget", "5", "--out", str(tmp_path / "spec.json"), "--model", "nope-model",
+                   "--storage", str(tmp_path / "t.db")])
+    err = capsys.readouterr().err
+    assert status == 2 and note in err and "too small" not in err
