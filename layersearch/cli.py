@@ -24,7 +24,7 @@ COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "kn
 
 #: Options whose empty value means "none of them" (``bench --drafters ""``: no peer drafters);
 #: every other option refuses an empty value (see :meth:`Parser.parse_known_args`).
-EMPTY_MEANS_NONE = frozenset({"drafters", "skip_ratios"})
+EMPTY_MEANS_NONE = frozenset({"drafters", "skip_ratios", "peers"})
 
 
 class _Unset(str):
