@@ -789,6 +789,10 @@ def _fifo(name: str) -> Maker:
     """A FIFO that nothing writes to or reads from: opening it the usual way would wait forever."""
     def make(work: Path) -> str:
         os.mkfifo(work / name)
+        return name
+    return make
+
+
 # ----- issue 33: models whose config and weights disagree, generic fallbacks (harden-models) --------
 # Each variant is one more row of the table above; the tests after the table check what a
 # message must name (the spec file, the option) and the cases that must now work.
