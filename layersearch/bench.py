@@ -376,6 +376,15 @@ def prepare_bench(settings: BenchSettings, load: Callable[[], Any], say: Callabl
     return PreparedBench(settings, loaded, spec_rows, draft_models, draft_vocabulary(loaded, settings.draft_vocab))
 
 
+def _check_prompts_fit(loaded: Any, prompts: dict[str, list[str]], new_tokens: int) -> None:
+    """Every domain's prompts + ``new_tokens`` against the model's context (one error line)."""
+    from layersearch.models.context import check_all_fit
+
+    lengths = ((f"{domain}: prompt {index + 1}", len(loaded.tokenizer(text).input_ids))
+               for domain, texts in prompts.items() for index, text in enumerate(texts))
+    check_all_fit(loaded, lengths, new_tokens)
+
+
 def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callable[[str], None]) -> dict[str, Any]:
     """Measure every domain's configurations, ``show`` each domain's table and write the report to
     ``settings.out`` after each domain (a long run stopped later keeps what it measured)."""
@@ -388,6 +397,7 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     split = settings.split or "test"  # a comparison: held-out prompts by default
     prompts = {d: [p.text for p in load_prompts(d, settings.prompts_per_domain, seed=0, split=split, tokenizer=loaded.tokenizer)]
                for d in domains}
+    _check_prompts_fit(loaded, prompts, settings.max_new_tokens)  # before profiles and drafts: the one context check
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(settings.skip_ratios, settings.masks, loaded.info)
     profile = _bench_profile(settings, loaded, say)
     kernels = choose_kernels(settings.kernels, profile)

@@ -10,6 +10,7 @@ from typing import Any
 from layersearch.commands.args import draft_args, model_args
 from layersearch.commands.common import load
 from layersearch.commands.renamed import renamed_option
+from layersearch.errors import LayersearchError
 
 
 class _Default(str):
@@ -84,6 +85,12 @@ def run(args: Any) -> int:
         args.draft_vocab, args.split, args.device, args.dtype, args.kernels, args.max_draft, args.draft_threshold,
         False,  # Self-SD's adaptive rule is --lookaheads adaptive
     )
+    if getattr(args, "spec_bench", None):  # its --answers folder, like every output, before the model loads
+        from layersearch.specbench import answers_folder
+
+        if not args.answers:
+            raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
+        answers_folder(args.answers)
     prepared = prepare_bench(settings, lambda: load(args), _say)
     show = lambda text: print(text, flush=True)  # noqa: E731
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
