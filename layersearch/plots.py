@@ -512,10 +512,15 @@ def check_png_output(out: "str | Path | OutputTarget", *, default: bool = False)
 
 def bench_rows(path: str) -> dict[str, list[dict[str, Any]]]:
     """The rows of each domain of a ``bench`` report, checked enough to draw."""
-    from layersearch.jsonfile import read_json_file
+    from layersearch.jsonfile import BENCH_SCHEMA_VERSION, read_json_file
 
     data = read_json_file(path, "bench report")
-    domains = data.get("domains") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise LayersearchError(f"{path}: a bench report holds a JSON object, this file holds a JSON {_json_type(data)}")
+    version = data.get("schema_version", BENCH_SCHEMA_VERSION)  # reports before versions: the same format
+    if isinstance(version, bool) or version != BENCH_SCHEMA_VERSION:
+        raise LayersearchError(f"{path}: unsupported bench report schema_version {version!r} (expected {BENCH_SCHEMA_VERSION})")
+    domains = data.get("domains")
     if not isinstance(domains, dict):
         raise LayersearchError(f"{path}: not a bench report (no domains)")
     result = {}
@@ -525,6 +530,10 @@ def bench_rows(path: str) -> dict[str, list[dict[str, Any]]]:
             raise LayersearchError(f"{path}: domain {name!r} has malformed rows")
         result[name] = rows
     return result
+
+
+def _json_type(data: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
 
 
 def _drawable(row: Any) -> bool:

@@ -53,7 +53,7 @@ def run(args: Any) -> int:
     elif args.kind == "bench":
         out = plots.check_png_output(
             _or(args.out, plots.default_plot_path("bench", Path(args.file).stem)), default=args.out is None)
-        drawn, notes = plots.bench_rows_to_draw(_bench_rows(args.file))
+        drawn, notes = plots.bench_rows_to_draw(plots.bench_rows(args.file))
         for note in notes:
             print(f"layersearch: note: {args.file}: {note}", file=sys.stderr, flush=True)
         path = plots.plot_bench(drawn, out)
@@ -84,34 +84,3 @@ def _or(given: Any, default: Any) -> Any:
     """``--out`` when given (even empty: that is an error to report), else the default path."""
     return default if given is None else given
 
-
-def _bench_rows(path: str) -> dict[str, list[dict[str, Any]]]:
-    """The rows of each domain of a ``bench`` report, checked enough to draw."""
-    from layersearch.jsonfile import BENCH_SCHEMA_VERSION, read_json_file
-
-    data = read_json_file(path, "bench report")
-    if not isinstance(data, dict):
-        raise LayersearchError(f"{path}: a bench report holds a JSON object, this file holds a JSON {_json_type(data)}")
-    version = data.get("schema_version", BENCH_SCHEMA_VERSION)  # reports before versions: the same format
-    if isinstance(version, bool) or version != BENCH_SCHEMA_VERSION:
-        raise LayersearchError(f"{path}: unsupported bench report schema_version {version!r} (expected {BENCH_SCHEMA_VERSION})")
-    domains = data.get("domains")
-    if not isinstance(domains, dict):
-        raise LayersearchError(f"{path}: not a bench report (no domains)")
-    result = {}
-    for name, entry in domains.items():
-        rows = entry.get("rows") if isinstance(entry, dict) else None
-        if not isinstance(rows, list) or not all(_drawable(r) for r in rows):
-            raise LayersearchError(f"{path}: domain {name!r} has malformed rows")
-        result[name] = rows
-    return result
-
-
-def _json_type(data: Any) -> str:
-    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
-
-
-def _drawable(row: Any) -> bool:
-    numbers = (row.get(k) for k in ("speedup", "decode_speedup")) if isinstance(row, dict) else ()
-    return (isinstance(row, dict) and isinstance(row.get("config"), str)
-            and all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers))
