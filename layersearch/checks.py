@@ -73,21 +73,6 @@ def check_real(
     return float(value)
 
 
-def context_limit(loaded: Any) -> int | None:
-    """The model's context length (``max_position_embeddings``), None when it states none."""
-    limit = getattr(loaded.model.config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
-def check_context(loaded: Any, tokens: int, what: str) -> None:
-    """Raise when ``tokens`` positions do not fit the model's context length."""
-    limit = context_limit(loaded)
-    if limit is not None and tokens > limit:
-        raise LayersearchError(
-            f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}"
-        )
-
-
 #: The dtype names every command and file takes (torch's float32, float16, bfloat16).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 

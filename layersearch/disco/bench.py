@@ -218,7 +218,7 @@ def draft_mask(loaded: Any, mask_file: SkipMask | None, mask_path: str | None, s
                max_new_tokens: int) -> SkipMask:
     """The draft's mask on ``loaded``: the mask file's (checked against the model) or an evenly
     spread one (``skip_ratio``, default 0.15); the model's context must hold the new tokens."""
-    from layersearch.checks import check_context
+    from layersearch.models.context import check_context
 
     check_context(loaded, max_new_tokens + 1, f"--max-new-tokens {max_new_tokens}")  # prompts come on top
     if mask_file is not None:

@@ -100,7 +100,8 @@ def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: st
 
     import torch
 
-    from layersearch.checks import check_context, check_int
+    from layersearch.checks import check_int
+    from layersearch.models.context import check_context
     from layersearch.knapspec.solver import benchmark_solver, format_benchmark
     from layersearch.mask import parse_index_list
     from layersearch.outputs import check_output

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from layersearch.checks import check_context, check_fraction, check_int
+from layersearch.checks import check_fraction, check_int
+from layersearch.models.context import check_context
 from layersearch.errors import LayersearchError
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from layersearch.checks import check_context
+from layersearch.models.context import check_context
 from layersearch.errors import LayersearchError
 
 
