@@ -179,6 +179,30 @@ def exact_three_token_law():
 
 
 @pytest.fixture(scope="session")
+def three_token_chi_square(exact_three_token_law):
+    """Function (target, prompt, make_decoder, runs) -> (p-value, tokens drafted): ``runs`` sampled
+    generations of 3 tokens, ``make_decoder(seed)`` a decoder sampling with that seed, tested by
+    chi-square against the exact law (cells expected below 5 pooled)."""
+    import numpy as np
+    from scipy.stats import chisquare
+
+    def test(target, prompt, make_decoder, runs):
+        exact = exact_three_token_law(target, prompt)
+        observed, drafted = np.zeros(216), 0
+        for seed in range(runs):
+            result = make_decoder(seed).generate(prompt, 3)
+            a, b, c = result.token_ids
+            observed[a * 36 + b * 6 + c] += 1
+            drafted += result.stats.drafted
+        keep = exact * runs >= 5
+        expected = np.append(exact[keep], exact[~keep].sum()) * runs
+        counts = np.append(observed[keep], observed[~keep].sum())
+        return chisquare(counts, expected * counts.sum() / expected.sum()).pvalue, drafted
+
+    return test
+
+
+@pytest.fixture(scope="session")
 def tiny_word_models(tmp_path_factory):
     """Two model folders sharing a small word tokenizer ("w0".."w127", bos w1, eos w2): a 4-layer
     random Llama (the verifier) and a 1-layer one (an independent drafter)."""
