@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from layersearch.mask import SkipMask
-from layersearch.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+from layersearch.masks.mask import SkipMask
+from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
 
 
 def draft_model_specs(draft: ModelRef, steering: str | None) -> dict[str, dict]:

@@ -28,10 +28,10 @@ import time
 
 import torch
 
-from layersearch.runtime.kernels import model_kernels, warm_up
+from layersearch.kernels.select import model_kernels, warm_up
 import numba
 
-from layersearch.runtime.rowwise_linear import prepared_linear, rowwise_linear
+from layersearch.kernels.rowwise_linear import prepared_linear, rowwise_linear
 
 SHAPES = {
     "qwen1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,

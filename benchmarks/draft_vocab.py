@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from layersearch.data import load_prompts
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import EMBEDDED_MODEL, load_model
 from layersearch.models.skipping import skipping
 from layersearch.runtime.baseline import hf_generate
@@ -36,8 +36,8 @@ from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
-from layersearch.runtime.vocab_head import SubsetHead
-from layersearch.vocab import draft_vocabulary
+from layersearch.frspec.head import DraftHeads, SubsetHead
+from layersearch.frspec.vocab import draft_vocabulary
 
 PLAIN = "plain"
 
@@ -101,7 +101,8 @@ def decoders(args, target, draft) -> dict[str, tuple[SpeculativeDecoder, object]
     found = {}
     for n in (int(s) for s in args.sizes.split(",")):
         vocab = draft_vocabulary(target, n)
-        drafter = ModelDrafter(draft.model, vocab=vocab) if draft is not None else LayerSkipDrafter(vocab=vocab)
+        head = None if vocab is None else DraftHeads(vocab)
+        drafter = ModelDrafter(draft.model, head=head) if draft is not None else LayerSkipDrafter(head=head)
         decoder = SpeculativeDecoder(target.model, mask, drafter=drafter, lookahead=policy.lookahead(args.lookahead))
         found["full" if n == 0 else str(n)] = (decoder, vocab)
     return found

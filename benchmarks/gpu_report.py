@@ -31,15 +31,15 @@ import torch
 from scipy.stats import chisquare
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from layersearch.bench import _step_prediction
-from layersearch.knapspec.bench import knapspec_decoder
-from layersearch.mask import SkipMask
+from layersearch.evaluation.bench import _step_prediction
+from layersearch.experiments.knapspec import knapspec_decoder
+from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.models.skipping import skipping
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
-from layersearch.runtime.profiler import measure_profile
+from layersearch.profiling.profiler import measure_profile
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import combine
 

@@ -80,7 +80,7 @@ def build_base(folder: Path) -> None:
     from layersearch.disco.features import NUM_FEATURES
     from layersearch.disco.file import DiscoFile
     from layersearch.knn.router import DomainMask, Router
-    from layersearch.mask import SkipMask
+    from layersearch.masks.mask import SkipMask
     from layersearch.models.loading import load_model
     from layersearch.models.tiny import build_tiny_model, char_tokenizer
     from layersearch.steer import SteeringFile, SteeringParams, default_layers
@@ -826,8 +826,8 @@ def _profile_with_kernels(kernels: str) -> Callable[[Path], None]:
     """Plant ``p.json``: a latency profile of the good model naming ``kernels``."""
     def plant(work: Path) -> None:
         sys.path.insert(0, str(ROOT))
-        from layersearch.mask import ModelInfo
-        from layersearch.profile import LatencyProfile
+        from layersearch.masks.mask import ModelInfo
+        from layersearch.profiling.profile import LatencyProfile
 
         info = ModelInfo.from_dict(json.loads((work / "mask.json").read_text())["model"])
         LatencyProfile(model=info, device="cpu", dtype="float32", torch_version="test", attention_slope=1e-7,
@@ -841,7 +841,7 @@ def _profile_with_kernels(kernels: str) -> Callable[[Path], None]:
 
 # ----- issue 33, round three: values (each name starts "values:") ---------------------------------
 _API = """import sys, torch, layersearch
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 try:
     {setup}
     {call}
@@ -849,7 +849,7 @@ except LayersearchError as exc:
     print(f"layersearch: error: {{exc}}", file=sys.stderr)
     sys.exit(2)
 """
-_DECODER = ("from layersearch.spec import DecoderSpec, ModelSpec, ModelRef; "
+_DECODER = ("from layersearch.decoder.spec import DecoderSpec, ModelSpec, ModelRef; "
             "d = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef('model', True))))")
 
 
@@ -937,7 +937,7 @@ def value_cases() -> list[Case]:
                         "load_decoder(kernels='gpu')": "layersearch.load_decoder('s.json', kernels='gpu')"}.items():
         found.append(_api(f"values: API {label}", call, setup="pass"))
     found.append(_api("values: API model=(None, None)", "layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef('model', True))), "
-                      "model=(None, None))", setup="from layersearch.spec import DecoderSpec, ModelSpec, ModelRef"))
+                      "model=(None, None))", setup="from layersearch.decoder.spec import DecoderSpec, ModelSpec, ModelRef"))
     for label, call in {"generate([10**12])": "d.generate([10**12], 2)", "generate([-1])": "d.generate([-1], 2)",
                         "a float id tensor": "d.generate(torch.tensor([[1.0, 2.0]]), 2)",
                         "a 3-D id tensor": "d.generate(torch.ones(1, 2, 3, dtype=torch.long), 2)",

@@ -17,11 +17,11 @@ import argparse
 import torch
 
 from layersearch.data import load_prompts
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import load_model
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.decoder import SpeculativeDecoder
-from layersearch.runtime.kernels import model_kernels
+from layersearch.kernels.select import model_kernels
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

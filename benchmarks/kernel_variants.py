@@ -28,7 +28,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from layersearch.runtime import rowwise_linear
+from layersearch.kernels import rowwise_linear
 
 SHAPES = ((8960, 1536), (1536, 8960), (1536, 1536))  # up/gate, down (streamed from DRAM), q/o (fits in L3)
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}

@@ -18,7 +18,7 @@ import random
 import statistics
 from pathlib import Path
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "data" / "published-masks"
 

@@ -50,7 +50,7 @@ def tiny_model_and_profile(folder: Path) -> tuple[Path, Path]:
     """A 4-layer random Llama (+ char tokenizer) saved in ``folder`` and a made-up latency profile."""
     from layersearch.models.loading import load_model
     from layersearch.models.tiny import build_tiny_model, char_tokenizer
-    from layersearch.profile import LatencyProfile
+    from layersearch.profiling.profile import LatencyProfile
 
     model_dir = folder / "tiny-llama"
     model = build_tiny_model("llama", num_layers=NUM_LAYERS, seed=0)

@@ -1,16 +1,16 @@
 """layersearch: lossless self-speculative decoding of Hugging Face causal LMs, and the search for
 the sub-layers its draft skips.
 
-``layersearch.load_decoder(spec_or_path, model=None)`` is the Python API (:mod:`layersearch.api`);
-it and :class:`~layersearch.spec.DecoderSpec` load on first use, so ``import layersearch`` stays light.
+``layersearch.load_decoder(spec_or_path, model=None)`` is the Python API (:mod:`layersearch.decoder.api`);
+it and :class:`~layersearch.decoder.spec.DecoderSpec` load on first use, so ``import layersearch`` stays light.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_LAZY = {"load_decoder": "layersearch.api", "Decoder": "layersearch.api", "Generation": "layersearch.api",
-         "DecoderSpec": "layersearch.spec"}
+_LAZY = {"load_decoder": "layersearch.decoder.api", "Decoder": "layersearch.decoder.api", "Generation": "layersearch.decoder.api",
+         "DecoderSpec": "layersearch.decoder.spec"}
 
 
 def __getattr__(name: str) -> Any:

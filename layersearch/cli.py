@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Sequence
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 #: The commands, one module each under layersearch/commands/ with ``add_parser(sub,
 #: parser_class)`` and ``run(args)``; the order is the order of ``--help``.
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the promise is one line, never a traceback, even for our own bugs
         if os.environ.get(TRACEBACK_ENV):
             raise
-        from layersearch.extras import extra_of, missing_message
+        from layersearch.common.extras import extra_of, missing_message
 
         if isinstance(exc, ModuleNotFoundError) and extra_of(exc.name):  # an extra reached by a path requires.py misses
             return _fail(missing_message(exc.name), 2)
@@ -139,7 +139,7 @@ def _fail(message: str, status: int) -> int:
 
 def _end_line() -> None:
     """Finish a progress line still open on stderr, so the error starts a line of its own."""
-    from layersearch.progress import close_open_bars
+    from layersearch.common.progress import close_open_bars
 
     close_open_bars()
 

@@ -370,7 +370,7 @@ BAD_READ_STORAGES: dict[str, Maker] = {
 
 def _steering_of_another_model(name: str) -> Maker:
     def make(work: Path) -> str:
-        from layersearch.mask import ModelInfo, SkipMask
+        from layersearch.masks.mask import ModelInfo, SkipMask
         from layersearch.steer import SteeringFile, SteeringParams
 
         other = ModelInfo("other", 4, 64, "0123456789abcdef")
@@ -1194,7 +1194,7 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     import optuna
 
     from layersearch.models.loading import load_model
-    from layersearch.profile import LatencyProfile
+    from layersearch.profiling.profile import LatencyProfile
 
     model_dir = tmp_path_factory.mktemp("model")
     model = build_tiny_model("llama", num_layers=4, seed=0)
@@ -1203,7 +1203,7 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     char_tokenizer().save_pretrained(model_dir)
     info = load_model(str(model_dir)).info
     work = tmp_path_factory.mktemp("base")
-    from layersearch.mask import SkipMask
+    from layersearch.masks.mask import SkipMask
 
     SkipMask(4, (1,), (2,), info).save(work / "mask.json")
     from layersearch.steer import SteeringFile, SteeringParams
@@ -1257,7 +1257,7 @@ def _method_files(work: Path, info, model_dir: Path) -> None:
     from layersearch.disco.features import NUM_FEATURES
     from layersearch.disco.file import DiscoFile
     from layersearch.knn.router import DomainMask, Router
-    from layersearch.mask import SkipMask
+    from layersearch.masks.mask import SkipMask
 
     mask = SkipMask(4, (1,), (2,), info)
     hidden = 4
@@ -1313,7 +1313,7 @@ def work(base, tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "work"
     shutil.copytree(base[0], folder)
     monkeypatch.chdir(folder)
-    monkeypatch.setattr("layersearch.inputs.MAX_INPUT_BYTES", 4096)
+    monkeypatch.setattr("layersearch.common.inputs.MAX_INPUT_BYTES", 4096)
     # The model cache inside the working folder: a refused GGUF file must not leave a cache folder.
     monkeypatch.setenv("LAYERSEARCH_CACHE", str(folder / "cache"))
     return folder
@@ -1444,8 +1444,8 @@ def test_hm_weights_that_disagree_with_the_config_are_named(bad_name, fragment, 
 
 def test_hm_plot_labels_are_text(work, capsys):
     """Domain and row names from a report are drawn as text: a ``$`` is no TeX (matplotlib's mathtext)."""
-    from layersearch.mask import SkipMask
-    from layersearch.plots import plot_mask
+    from layersearch.masks.mask import SkipMask
+    from layersearch.evaluation.plots import plot_mask
 
     (work / "tex.json").write_text(json.dumps({"domains": {"$x^{$": {"rows": [
         {"config": "mask $\\frac{$", "speedup": 1.2, "decode_speedup": 1.3}]}}}))
@@ -1586,7 +1586,7 @@ _API_CALLS = {
 @pytest.fixture(scope="module")
 def api_decoder(base):
     import layersearch
-    from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+    from layersearch.decoder.spec import DecoderSpec, ModelRef, ModelSpec
 
     return layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(base[1]), True))))
 
@@ -1596,7 +1596,7 @@ def test_the_api_refuses_bad_arguments_in_one_line(label, api_decoder, tmp_path,
     import torch
 
     import layersearch
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
 
     call, says = _API_CALLS[label]
     monkeypatch.chdir(tmp_path)
@@ -1607,7 +1607,7 @@ def test_the_api_refuses_bad_arguments_in_one_line(label, api_decoder, tmp_path,
 
 def test_the_api_streamer_sees_nothing_of_a_refused_call(api_decoder):
     """The arguments are checked before the streamer is fed: a refused call leaves it untouched."""
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
 
     seen = []
     streamer = type("S", (), {"put": lambda self, x: seen.append(x), "end": lambda self: seen.append("end")})()

@@ -15,17 +15,17 @@ ABOVE = ("argparse", "layersearch.commands", "layersearch.cli")  # the CLI: noth
 METHODS = ("layersearch.knapspec", "layersearch.knn", "layersearch.swift", "layersearch.steer", "layersearch.disco")
 # Harness and core modules sit below every method package and the study.
 BELOW_METHODS = (*ABOVE, "optuna", "layersearch.study", "layersearch.strategies", "layersearch.objectives", *METHODS)
-CORE = (*BELOW_METHODS, "layersearch.runtime", "layersearch.measure", "layersearch.bench", "layersearch.transfer",
-        "layersearch.spec", "layersearch.sources", "layersearch.build", "layersearch.api")
+CORE = (*BELOW_METHODS, "layersearch.runtime", "layersearch.evaluation.measure", "layersearch.evaluation.bench", "layersearch.evaluation.transfer",
+        "layersearch.decoder.spec", "layersearch.decoder.sources", "layersearch.decoder.build", "layersearch.decoder.api")
 
 # Layer -> modules it must never import (lazily or not).
 FORBIDDEN = {
     "runtime": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.strategies", "layersearch.knapspec",
-                "layersearch.objectives", "layersearch.cli", "layersearch.spec", "layersearch.sources", "layersearch.build",
-                "layersearch.api", "layersearch.measure", "layersearch.bench", "layersearch.transfer", "layersearch.data",
-                "layersearch.proposals", *METHODS),
-    "models": (*CORE, "layersearch.data", "layersearch.proposals"),
-    "data": (*CORE, "layersearch.models", "layersearch.proposals"),
+                "layersearch.objectives", "layersearch.cli", "layersearch.decoder.spec", "layersearch.decoder.sources", "layersearch.decoder.build",
+                "layersearch.decoder.api", "layersearch.evaluation.measure", "layersearch.evaluation.bench", "layersearch.evaluation.transfer", "layersearch.data",
+                "layersearch.swift.proposals", *METHODS),
+    "models": (*CORE, "layersearch.data", "layersearch.swift.proposals"),
+    "data": (*CORE, "layersearch.models", "layersearch.swift.proposals"),
     "objectives": (*ABOVE, "optuna", "layersearch.study", "layersearch.strategies", *METHODS),
     # The method packages: their file format, fitting, plug-in and bench; none imports another
     # method's package, the search strategies (the knapsack strategy imports KnapSpec) or the CLI.
@@ -43,17 +43,17 @@ FORBIDDEN = {
     "commands": ("layersearch.cli",),  # the top layer: only the entry point sits above it
     # The decoder spec and its builder sit below the CLI; the spec (and the mask-source registry) import no torch.
     "spec.py": ("argparse", "optuna", "torch", "transformers", "layersearch.commands", "layersearch.study", "layersearch.cli",
-                "layersearch.build", "layersearch.api"),
+                "layersearch.decoder.build", "layersearch.decoder.api"),
     # Spec fragments and the item grammar (bench's, tune's, generate's): below the CLI, no torch.
     "spec_fragments.py": ("argparse", "optuna", "torch", "transformers", "layersearch.commands", "layersearch.study",
-                          "layersearch.cli", "layersearch.build", "layersearch.api"),
+                          "layersearch.cli", "layersearch.decoder.build", "layersearch.decoder.api"),
     "sources.py": ("argparse", "optuna", "torch", "layersearch.commands", "layersearch.study", "layersearch.cli",
-                   "layersearch.build", "layersearch.api"),
-    "build.py": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.api"),
+                   "layersearch.decoder.build", "layersearch.decoder.api"),
+    "build.py": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.decoder.api"),
     "api.py": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
     # The one measurement harness, and the benchmarks built directly on it, below every method.
-    "measure.py": (*BELOW_METHODS, "layersearch.bench", "layersearch.transfer", "layersearch.specbench"),
-    "bench.py": (*BELOW_METHODS, "layersearch.transfer"),
+    "measure.py": (*BELOW_METHODS, "layersearch.evaluation.bench", "layersearch.evaluation.transfer", "layersearch.evaluation.specbench"),
+    "bench.py": (*BELOW_METHODS, "layersearch.evaluation.transfer"),
     "transfer.py": BELOW_METHODS,
     "specbench.py": BELOW_METHODS,
     # Mask proposals (random, GP) for the strategies and SWIFT on the fly: no Optuna, no runtime.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from layersearch.cli import main
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def error_line(capsys) -> str:
@@ -36,8 +36,8 @@ def test_an_encoder_model_is_told_it_needs_a_decoder_only_causal_lm():
 
 
 def test_a_mask_given_as_a_profile_is_named_for_what_it_is(tmp_path):
-    from layersearch.mask import SkipMask
-    from layersearch.profile import LatencyProfile
+    from layersearch.masks.mask import SkipMask
+    from layersearch.profiling.profile import LatencyProfile
 
     path = SkipMask(4, (1,), ()).save(tmp_path / "mask.json")
     with pytest.raises(LayersearchError, match="this is a mask file, not a latency profile"):

@@ -8,19 +8,19 @@ import optuna
 import pytest
 import torch
 
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.runtime.drafting import DraftPolicy
 
 TOY_DRAFTER = "toy-skip"
 TOY_RULE = "toy-static"
 
 
-def _toy_drafter(branching=None, vocab=None, quant=None):
+def _toy_drafter(branching=None, head=None, quant=None):
     """The layer-skip drafter under another name: a registered drafter the code never named
     (``quant``: the registry's newer factory argument, unused here)."""
     from layersearch.runtime.drafters import LayerSkipDrafter
 
-    return LayerSkipDrafter(branching, vocab=vocab)
+    return LayerSkipDrafter(branching, head=head)
 
 
 def _toy_rule(max_tokens, threshold):
@@ -64,7 +64,7 @@ def test_generate_offers_registered_names(toys):
 
 
 def test_bench_runs_registered_names_like_plain_generate(toys, tiny_llama):
-    from layersearch.bench import PLAIN, BenchSettings, configs, run_domain, summarize
+    from layersearch.evaluation.bench import PLAIN, BenchSettings, configs, run_domain, summarize
 
     BenchSettings("tiny", "out.json", drafters=(TOY_DRAFTER,), lookaheads=(TOY_RULE, "confidence"))  # the items check
     masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5).with_provenance(label="uniform 0.5")]
@@ -78,8 +78,8 @@ def test_bench_runs_registered_names_like_plain_generate(toys, tiny_llama):
 
 
 def test_bench_refuses_an_unregistered_name_in_one_line():
-    from layersearch.bench import BenchSettings
-    from layersearch.errors import LayersearchError
+    from layersearch.evaluation.bench import BenchSettings
+    from layersearch.common.errors import LayersearchError
 
     with pytest.raises(LayersearchError, match=f"--drafters: unknown item '{TOY_DRAFTER}'"):
         BenchSettings("tiny", "out.json", drafters=(TOY_DRAFTER,))
@@ -88,7 +88,7 @@ def test_bench_refuses_an_unregistered_name_in_one_line():
 
 
 def _space(**choices):
-    from layersearch.spec import ModelRef, ModelSpec
+    from layersearch.decoder.spec import ModelRef, ModelSpec
     from layersearch.tune.pool import Candidate
     from layersearch.tune.space import Space
 
@@ -98,7 +98,7 @@ def _space(**choices):
 
 
 def test_tune_space_searches_registered_names(toys):
-    from layersearch.spec import DecoderSpec
+    from layersearch.decoder.spec import DecoderSpec
     from layersearch.tune.space import space_choices, suggest_spec
 
     space = _space()
@@ -111,10 +111,10 @@ def test_tune_space_searches_registered_names(toys):
 
 
 def test_spec_with_registered_names_round_trips_and_decodes_like_plain(toys, tiny_llama, tmp_path):
-    from layersearch.build import assemble
+    from layersearch.decoder.build import assemble
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.spec import DecoderSpec, DrafterSpec, LookaheadSpec, ModelRef, ModelSpec
-    from layersearch.spec_fragments import mask_source
+    from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, ModelRef, ModelSpec
+    from layersearch.decoder.fragments import mask_source
 
     mask = SkipMask.uniform(4, 0.5)
     spec = DecoderSpec(ModelSpec(ModelRef("tiny")), drafter=DrafterSpec(TOY_DRAFTER), mask_source=mask_source(mask),
@@ -144,7 +144,7 @@ def test_a_resumed_study_keeps_its_recorded_choices(toys, tmp_path):
 
 
 def test_a_study_searching_a_name_no_longer_registered_is_one_error(tmp_path):
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
     from layersearch.tune.study import SPACE_ATTR, study_choices
 
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'tune.db'}")

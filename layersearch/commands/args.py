@@ -23,7 +23,7 @@ DRAFT_THRESHOLD = 0.8
 QUANT_CHOICES = ("int8",)
 
 
-# --kernels choices; equal to layersearch.runtime.kernels.CHOICES (tests/commands/test_args.py checks).
+# --kernels choices; equal to layersearch.kernels.select.CHOICES (tests/commands/test_args.py checks).
 KERNEL_CHOICES = ("auto", "stock", "numba")
 
 

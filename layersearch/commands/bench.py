@@ -1,5 +1,5 @@
 """``layersearch bench``: side-by-side speed of plain and speculative decoding, or (``--spec-bench``)
-Spec-Bench's answer files and per-group table (:func:`layersearch.specbench.run_spec_bench`)."""
+Spec-Bench's answer files and per-group table (:func:`layersearch.evaluation.specbench.run_specbench`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from layersearch.commands.args import draft_args, model_args
 from layersearch.commands.common import load
 from layersearch.commands.renamed import renamed_option
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 class _Default(str):
@@ -22,7 +22,7 @@ DEFAULT_DOMAINS = _Default("summarization,math,code")
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
-    from layersearch.spec import registry_names
+    from layersearch.decoder.spec import registry_names
 
     names = registry_names()
     own = ", ".join(n for n in names["drafter"] if n != "layer-skip")  # layer-skip drafts with the masks
@@ -72,9 +72,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 
 def run(args: Any) -> int:
-    """Run the benchmark (:func:`layersearch.bench.run_bench`): one table per domain, the JSON report."""
-    from layersearch.bench import BenchSettings, prepare_bench, run_bench
-    from layersearch.outputs import announce, check_output
+    """Run the benchmark (:func:`layersearch.evaluation.bench.run_bench`): one table per domain, the JSON report."""
+    from layersearch.evaluation.bench import BenchSettings, prepare_bench, run_bench
+    from layersearch.common.outputs import announce, check_output
 
     out = check_output(args.out)
     given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
@@ -86,7 +86,7 @@ def run(args: Any) -> int:
         False,  # Self-SD's adaptive rule is --lookaheads adaptive
     )
     if getattr(args, "spec_bench", None):  # its --answers folder, like every output, before the model loads
-        from layersearch.specbench import answers_folder
+        from layersearch.evaluation.specbench import answers_folder
 
         if not args.answers:
             raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
@@ -94,11 +94,11 @@ def run(args: Any) -> int:
     prepared = prepare_bench(settings, lambda: load(args), _say)
     show = lambda text: print(text, flush=True)  # noqa: E731
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
-        from layersearch.specbench import SpecBenchRun, run_spec_bench
+        from layersearch.evaluation.specbench import SpecBenchRun, run_specbench
 
         run_ = SpecBenchRun(args.spec_bench, args.answers, args.out, args.categories, args.limit, args.split, args.skip_ratios,
                             args.masks, args.max_new_tokens, args.max_draft, args.draft_threshold, False)
-        paths = run_spec_bench(run_, prepared.loaded, _say, show)
+        paths = run_specbench(run_, prepared.loaded, _say, show)
         print(f"wrote {', '.join(str(p) for p in paths[:-1])} and {paths[-1]}")
         return 0
     run_bench(prepared, _say, show)
@@ -107,7 +107,7 @@ def run(args: Any) -> int:
 
 
 def _items(text: str) -> tuple[str, ...]:
-    """The comma-separated items of an option (checked by :class:`~layersearch.bench.BenchSettings`)."""
+    """The comma-separated items of an option (checked by :class:`~layersearch.evaluation.bench.BenchSettings`)."""
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from layersearch.checks import (
+from layersearch.common.checks import (
     check_draft_length, check_finite, check_int, check_real, check_seed, check_text, check_threads,
 )
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def load(args: Any):
@@ -38,7 +38,7 @@ def _say(message: str) -> None:
 
 def read_prompts(path: str) -> list[str]:
     """Prompts from a JSONL file with one ``{"prompt": ...}`` object per line."""
-    from layersearch.inputs import parse_json, read_text
+    from layersearch.common.inputs import parse_json, read_text
 
     lines = read_text(path, "prompts").splitlines()
     prompts = []
@@ -91,7 +91,7 @@ def learning_rate(value: float, what: str = "--lr") -> float:
 
 
 def max_draft(value: int, what: str = "--max-draft") -> int:
-    """Check a draft-length bound: an integer in [1, 64] (:data:`layersearch.checks.MAX_DRAFT_LENGTH`)."""
+    """Check a draft-length bound: an integer in [1, 64] (:data:`layersearch.common.checks.MAX_DRAFT_LENGTH`)."""
     return check_draft_length(value, what)
 
 
@@ -139,7 +139,7 @@ def check_overwrites(args: Any, command: Any = None) -> None:
     and what ``command.output_paths(args)`` ({option: path}) adds where the command module defines
     it; the inputs: every other option's value (or a path inside it: ``NAME=FILE``, ``disco:FILE``,
     ``sqlite:///FILE``, ``study:NAME@FILE``, comma lists) that names an existing file or folder."""
-    from layersearch.outputs import check_distinct
+    from layersearch.common.outputs import check_distinct
 
     given = vars(args)
     outputs = {"--" + name.replace("_", "-"): given[name] for name in OUTPUT_OPTIONS if isinstance(given.get(name), str)}

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from layersearch.commands.args import model_args
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def add_parser(sub, parser_class) -> None:
@@ -62,11 +62,11 @@ def run(args: Any) -> int:
         raise LayersearchError("--max-new-tokens must be >= 2 (rows start at the second token)")
     if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
         raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
-    from layersearch.mask import SkipMask
-    from layersearch.outputs import check_output
+    from layersearch.masks.mask import SkipMask
+    from layersearch.common.outputs import check_output
 
     check_output(args.out)  # before any work: a directory or a missing folder is refused now, not after training
-    from layersearch.disco.bench import check_domains
+    from layersearch.experiments.disco import check_domains
 
     mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
     if args.action == "bench":
@@ -86,7 +86,7 @@ def run(args: Any) -> int:
 
 def _collect(args, mask_file, rows) -> int:
     from layersearch.disco import collect
-    from layersearch.disco.bench import prompt_tokens
+    from layersearch.experiments.disco import prompt_tokens
     from layersearch.runtime.decoder import eos_ids
 
     loaded, mask = _load(args, mask_file)
@@ -98,7 +98,7 @@ def _collect(args, mask_file, rows) -> int:
 
 
 def _train(args, mask_file, rows) -> int:
-    from layersearch.disco.bench import prompt_tokens, train_domain
+    from layersearch.experiments.disco import prompt_tokens, train_domain
 
     loaded, mask = _load(args, mask_file)
     train = [] if rows is not None else prompt_tokens(loaded, args.domain, args.train_prompts, args.seed, "train")
@@ -119,8 +119,8 @@ def _train(args, mask_file, rows) -> int:
 
 
 def _bench(args, mask_file, rows) -> int:
-    from layersearch.disco.bench import BenchSettings, bench_domains
-    from layersearch.jsonfile import write_json_atomic
+    from layersearch.experiments.disco import BenchSettings, bench_domains
+    from layersearch.common.jsonfile import write_json_atomic
 
     loaded, mask = _load(args, mask_file)
     settings = BenchSettings(args.train_prompts, args.val_prompts, args.test_prompts, args.seed, args.max_new_tokens,
@@ -132,9 +132,9 @@ def _bench(args, mask_file, rows) -> int:
 
 
 def _load(args, mask_file):
-    """The model and the draft's mask (:func:`layersearch.disco.bench.draft_mask`)."""
+    """The model and the draft's mask (:func:`layersearch.experiments.disco.draft_mask`)."""
     from layersearch.commands.common import load
-    from layersearch.disco.bench import draft_mask
+    from layersearch.experiments.disco import draft_mask
 
     loaded = load(args)
     return loaded, draft_mask(loaded, mask_file, args.mask, args.skip_ratio, args.max_new_tokens)

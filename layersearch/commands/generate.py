@@ -1,7 +1,7 @@
 """``layersearch generate``: self-speculative (or plain) generation for one or more prompts.
 
-This module parses, turns the options into a :class:`~layersearch.spec.DecoderSpec`
-(:mod:`layersearch.commands.generate_spec`), hands it to :func:`layersearch.build.build_decoder`
+This module parses, turns the options into a :class:`~layersearch.decoder.spec.DecoderSpec`
+(:mod:`layersearch.commands.generate_spec`), hands it to :func:`layersearch.decoder.build.build_decoder`
 and prints. ``--save-spec`` writes the spec of what it ran; ``--spec`` runs one.
 """
 
@@ -13,14 +13,14 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
-from layersearch.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
+from layersearch.decoder.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
 from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
 from layersearch.commands.generate_spec import check_draft_vocab_option, named_spec, spec_from_args
 from layersearch.commands.renamed import renamed_option
 from layersearch.commands.onthefly import input_summary
-from layersearch.outputs import check_output
-from layersearch.spec import registry_names
+from layersearch.common.outputs import check_output
+from layersearch.decoder.spec import registry_names
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

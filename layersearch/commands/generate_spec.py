@@ -1,4 +1,4 @@
-"""``layersearch generate``'s options -> a :class:`~layersearch.spec.DecoderSpec`, with every
+"""``layersearch generate``'s options -> a :class:`~layersearch.decoder.spec.DecoderSpec`, with every
 check that needs no model (so bad input fails before the model loads), or the ``--spec`` file."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any, Iterator, Mapping
 
 from layersearch.commands.common import positive_int
 from layersearch.commands.onthefly import swift_config
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.spec_fragments import drafter_from_options
-from layersearch.spec import (DecoderSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.decoder.fragments import drafter_from_options
+from layersearch.decoder.spec import (DecoderSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
                               SamplingSpec, lookahead_names, registry_names)
 
 #: Options that do not describe the decoder: they apply with ``--spec`` too.
@@ -70,7 +70,7 @@ def _draft_quant(args: Any) -> str | None:
 
 def _check_draft_vocab(args: Any) -> None:
     """``--draft-vocab`` needs a drafter that runs a model head (checked before the model loads)."""
-    from layersearch.checks import check_int
+    from layersearch.common.checks import check_int
 
     n = args.draft_vocab or 0
     check_int(n, "--draft-vocab", minimum=0)
@@ -94,7 +94,7 @@ def _check_args(args: Any) -> None:
 def _check_option_values(args: Any) -> None:
     """The options that become spec fields, checked under their own names (the spec's checks
     would name its fields: model.device, steering...)."""
-    from layersearch.checks import check_device_name, check_dtype_name
+    from layersearch.common.checks import check_device_name, check_dtype_name
 
     for option, value, check in (("--device", args.device, check_device_name), ("--dtype", args.dtype, check_dtype_name)):
         if value is not None:
@@ -163,7 +163,7 @@ def parse_mask_option(text: str) -> tuple[str, str | None]:
 
 def _ratio(text: str, option: str) -> float:
     """The skip ratio R of ``--mask uniform:R`` / ``swift:R``: a number in [0, 1]."""
-    from layersearch.checks import check_real
+    from layersearch.common.checks import check_real
 
     try:
         value = float(text)
@@ -201,6 +201,6 @@ def check_draft_vocab_option(args: Any, loaded: Any) -> None:
     """``--draft-vocab`` against the loaded model's vocabulary, named as the option (a ``--spec``
     file's drafter.vocab is checked by the builder, naming the file)."""
     if not args.spec:
-        from layersearch.vocab import check_draft_vocab
+        from layersearch.frspec.vocab import check_draft_vocab
 
         check_draft_vocab(loaded, args.draft_vocab or 0)

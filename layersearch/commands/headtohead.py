@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from layersearch.checks import check_positive
+from layersearch.common.checks import check_positive
 from layersearch.commands.args import model_args
 from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, log, search_args, settings_from_args
 

@@ -1,4 +1,4 @@
-"""``layersearch knapspec bench``: KnapSpec's long-context experiment (see :mod:`layersearch.knapspec.bench`):
+"""``layersearch knapspec bench``: KnapSpec's long-context experiment (see :mod:`layersearch.experiments.knapspec`):
 parse, check, load, run, print."""
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ def run(args: Any) -> int:
 
 
 def bench(args: Any) -> int:
-    """Run the experiment (:func:`layersearch.knapspec.bench.run_experiment`), print the table, write the JSON report."""
+    """Run the experiment (:func:`layersearch.experiments.knapspec.run_experiment`), print the table, write the JSON report."""
     from layersearch.commands.common import load
-    from layersearch.knapspec.bench import BenchSettings, format_table, run_experiment
-    from layersearch.outputs import announce, check_output
+    from layersearch.experiments.knapspec import BenchSettings, format_table, run_experiment
+    from layersearch.common.outputs import announce, check_output
 
     out = check_output(args.out)
     settings = BenchSettings(**{k: getattr(args, k) for k in BenchSettings.__dataclass_fields__})

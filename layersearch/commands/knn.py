@@ -60,10 +60,10 @@ def run(args: Any) -> int:
 # ----- build ----------------------------------------------------------------------------
 def _build(args: Any) -> int:
     from layersearch.commands.common import domain_options, load
-    from layersearch.knn.workflow import BuildJob, build_router_from
-    from layersearch.mask import SkipMask
-    from layersearch.outputs import check_output
-    from layersearch.plots import check_png_output
+    from layersearch.experiments.knn_workflow import BuildJob, build_router_from
+    from layersearch.masks.mask import SkipMask
+    from layersearch.common.outputs import check_output
+    from layersearch.evaluation.plots import check_png_output
     from layersearch.study.export import mask_from_source
 
     out = check_output(args.out, suffixes=(".json",))
@@ -78,7 +78,7 @@ def _build(args: Any) -> int:
     print(f"wrote {path}: {len(router.domains)} domains, {len(router.anchors)} anchors, OOD threshold {threshold}, "
           f"fallback {'plain decoding' if fallback is None else fallback.short_string()}")
     if pca is not None:
-        from layersearch.knn.figures import plot_representations
+        from layersearch.experiments.knn_figures import plot_representations
 
         names = [router.domain_names[i] for i in router.anchor_domains]
         print(f"wrote {plot_representations(representations, router.anchors, names, pca)}")
@@ -88,11 +88,11 @@ def _build(args: Any) -> int:
 # ----- bench ----------------------------------------------------------------------------
 def _bench(args: Any) -> int:
     from layersearch.commands.common import load
-    from layersearch.jsonfile import write_json_atomic
-    from layersearch.knn.bench import format_table
-    from layersearch.knn.workflow import BenchJob, parse_ratios, routing_lines, run_knn_bench
-    from layersearch.outputs import check_output
-    from layersearch.plots import check_png_output
+    from layersearch.common.jsonfile import write_json_atomic
+    from layersearch.experiments.knn import format_table
+    from layersearch.experiments.knn_workflow import BenchJob, parse_ratios, routing_lines, run_knn_bench
+    from layersearch.common.outputs import check_output
+    from layersearch.evaluation.plots import check_png_output
 
     job = BenchJob(args.router, args.mix_ratios, args.domains, args.instances, args.test_prompts, args.mixed_mask,
                    args.max_new_tokens, args.seed, args.routing_prompts, args.ood_domains, bool(args.pca), args.max_draft,
@@ -107,11 +107,11 @@ def _bench(args: Any) -> int:
         print("\n".join(routing_lines(routing, args.routing_prompts)))
     print(f"wrote {write_json_atomic(out, report)}")
     if plot is not None:
-        from layersearch.knn.figures import plot_mix_ratio
+        from layersearch.experiments.knn_figures import plot_mix_ratio
 
         print(f"wrote {plot_mix_ratio(result, plot)}")
     if pca is not None:
-        from layersearch.knn.figures import plot_representations
+        from layersearch.experiments.knn_figures import plot_representations
 
         names = [router.domain_names[i] for i in router.anchor_domains]
         title = "held-out test prompts (PCA), router anchors ringed"

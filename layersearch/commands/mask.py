@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from layersearch.commands.args import DEFAULT_MODEL
-from layersearch.mask import SkipMask, parse_index_list
+from layersearch.masks.mask import SkipMask, parse_index_list
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     c.add_argument("--out", required=True)
     s = msub.add_parser("show", help="draw which sub-layers a mask skips")
     s.add_argument("file")
-    formats = ("selfsd", "swift", "knnssd", "knapspec")  # layersearch.mask_formats.FORMATS (not imported: --help stays light)
+    formats = ("selfsd", "swift", "knnssd", "knapspec")  # layersearch.masks.formats.FORMATS (not imported: --help stays light)
     i = msub.add_parser("import", help="convert a mask of a paper's file (Self-SD, SWIFT, KNN-SSD, KnapSpec) into a mask file")
     i.add_argument("file", help="the paper's mask file")
     i.add_argument("--format", required=True, choices=formats)
@@ -43,7 +43,7 @@ def run(args: Any) -> int:
 
 
 def _import(args: Any) -> int:
-    from layersearch.mask_formats import import_mask
+    from layersearch.masks.formats import import_mask
 
     info = None
     if args.model:
@@ -58,7 +58,7 @@ def _import(args: Any) -> int:
 
 
 def _export(args: Any) -> int:
-    from layersearch.mask_formats import export_mask
+    from layersearch.masks.formats import export_mask
 
     mask = SkipMask.load(args.file)
     path = export_mask(mask, args.format, args.out, args.key)
@@ -68,7 +68,7 @@ def _export(args: Any) -> int:
 
 def _create(args: Any) -> int:
     from layersearch.models.loading import load_model
-    from layersearch.outputs import announce, check_output
+    from layersearch.common.outputs import announce, check_output
 
     out = check_output(args.out)
     attention, mlp = parse_index_list(args.attention, "attention"), parse_index_list(args.mlp, "mlp")

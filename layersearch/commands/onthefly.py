@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def swift_config(args: Any, skip_ratio: float | None = None):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from layersearch.commands.args import STORAGE_HELP
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -39,12 +39,12 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Draw the requested figure and print the path written."""
-    from layersearch import plots
+    from layersearch.evaluation import plots
     from layersearch.study.text import quiet_optuna
 
     quiet_optuna()
     if args.kind == "mask":
-        from layersearch.mask import SkipMask
+        from layersearch.masks.mask import SkipMask
 
         out = plots.check_png_output(
             _or(args.out, plots.default_plot_path("mask", Path(args.file).stem)), default=args.out is None)

@@ -8,10 +8,10 @@ from typing import Any
 
 from layersearch.commands.args import model_args
 from layersearch.commands.common import check_context, load
-from layersearch.errors import LayersearchError
-from layersearch.jsonfile import write_json_atomic
-from layersearch.mask import SkipMask, parse_index_list
-from layersearch.profile import describe_profile, format_validation, validation_mask
+from layersearch.common.errors import LayersearchError
+from layersearch.common.jsonfile import write_json_atomic
+from layersearch.masks.mask import SkipMask, parse_index_list
+from layersearch.profiling.profile import describe_profile, format_validation, validation_mask
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -31,10 +31,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Measure and write the profile JSON, printing progress on stderr."""
-    from layersearch.runtime.profiler import measure_profile
+    from layersearch.profiling.profiler import measure_profile
 
     from layersearch.commands.common import positive_int
-    from layersearch.outputs import announce, check_output
+    from layersearch.common.outputs import announce, check_output
 
     if args.validate:
         return _validate(args)
@@ -62,10 +62,10 @@ def _contexts(text: str) -> tuple[int, ...]:
 
 def _validate(args: Any) -> int:
     """``profile --validate PROFILE``: print measured vs predicted per-forward times."""
-    from layersearch.outputs import announce, check_output
-    from layersearch.profile import LatencyProfile
-    from layersearch.runtime.kernels import choose_kernels, model_kernels
-    from layersearch.runtime.profiler import validate_profile
+    from layersearch.common.outputs import announce, check_output
+    from layersearch.profiling.profile import LatencyProfile
+    from layersearch.kernels.select import choose_kernels, model_kernels
+    from layersearch.profiling.profiler import validate_profile
 
     from layersearch.commands.common import positive_int
 

@@ -3,7 +3,7 @@
 The base install runs ``generate``, ``mask``, ``profile``, ``bench`` and the method commands that
 only decode; the searches need ``search`` (Optuna, BoTorch), the pictures ``plots`` (matplotlib),
 ``--kernels numba`` and the knapsack solver's timing ``kernels`` (numba). ``--kernels auto`` needs
-nothing: without numba it runs the stock kernels (:func:`layersearch.runtime.kernels.choose_kernels`).
+nothing: without numba it runs the stock kernels (:func:`layersearch.kernels.select.choose_kernels`).
 docs/cli.md shows this table to users.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from layersearch.extras import require_extras
+from layersearch.common.extras import require_extras
 
 #: ``command`` or ``command action`` -> the extras it always needs.
 COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {

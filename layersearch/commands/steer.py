@@ -1,15 +1,15 @@
 """``layersearch steer train | eval | shrink``: SD²'s steering for the layer-skip self-drafter or an
 independent draft model (see :mod:`layersearch.steer`), a layer-pruned drafter cut from the
-verifier (``generate --steering`` / ``--draft-model`` are wired in :mod:`layersearch.build`)."""
+verifier (``generate --steering`` / ``--draft-model`` are wired in :mod:`layersearch.decoder.build`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from layersearch.commands.args import model_args
-from layersearch.checks import check_int
+from layersearch.common.checks import check_int
 from layersearch.commands.common import load, positive_int
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 DRAFTER_LR = 5e-5  # --finetune-drafter's default learning rate for the draft model's weights
 MAX_SEEDS = 1000  # steer eval --seeds: each seed is one more decode of every prompt by every arm
@@ -63,7 +63,7 @@ def add_parser(sub, parser_class) -> None:
 
 
 def run(args: Any) -> int:
-    """Check the counts, then run the action (:mod:`layersearch.steer.workflow`)."""
+    """Check the counts, then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
     from layersearch.steer import workflow
 
     if getattr(args, "val_prompts", 0) < 0:
@@ -98,7 +98,7 @@ def run(args: Any) -> int:
 
 
 def _eval(args: Any, workflow: Any) -> int:
-    from layersearch.outputs import check_output
+    from layersearch.common.outputs import check_output
 
     if args.out:
         check_output(args.out)
@@ -106,7 +106,7 @@ def _eval(args: Any, workflow: Any) -> int:
                            args.draft_length, args.seeds, args.seed, args.drafter, args.device, args.dtype, args.quiet)
     report = workflow.evaluate_steering(job, lambda: load(args))
     if args.out:
-        from layersearch.jsonfile import write_json_atomic
+        from layersearch.common.jsonfile import write_json_atomic
 
         write_json_atomic(args.out, report)
     print(workflow.format_eval_report(report), flush=True)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from layersearch.checks import check_int
+from layersearch.common.checks import check_int
 from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
 from layersearch.commands.study_common import OBJECTIVE_HELP, log, search_args, settings_from_args, strategy_option_args
@@ -138,7 +138,7 @@ def _show(args: Any) -> int:
 
 
 def _export(args: Any) -> int:
-    from layersearch.outputs import announce, check_output
+    from layersearch.common.outputs import announce, check_output
     from layersearch.study import export_mask
 
     out = check_output(args.out)

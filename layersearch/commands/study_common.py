@@ -30,7 +30,7 @@ def search_args(parser: argparse.ArgumentParser, ratio_help: str = "skip ratio (
 def domain_from_args(args: Any, default: str | None = None) -> str:
     """The prompt domain of ``--domain`` or ``--prompts FILE`` (the domain ``file:FILE``), one of them."""
     from layersearch.data.user import domain_for
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
 
     domain, prompts = getattr(args, "domain", None), getattr(args, "prompts", None)
     if domain is not None and prompts is not None:
@@ -44,7 +44,7 @@ def domain_from_args(args: Any, default: str | None = None) -> str:
 
 def settings_from_args(args: Any, *, strategy: str | None = None, objective: str | None = None, skip_ratio: Any = "args"):
     """StudySettings from create-style arguments (``--preset`` and strategy options applied)."""
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
     from layersearch.models.loading import default_dtype
     from layersearch.study import StudySettings
 

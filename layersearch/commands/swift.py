@@ -1,6 +1,6 @@
 """``layersearch swift stream``: on-the-fly SWIFT against a fixed mask and plain decoding over a
 stream of held-out prompts that switches domain every ``--per-domain`` inputs (SWIFT Fig. 7),
-plus the chain/tree ablation table; see :mod:`layersearch.swift.bench`. SWIFT on the fly in generation is ``generate --mask swift``."""
+plus the chain/tree ablation table; see :mod:`layersearch.experiments.swift`. SWIFT on the fly in generation is ``generate --mask swift``."""
 
 from __future__ import annotations
 
@@ -49,11 +49,11 @@ def run(args: Any) -> int:
 
 def stream(args: Any) -> int:
     """Build the stream, search the fixed mask, decode the stream with every method, report
-    (:func:`layersearch.swift.bench.stream_experiment`)."""
+    (:func:`layersearch.experiments.swift.stream_experiment`)."""
     from layersearch.commands.common import load
     from layersearch.commands.onthefly import swift_config
-    from layersearch.outputs import check_output
-    from layersearch.swift.bench import StreamJob, stream_experiment
+    from layersearch.common.outputs import check_output
+    from layersearch.experiments.swift import StreamJob, stream_experiment
 
     job = StreamJob(args.domains, args.methods, args.per_domain, args.max_new_tokens, args.search_prompts,
                     args.search_trials, args.seed, args.max_draft, args.draft_threshold)

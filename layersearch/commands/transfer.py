@@ -1,6 +1,6 @@
 """``layersearch transfer``: each domain's mask on every domain's test prompts (speedup, M).
 
-The work is :func:`layersearch.transfer.run_transfer`'s. Prints two matrices and writes
+The work is :func:`layersearch.evaluation.transfer.run_transfer`'s. Prints two matrices and writes
 ``PREFIX.json`` and a heatmap ``PREFIX.png``.
 """
 
@@ -45,9 +45,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 
 def run(args: Any) -> int:
-    """Measure the matrix (:func:`layersearch.transfer.run_transfer`), print it, write the JSON and the heatmap."""
+    """Measure the matrix (:func:`layersearch.evaluation.transfer.run_transfer`), print it, write the JSON and the heatmap."""
     from layersearch.commands.common import domain_options, load
-    from layersearch.transfer import TransferJob, format_matrix, run_transfer
+    from layersearch.evaluation.transfer import TransferJob, format_matrix, run_transfer
 
     job = TransferJob(domain_options(args.mask, "--mask", "DOMAIN=FILE"), args.domains, args.prompts, args.samples,
                       args.prompt_seed, args.split, args.max_new_tokens, args.repeats, args.spec_bench, args.max_draft,

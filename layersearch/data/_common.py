@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from layersearch.checks import check_int
+from layersearch.common.checks import check_int
 from layersearch.data.splits import in_split, shot_allowed
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import re
 
 from layersearch.data._common import Prompt, missing_package, rng_for
 from layersearch.data.splits import in_split, shot_allowed
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 DOMAIN = "math"
 SHOTS = 5

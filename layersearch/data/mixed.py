@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 PREFIX = "mix:"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from layersearch.checks import check_int
+from layersearch.common.checks import check_int
 from layersearch.data._common import (
     Prompt,
     package_dir,
@@ -26,7 +26,7 @@ from layersearch.data._common import (
     shipped_file,
     split_sentences,
 )
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 DOMAIN = "summarization"
 SHOTS = 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 #: Share of items in each split (cumulative bounds: train [0, 0.6), validation [0.6, 0.8), test [0.8, 1)).

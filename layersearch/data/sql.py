@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from layersearch.data._common import Prompt, cache_dir, pick, rng_for
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 DOMAIN = "sql"
 SHOTS = 3

@@ -21,7 +21,7 @@ from typing import Any
 
 from layersearch.data._common import Prompt, check_count, rng_for
 from layersearch.data.splits import FRACTIONS, in_split
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 PREFIX = "file:"
 MAX_FILE_BYTES = 64 * 2**20  # a prompt set, not a corpus
@@ -53,7 +53,7 @@ def domain_for(path: str) -> str:
 
 def read_rows(path: str) -> tuple[PromptRow, ...]:
     """Every distinct row of the prompt file ``path``, validated; one error line per problem."""
-    from layersearch.inputs import read_text
+    from layersearch.common.inputs import read_text
 
     text = read_text(path, "prompts", max_bytes=MAX_FILE_BYTES)
     rows: dict[str, PromptRow] = {}
@@ -106,7 +106,7 @@ def render(row: PromptRow, tokenizer: Any, path: str) -> str:
 
 
 def _parse_row(line: str, where: str) -> PromptRow:
-    from layersearch.inputs import parse_json
+    from layersearch.common.inputs import parse_json
 
     item = parse_json(line, where)
     if not isinstance(item, dict) or ("prompt" in item) == ("messages" in item):

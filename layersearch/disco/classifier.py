@@ -19,7 +19,7 @@ import torch
 
 from layersearch.disco.collect import Rows
 from layersearch.disco.features import NUM_FEATURES
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 LOSSES = ("ce", "tv")
 

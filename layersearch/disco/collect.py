@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.disco.features import NUM_FEATURES, features
 from layersearch.runtime.teacher import draft_logits, target_continuation
 
@@ -45,11 +45,11 @@ class Rows:
         return Rows(self.x[keep], self.label[keep], self.tv[keep], self.prompt[keep], self.position[keep])
 
     def save(self, path: str | Path) -> Path:
-        """Write an ``.npz`` file whole (:mod:`layersearch.outputs`: never a partial file, nothing
+        """Write an ``.npz`` file whole (:mod:`layersearch.common.outputs`: never a partial file, nothing
         left behind on a failure); returns the path given."""
         import io
 
-        from layersearch.outputs import write_output
+        from layersearch.common.outputs import write_output
 
         buffer = io.BytesIO()
         np.savez(buffer, x=self.x, label=self.label, tv=self.tv, prompt=self.prompt, position=self.position)

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from layersearch.checks import check_draft_length, check_real
+from layersearch.common.checks import check_draft_length, check_real
 from layersearch.disco.classifier import Classifier
 from layersearch.disco.features import FEATURE_SPEC, check_spec
 from layersearch.disco.lookahead import DiscoLookahead
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.common.modelfile import FileKind, ModelBoundJson, ModelInfo
 
 SCHEMA_VERSION = 1
 KIND = "disco-classifier"

@@ -15,7 +15,7 @@ import torch
 
 from layersearch.disco.classifier import Classifier
 from layersearch.disco.features import features
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.runtime.lookahead import DraftPosition, Lookahead
 from layersearch.runtime.outcome import StepOutcome
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from layersearch.disco.features import NUM_FEATURES
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 #: Largest rows file read, and largest total of its arrays once unpacked (bytes).
 MAX_ROWS_BYTES = 256 * 1024 * 1024
@@ -41,7 +41,7 @@ def _read(path: str | Path) -> bytes:
             raise LayersearchError("is a directory, not a DISCO rows file")
         if st.st_size > MAX_ROWS_BYTES:
             raise LayersearchError(f"larger than {MAX_ROWS_BYTES // 2**20} MiB; not a DISCO rows file")
-        from layersearch.inputs import open_input
+        from layersearch.common.inputs import open_input
 
         with open_input(path, "DISCO rows") as handle:  # a FIFO or device refused, not waited on
             return handle.read(MAX_ROWS_BYTES + 1)

@@ -23,7 +23,7 @@ import torch
 from layersearch.disco.classifier import Classifier, f1
 from layersearch.disco.collect import Rows
 from layersearch.disco.baselines import perplexity
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.forward import forward_tokens

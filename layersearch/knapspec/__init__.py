@@ -4,7 +4,7 @@ Pieces, in pipeline order:
 
 * :mod:`~layersearch.knapspec.weights` -- items (2L decoupled sub-layers, or L bound layers as
   CLaSp does) and their integer latency weights at a context length from a
-  :class:`~layersearch.profile.LatencyProfile` (slower type ``min(round(ratio), 5)``, other 1).
+  :class:`~layersearch.profiling.profile.LatencyProfile` (slower type ``min(round(ratio), 5)``, other 1).
 * :mod:`~layersearch.knapspec.sublayers` -- reference windows (last tokens + the target's KV
   cache before them, read-only) and a runner executing single sub-layers on batches of states.
 * :mod:`~layersearch.knapspec.dp` -- candidate sets, one mask per budget: the hidden-state DP

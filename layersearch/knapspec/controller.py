@@ -7,7 +7,7 @@ decoding steps (verification cycles), it:
 1. takes the last ``window`` tokens (prompt and generated; at the first selection the prompt's
    last tokens) as reference tokens, their context being the target's KV cache (read-only);
 2. computes integer latency weights at the current context length ``n`` from the
-   :class:`~layersearch.profile.LatencyProfile` (attention grows with ``n``, MLP does not), so
+   :class:`~layersearch.profiling.profile.LatencyProfile` (attention grows with ``n``, MLP does not), so
    long contexts make attention sub-layers heavier and the knapsack drops more of them;
 3. builds the candidate set (:func:`~layersearch.knapspec.candidates_hidden_dp`, or the cheaper
    per-item-value knapsack with ``method="items"``), estimates the alpha of an even spread of
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector
 from layersearch.knapspec.sublayers import window_from_cache
 from layersearch.runtime.control import DecodeView, Selection

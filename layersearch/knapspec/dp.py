@@ -38,12 +38,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.mckp import solve_choices_all_budgets
 from layersearch.knapspec.solver import solve_all_budgets
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine
 from layersearch.knapspec.weights import Group, default_max_budget, mask_from_groups, skippable_weight
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.masks.mask import ModelInfo, SkipMask
 
 TAU = 0.5
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 try:
     from numba import njit

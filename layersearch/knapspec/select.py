@@ -6,7 +6,7 @@ the target's). Then ``(S*, gamma*)`` maximizes tokens-per-time
 
     TPT(S, gamma) = [(1 - alpha^(gamma+1)) / (1 - alpha)] / [gamma * t_draft(S) + t_verify(gamma + 1)]
 
-with the times of a :class:`~layersearch.profile.LatencyProfile` at the current context length
+with the times of a :class:`~layersearch.profiling.profile.LatencyProfile` at the current context length
 (:meth:`LatencyProfile.best_tpt`, ``gamma = 1..max_gamma``). Plain decoding (empty mask, no
 drafts, ``TPT = 1 / t_target``) is always a contender -- KnapSpec's code never considers its
 candidate 0; here, when no draft beats the target alone, the choice is to stop speculating.
@@ -23,15 +23,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.dp import (
     TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int8_importance,
     item_importance, plan_costs,
 )
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine, window_from_prompt
 from layersearch.knapspec.weights import build_groups, profile_weights
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 
 MAX_GAMMA = 10  # KnapSpec's maximum draft length D
 

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from layersearch.errors import LayersearchError
-from layersearch.extras import install_command, note_once
+from layersearch.common.errors import LayersearchError
+from layersearch.common.extras import install_command, note_once
 
 try:
     from numba import njit

@@ -52,8 +52,8 @@ import torch
 from torch import nn
 from transformers import Cache
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.families import layout_for
 from layersearch.models.skipping import decoder_layers
 from layersearch.runtime.cache import new_cache, sliding_windows

@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from layersearch.checks import check_fraction, check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.checks import check_fraction, check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 
 MAX_RATIO = 5
 
@@ -51,7 +51,7 @@ def integer_weights(attention_seconds: float, mlp_seconds: float, *, max_ratio: 
 
 
 def profile_weights(profile, context: int, *, max_ratio: int = MAX_RATIO) -> tuple[int | tuple[int, ...], int]:
-    """``(w_attn, w_mlp)`` of a :class:`~layersearch.profile.LatencyProfile` at ``context`` tokens.
+    """``(w_attn, w_mlp)`` of a :class:`~layersearch.profiling.profile.LatencyProfile` at ``context`` tokens.
 
     ``w_attn`` is one int (:func:`integer_weights`) unless sliding windows give layers
     different attention weights; then it is a tuple with one weight per layer.

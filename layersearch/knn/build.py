@@ -14,10 +14,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knn.kmeans import kmeans, nearest_to_centroids
 from layersearch.knn.router import DomainMask, Router
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.masks.mask import ModelInfo, SkipMask
 
 ANCHORS_PER_CLUSTER = 10
 THRESHOLD_MARGIN = 1.25

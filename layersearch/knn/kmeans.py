@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.modelfile import FileKind, ModelBoundJson, ModelInfo
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.common.modelfile import FileKind, ModelBoundJson, ModelInfo
 
 SCHEMA_VERSION = 1
 KIND = "knn-router"

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from layersearch.checks import check_fraction
-from layersearch.errors import LayersearchError
+from layersearch.common.checks import check_fraction
+from layersearch.common.errors import LayersearchError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def context_limit(loaded: Any) -> int | None:

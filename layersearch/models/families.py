@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ minutes; refusing an unsupported architecture or a file that is not GGUF at all 
 milliseconds. :func:`read_header` parses just the file's fixed header and its key/value pairs
 up to ``general.architecture`` (llama.cpp writes it first), with every length checked against
 the file's size before anything is allocated, so a damaged or hostile header is one
-:class:`~layersearch.errors.LayersearchError`, never a huge allocation.
+:class:`~layersearch.common.errors.LayersearchError`, never a huge allocation.
 
 The format: ``b"GGUF"``, version (u32), tensor count (u64), key/value count (u64), then each
 pair as key (u64 length + UTF-8), value type (u32), value. See the ``gguf`` package's
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -65,7 +65,7 @@ def is_gguf_path(name: str) -> bool:
 
 def read_header(path: Path) -> GGUFHeader:
     """Parse ``path``'s GGUF header up to ``general.architecture``; anything else is a LayersearchError."""
-    from layersearch.inputs import open_input
+    from layersearch.common.inputs import open_input
 
     try:
         with open_input(path, "GGUF") as handle:  # a FIFO or device refused, not waited on
@@ -90,7 +90,7 @@ def check_convertible(path: Path) -> GGUFHeader:
     key/value pair and tensor entry parsed with its lengths checked, every tensor's data inside
     the file, and the keys and tensors a conversion needs present. A damaged, truncated or
     empty-bodied file is one LayersearchError here, so it leaves no cache folder and no partial copy."""
-    from layersearch.inputs import open_input
+    from layersearch.common.inputs import open_input
 
     header = check_supported(path)
     try:

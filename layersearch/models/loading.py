@@ -15,7 +15,7 @@
 4. Anything else that looks like a hub id (``org/name``): ``from_pretrained`` from the hub.
 
 Every failure a user can cause (missing package, bad path, unreachable hub, unknown dtype or
-device) becomes a one-line :class:`~layersearch.errors.LayersearchError`.
+device) becomes a one-line :class:`~layersearch.common.errors.LayersearchError`.
 
 The cached copy is written atomically: into a temporary sibling directory that is renamed into
 place with ``os.replace`` only once complete, and a marker file written last identifies a
@@ -51,12 +51,12 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from layersearch.checks import DTYPE_NAMES, check_device_name, check_dtype_name
-from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo
+from layersearch.common.checks import DTYPE_NAMES, check_device_name, check_dtype_name
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo
 from layersearch.models.families import layout_for
 from layersearch.models.gguf import check_convertible, is_gguf_path
-from layersearch.outputs import umask_modes
+from layersearch.common.outputs import umask_modes
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.models.quantize import check_quant, is_quantized_linear, quantized_like
 
 _TWINS: "weakref.WeakKeyDictionary[nn.Module, Int8Twins]" = weakref.WeakKeyDictionary()

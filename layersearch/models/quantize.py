@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 #: The quantization schemes a draft model can take.
 QUANT_SCHEMES = ("int8",)

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.families import LayerLayout, layout_for
 
 

@@ -21,7 +21,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 TINY_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3")
 # Families whose layers can use sliding-window attention (``sliding_window=`` below).

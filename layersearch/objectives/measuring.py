@@ -14,9 +14,9 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo, SkipMask
 
 if TYPE_CHECKING:
     from layersearch.runtime.stats import DecodeStats
@@ -107,9 +107,9 @@ class ModelRuntime:
     # ----- measurements ------------------------------------------------------------------------
     def decode(self, mask: SkipMask) -> "DecodeStats":
         """Greedy speculative decoding of every prompt with ``mask``; counts and seconds pooled."""
-        from layersearch.build import assemble
+        from layersearch.decoder.build import assemble
         from layersearch.runtime.stats import combine
-        from layersearch.spec_fragments import mask_spec
+        from layersearch.decoder.fragments import mask_spec
 
         self._warm_up()
         decoder = assemble(self.model, mask_spec(mask, self.policy))
@@ -151,8 +151,8 @@ class ModelRuntime:
     def _warm_up(self) -> None:
         """One short untimed generation, so the first measured mask does not pay start-up costs."""
         if self._needs_warm_up:
-            from layersearch.build import assemble
-            from layersearch.spec_fragments import mask_spec
+            from layersearch.decoder.build import assemble
+            from layersearch.decoder.fragments import mask_spec
 
             self._needs_warm_up = False
             mask = SkipMask.none(self._info.num_layers)

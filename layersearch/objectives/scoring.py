@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.objectives.measuring import MatchMeasurement, Runtime  # scoring reads measurements, never the reverse
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ The registries of the plug-ins that need no trained file live here and in
 :mod:`layersearch.runtime.drafters` (drafters): name -> factory, so a new lookahead rule or
 verifier is one module and one line below. Factories import their module when called: this
 module stays light (no torch), since the CLI builds its ``choices`` from these names for
-``--help`` too. Mask sources (controllers) sit with their methods: :mod:`layersearch.sources`.
+``--help`` too. Mask sources (controllers) sit with their methods: :mod:`layersearch.decoder.sources`.
 """
 
 from __future__ import annotations

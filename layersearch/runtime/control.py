@@ -18,7 +18,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.runtime.outcome import StepOutcome
 
 

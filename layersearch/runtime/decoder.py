@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection

@@ -6,13 +6,18 @@ lengths, so the model must not infer them from the cache.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from transformers import Cache
 
-if TYPE_CHECKING:
-    from layersearch.runtime.vocab_head import SubsetHead
+
+class Head(Protocol):
+    """A reduced LM head (FR-Spec's, :mod:`layersearch.frspec.head`): final-norm states -> logits."""
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits ``[n, vocab]`` from ``hidden`` [n, hidden_size]."""
+        ...
 
 
 def forward_tokens(
@@ -25,7 +30,7 @@ def forward_tokens(
     positions: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
     hidden_layers: tuple[int, ...] = (),
-    head: "SubsetHead | None" = None,
+    head: Head | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Logits ``[keep or n, vocab]`` for ``tokens`` placed at positions ``start..start+n-1``
     (or at ``positions`` [n], with a prepared 4-D ``attention_mask`` [1, 1, n, cached + n]

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.runtime import LOOKAHEADS
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 
 
 @dataclass(frozen=True)

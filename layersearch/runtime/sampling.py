@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 @dataclass(frozen=True)

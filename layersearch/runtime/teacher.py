@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 from transformers import Cache
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.runtime.cache import cache_length, new_cache, truncate_cache
 from layersearch.runtime.forward import forward_tokens

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.runtime.drafters.base import Proposal
 from layersearch.runtime.lookahead import DraftPosition
 from layersearch.runtime.verification import ChainVerifier, Verdict, VerifyRequest

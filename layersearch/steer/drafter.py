@@ -33,7 +33,7 @@ class SteeredDrafter:
             self._check_width(own)
 
     def _check_width(self, model: torch.nn.Module) -> None:
-        from layersearch.errors import LayersearchError
+        from layersearch.common.errors import LayersearchError
 
         if intermediate_size(model) != self.steering.s.out_features:
             raise LayersearchError(

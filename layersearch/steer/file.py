@@ -22,10 +22,10 @@ from typing import Any, Mapping
 
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.modelfile import FileKind, ModelInfo, naming
-from layersearch.outputs import write_output
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.common.modelfile import FileKind, ModelInfo, naming
+from layersearch.common.outputs import write_output
 from layersearch.steer.params import SteeringParams
 
 SCHEMA_VERSION = 1
@@ -183,7 +183,7 @@ def weights_digest(model: torch.nn.Module, samples: int = 4096) -> str:
 
 
 def _read(path: str | Path) -> bytes:
-    from layersearch.inputs import open_input
+    from layersearch.common.inputs import open_input
 
     p = Path(path)
     try:
@@ -204,7 +204,7 @@ def _read(path: str | Path) -> bytes:
 def _metadata(data: bytes) -> dict[str, Any]:
     """The header's ``layersearch`` object with its required fields; the header is read with
     the same bounds as every JSON input (size, nesting, integer length)."""
-    from layersearch.inputs import parse_json
+    from layersearch.common.inputs import parse_json
 
     if len(data) < 8:
         raise LayersearchError("not a safetensors file (shorter than its 8-byte header length)")
@@ -229,7 +229,7 @@ def _metadata(data: bytes) -> dict[str, Any]:
 
 
 def _json(text: str, where: str) -> Any:
-    from layersearch.inputs import parse_json
+    from layersearch.common.inputs import parse_json
 
     try:
         return parse_json(text, where)

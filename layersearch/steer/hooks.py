@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.models.skipping import decoder_layers
 
 

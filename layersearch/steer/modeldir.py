@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 #: Bounds of the sizes a local model's config.json may state, checked before anything is
@@ -29,10 +29,10 @@ def check_model_config(name: str, what: str) -> None:
     """Refuse a local model folder whose config.json states sizes no model has (zero layers, a
     hidden size of 10**12, a string for a count) before transformers allocates anything from
     it; hub ids and the embedded name are left to the loader."""
-    from layersearch.checks import check_int
-    from layersearch.jsonfile import read_json_file
+    from layersearch.common.checks import check_int
+    from layersearch.common.jsonfile import read_json_file
 
-    from layersearch.inputs import check_regular_file
+    from layersearch.common.inputs import check_regular_file
 
     folder = Path(name).expanduser()
     if folder.is_dir():  # a FIFO or device among its files (config, tokenizer, weights) would block the loader
@@ -83,7 +83,7 @@ def save_model_dir(path: str | Path, model, tokenizer, what: str = "--out") -> P
         model.save_pretrained(temp)
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
-        from layersearch.outputs import umask_modes
+        from layersearch.common.outputs import umask_modes
 
         # The user's umask for every file and folder (safetensors saves 0600, mkdtemp makes 0700);
         # an existing empty --out folder keeps its own mode.

@@ -15,7 +15,7 @@ import copy
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.models.skipping import decoder_layers
 
 

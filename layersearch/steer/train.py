@@ -34,8 +34,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.runtime.cache import new_cache
 from layersearch.runtime.forward import forward_tokens

@@ -43,9 +43,9 @@ from typing import Any, Mapping
 import optuna
 from optuna.study import Study
 
-from layersearch.checks import check_fraction
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.checks import check_fraction
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies import fixed_ratio_random, knapsack, selfsd_bo, swift, tpe, uniform
 from layersearch.strategies._sampler import PROPOSAL_ATTR, MaskSampler
 from layersearch.strategies.base import Strategy, StrategyInputs
@@ -155,7 +155,7 @@ def stop_rule(options: Mapping[str, Any] | None, *, objective_is_matchness: bool
     """SWIFT's stop rule with a study's ``target`` / ``patience`` / ``max_trials`` options.
 
     The target is a matchness level: with another objective only patience and length apply."""
-    from layersearch.checks import check_fraction, check_int
+    from layersearch.common.checks import check_fraction, check_int
 
     options = dict(options or {})
     target = options.get("target", StopRule.target)

@@ -24,9 +24,9 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.proposals import trial_seed  # noqa: F401  (the strategies' name for it)
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.swift.proposals import trial_seed  # noqa: F401  (the strategies' name for it)
 from layersearch.strategies.space import (
     SKIPS, check_space, mask_from_params, mask_from_plan_bits, params_from_mask, plan_bits, search_space,
     space_names, vector_width,

@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 from optuna.samplers import BaseSampler
 from optuna.study import Study
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 
 
 @dataclass(frozen=True)

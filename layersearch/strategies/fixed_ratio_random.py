@@ -17,9 +17,9 @@ import numpy as np
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.proposals import random_bits  # noqa: F401  (also this module's name for it)
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.swift.proposals import random_bits  # noqa: F401  (also this module's name for it)
 from layersearch.strategies._sampler import MaskSampler, mask_from_bits, random_precisions
 from layersearch.strategies.base import Strategy
 

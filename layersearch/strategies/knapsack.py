@@ -17,8 +17,8 @@ from __future__ import annotations
 from optuna.study import Study
 from optuna.trial import TrialState
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies.base import Strategy, StrategyInputs
 from layersearch.strategies.fixed_ratio_random import RandomMaskSampler
 

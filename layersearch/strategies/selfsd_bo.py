@@ -11,7 +11,7 @@ seeded with known-good probe masks. Here:
 * Until ``n_startup_trials`` (10) trials have completed, probes included, proposals are random
   (every sub-layer a fair coin, as ``bayes_opt``'s random initial points rounded at 0.5).
 * Afterwards each proposal maximizes log expected improvement of a GP fitted to all completed
-  trials (:mod:`layersearch.proposals`), rounded at 0.5 and refined to the best
+  trials (:mod:`layersearch.swift.proposals`), rounded at 0.5 and refined to the best
   not-yet-measured neighbour. The skipped count is free: the objective (e.g. tokens/s) has to
   price the draft's cost.
 
@@ -37,10 +37,10 @@ import numpy as np
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch import proposals as _gp
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.swift import proposals as _gp
 from layersearch.strategies._sampler import MaskSampler, history, mask_from_bits, trial_seed
 from layersearch.strategies.space import SKIPS
 from layersearch.strategies.base import Strategy, check_kappa

@@ -45,10 +45,10 @@ from typing import Any, Mapping
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
-from layersearch.proposals import mask_from_plan_bits, plan_bits  # noqa: F401  (the space's vectors; also named here)
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
+from layersearch.swift.proposals import mask_from_plan_bits, plan_bits  # noqa: F401  (the space's vectors; also named here)
 
 ATTENTION_PREFIX = "attn"
 MLP_PREFIX = "mlp"

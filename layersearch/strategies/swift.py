@@ -11,7 +11,7 @@ fixed number of skipped sub-layers:
 * Optimization step ``o = trial.number + 1``: every ``bo_interval``-th step (beta = 25) a GP
   suggestion (UCB with kappa 2.5 over the allowed sub-layers; the top-``count`` coordinates
   of the continuous optimum keep the count exact, refined to the best unmeasured swap
-  neighbour, see :mod:`layersearch.proposals`); every other step a uniformly random
+  neighbour, see :mod:`layersearch.swift.proposals`); every other step a uniformly random
   subset of exactly ``count`` allowed sub-layers.
 * Early stop (:class:`StopRule`): best value >= 0.95 (matchness; their script uses 0.93), or
   300 steps without improvement, or 1000 steps.
@@ -31,9 +31,9 @@ import numpy as np
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies._sampler import MaskSampler, history
 from layersearch.strategies.base import Strategy, check_kappa
 # SWIFT's count, starting mask and proposals live with its on-the-fly optimiser, without Optuna.

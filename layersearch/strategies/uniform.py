@@ -16,7 +16,7 @@ import numpy as np
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies._sampler import MaskSampler
 from layersearch.strategies.base import Strategy
 from layersearch.strategies.fixed_ratio_random import skip_count

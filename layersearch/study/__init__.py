@@ -5,7 +5,7 @@ processes at once and inspected in optuna-dashboard. What layersearch adds, modu
 
 * **Settings** (:mod:`~layersearch.study.settings`, :class:`StudySettings`): model, domain,
   strategy, objective, skip ratio, samples, seed, decoding options, the model's
-  :class:`~layersearch.mask.ModelInfo` and the latency profile, stored with the study as the
+  :class:`~layersearch.masks.mask.ModelInfo` and the latency profile, stored with the study as the
   user attribute ``"settings"``. Every run rebuilds the model runtime, the objective and the
   strategy's sampler from them (:mod:`~layersearch.study.rebuild`).
 * **Trials** record the user attributes of :mod:`layersearch.objectives` (``mask``, ``M``,
@@ -56,7 +56,7 @@ from layersearch.study.storage import (
 from layersearch.study.workers import WORKER_ATTR, fail_stale_trials
 
 # Importable from here as before the package split (the commands use them), though not in __all__.
-from layersearch.jsonfile import write_text_atomic  # noqa: F401,E402
+from layersearch.common.jsonfile import write_text_atomic  # noqa: F401,E402
 from layersearch.study.compare import COMPARE_COLUMNS  # noqa: F401,E402
 from layersearch.study.interrupts import Terminated, Interrupts  # noqa: F401,E402
 from layersearch.study.rebuild import load_study_model  # noqa: F401,E402

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
 from layersearch.study.inspect import search_seconds
 from layersearch.study.rebuild import load_study_model, prompt_texts
 from layersearch.study.settings import StudySettings
@@ -53,7 +53,7 @@ def compare_studies(
     The speculative decoder with each study's best mask and transformers' plain ``generate``
     run on the study's domain prompts of ``split`` (default ``test``: held out from the
     search's ``train`` prompts; samples, prompt seed, max new tokens of its settings),
-    side by side in this process through :func:`layersearch.measure.compare` (``repeats``
+    side by side in this process through :func:`layersearch.evaluation.measure.compare` (``repeats``
     rounds, interleaved prompt by prompt; the speedup is the median of the per-round ratios).
     M, alpha and tokens/s then come from this measurement; without it, from the best trial's
     attributes. Writes ``<out_prefix>.csv`` and ``.json`` atomically (None: nothing written).
@@ -107,7 +107,7 @@ def _measure_rows(
 ) -> None:
     import torch
 
-    from layersearch.measure import PLAIN_NAME, compare, plain_and_masks, warm_up
+    from layersearch.evaluation.measure import PLAIN_NAME, compare, plain_and_masks, warm_up
     from layersearch.objectives import ModelRuntime
     from layersearch.runtime.stats import combine
     from layersearch.strategies import mask_from_params
@@ -156,7 +156,7 @@ def _measure_rows(
 
 def table_targets(out_prefix: "str | Path | tuple[Any, Any]") -> tuple[Any, Any]:
     """The checked outputs ``<prefix>.csv`` and ``<prefix>.json`` (a ``.csv``/``.json`` suffix is dropped)."""
-    from layersearch.outputs import check_output
+    from layersearch.common.outputs import check_output
 
     if isinstance(out_prefix, tuple):
         return out_prefix
@@ -170,9 +170,9 @@ def table_targets(out_prefix: "str | Path | tuple[Any, Any]") -> tuple[Any, Any]
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out_prefix: Any, columns: Sequence[str]) -> tuple[Path, Path]:
-    """Write ``rows`` as ``<prefix>.csv`` and ``<prefix>.json``: both or neither (see :mod:`layersearch.outputs`)."""
-    from layersearch.jsonfile import json_text
-    from layersearch.outputs import write_outputs
+    """Write ``rows`` as ``<prefix>.csv`` and ``<prefix>.json``: both or neither (see :mod:`layersearch.common.outputs`)."""
+    from layersearch.common.jsonfile import json_text
+    from layersearch.common.outputs import write_outputs
 
     csv_target, json_target = table_targets(out_prefix)
     buffer = io.StringIO()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.study.rebuild import check_prompts, initial_masks, load_study_model, prompt_texts, strategy_plan
 from layersearch.study.settings import SETTINGS_ATTR, StudySettings
 from layersearch.study.storage import StorageLocation, quiet_warnings, check_name, open_storage, storage_location
@@ -50,7 +50,7 @@ def create_study(
     location = storage_location(storage, name)
     profile = None
     if profile_path is not None:
-        from layersearch.profile import LatencyProfile
+        from layersearch.profiling.profile import LatencyProfile
 
         profile = LatencyProfile.load(profile_path)
     existing = _existing(name, location, settings)
@@ -137,7 +137,7 @@ def _check_plans(loaded: Any, profile: Any) -> None:
 
 
 def _quick_profile(loaded: Any, settings: StudySettings) -> Any:
-    from layersearch.runtime.profiler import quick_profile
+    from layersearch.profiling.profiler import quick_profile
 
     # Verification of up to max_draft drafted tokens plus the bonus token.
     return quick_profile(loaded.model, loaded.info, max_verify=settings.max_draft + 2)

@@ -6,15 +6,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.study.storage import open_study
 from layersearch.study.trials import best_trial
 
 
 def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial: str | int = "best") -> tuple[Path, SkipMask]:
     """Write the mask of ``trial`` ("best" or a trial number) as a mask file with provenance."""
-    from layersearch.outputs import check_output
+    from layersearch.common.outputs import check_output
 
     out = check_output(out)
     mask = study_mask(name, storage=storage, trial=trial)
@@ -64,7 +64,7 @@ def _pick_trial(study: Any, name: str, which: str | int) -> Any:
 
 def mask_from_source(name: str, source: str) -> Any:
     """``knn build --domain NAME=SOURCE``'s mask: a mask file, or ``study:STUDY[@STORAGE]``: that study's best trial."""
-    from layersearch.mask import SkipMask
+    from layersearch.masks.mask import SkipMask
 
     if not source.startswith("study:"):
         return SkipMask.load(source)

@@ -46,7 +46,7 @@ def run_head_to_head(plans: Sequence[tuple[str, Any]], *, prefix: str, storage: 
         result = create_study(name, settings, storage=storage, profile_path=profile_path, loaded=loaded, log=log)
         if profile_path is None and result.settings.profile is not None:
             # Measure the profile once and reuse it for the other studies.
-            from layersearch.profile import LatencyProfile
+            from layersearch.profiling.profile import LatencyProfile
 
             profile_path = _profile_file(LatencyProfile.from_dict(result.settings.profile), prefix)
         log(f"{'created' if result.created else 'resuming'} {name}: {settings.strategy} / {settings.objective}, "
@@ -92,9 +92,9 @@ def head_to_head_report(names: list[str], rows: list[dict[str, Any]], storage: s
 
 def write_report(report: dict[str, Any], out: Any, plot: Any) -> None:
     """Write the report (JSON) and the curves' figure to their checked targets."""
-    from layersearch.jsonfile import json_text
-    from layersearch.outputs import write_outputs
-    from layersearch.plots import plot_head_to_head
+    from layersearch.common.jsonfile import json_text
+    from layersearch.common.outputs import write_outputs
+    from layersearch.evaluation.plots import plot_head_to_head
 
     write_outputs([(out, json_text(report))], "--out")
     plot_head_to_head(report["strategies"], plot)
@@ -124,7 +124,7 @@ def _profile_file(profile: Any, prefix: str) -> str:
 
 def strategies_named(text: str) -> list[Any]:
     """The registered strategies of a comma-separated list (distinct; an unknown name is one error)."""
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
     from layersearch.strategies import get_strategy
 
     strategies = [s.strip() for s in text.split(",") if s.strip()]
@@ -135,7 +135,7 @@ def strategies_named(text: str) -> list[Any]:
 
 def report_targets(base: str, out: str | None, plot: str | None) -> tuple[Any, Any]:
     """The report's and the figure's checked outputs (default ``BASE-head-to-head.json`` / ``.png``)."""
-    from layersearch.outputs import check_output
+    from layersearch.common.outputs import check_output
 
     base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
     return (check_output(out or f"{base}-head-to-head.json", "--out"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.study.settings import SETTINGS_ATTR
 from layersearch.study.storage import STUDIES_DIR, StorageLocation, open_study, one_line, open_storage, storage_location
 from layersearch.study.trials import best_trial
@@ -109,7 +109,7 @@ def best_curve(study: Any) -> list[tuple[float, float]]:
     trial, in completion order: how soon a search got where it got."""
     from optuna.trial import TrialState
 
-    from layersearch.plots import best_so_far
+    from layersearch.evaluation.plots import best_so_far
 
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.datetime_complete]
     starts = [t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]

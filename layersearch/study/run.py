@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from layersearch.checks import check_int, check_positive
-from layersearch.errors import LayersearchError
+from layersearch.common.checks import check_int, check_positive
+from layersearch.common.errors import LayersearchError
 from layersearch.study.interrupts import fail_if_running, Interrupts, no_interrupt_tracebacks
 from layersearch.study.rebuild import load_study_model, prompt_texts, strategy_plan
 from layersearch.study.storage import DEFAULT_HEARTBEAT, open_study, quiet_warnings
@@ -147,7 +147,7 @@ def optimize(
     :class:`LayersearchError` line, the running trial failed where the storage still allows."""
     from optuna.trial import TrialState
 
-    from layersearch.progress import TrialProgress
+    from layersearch.common.progress import TrialProgress
 
     stop: dict[str, Any] = {"reason": None, "trials": 0}
     with TrialProgress(total=trials, quiet=quiet, stream=stream) as progress:

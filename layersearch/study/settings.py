@@ -2,7 +2,7 @@
 
 The settings are the study's user attribute ``"settings"`` (:data:`SETTINGS_ATTR`): model,
 domain, strategy, objective, skip ratio, samples, seed, decoding options, the model's
-:class:`~layersearch.mask.ModelInfo` and the latency profile.
+:class:`~layersearch.masks.mask.ModelInfo` and the latency profile.
 
 ``space`` is the search space (:mod:`layersearch.strategies.space`): ``skips`` (skip masks,
 the default, and what settings stored without it mean, so older studies resume unchanged) or
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from layersearch.checks import check_fraction, check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo
+from layersearch.common.checks import check_fraction, check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo
 from layersearch.objectives import (
     DEFAULT_GAMMA,
     DEFAULT_MAX_NEW_TOKENS,
@@ -126,7 +126,7 @@ class StudySettings:
         """The stored LatencyProfile, or None."""
         if self.profile is None:
             return None
-        from layersearch.profile import LatencyProfile
+        from layersearch.profiling.profile import LatencyProfile
 
         return LatencyProfile.from_dict(self.profile)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 #: Tables every Optuna RDB storage has (optuna/storages/_rdb/models.py).
 OPTUNA_TABLES = ("studies", "version_info")
@@ -130,7 +130,7 @@ def _check_journal_file(location: Any) -> None:
     """A journal file is opened (and, after a crash, repaired) only when it is empty or new, or
     when its records prove it is Optuna's: a log of another program, a text or binary file that
     merely ends in ``.log`` is left untouched."""
-    from layersearch.inputs import open_input
+    from layersearch.common.inputs import open_input
 
     path: Path = location.path
     if not path.exists():

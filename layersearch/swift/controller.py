@@ -41,12 +41,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from layersearch.checks import check_fraction, check_int
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.checks import check_fraction, check_int
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.runtime.control import DecodeView, Selection
 from layersearch.runtime.outcome import StepOutcome
-from layersearch.proposals import trial_seed
+from layersearch.swift.proposals import trial_seed
 from layersearch.swift import search as swift_search
 
 #: Scores a mask on a window: (mask, view, window start, window tokens) -> matchness in [0, 1].

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from layersearch import proposals
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.swift import proposals
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 
 SKIP_RATIO = 0.45
 BO_INTERVAL = 25
@@ -79,7 +79,7 @@ def propose(
     space: str = "skips",
 ) -> tuple[SkipMask, str]:
     """The next mask given flat masks ``x`` [n, 2L] (plan vectors [n, 4L + 1] of
-    :func:`~layersearch.proposals.plan_bits` for ``plans``) and values ``y`` [n] to maximize, and its origin."""
+    :func:`~layersearch.swift.proposals.plan_bits` for ``plans``) and values ``y`` [n] to maximize, and its origin."""
     allowed = np.asarray(allowed_positions(num_layers))
     plans = space != "skips"
     # The GP's columns: the allowed skips, then (plans) every precision bit, outside the count.

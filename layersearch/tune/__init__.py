@@ -5,7 +5,7 @@ layer-skip mask, a draft model where given, the lookahead rule and its parameter
 head's vocabulary, chain or tree verification), scored by the measured decode-phase speedup
 over plain ``generate`` on the prompt file's train split. The best few are measured again on
 the held-out test split beside plain ``generate`` and transformers' own peers, and the winner
-(or plain decoding, when nothing beats it) becomes a :class:`~layersearch.spec.DecoderSpec`.
+(or plain decoding, when nothing beats it) becomes a :class:`~layersearch.decoder.spec.DecoderSpec`.
 
 Modules, one concept each: :mod:`~layersearch.tune.settings` (what a run is asked),
 :mod:`~layersearch.tune.pool` (the mask candidates, made before the search),

@@ -1,7 +1,7 @@
 """One configuration's measured speedup: its decoder against plain ``generate``, interleaved.
 
-Every measurement goes through the benchmark's machinery (:func:`layersearch.bench.run_domain`:
-prompts interleaved, the order rotated, prefill timed apart; :func:`layersearch.bench.summarize`:
+Every measurement goes through the benchmark's machinery (:func:`layersearch.evaluation.bench.run_domain`:
+prompts interleaved, the order rotated, prefill timed apart; :func:`layersearch.evaluation.bench.summarize`:
 the decode-phase speedup), so a trial's score and a ``bench`` row are the same quantity.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from layersearch.errors import LayersearchError
-from layersearch.spec import DecoderSpec
+from layersearch.common.errors import LayersearchError
+from layersearch.decoder.spec import DecoderSpec
 
 CANDIDATE = "candidate"
 
@@ -41,10 +41,10 @@ def draft_for(drafts: Mapping[str | None, Any] | None, spec: DecoderSpec) -> Any
 
 def spec_config(loaded: Any, spec: DecoderSpec, label: str, drafts: Mapping[str | None, Any] | None = None,
                 kernels: str = "stock") -> Any:
-    """A :class:`layersearch.bench.Configuration` running the decoder ``spec`` describes (``drafts``: the
+    """A :class:`layersearch.evaluation.bench.Configuration` running the decoder ``spec`` describes (``drafts``: the
     draft model loaded once per quantization; ``kernels``: the CPU kernels every run uses)."""
-    from layersearch.bench import Configuration
-    from layersearch.build import build_decoder
+    from layersearch.evaluation.bench import Configuration
+    from layersearch.decoder.build import build_decoder
 
     built = build_decoder(loaded, spec, draft=draft_for(drafts, spec), kernels=kernels)
     return Configuration(label, lambda ids, n: built.run(ids, n))
@@ -55,7 +55,7 @@ def with_kernels(config: Any, model: Any, kernels: str) -> Any:
     timed with the kernels the candidates run)."""
     from dataclasses import replace
 
-    from layersearch.runtime.kernels import model_kernels
+    from layersearch.kernels.select import model_kernels
 
     def generate(ids: Any, n: int, inner=config.generate) -> Any:
         with model_kernels(model, kernels):
@@ -66,14 +66,14 @@ def with_kernels(config: Any, model: Any, kernels: str) -> Any:
 
 def plain_config(loaded: Any, kernels: str = "stock") -> Any:
     """The benchmark's plain ``generate`` row (with ``kernels``)."""
-    from layersearch.bench import configs
+    from layersearch.evaluation.bench import configs
     from layersearch.runtime.drafting import DraftPolicy
 
     return with_kernels(configs(loaded.model, [], DraftPolicy(), peers=())[0], loaded.model, kernels)
 
 
 def figures_of(row: dict[str, Any]) -> Figures:
-    """A :func:`layersearch.bench.summarize` row as Figures (the decode-phase speedup where the
+    """A :func:`layersearch.evaluation.bench.summarize` row as Figures (the decode-phase speedup where the
     prefill was timed, else the end-to-end one)."""
     return Figures(float(row.get("decode_speedup", row["speedup"])), float(row["speedup"]), row["M"], row["alpha"],
                    bool(row["identical_to_plain"]), float(row["tokens_per_second"]))
@@ -83,7 +83,7 @@ def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: 
             drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock") -> Figures:
     """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each),
     both with ``kernels``."""
-    from layersearch.bench import PLAIN, run_domain, summarize
+    from layersearch.evaluation.bench import PLAIN, run_domain, summarize
 
     configs = [plain_config(loaded, kernels), spec_config(loaded, spec, CANDIDATE, drafts, kernels)]
     measured = run_domain(configs, list(prompts), new_tokens, repeats, lambda message: None, device=loaded.model.device)

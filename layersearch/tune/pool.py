@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 
 UNIFORM_RATIOS = (0.1, 0.15, 0.2, 0.3, 0.45)
 #: Skip ratios of the int8 self-draft plans (0: nothing skipped, every sub-layer int8).

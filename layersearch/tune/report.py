@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from layersearch.plots import plain_text
-from layersearch.spec import DecoderSpec
+from layersearch.evaluation.plots import plain_text
+from layersearch.decoder.spec import DecoderSpec
 from layersearch.tune.study import TrialRecord
 
 

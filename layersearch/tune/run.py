@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from layersearch.errors import LayersearchError
-from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+from layersearch.common.errors import LayersearchError
+from layersearch.decoder.spec import DecoderSpec, ModelRef, ModelSpec
 from layersearch.study.storage import StorageLocation
 from layersearch.tune.pool import Candidate
 from layersearch.tune.select import Selection
@@ -123,7 +123,7 @@ def tune(
     """Search, re-measure and choose (``loaded``: the model; ``drafts``: the draft model loaded per
     quantization, None for its own weights; ``kernels``: auto, stock or numba, every measurement's
     CPU kernels, auto the profile's choice)."""
-    from layersearch.runtime.kernels import choose_kernels
+    from layersearch.kernels.select import choose_kernels
     import optuna
 
     from layersearch.data import load_prompts
@@ -223,7 +223,7 @@ def cheap_draft(profile: Any, tolerance: float = 1.1) -> int:
 def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock") -> Any:
     """A quick latency profile of this machine (the pool's pruning and ranking; with ``auto``
     kernels, which kernel set measured faster)."""
-    from layersearch.runtime.profiler import quick_profile
+    from layersearch.profiling.profiler import quick_profile
 
     say("measuring a quick latency profile")
     return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=PROFILE_MAX_VERIFY, repeats=1,
@@ -263,7 +263,7 @@ def load_drafts(loaded: Any, draft_ref: Any, device: str, dtype: str | None, say
     verifier, with an int8 copy where one can run (CPU, float32); empty without ``draft_ref``."""
     from dataclasses import replace
 
-    from layersearch.build import load_draft_model
+    from layersearch.decoder.build import load_draft_model
     from layersearch.models.quantize import QUANT_SCHEMES, check_quant, quantized_copy
 
     if draft_ref is None:
@@ -284,7 +284,7 @@ class TrialLines:
     """Per-trial progress on stderr: a bar on a terminal, else one line per trial."""
 
     def __init__(self, quiet: bool, say: Callable[[str], None]) -> None:
-        from layersearch.progress import TrialProgress
+        from layersearch.common.progress import TrialProgress
 
         self.quiet, self.say = quiet, say
         self.bar = TrialProgress(quiet=quiet, desc="tune")

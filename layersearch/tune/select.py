@@ -2,7 +2,7 @@
 
 The finalists (the best distinct specs by train speedup) decode the prompt file's test split
 beside plain ``generate``, transformers' prompt lookup and, with a draft model, its assisted
-generation, all in one interleaved :func:`layersearch.bench.run_domain`. The winner is the
+generation, all in one interleaved :func:`layersearch.evaluation.bench.run_domain`. The winner is the
 fastest finalist whose output equals plain decoding's; when none beats plain decoding on the
 held-out prompts, plain decoding is chosen.
 """
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from layersearch.spec import DecoderSpec
+from layersearch.decoder.spec import DecoderSpec
 from layersearch.tune.study import SPEC_ATTR
 
 PLAIN_LABEL = "plain generate"
@@ -79,7 +79,7 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
               say=lambda message: None) -> list[HeldOutRow]:
     """Plain generate, the peers (transformers' assisted generation with each loaded form of the
     draft model) and the finalists on the held-out ``prompts``, interleaved, all with ``kernels``."""
-    from layersearch.bench import PLAIN, configs, run_domain, summarize
+    from layersearch.evaluation.bench import PLAIN, configs, run_domain, summarize
     from layersearch.runtime.drafting import DraftPolicy
     from layersearch.tune.objective import spec_config, with_kernels
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from layersearch.checks import check_int
-from layersearch.errors import LayersearchError
+from layersearch.common.checks import check_int
+from layersearch.common.errors import LayersearchError
 
 
 #: The longest search tune takes (30 days of seconds); a resumed study can run again.

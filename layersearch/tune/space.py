@@ -34,8 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from layersearch.errors import LayersearchError
-from layersearch.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+from layersearch.common.errors import LayersearchError
+from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
 from layersearch.tune.pool import Candidate
 
 PLAIN = "plain"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.study.storage import StorageLocation, check_name, open_storage, quiet_warnings, storage_location
 from layersearch.tune.pool import Candidate
 from layersearch.tune.settings import TuneSettings

@@ -50,7 +50,7 @@ def test_study_help_names_every_registered_strategy(capsys):
 
 def test_kernel_choices_are_the_runtime_choices():
     from layersearch.commands.args import KERNEL_CHOICES
-    from layersearch.runtime.kernels import CHOICES
+    from layersearch.kernels.select import CHOICES
 
     assert KERNEL_CHOICES == CHOICES
     for command in (["generate", "--prompt", "x"], ["profile"], ["bench"]):

@@ -70,7 +70,7 @@ def test_a_bad_spec_file_fails_before_the_model_loads(capsys, tmp_path):
 
 
 def test_an_unbound_spec_must_name_the_benched_model(capsys, tmp_path):
-    from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+    from layersearch.decoder.spec import DecoderSpec, ModelRef, ModelSpec
 
     spec = DecoderSpec(ModelSpec(ModelRef("smollm2-135m"))).save(tmp_path / "s.json")
     code, _, err = run_cli(capsys, "bench", "--model", tmp_path / "nowhere", "--specs", spec, "--out", tmp_path / "b.json")

@@ -51,7 +51,7 @@ def test_the_model_drafts_for_itself_in_int8(tiny_with_embedded_tokenizer, capsy
     assert saved["mask_source"]["mask"]["attention"] == [] and saved["mask_source"]["mask"]["mlp"] == []  # nothing skipped
     again = generated(capsys, "generate", "--spec", spec, "--prompt", "def add(a, b):", "--max-new-tokens", 12)
     assert again["token_ids"] == baseline and again["stats"]["accepted"] == stats["accepted"]
-    from layersearch.mask import SkipMask
+    from layersearch.masks.mask import SkipMask
 
     plan = SkipMask(4, (1,), (), None, {}, (0, 2, 3), (0, 1, 2, 3), True)
     plan_file = tmp_path / "plan.json"

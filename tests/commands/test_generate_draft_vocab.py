@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from layersearch import vocab
+from layersearch.frspec import vocab
 from layersearch.cli import main
 from layersearch.models.tiny import build_tiny_model
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from layersearch.cli import main
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 
 PROMPT = "w5 w9 w17 w33 w8 w64 w3 w5 w9"
 

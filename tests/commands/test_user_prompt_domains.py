@@ -8,7 +8,7 @@ import json
 import pytest
 
 from layersearch.cli import main
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import load_model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from layersearch.data import check_domain, load_prompts
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def test_mixed_prompts_take_the_parts_in_turn():

@@ -19,7 +19,7 @@ import pytest
 
 from layersearch.data import DOMAINS, SHOTS, Prompt, load_prompts, long_prompt
 from layersearch.data import sql as sql_source
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 # The line prefix that opens each example and the query, and how the query ends.
 MARKERS = {

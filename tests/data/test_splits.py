@@ -11,7 +11,7 @@ import pytest
 from layersearch.data import DOMAINS, load_prompts
 from layersearch.data._common import pick
 from layersearch.data.splits import FRACTIONS, SPLITS, split_of
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 from tests.data.test_prompts import sources  # noqa: F401  (fixture: every domain loadable)
 

@@ -10,7 +10,7 @@ import pytest
 
 from layersearch.data import check_domain, load_prompts, split_of
 from layersearch.data import user
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
 def write_rows(path: Path, rows: list) -> Path:

@@ -14,8 +14,8 @@ from layersearch.disco import (
     collect, f1, features, prompt_rows, replay, roc_threshold, train, tune,
 )
 from layersearch.disco.tune import disco_rule, static_rule
-from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.lookahead import StaticLookahead

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from layersearch.commands import knapspec
-from layersearch.mask import ModelInfo
-from layersearch.profile import LatencyProfile
+from layersearch.masks.mask import ModelInfo
+from layersearch.profiling.profile import LatencyProfile
 
 
 def test_parser_defaults():

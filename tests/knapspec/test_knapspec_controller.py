@@ -8,16 +8,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec import KnapSpecConfig
-from layersearch.mask import ModelInfo, SkipMask
-from layersearch.profile import LatencyProfile
-from layersearch.knapspec.bench import knapspec_decoder
+from layersearch.masks.mask import ModelInfo, SkipMask
+from layersearch.profiling.profile import LatencyProfile
+from layersearch.experiments.knapspec import knapspec_decoder
 from layersearch.runtime.control import Selection
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig
-from layersearch.spec import SamplingSpec
+from layersearch.decoder.spec import SamplingSpec
 
 INFO = ModelInfo("tiny-llama", 4, 64, "fp")
 
@@ -121,8 +121,8 @@ def test_controller_switches_masks_losslessly(tiny_llama):
 
 def knapsack_decoder(loaded, profile, reselect_every, policy):
     """The decoder of the spec's ``knapsack`` mask source (what ``generate --mask knapsack`` builds)."""
-    from layersearch.sources import MASK_SOURCES, SourceInputs
-    from layersearch.spec import MaskSourceSpec
+    from layersearch.decoder.sources import MASK_SOURCES, SourceInputs
+    from layersearch.decoder.spec import MaskSourceSpec
 
     source = MaskSourceSpec("knapsack", reselect_every=reselect_every)
     controller = MASK_SOURCES["knapsack"].build(SourceInputs(loaded, source, policy, profile))
@@ -164,7 +164,7 @@ def test_generate_cli_dynamic_knapsack(tmp_path, capsys, tiny_with_embedded_toke
 
 
 def test_sliding_window_models_are_refused_for_re_selection_in_one_line():
-    from layersearch.errors import LayersearchError
+    from layersearch.common.errors import LayersearchError
     from layersearch.models.tiny import build_tiny_model
 
     model = build_tiny_model("mistral", num_layers=4, sliding_window=3, seed=0)

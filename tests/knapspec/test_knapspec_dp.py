@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec import (
     SubLayerRunner,
     build_groups,
@@ -21,7 +21,7 @@ from layersearch.knapspec import (
     window_from_cache,
     window_from_prompt,
 )
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import commit_cache, new_cache

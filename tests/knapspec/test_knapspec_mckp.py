@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.mckp import solve_choices_all_budgets, solve_choices_brute_force, solve_choices_reference
 
 SOLVERS = [solve_choices_all_budgets, solve_choices_reference]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec import (
     KnapSpecConfig,
     PerTokenInt8Linear,
@@ -23,11 +23,11 @@ from layersearch.knapspec import (
     window_from_prompt,
 )
 from layersearch.knapspec.dp import PLAN_RESOLUTION
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.precision import int8_twins
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
-from layersearch.profile import LatencyProfile
+from layersearch.profiling.profile import LatencyProfile
 from layersearch.runtime.forward import forward_tokens
 
 INFO = ModelInfo("tiny-llama", 4, 64, "fp")

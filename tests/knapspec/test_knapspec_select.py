@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec import (
     Candidate,
     KnapSpecConfig,
@@ -17,8 +17,8 @@ from layersearch.knapspec import (
     spread_indices,
     window_from_prompt,
 )
-from layersearch.mask import ModelInfo, SkipMask
-from layersearch.profile import LatencyProfile
+from layersearch.masks.mask import ModelInfo, SkipMask
+from layersearch.profiling.profile import LatencyProfile
 
 INFO = ModelInfo("tiny-llama", 4, 64, "fp")
 

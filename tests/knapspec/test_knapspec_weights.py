@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knapspec import build_groups, default_max_budget, integer_weights, mask_from_groups, mask_weight, profile_weights
-from layersearch.mask import ModelInfo, SkipMask
-from layersearch.profile import LatencyProfile
+from layersearch.masks.mask import ModelInfo, SkipMask
+from layersearch.profiling.profile import LatencyProfile
 
 
 @pytest.mark.parametrize(

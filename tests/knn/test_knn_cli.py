@@ -9,7 +9,7 @@ import pytest
 
 from layersearch.cli import main
 from layersearch.knn.router import Router
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import load_model
 
 DOMAINS = ("code", "translation")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knn.kmeans import kmeans, nearest_to_centroids
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knn import DomainMask, DomainSamples, Router, build_router, routing_accuracy
 from layersearch.knn.controller import KnnController
 from layersearch.knn.represent import mean_representation, prompt_representation
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy

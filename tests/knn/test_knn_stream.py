@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.knn.stream import domain_sequence, mix_stream, switch_rate
 
 DOMAINS = ("a", "b", "c")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPTNeoXConfig
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.families import SUPPORTED_FAMILIES, layout_for
 from layersearch.models.loading import load_model
 from layersearch.models.skipping import skipping

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from layersearch.cli import main
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models import build_tiny_model, load_model, loading
 from layersearch.models.gguf import ARCHITECTURES, check_convertible, check_supported, read_header
 from layersearch.runtime.baseline import hf_generate

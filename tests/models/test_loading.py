@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.models import (
     EMBEDDED_MODEL,
     TINY_FAMILIES,

@@ -7,14 +7,14 @@ import copy
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.models.quantize import check_quant, is_quantized, is_quantized_linear, quantize_draft
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafters import ModelDrafter
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
-from layersearch.runtime.vocab_head import SubsetHead, VocabSubset
+from layersearch.frspec.head import SubsetHead, VocabSubset
 
 
 def test_every_linear_but_the_down_projection_is_int8(tiny_qwen2):

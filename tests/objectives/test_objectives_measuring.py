@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.objectives import TRIAL_ATTRS, ModelRuntime, make_objective
 

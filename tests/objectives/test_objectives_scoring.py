@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.objectives import (
     OBJECTIVES,
     MatchMeasurement,
@@ -13,7 +13,7 @@ from layersearch.objectives import (
     objective_direction,
 )
 from layersearch.objectives.scoring import drafts_per_cycle, seconds_per_token
-from layersearch.profile import LatencyProfile
+from layersearch.profiling.profile import LatencyProfile
 from layersearch.runtime.stats import DecodeStats
 
 GAMMA = 12

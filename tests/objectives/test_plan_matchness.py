@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import cache_length, new_cache
 from layersearch.runtime.forward import forward_tokens

@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.precision import check_int8_device, int8_twins
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
@@ -118,9 +118,9 @@ def test_a_device_without_int8_kernels_is_one_error_line():
 
 
 def test_the_profile_times_int8_sub_layers_and_costs_plans(tiny_llama):
-    from layersearch.mask import ModelInfo
-    from layersearch.profile import LatencyProfile
-    from layersearch.runtime.profiler import measure_profile
+    from layersearch.masks.mask import ModelInfo
+    from layersearch.profiling.profile import LatencyProfile
+    from layersearch.profiling.profiler import measure_profile
 
     info = ModelInfo("tiny", 4, tiny_llama.config.hidden_size, "f")
     profile = measure_profile(tiny_llama, info, contexts=(8, 16), max_verify=2, repeats=2)

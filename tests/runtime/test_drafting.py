@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.lookahead import AdaptiveThreshold
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import can_truncate, cache_length, commit_cache, new_cache, truncate_cache
 from layersearch.runtime.decoder import SpeculativeDecoder

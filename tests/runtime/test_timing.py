@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.runtime import timing
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy

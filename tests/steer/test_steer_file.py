@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.steer import SteeringFile, SteeringParams
 
 VERIFIER = ModelInfo("verifier", 4, 64, "aaaa")

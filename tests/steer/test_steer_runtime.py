@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import new_cache

@@ -15,8 +15,8 @@ import math
 import optuna
 import pytest
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies import (
     REGISTRY,
     STRATEGIES,
@@ -63,7 +63,7 @@ def model_inputs(num_layers: int) -> StrategyInputs:
     """The model, prompts and latency profile a study gives strategies that need them (a tiny Llama)."""
     from layersearch.models.loading import LoadedModel, describe_model
     from layersearch.models.tiny import build_tiny_model, char_tokenizer
-    from layersearch.profile import LatencyProfile
+    from layersearch.profiling.profile import LatencyProfile
 
     model = build_tiny_model("llama", num_layers=num_layers, seed=0)
     info = describe_model(model, "tiny")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layersearch import proposals as _gp
+from layersearch.swift import proposals as _gp
 
 
 def test_discretize_thresholds_or_takes_top_k():

@@ -10,9 +10,9 @@ import pytest
 
 from layersearch.commands.study_common import search_args, settings_from_args, strategy_option_args
 from layersearch.commands.args import model_args
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.strategies import check_options, make_sampler, stop_rule
-from layersearch import proposals as _gp
+from layersearch.swift import proposals as _gp
 from layersearch.strategies import selfsd_bo
 from layersearch.study.rebuild import strategy_plan
 

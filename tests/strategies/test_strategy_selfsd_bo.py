@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies import (
     PROPOSAL_ATTR,
     initial_masks,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from optuna.distributions import IntDistribution
 from optuna.trial import create_trial
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies import mask_from_params, param_names, params_from_mask, search_space, suggest_mask
 from layersearch.strategies._sampler import history
 

@@ -6,8 +6,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies import (
     PROPOSAL_ATTR,
     StopRule,

@@ -37,7 +37,7 @@ def tiny_info(tiny_model_dir):
 @pytest.fixture(scope="session")
 def tiny_profile(tmp_path_factory, tiny_info) -> Path:
     """A latency profile file for the tiny model (made up, so create need not measure one)."""
-    from layersearch.profile import LatencyProfile
+    from layersearch.profiling.profile import LatencyProfile
 
     profile = LatencyProfile(
         model=tiny_info, device="cpu", dtype="float32", torch_version="test",

@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from layersearch.mask import PROVENANCE_KEYS, SkipMask
+from layersearch.masks.mask import PROVENANCE_KEYS, SkipMask
 from layersearch.objectives import TRIAL_ATTRS
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -203,7 +203,7 @@ def test_head_to_head_small_budget(workdir, cli, tiny_model_dir, tiny_profile):
 def test_progress_bar_only_on_a_terminal():
     import io
 
-    from layersearch.progress import TrialProgress
+    from layersearch.common.progress import TrialProgress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

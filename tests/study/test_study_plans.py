@@ -9,7 +9,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.strategies import mask_from_params, params_from_mask
 from layersearch.strategies.space import PLANS, param_names, space_names
 
@@ -23,7 +23,7 @@ def load(name: str) -> optuna.Study:
 @pytest.fixture(scope="module")
 def int8_profile(tmp_path_factory, tiny_info):
     """The tiny model's made-up profile with int8 timings (what a plan study costs plans with)."""
-    from layersearch.profile import LatencyProfile
+    from layersearch.profiling.profile import LatencyProfile
 
     profile = LatencyProfile(
         model=tiny_info, device="cpu", dtype="float32", torch_version="test",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from layersearch.data import split_of
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.study.rebuild import prompt_texts
 from layersearch.study.settings import StudySettings
 

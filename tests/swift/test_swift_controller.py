@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.runtime.control import DecodeView
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.strategies.swift import initial_mask, skip_count

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from layersearch.errors import LayersearchError
-from layersearch.mask import SkipMask
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import cache_length, new_cache
 from layersearch.runtime.drafting import DraftPolicy
@@ -16,7 +16,7 @@ from layersearch.runtime.teacher import draft_logits, draft_logits_in_cache, tar
 from layersearch.runtime.tree import TopKBranching, TreeVerifier
 from layersearch.runtime.drafters import LayerSkipDrafter
 from layersearch.swift import SwiftConfig, optimization_seconds, phase_counts
-from layersearch.swift.bench import swift_decoder
+from layersearch.experiments.swift import swift_decoder
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from layersearch.profile import LatencyProfile
+from layersearch.profiling.profile import LatencyProfile
 from layersearch.tune.pool import candidate_pool, predicted_speedup
 
 

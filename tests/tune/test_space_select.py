@@ -6,8 +6,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from layersearch.mask import SkipMask
-from layersearch.spec import DecoderSpec, ModelRef, ModelSpec
+from layersearch.masks.mask import SkipMask
+from layersearch.decoder.spec import DecoderSpec, ModelRef, ModelSpec
 from layersearch.tune.pool import Candidate
 from layersearch.tune.select import HeldOutRow, choose
 from layersearch.tune.space import Space, kind_of, starting_points, suggest_spec
@@ -31,7 +31,7 @@ def word_models(tiny_word_models):
 def test_every_starting_point_and_kind_decodes_like_plain_generate(word_models):
     """Each kind the space offers (plain, layer-skip with tree, prompt lookup, hybrid, the draft
     model and the hybrid with the draft model) builds from a FixedTrial and is lossless."""
-    from layersearch.build import build_decoder
+    from layersearch.decoder.build import build_decoder
     from layersearch.runtime.baseline import hf_generate
 
     import copy
@@ -61,8 +61,8 @@ def test_every_starting_point_and_kind_decodes_like_plain_generate(word_models):
 
 
 def test_a_preloaded_draft_must_match_the_specs_quantization(word_models):
-    from layersearch.build import build_decoder
-    from layersearch.errors import LayersearchError
+    from layersearch.decoder.build import build_decoder
+    from layersearch.common.errors import LayersearchError
 
     loaded, draft, draft_path = word_models
     spec = suggest_spec(optuna.trial.FixedTrial({"drafter": "model", "lookahead": "static", "max_draft": 3, "draft_quant": "int8"}),
@@ -100,7 +100,7 @@ def test_the_fastest_identical_finalist_wins():
 
 
 def test_plain_label_is_the_benchmarks():
-    from layersearch.bench import PLAIN
+    from layersearch.evaluation.bench import PLAIN
     from layersearch.tune.select import PLAIN_LABEL
 
     assert PLAIN_LABEL == PLAIN

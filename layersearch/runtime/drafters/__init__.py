@@ -11,34 +11,34 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 
 
-def _layer_skip(branching=None, vocab=None, quant=None) -> Any:
+def _layer_skip(branching=None, head=None, quant=None) -> Any:
     from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 
-    return LayerSkipDrafter(branching, vocab=vocab, quant=quant)
+    return LayerSkipDrafter(branching, head=head, quant=quant)
 
 
-def _prompt_lookup(branching=None, vocab=None, quant=None) -> Any:
+def _prompt_lookup(branching=None, head=None, quant=None) -> Any:
     from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
 
-    if vocab is not None:
+    if head is not None:
         raise LayersearchError("prompt lookup runs no model, so a reduced draft vocabulary has nothing to restrict")
     if quant is not None:
         raise LayersearchError("prompt lookup runs no model, so it has nothing to quantize")
     return PromptLookupDrafter()
 
 
-def _hybrid(branching=None, vocab=None, quant=None) -> Any:
+def _hybrid(branching=None, head=None, quant=None) -> Any:
     from layersearch.runtime.drafters.hybrid import HybridDrafter
 
-    return HybridDrafter(fallback=_layer_skip(branching, vocab, quant))
+    return HybridDrafter(fallback=_layer_skip(branching, head, quant))
 
 
-#: Drafters that need no extra model: name -> factory(branching, vocab, quant) (``branching``
-#: widens layer-skip drafts into token trees; ``vocab``, a VocabSubset, gives the draft a reduced
-#: head; ``quant="int8"`` runs every sub-layer the plan keeps, and the head, in int8).
+#: Drafters that need no extra model: name -> factory(branching, head, quant) (``branching``
+#: widens layer-skip drafts into token trees; ``head``, a DraftHead such as FR-Spec's, gives the draft a
+#: reduced head; ``quant="int8"`` runs every sub-layer the plan keeps, and the head, in int8).
 #: The independent draft model (:class:`ModelDrafter`) takes its model instead: it is the
 #: spec's ``drafter.model``.
 DRAFTERS: dict[str, Callable[..., Any]] = {
@@ -49,20 +49,20 @@ DRAFTERS: dict[str, Callable[..., Any]] = {
 DRAFTER_NAMES = tuple(DRAFTERS)
 
 
-def _model(model, vocab=None) -> Any:
+def _model(model, head=None) -> Any:
     from layersearch.runtime.drafters.model import ModelDrafter
 
-    return ModelDrafter(model, vocab=vocab)
+    return ModelDrafter(model, head=head)
 
 
-def _hybrid_model(model, vocab=None) -> Any:
+def _hybrid_model(model, head=None) -> Any:
     from layersearch.runtime.drafters.hybrid import HybridDrafter
 
-    return HybridDrafter(fallback=_model(model, vocab))
+    return HybridDrafter(fallback=_model(model, head))
 
 
 #: Drafters that run an independent draft model (the spec's ``drafter.model``): name ->
-#: factory(model, vocab) -> Drafter. ``layer-skip`` is replaced by the model; ``hybrid``
+#: factory(model, head) -> Drafter. ``layer-skip`` is replaced by the model; ``hybrid``
 #: looks the continuation up in the context first and falls back to the model.
 MODEL_DRAFTERS: dict[str, Callable[..., Any]] = {
     "layer-skip": _model,
@@ -70,27 +70,28 @@ MODEL_DRAFTERS: dict[str, Callable[..., Any]] = {
 }
 
 
-def drafter_with_model(name: str, model: Any, *, vocab=None) -> Any:
+def drafter_with_model(name: str, model: Any, *, head=None) -> Any:
     """The drafter ``name`` (one of :data:`MODEL_DRAFTERS`) drafting with the independent ``model``."""
     factory = MODEL_DRAFTERS.get(name)
     if factory is None:
         raise LayersearchError(f"drafter {name!r} takes no draft model (choose from {', '.join(MODEL_DRAFTERS)})")
-    return factory(model, vocab)
+    return factory(model, head)
 
 
-def drafter_named(name: str, branching=None, *, vocab=None, quant=None) -> Any:
+def drafter_named(name: str, branching=None, *, head=None, quant=None) -> Any:
     """A drafter that needs no extra model, by its CLI name (one of :data:`DRAFTER_NAMES`);
-    ``branching`` widens the layer-skip drafts into token trees; ``vocab`` (a VocabSubset)
-    gives the draft a reduced head; ``quant`` ("int8") runs the plan's kept sub-layers and the
+    ``branching`` widens the layer-skip drafts into token trees; ``head`` (a DraftHead, e.g.
+    FR-Spec's) gives the draft a reduced head; ``quant`` ("int8") runs the plan's kept sub-layers and the
     head in int8 (prompt lookup runs neither: it refuses both)."""
     factory = DRAFTERS.get(name)
     if factory is None:
         raise LayersearchError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTER_NAMES)})")
-    return factory(branching, vocab, quant)
+    return factory(branching, head, quant)
 
 
 # Public name -> the module defining it, imported on first access (PEP 562).
 _LAZY = {
+    "DraftHead": "base",
     "DraftRequest": "base",
     "Drafter": "base",
     "Proposal": "base",

@@ -16,13 +16,24 @@ from typing import Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
+from layersearch.runtime.forward import Head
 from layersearch.runtime.lookahead import DraftPosition, Lookahead
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, sample
 
 # forward(tokens, start) -> logits [len(tokens), vocab], run in the shared cache and timed.
 Forward = Callable[[list[int], int], torch.Tensor]
+
+
+class DraftHead(Protocol):
+    """Where a drafter's reduced LM head comes from (FR-Spec's :class:`~layersearch.frspec.head.DraftHeads`):
+    the head for the model it drafts with, its rows in int8 when ``int8``. The drafters take any
+    such object, so the runtime imports no method."""
+
+    def for_model(self, model: torch.nn.Module, int8: bool = False) -> Head:
+        """The reduced head of ``model``'s LM head."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Self-speculative drafting: the target model with the controller's draft plan applied.
 
-The plan (a :class:`~layersearch.mask.SkipMask`) skips some sub-layers and may run others and
+The plan (a :class:`~layersearch.masks.mask.SkipMask`) skips some sub-layers and may run others and
 the LM head in int8 (their twins: :mod:`layersearch.models.precision`). With ``quant="int8"``
 (``--draft-quant int8`` without a draft model) every sub-layer the plan keeps, and the head,
 run in int8: the model drafts for itself at about a quarter of a forward's cost.
@@ -8,36 +8,34 @@ run in int8: the model drafts for itself at about a quarter of a forward's cost.
 The masked model runs in the target's own KV cache: layers whose attention it executes
 append entries for the draft positions, which the loop cuts away before verification, so
 there is no copy of the cache. An empty mask means the draft would *be* the target, so no
-draft is made and the step is a plain target step. With ``vocab`` (a
-:class:`~layersearch.runtime.vocab_head.VocabSubset`) the draft scores only those tokens
-(FR-Spec); the verification still runs the full head.
+draft is made and the step is a plain target step. With ``head`` (a
+:class:`~.base.DraftHead`: FR-Spec's vocabulary subset) the draft scores only those tokens;
+the verification still runs the full head.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from layersearch.mask import SkipMask
+from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
-from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, draft_chain
-from layersearch.runtime.vocab_head import DraftHeads, VocabSubset
+from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, draft_chain
 
 
 class LayerSkipDrafter(StatelessDrafter):
     """Drafts with ``request.mask`` applied to the target (Self-SD, SWIFT, KnapSpec).
 
     ``branching`` (e.g. :class:`~layersearch.runtime.tree.TopKBranching`) makes greedy drafts
-    token trees: each position also proposes its other top-k candidates. ``vocab`` restricts
-    the draft's head to a subset of the vocabulary (None: the full head).
+    token trees: each position also proposes its other top-k candidates. ``head`` gives the
+    draft a reduced head, e.g. over a subset of the vocabulary (None: the full head).
     """
 
     name = "layer-skip"
 
-    def __init__(self, branching=None, *, vocab: VocabSubset | None = None, quant: str | None = None) -> None:
+    def __init__(self, branching=None, *, head: DraftHead | None = None, quant: str | None = None) -> None:
         self.branching = branching
-        self.vocab = vocab
+        self.head = head
         self.quant = quant
-        self._heads = None if vocab is None else DraftHeads(vocab)
 
     def plan(self, mask: SkipMask) -> SkipMask:
         """The plan a draft runs for the controller's ``mask`` (its kept sub-layers int8 with ``quant``)."""
@@ -59,8 +57,8 @@ class LayerSkipDrafter(StatelessDrafter):
 
     def _head_option(self, model, plan: SkipMask) -> dict:
         """The draft's head: a reduced one (FR-Spec), the int8 twin, or the model's own (no option)."""
-        if self._heads is not None:
-            return {"head": self._heads.for_model(model, int8=plan.int8_head)}
+        if self.head is not None:
+            return {"head": self.head.for_model(model, int8=plan.int8_head)}
         if plan.int8_head:
             from layersearch.models.precision import int8_twins
 

@@ -3,7 +3,7 @@
 The drafter keeps its own KV cache across the steps of one generation. Before each draft it
 keeps the longest prefix of its cache that agrees with the emitted sequence (accepted draft
 tokens stay; rejected ones are cropped) and feeds the rest in one forward, so it never
-re-reads the prompt. With ``vocab`` its head scores only a subset of the vocabulary (FR-Spec:
+re-reads the prompt. With ``head`` its head scores only a subset of the vocabulary (FR-Spec:
 the draft model's own LM head is a quarter of a 0.5B Qwen's weights).
 """
 
@@ -13,12 +13,11 @@ from dataclasses import replace
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
-from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, draft_chain
+from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, draft_chain
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
-from layersearch.runtime.vocab_head import DraftHeads, VocabSubset
 
 
 def _vocab(model: torch.nn.Module) -> int:
@@ -27,14 +26,13 @@ def _vocab(model: torch.nn.Module) -> int:
 
 class ModelDrafter(StatelessDrafter):
     """Drafts with ``model``, an independent causal LM with the same vocabulary as the target;
-    ``vocab`` restricts its head to a subset of the vocabulary (None: the full head)."""
+    ``head`` gives it a reduced head, e.g. over a subset of the vocabulary (None: the full head)."""
 
     name = "model"
 
-    def __init__(self, model: torch.nn.Module, *, vocab: VocabSubset | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, *, head: DraftHead | None = None) -> None:
         self.model = model
-        self.vocab = vocab
-        self._heads = None if vocab is None else DraftHeads(vocab)
+        self.head = head
         self._cache = None
         self._ids: list[int] = []  # ids whose entries are in self._cache, in order
 
@@ -57,7 +55,7 @@ class ModelDrafter(StatelessDrafter):
             return Proposal.empty(self.name)
         sequence = request.sequence.tolist()
         keep = min(_common_prefix(self._ids, sequence), len(sequence) - 1)
-        options = {} if self._heads is None else {"head": self._heads.for_model(self.model)}
+        options = {} if self.head is None else {"head": self.head.for_model(self.model)}
         truncate_cache(self._cache, keep)
         self._ids = sequence[:keep]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from layersearch.errors import LayersearchError
+from layersearch.common.errors import LayersearchError
 from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, point_mass
 
 

@@ -1,0 +1,133 @@
+"""Checks of numeric arguments, one wording everywhere: each returns the value or raises
+:class:`~layersearch.common.errors.LayersearchError` naming ``what`` and the value it got.
+
+``bool`` is refused where a number is expected (``True`` is an ``int`` to Python, never a
+count or a ratio to a user).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from layersearch.common.errors import LayersearchError
+
+
+def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` if it is an integer in ``[minimum, maximum]`` (no upper bound when None)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise LayersearchError(f"{what} must be an integer {bound}, got {value!r}")
+    return value
+
+
+def check_fraction(value: Any, what: str) -> float:
+    """``value`` as a float if it is a real number in ``[0, 1]`` (NaN refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise LayersearchError(f"{what} must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+def check_positive(value: Any, what: str, *, unit: str = "") -> float:
+    """``value`` as a float if it is a finite real number > 0 (``unit`` only words the message)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
+        raise LayersearchError(f"{what} must be > 0{' ' + unit if unit else ''}, got {value!r}")
+    return float(value)
+
+
+#: Longest draft any command or file takes: beyond every method's (SWIFT drafts up to 25
+#: tokens), and a bound on the work per setting (DISCO's tuning decodes with every static
+#: length 1..N).
+MAX_DRAFT_LENGTH = 64
+
+
+def check_draft_length(value: Any, what: str = "--max-draft") -> int:
+    """``value`` if it is a draft-length bound in ``[1, MAX_DRAFT_LENGTH]``."""
+    return check_int(value, what, minimum=1, maximum=MAX_DRAFT_LENGTH)
+
+
+#: Largest seed any command takes: what every generator layersearch seeds accepts (numpy's
+#: legacy RandomState stops at 2**32 - 1, torch's at 2**64 - 1).
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(value: Any, what: str = "--seed") -> int:
+    """``value`` if it is an integer seed in ``[0, MAX_SEED]``."""
+    return check_int(value, what, minimum=0, maximum=MAX_SEED)
+
+
+def check_real(
+    value: Any, what: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False, high_open: bool = False,
+) -> float:
+    """``value`` as a float if it is a finite real number between ``low`` and ``high`` (each
+    bound excluded when its ``*_open`` is True). NaN and infinities are always refused."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        shown = f"in {left}{low:g}, {high:g}{right}" if math.isfinite(low) and math.isfinite(high) else (
+            f"{'>' if low_open else '>='} {low:g}" if math.isfinite(low) else f"{'<' if high_open else '<='} {high:g}")
+        raise LayersearchError(f"{what} must be a finite number {shown}, got {value!r}")
+    return float(value)
+
+
+#: The dtype names every command and file takes (torch's float32, float16, bfloat16).
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+def check_device_name(device: Any) -> re.Match:
+    """The match of a device name ("cpu", "cuda", "cuda:N"; group 1: N), whatever this machine has."""
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", device.strip().lower()) if isinstance(device, str) else None
+    if match is None:
+        raise LayersearchError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    return match
+
+
+def check_dtype_name(dtype: Any) -> str:
+    """``dtype`` if it is one of :data:`DTYPE_NAMES`."""
+    if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
+        raise LayersearchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_NAMES)}")
+    return dtype
+
+
+def check_finite(value: Any, what: str) -> float:
+    """``value`` as a float if it is a finite real number (NaN and infinities refused): the
+    check every float option and every number read from a file passes before its own range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LayersearchError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def max_threads() -> int:
+    """The most CPU threads a command may ask for: the machine's CPU count (more only contend,
+    and torch fails deep inside a model load on numbers it cannot start)."""
+    import os
+
+    return os.cpu_count() or 1
+
+
+def check_threads(value: Any, what: str = "--threads") -> int:
+    """``value`` if it is a thread count in ``[1, max_threads()]``."""
+    limit = max_threads()
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise LayersearchError(f"{what} must be an integer in [1, {limit}] (this machine has {limit} CPU threads), got {value!r}")
+    return value
+
+
+def check_text(value: Any, what: str, *, argv: bool = False) -> str:
+    """``value`` if it is a str that is valid Unicode (encodes as UTF-8). With ``argv`` (a
+    command-line value), bytes that were not UTF-8 reached Python as lone surrogates
+    (U+DC80..U+DCFF) and are named as the byte they were; otherwise (a JSON ``\\ud800``
+    escape, a Python string) a lone surrogate is named as its code point."""
+    if not isinstance(value, str):
+        raise LayersearchError(f"{what} must be text (a str), got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code, at = ord(value[exc.start]), exc.start + 1
+        if argv and 0xDC80 <= code <= 0xDCFF:
+            raise LayersearchError(f"{what} is not valid UTF-8 text (byte 0x{code - 0xDC00:02x} at character {at})") from None
+        raise LayersearchError(f"{what} is not valid Unicode text (a lone surrogate U+{code:04X} at character {at})") from None
+    return value

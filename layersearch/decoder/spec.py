@@ -1,0 +1,427 @@
+"""DecoderSpec: everything that decides what a decoder does, as one frozen, JSON-serialisable value.
+
+The spec is the deployable artefact: ``generate --save-spec`` writes the spec of what it ran,
+``generate --spec`` and :func:`layersearch.load_decoder` run one, and
+:func:`layersearch.decoder.build.build_decoder` turns it into a decoder. It records the model (the
+reference as given and, once bound, its fingerprint), the drafter, the mask source, a steering
+file, the lookahead rule, the verifier, the sampling settings and the default length.
+
+File format (``format`` 1)::
+
+    {"kind": "layersearch-decoder-spec", "format": 1,
+     "model": {"ref": "smollm2-135m", "path": false, "info": {...} | null, "device": "cpu", "dtype": null},
+     "plain": false,
+     "drafter": {"name": "layer-skip", "model": null | {"ref": ..., "path": ...}, "vocab": 0, "quant": null},
+     "mask_source": {"kind": "mask", "mask": {<mask file>}, "file": "mask.json"},
+     "steering": null, "profile": null,
+     "lookahead": {"name": "confidence", "max_draft": 8, "threshold": 0.8, "file": null},
+     "verifier": "chain",
+     "sampling": {"do_sample": false, "temperature": 0.0, "top_p": 1.0, "seed": 0},
+     "max_new_tokens": 64}
+
+File paths in a saved spec (mask, router, DISCO, steering, profile files and model folders)
+are relative to the spec file's folder. Names are checked against the plug-in registries:
+drafters (:data:`layersearch.runtime.drafters.DRAFTERS`), lookahead rules
+(:data:`layersearch.runtime.LOOKAHEADS`, plus ``disco`` with a file), verifiers
+(:data:`layersearch.runtime.VERIFIERS`) and mask sources (:data:`layersearch.decoder.sources.MASK_SOURCES`).
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_seed
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo, SkipMask
+
+SPEC_KIND = "layersearch-decoder-spec"
+SPEC_FORMAT = 1
+#: Lookahead rules that read a trained file (``lookahead.file``), beside the runtime's registry.
+FILE_LOOKAHEADS = ("disco",)
+
+
+def lookahead_names() -> tuple[str, ...]:
+    from layersearch.runtime import LOOKAHEADS
+
+    return (*LOOKAHEADS, *FILE_LOOKAHEADS)
+
+
+def registry_names() -> dict[str, tuple[str, ...]]:
+    """The names in each plug-in registry (the CLI's choices): ``drafter``, ``lookahead`` (without
+    the file rules), ``verifier``, ``dynamic`` and ``on_the_fly`` mask sources."""
+    from layersearch.runtime import LOOKAHEADS, VERIFIERS
+    from layersearch.runtime.drafters import DRAFTERS
+    from layersearch.decoder.sources import DYNAMIC_SOURCES, ON_THE_FLY_SOURCES
+
+    return {"drafter": tuple(DRAFTERS), "lookahead": tuple(LOOKAHEADS), "verifier": tuple(VERIFIERS),
+            "dynamic": DYNAMIC_SOURCES, "on_the_fly": ON_THE_FLY_SOURCES}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model as the user named it: an embedded name or hub id, or (``path``) a local folder or file."""
+
+    ref: str
+    path: bool = False
+
+    def __post_init__(self) -> None:
+        _require_str(self.ref, "model reference")
+        _require_bool(self.path, "model path flag")
+
+    @classmethod
+    def given(cls, ref: str) -> "ModelRef":
+        """The reference ``ref`` as a CLI option gave it (a path when it exists here)."""
+        return cls(ref, os.path.exists(os.path.expanduser(ref)))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The verifier: its reference, where it runs, and (once bound) the model it must be."""
+
+    ref: ModelRef
+    info: ModelInfo | None = None  # None: not bound yet (any model loads)
+    device: str = "cpu"
+    dtype: str | None = None  # None: the device's default
+
+    def __post_init__(self) -> None:
+        _require_str(self.device, "model.device")
+        _prefixed_check("model.device", check_device_name, self.device)  # the names the loader takes, before it runs
+        if self.dtype is not None:
+            _require_str(self.dtype, "model.dtype")
+            _prefixed_check("model.dtype", check_dtype_name, self.dtype)
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """Where drafts come from: a registered drafter, or an independent draft model."""
+
+    name: str = "layer-skip"
+    model: ModelRef | None = None  # an independent draft model sharing the tokenizer (layer-skip: replaced by it; hybrid: its fallback)
+    vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
+    quant: str | None = None  # "int8": the draft model's weights, or (no draft model) every sub-layer the plan keeps and the head, in int8
+
+    def __post_init__(self) -> None:
+        from layersearch.runtime.drafters import DRAFTERS
+
+        _require_name(self.name, tuple(DRAFTERS), "drafter")
+        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
+            raise LayersearchError(f"drafter.vocab must be a count >= 0 (0: the full vocabulary), got {self.vocab!r}")
+        if self.vocab and self.name == "prompt-lookup" and self.model is None:
+            raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.vocab has no head to reduce")
+        from layersearch.runtime.drafters import MODEL_DRAFTERS
+
+        if self.model is not None and self.name not in MODEL_DRAFTERS:
+            raise LayersearchError(f"drafter {self.name!r} takes no draft model (only {', '.join(MODEL_DRAFTERS)} draft with one)")
+        if self.quant is not None:
+            from layersearch.models.quantize import check_quant
+
+            check_quant(self.quant)
+            if self.model is None and self.name == "prompt-lookup":
+                raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.quant has nothing to quantize")
+
+
+@dataclass(frozen=True)
+class MaskSourceSpec:
+    """Where the draft mask comes from (one of :data:`layersearch.decoder.sources.MASK_SOURCES`) and its settings."""
+
+    kind: str = "default"
+    mask: SkipMask | None = None  # kind "mask": the mask itself
+    file: str | None = None  # kind "mask": the file it came from; "router": the router file
+    skip_ratio: float | None = None  # kind "uniform"
+    reselect_every: int | None = None  # kind "knapsack": decoding steps between re-selections
+    swift: Mapping[str, Any] | None = None  # kind "swift": SwiftConfig's fields
+
+    def __post_init__(self) -> None:
+        from layersearch.decoder.sources import MASK_SOURCES
+
+        _require_name(self.kind, tuple(MASK_SOURCES), "mask source")
+        source = MASK_SOURCES[self.kind]
+        given = {name for name in ("mask", "file", "skip_ratio", "reselect_every", "swift") if getattr(self, name) is not None}
+        missing = [name for name in source.required if name not in given]
+        extra = sorted(given - set(source.required) - set(source.optional))
+        if missing or extra:
+            problem = f"needs {', '.join(missing)}" if missing else f"takes no {', '.join(extra)}"
+            raise LayersearchError(f"mask source {self.kind!r} {problem}")
+        if self.mask is not None and not isinstance(self.mask, SkipMask):
+            raise LayersearchError("mask_source.mask must be a mask")
+        if self.file is not None:
+            _require_str(self.file, "mask_source.file")
+        if self.skip_ratio is not None:
+            check_fraction(self.skip_ratio, "mask_source.skip_ratio")
+        if self.reselect_every is not None:
+            check_int(self.reselect_every, "mask_source.reselect_every")
+        if self.swift is not None:
+            if not isinstance(self.swift, Mapping) or not all(isinstance(k, str) for k in self.swift):
+                raise LayersearchError("mask_source.swift must be an object of SWIFT settings")
+            object.__setattr__(self, "swift", MappingProxyType(dict(self.swift)))
+        if source.check is not None:  # the source's own settings, checked before any model loads
+            _prefixed_check(f"mask_source.{self.kind}", source.check, self)
+
+
+@dataclass(frozen=True)
+class LookaheadSpec:
+    """The draft-length rule, its cap and threshold, and the trained file a ``disco`` rule reads."""
+
+    name: str = "confidence"
+    max_draft: int = 8
+    threshold: float = 0.8
+    file: str | None = None
+
+    def __post_init__(self) -> None:
+        _require_name(self.name, lookahead_names(), "lookahead")
+        check_draft_length(self.max_draft, "max draft tokens")  # the bound --max-draft has
+        check_fraction(self.threshold, "draft threshold")
+        if (self.name in FILE_LOOKAHEADS) != (self.file is not None):
+            raise LayersearchError(f"lookahead {self.name!r} " + ("needs a file" if self.file is None else "takes no file"))
+        if self.file is not None:
+            _require_str(self.file, "lookahead.file")
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """Greedy (``do_sample`` false) or temperature / top-p sampling with a seed."""
+
+    do_sample: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        _require_bool(self.do_sample, "sampling.do_sample")
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise LayersearchError(f"sampling.{name} must be a finite number, got {value!r}")
+        if self.do_sample and not self.temperature > 0:
+            raise LayersearchError(f"sampling needs a temperature > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None:
+            check_seed(self.seed, "sampling.seed")  # the bound --seed has
+
+    @property
+    def temperature_used(self) -> float:
+        """The decode loop's temperature: 0 (greedy) unless sampling."""
+        return float(self.temperature) if self.do_sample else 0.0
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """What a decoder does (see the module docstring for the file)."""
+
+    model: ModelSpec
+    plain: bool = False  # transformers' generate, no drafting (``generate --baseline``)
+    drafter: DrafterSpec = field(default_factory=DrafterSpec)
+    mask_source: MaskSourceSpec = field(default_factory=MaskSourceSpec)
+    steering: str | None = None  # SD² steering file
+    lookahead: LookaheadSpec = field(default_factory=LookaheadSpec)
+    verifier: str = "chain"
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    profile: str | None = None  # latency profile: KnapSpec's input, and the predicted speedup in the stats
+    max_new_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        from layersearch.runtime import VERIFIERS
+
+        _require_bool(self.plain, "plain")
+        _require_name(self.verifier, tuple(VERIFIERS), "verification")
+        check_int(self.max_new_tokens, "max new tokens")
+        for name in ("steering", "profile"):
+            if getattr(self, name) is not None:
+                _require_str(getattr(self, name), name)
+        kind = self.mask_source.kind
+        if self.plain and kind not in ("default", "none"):
+            raise LayersearchError(f"a plain (baseline) spec takes no mask source, got {kind!r}")
+        if self.drafter.model is not None and (kind not in ("default", "none") or self.plain or self.profile):
+            raise LayersearchError("a spec drafting with an independent model takes no mask source, plain decoding or profile")
+
+    # ----- binding to a model ------------------------------------------------------------
+    def check_model(self, model: ModelInfo) -> None:
+        """Raise if this spec was made for another model than ``model`` (as a mask says it)."""
+        info = self.model.info
+        if info is not None and info.fingerprint != model.fingerprint:
+            raise LayersearchError(
+                f"spec was made for model {info.name!r} (fingerprint {info.fingerprint}), "
+                f"not {model.name!r} (fingerprint {model.fingerprint})"
+            )
+        if info is not None and not info.same_model(model):  # the fingerprint agrees, the sizes written beside it do not
+            raise LayersearchError(
+                f"the spec's model.info says {info.num_layers} layers of width {info.hidden_size}, but model {model.name!r} "
+                f"has {model.num_layers} of width {model.hidden_size} (the file was edited)"
+            )
+
+    # ----- JSON -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the spec file."""
+        source = {"kind": self.mask_source.kind}
+        for name in ("mask", "file", "skip_ratio", "reselect_every", "swift"):
+            value = getattr(self.mask_source, name)
+            if value is not None:
+                source[name] = value.to_dict() if isinstance(value, SkipMask) else dict(value) if name == "swift" else value
+        model = self.model
+        return {
+            "kind": SPEC_KIND,
+            "format": SPEC_FORMAT,
+            "model": {"ref": model.ref.ref, "path": model.ref.path, "info": model.info.to_dict() if model.info else None,
+                      "device": model.device, "dtype": model.dtype},
+            "plain": self.plain,
+            "drafter": {"name": self.drafter.name, "model": _ref_dict(self.drafter.model), "vocab": self.drafter.vocab,
+                        "quant": self.drafter.quant},
+            "mask_source": source,
+            "steering": self.steering,
+            "profile": self.profile,
+            "lookahead": {f.name: getattr(self.lookahead, f.name) for f in fields(LookaheadSpec)},
+            "verifier": self.verifier,
+            "sampling": {f.name: getattr(self.sampling, f.name) for f in fields(SamplingSpec)},
+            "max_new_tokens": self.max_new_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "DecoderSpec":
+        """Parse and validate a spec file's JSON object; raises LayersearchError naming the problem."""
+        if not isinstance(data, dict) or data.get("kind") != SPEC_KIND:
+            from layersearch.common.jsonfile import file_kind
+
+            kind = file_kind(data)
+            raise LayersearchError(f"this is {kind}, not a decoder spec" if kind else
+                                   f"not a decoder spec (expected an object with \"kind\": \"{SPEC_KIND}\")")
+        if isinstance(data.get("format"), bool) or data.get("format") != SPEC_FORMAT:  # true == 1 to Python, not to a file
+            raise LayersearchError(f"unsupported spec format {data.get('format')!r} (this version reads {SPEC_FORMAT})")
+        body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format"))
+        model = _object(body["model"], "model", required=("ref", "path", "info", "device", "dtype"))
+        drafter = _object(body["drafter"], "drafter", required=("name", "model"), optional=("vocab", "quant"))
+        source = _object(body["mask_source"], "mask_source", required=("kind",),
+                         optional=("mask", "file", "skip_ratio", "reselect_every", "swift"))
+        if "mask" in source:
+            source["mask"] = _nested(SkipMask.from_dict, source["mask"], "mask_source.mask")
+        lookahead = _object(body["lookahead"], "lookahead", required=tuple(f.name for f in fields(LookaheadSpec)))
+        sampling = _object(body["sampling"], "sampling", required=tuple(f.name for f in fields(SamplingSpec)))
+        info = None if model["info"] is None else ModelInfo.from_dict(model["info"], "model.info")
+        return cls(
+            model=ModelSpec(_nested(lambda d: ModelRef(d["ref"], d["path"]), model, "model"), info, model["device"], model["dtype"]),
+            plain=body["plain"],
+            drafter=DrafterSpec(drafter["name"], None if drafter["model"] is None else _ref(drafter["model"], "drafter.model"),
+                                drafter.get("vocab", 0), drafter.get("quant")),
+            mask_source=MaskSourceSpec(**source),
+            steering=body["steering"],
+            lookahead=LookaheadSpec(**lookahead),
+            verifier=body["verifier"],
+            sampling=SamplingSpec(**sampling),
+            profile=body["profile"],
+            max_new_tokens=body["max_new_tokens"],
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the spec file atomically: paths inside the file's folder relative to it (the folder
+        moves as a whole), paths elsewhere (a model in the cache) absolute."""
+        from layersearch.common.jsonfile import write_json_atomic
+
+        folder = _folder_of(path)
+        return write_json_atomic(path, self.with_paths(lambda p: _portable(p, folder)).to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "DecoderSpec":
+        """Read and validate a spec file; its relative paths resolved from the file's folder."""
+        from layersearch.common.jsonfile import read_json_file
+
+        data = read_json_file(path, "spec")
+        try:
+            spec = cls.from_dict(data)
+        except LayersearchError as exc:
+            raise LayersearchError(f"{path}: {exc}") from None
+        folder = _folder_of(path)
+        return spec.with_paths(lambda p: p if os.path.isabs(p) else os.path.normpath(os.path.join(folder, p)))
+
+    def with_paths(self, move: Callable[[str], str]) -> "DecoderSpec":
+        """This spec with every file path passed through ``move`` (model references only when paths)."""
+        def opt(value: str | None) -> str | None:
+            return None if value is None else move(value)
+
+        def ref(value: ModelRef | None) -> ModelRef | None:
+            return value if value is None or not value.path else ModelRef(move(os.path.expanduser(value.ref)), True)
+
+        return replace(
+            self,
+            model=replace(self.model, ref=ref(self.model.ref)),
+            drafter=replace(self.drafter, model=ref(self.drafter.model)),
+            mask_source=replace(self.mask_source, file=opt(self.mask_source.file)),
+            steering=opt(self.steering),
+            profile=opt(self.profile),
+            lookahead=replace(self.lookahead, file=opt(self.lookahead.file)),
+        )
+
+
+_TOP_KEYS = ("model", "plain", "drafter", "mask_source", "steering", "profile", "lookahead", "verifier", "sampling",
+             "max_new_tokens")
+
+
+def _portable(path: str, folder: str) -> str:
+    """``path`` relative to ``folder`` when it lies inside it, else absolute."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute, folder)
+    return absolute if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
+
+
+def _folder_of(path: str | Path) -> str:
+    return os.path.dirname(os.path.abspath(os.fspath(path)))
+
+
+def _ref_dict(ref: ModelRef | None) -> dict[str, Any] | None:
+    return None if ref is None else {"ref": ref.ref, "path": ref.path}
+
+
+def _ref(data: Any, where: str) -> ModelRef:
+    data = _object(data, where, required=("ref", "path"))
+    return _nested(lambda d: ModelRef(d["ref"], d["path"]), data, where)
+
+
+def _object(data: Any, where: str, *, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data`` as a dict with exactly the ``required`` keys (and maybe ``optional`` ones)."""
+    if not isinstance(data, dict):
+        raise LayersearchError(f"{where}: expected an object")
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise LayersearchError(f"{where}: missing {', '.join(missing)}")
+    unknown = sorted(set(data) - set(required) - set(optional))
+    if unknown:
+        raise LayersearchError(f"{where}: unknown field {', '.join(map(repr, unknown))}")
+    return dict(data)
+
+
+def _nested(parse: Callable[[Any], Any], data: Any, where: str) -> Any:
+    try:
+        return parse(data)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{where}: {exc}") from None
+
+
+def _prefixed_check(where: str, check: Callable[[Any], Any], value: Any) -> None:
+    """``check(value)``, its error prefixed with the spec field ``where``."""
+    try:
+        check(value)
+    except LayersearchError as exc:
+        raise LayersearchError(f"{where}: {exc}") from None
+
+
+def _require_name(value: Any, names: tuple[str, ...], what: str) -> None:
+    if value not in names:
+        raise LayersearchError(f"unknown {what} {value!r} (choose from {', '.join(names)})")
+
+
+def _require_str(value: Any, what: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise LayersearchError(f"{what} must be a non-empty string, got {value!r}")
+
+
+def _require_bool(value: Any, what: str) -> None:
+    if not isinstance(value, bool):
+        raise LayersearchError(f"{what} must be true or false, got {value!r}")
+
+
+__all__ = ["DecoderSpec", "DrafterSpec", "LookaheadSpec", "MaskSourceSpec", "ModelRef", "ModelSpec", "SamplingSpec"]

@@ -1,0 +1,12 @@
+"""CPU kernels, apart from the decode loop: which set a model's forwards run.
+
+* :mod:`.select`            switch a model to a kernel set (``stock`` or ``numba``) and back
+* :mod:`.rowwise_linear`    a linear layer reading each weight row once for all tokens (numba)
+* :mod:`.rowwise_attention` the attention kernel matching it (registered with transformers)
+
+This module stays light (no torch, no numba): the kernel set names are read by the latency
+profile and the CLI.
+"""
+
+#: The kernel sets: ``stock`` (torch/transformers) and ``numba`` (the row-wise kernels).
+KERNEL_NAMES = ("stock", "numba")

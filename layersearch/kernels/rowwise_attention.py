@@ -1,0 +1,158 @@
+"""An attention kernel whose result for a query does not depend on the other queries of the call.
+
+torch's CPU attention (SDPA's flash kernel, or eager's batched matmul) blocks the queries of a
+call into GEMMs, so a token's attention output differs in its last bits between a one-token
+forward and a verification over k tokens. With the row-wise linear kernel that was the only
+k-dependent part of a decoder forward. :func:`rowwise_attention` computes each (head, query)
+pair on its own: scores over exactly the causal prefix that query sees (the same key count it
+has in a one-token forward at the same position), a softmax, and the weighted sum of values,
+in an order fixed by that key count and the head width only.
+
+It is registered with transformers' ``AttentionInterface`` as :data:`NAME` (masks built as for
+SDPA), so :mod:`layersearch.kernels.select` switches a model to it with
+``set_attn_implementation`` and back.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from numba import njit, prange
+
+from layersearch.kernels import rowwise_linear  # noqa: F401  (sets numba's threading layer first)
+from layersearch.kernels.rowwise_linear import MAX_TOKENS
+
+#: The name under which the kernel is registered with transformers.
+NAME = "layersearch_rowwise"
+
+_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}  # order fixed by the loop lengths only
+
+
+@njit(inline="always")
+def _attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba (inlined)
+    # q [h, t, d]; k, v [hkv, n, d]; allowed [t, n] (True = may attend; read if use_mask);
+    # out [t, h, d]. Query i is the (n - t + i)-th position: it sees keys 0 .. n - t + i.
+    heads, t, d = q.shape
+    kv_heads, n, _ = k.shape
+    group = heads // kv_heads
+    for job in prange(heads * t):
+        head = job // t
+        i = job % t
+        kv = head // group
+        seen = n - t + i + 1
+        scores = np.empty(seen, np.float32)
+        top = np.float32(-np.inf)
+        for j in range(seen):
+            s = np.float32(0.0)
+            for c in range(d):
+                s += q[head, i, c] * k[kv, j, c]
+            s *= scale
+            if softcap > 0:
+                s = np.float32(np.tanh(s / softcap) * softcap)
+            if use_mask and not allowed[i, j]:
+                s = np.float32(-np.inf)
+            scores[j] = s
+            top = max(top, s)
+        total = np.float32(0.0)
+        for j in range(seen):
+            e = np.float32(np.exp(scores[j] - top)) if scores[j] > -np.inf else np.float32(0.0)
+            scores[j] = e
+            total += e
+        acc = np.zeros(d, np.float32)
+        for j in range(seen):
+            p = scores[j]
+            for c in range(d):
+                acc[c] += p * v[kv, j, c]
+        for c in range(d):
+            out[i, head, c] = acc[c] / total
+
+
+
+@njit(parallel=True, fastmath=_FASTMATH, cache=True, boundscheck=False)
+def attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba
+    """Every (head, query) pair, spread over numba's threads."""
+    _attend(q, k, v, allowed, use_mask, scale, softcap, out)
+
+
+@njit(fastmath=_FASTMATH, cache=True, boundscheck=False)
+def attend_serial(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba
+    """The same on the calling thread (one thread: no pool launch)."""
+    _attend(q, k, v, allowed, use_mask, scale, softcap, out)
+
+
+def rowwise_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention function: query [1, h, t, d], key/value [1, hkv, n, d] -> [1, t, h, d].
+
+    The mask (boolean, or additive with large negative values) may hide keys inside each query's
+    causal prefix (sliding windows, token trees); keys after the prefix are never read.
+    """
+    if query.shape[0] != 1:
+        raise ValueError("rowwise attention runs one sequence (batch 1)")
+    _, heads, t, d = query.shape
+    n = key.shape[2]
+    scale = float(scaling) if scaling is not None else d ** -0.5
+    allowed = _allowed(attention_mask, t, n)
+    out = torch.empty(t, heads, d, dtype=torch.float32)  # [t, h, d]
+    (attend if numba.get_num_threads() > 1 else attend_serial)(
+        _array(query[0]), _array(key[0]), _array(value[0]),
+        allowed.numpy() if allowed is not None else np.ones((1, 1), np.bool_), allowed is not None,
+        np.float32(scale), np.float32(softcap or 0.0), out.numpy(),
+    )
+    return out.unsqueeze(0), None
+
+
+def supported(query: torch.Tensor) -> bool:
+    """Whether the kernel runs this call (fp32 on CPU, one sequence)."""
+    return query.dtype == torch.float32 and query.device.type == "cpu" and query.shape[0] == 1
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().contiguous().numpy()
+
+
+def _allowed(mask: torch.Tensor | None, t: int, n: int) -> torch.Tensor | None:
+    """[t, n] boolean from transformers' mask (None: plain causal, nothing extra hidden)."""
+    if mask is None:
+        return None
+    rows = mask[0, 0] if mask.dim() == 4 else mask  # [t, n] (or broadcastable)
+    if rows.dtype != torch.bool:
+        rows = rows > torch.finfo(rows.dtype).min / 2  # additive mask: 0 visible, ~min hidden
+    return rows.expand(t, n).contiguous()
+
+
+def register() -> None:
+    """Register :data:`NAME` with transformers (attention function and SDPA-style masks); idempotent."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(NAME, _dispatch)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+
+
+def _dispatch(module, query, key, value, attention_mask, **kwargs):
+    """The kernel where it applies; transformers' own attention for a long prefill (the same in
+    plain and speculative decoding, and faster there), fp16, GPU or batches."""
+    if supported(query) and query.shape[2] <= MAX_TOKENS:
+        return rowwise_attention(module, query, key, value, attention_mask, **kwargs)
+    if kwargs.get("softcap"):  # Gemma 2: logit soft-capping, which only eager attention does
+        import sys
+
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        if attention_mask is not None and attention_mask.dtype == torch.bool:
+            hidden = torch.finfo(query.dtype).min
+            attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(~attention_mask, hidden)
+        return eager(module, query, key, value, attention_mask, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

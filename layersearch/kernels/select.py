@@ -1,0 +1,144 @@
+"""Which CPU kernels a model's forwards run: ``stock`` (torch/transformers) or ``numba``.
+
+``numba`` routes every fp32 CPU ``nn.Linear`` (q/k/v/o, gate/up/down, the LM head) through
+:func:`~layersearch.kernels.rowwise_linear.rowwise_linear` and the attention through
+:func:`~layersearch.kernels.rowwise_attention.rowwise_attention`: a forward over k tokens then
+reads each weight row once for all of them, and every token's logits are bitwise what a
+one-token forward at the same position gives. The switch is a ``with`` block around both our
+plain loop and speculative decoding, so their greedy outputs stay identical token by token.
+
+Calls over more than :data:`MAX_TOKENS` tokens (a long prompt's prefill, the same in plain and
+speculative decoding) keep the stock linear layers, which are faster there. Tree verification
+hides keys inside a query's prefix and is exact up to the summation order of the zeros (its
+outputs are checked against plain decoding as before).
+
+Whether ``numba`` is used is decided from the latency profile
+(:func:`choose_kernels`): only where it measured faster, never where the one-token forward got
+slower. numba is the ``kernels`` extra: without it ``auto`` runs ``stock`` (said once) and
+``numba`` is one error line naming the install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from layersearch.common.errors import LayersearchError
+from layersearch.common.extras import has_module, install_command, note_once, require_extra
+from layersearch.kernels import KERNEL_NAMES
+
+#: Kernel sets, in the order a profile times them (one list: a profile file is checked against it).
+KERNELS = KERNEL_NAMES
+#: ``--kernels`` choices: a kernel set, or ``auto`` (the profile's choice).
+CHOICES = ("auto", *KERNELS)
+
+
+def __getattr__(name: str):
+    """``MAX_TOKENS`` (the limit lives with the kernels, whose import loads numba: lazily)."""
+    if name == "MAX_TOKENS":
+        from layersearch.kernels.rowwise_linear import MAX_TOKENS
+
+        return MAX_TOKENS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_kernels(name: str) -> str:
+    """``name`` if it is a kernel set, else one error line."""
+    if name not in KERNELS:
+        raise LayersearchError(f"unknown kernels {name!r}; choose from {', '.join(KERNELS)}")
+    return name
+
+
+@contextlib.contextmanager
+def model_kernels(model: torch.nn.Module, kernels: str) -> Iterator[int]:
+    """Run ``model``'s forwards with ``kernels`` inside the block; yields the layers routed.
+
+    ``stock`` changes nothing (yields 0). ``numba`` sets an instance ``forward`` on each
+    supported Linear and switches the attention implementation; both are undone on exit.
+    Nesting on one model is refused.
+    """
+    check_kernels(kernels)
+    if kernels == "stock" or model.device.type != "cpu":  # the kernels are CPU kernels
+        yield 0
+        return
+    require_extra("numba", "kernels")
+    from layersearch.kernels import rowwise_attention
+
+    if getattr(model, "_layersearch_kernels", None):
+        raise LayersearchError("kernels are already switched on this model")
+    linears = [m for m in model.modules() if _supported_linear(m)]
+    warm_up()
+    rowwise_attention.register()
+    attention = model.config._attn_implementation
+    model._layersearch_kernels = kernels
+    try:
+        for module in linears:
+            module.forward = _routed_forward(module)
+        model.set_attn_implementation(rowwise_attention.NAME)
+        yield len(linears)
+    finally:
+        for module in linears:
+            vars(module).pop("forward", None)
+        model.set_attn_implementation(attention)
+        del model._layersearch_kernels
+
+
+def choose_kernels(requested: str, profile=None) -> str:
+    """The kernel set to run: ``requested`` unless it is ``auto``; then the profile's choice
+    (``stock`` without a profile: nothing was measured, so nothing is switched; ``stock`` also
+    where the profile chose numba and numba is not installed here)."""
+    if requested == "auto":
+        chosen = profile.kernels if profile is not None else "stock"
+        return "stock" if chosen == "numba" and not numba_available() else chosen
+    return check_kernels(requested)
+
+
+def numba_available() -> bool:
+    """Whether the numba kernels can run here; says once that ``auto`` runs stock when they cannot."""
+    if has_module("numba"):
+        return True
+    note_once(f"numba is not installed, so --kernels auto runs the stock kernels ({install_command('kernels')} adds them)")
+    return False
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) both kernels and match numba's threads to torch's,
+    so no compile time lands in a timing."""
+    import numba
+
+    from layersearch.kernels.rowwise_attention import rowwise_attention
+    from layersearch.kernels.rowwise_linear import rowwise_linear
+
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    rowwise_linear(torch.zeros(1, 8), torch.zeros(5, 8))
+    query = torch.zeros(1, 2, 1, 4)
+    rowwise_attention(None, query, torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4), None)
+    rowwise_attention(None, query, torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4), torch.ones(1, 1, 1, 3, dtype=torch.bool))
+
+
+def _supported_linear(module: torch.nn.Module) -> bool:
+    if not isinstance(module, torch.nn.Linear) or "forward" in vars(module):
+        return False
+    weight = module.weight
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.is_contiguous()
+
+
+def _routed_forward(module: torch.nn.Linear):
+    """A forward for ``module``: the row-wise kernel for up to MAX_TOKENS tokens in inference."""
+    import numba
+
+    from layersearch.kernels.rowwise_linear import MAX_TOKENS, prepared_linear
+
+    stock = type(module).forward.__get__(module)
+    kernel = prepared_linear(module.weight, module.bias, threads=numba.get_num_threads())
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        tokens = x.numel() // max(1, x.shape[-1])
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)
+        if needs_grad or tokens > MAX_TOKENS or x.dtype != torch.float32 or x.device.type != "cpu":
+            return stock(x)
+        return kernel(x)
+
+    return forward

@@ -1,0 +1,127 @@
+"""``layersearch.load_decoder``: greedy output equals the model's own ``generate``, transformers
+streamers get exactly the generated tokens, chats go through the chat template."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import layersearch
+from layersearch.common.errors import LayersearchError
+from layersearch.decoder.spec import DecoderSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+
+PROMPT = "w5 w9 w17 w33 w8 w64 w3 w5 w9"
+
+
+def spec_for(folder, **fields) -> DecoderSpec:
+    return DecoderSpec(ModelSpec(ModelRef(str(folder), True)), mask_source=MaskSourceSpec("uniform", skip_ratio=0.5),
+                       lookahead=LookaheadSpec("static", 3), max_new_tokens=20, **fields)
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_word_models):
+    return layersearch.load_decoder(spec_for(tiny_word_models[0]))
+
+
+def test_greedy_equals_the_models_generate(decoder):
+    ids = decoder.tokenizer(PROMPT, return_tensors="pt").input_ids
+    plain = decoder.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
+    out = decoder.generate(PROMPT)
+    assert list(out.token_ids) == plain[0, ids.shape[1]:].tolist() and len(out.token_ids) == 20
+    assert out.stats.drafted > 0 and out.text == decoder.tokenizer.decode(list(out.token_ids), skip_special_tokens=True)
+    assert decoder.generate(ids[0].tolist(), max_new_tokens=7).token_ids == out.token_ids[:7]  # ids in, same tokens
+    with pytest.raises(Exception):
+        out.text = "x"  # a frozen value
+
+
+def test_a_spec_file_and_a_loaded_model(decoder, tiny_word_models, tmp_path):
+    path = decoder.spec.save(tmp_path / "spec.json")
+    from_file = layersearch.load_decoder(path, model=(decoder.model, decoder.tokenizer))
+    assert from_file.model is decoder.model  # not loaded again
+    assert from_file.generate(PROMPT).token_ids == decoder.generate(PROMPT).token_ids
+    assert from_file.spec.model.info == decoder.spec.model.info
+    from layersearch.models.tiny import build_tiny_model
+
+    other = build_tiny_model("llama", num_layers=2, vocab_size=128, seed=3)
+    with pytest.raises(LayersearchError, match="spec was made for model"):
+        layersearch.load_decoder(path, model=(other, decoder.tokenizer))
+
+
+def test_sampling_is_seeded_and_overridable(decoder):
+    first = decoder.generate(PROMPT, do_sample=True, temperature=0.8, seed=5)
+    assert decoder.generate(PROMPT, do_sample=True, temperature=0.8, seed=5).token_ids == first.token_ids
+    assert len({decoder.generate(PROMPT, do_sample=True, seed=s).token_ids for s in range(4)}) > 1
+
+
+def test_streamers_get_exactly_the_generated_tokens(decoder):
+    from transformers import TextIteratorStreamer
+    from transformers.generation.streamers import BaseStreamer
+
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.puts = []
+            self.ended = False
+
+        def put(self, value):
+            self.puts.append(value.reshape(-1).tolist())
+
+        def end(self):
+            self.ended = True
+
+    collect = Collect()
+    out = decoder.generate(PROMPT, streamer=collect)
+    prompt = decoder.tokenizer(PROMPT).input_ids
+    assert collect.puts[0] == prompt and collect.ended
+    assert sum(collect.puts[1:], []) == list(out.token_ids)
+    assert len(collect.puts) - 1 == out.stats.target_forwards + 1  # prefill, then one put per step
+
+    streamer = TextIteratorStreamer(decoder.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(out=decoder.generate(PROMPT, streamer=streamer)))
+    worker.start()
+    text = "".join(streamer)
+    worker.join()
+    assert text.split() == result["out"].text.split() and text.strip()
+
+
+def test_chat_messages_use_the_chat_template(decoder):
+    messages = [{"role": "user", "content": "w5 w9 w17"}]
+    with pytest.raises(LayersearchError, match="no chat template"):
+        decoder.generate(messages)
+    decoder.tokenizer.chat_template = "{% for m in messages %}w1 {{ m['content'] }} {% endfor %}w3"
+    try:
+        out = decoder.generate(messages, max_new_tokens=6)
+        assert out.token_ids == decoder.generate("w1 w5 w9 w17 w3", max_new_tokens=6).token_ids
+        with pytest.raises(LayersearchError, match="chat message 1"):
+            decoder.generate([{"role": "user"}])
+    finally:
+        decoder.tokenizer.chat_template = None
+    with pytest.raises(LayersearchError, match="the prompt must be"):
+        decoder.generate(3.5)
+
+
+def test_a_plain_spec_streams_too(tiny_word_models):
+    from transformers.generation.streamers import BaseStreamer
+
+    plain = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(tiny_word_models[0]), True)), plain=True))
+    seen = []
+
+    class Collect(BaseStreamer):
+        def put(self, value):
+            seen.append(value.reshape(-1).tolist())
+
+        def end(self):
+            seen.append("end")
+
+    out = plain.generate(PROMPT, max_new_tokens=5, streamer=Collect())
+    assert seen[1] == list(out.token_ids) and seen[-1] == "end" and out.stats.drafted == 0
+
+
+def test_import_layersearch_stays_light():
+    import subprocess
+    import sys
+
+    code = "import sys, layersearch; layersearch.DecoderSpec; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -1,0 +1,51 @@
+"""The item grammar below the CLI (``NAME``, ``KIND:MODEL``, ``KIND:MODEL@int8``) that bench,
+generate and tune share, and the spec fragments bench rows are built from."""
+
+from __future__ import annotations
+
+import pytest
+
+from layersearch.common.errors import LayersearchError
+from layersearch.decoder.spec import DrafterSpec, ModelRef
+from layersearch.decoder.fragments import draft_model_item, drafter_spec, model_names, parse_drafters
+
+
+def test_drafter_items_become_drafter_specs():
+    assert parse_drafters("prompt-lookup, model:small@int8,hybrid:small") == ("prompt-lookup", "model:small@int8", "hybrid:small")
+    assert drafter_spec("prompt-lookup") == DrafterSpec("prompt-lookup")
+    assert drafter_spec("model:small@int8") == DrafterSpec("layer-skip", ModelRef("small"), 0, "int8")
+    assert drafter_spec("hybrid:small", vocab=64) == DrafterSpec("hybrid", ModelRef("small"), 64)
+    assert model_names(("model:small@int8", "hybrid:small", "prompt-lookup", "model:small")) == ["small@int8", "small"]
+
+
+@pytest.mark.parametrize("item", ["layer-skip", "model", "prompt-lookup:small", "model:", "nope"])
+def test_an_unknown_drafter_item_is_one_error_naming_the_choices(item):
+    with pytest.raises(LayersearchError, match=r"--drafters: unknown item .* \(choose from prompt-lookup, hybrid, model:MODEL, hybrid:MODEL\)"):
+        parse_drafters(item)
+
+
+def test_a_draft_model_option_takes_the_same_quantization_suffix(tmp_path):
+    assert draft_model_item("small@int8") == (ModelRef("small"), "int8")
+    assert draft_model_item("small@int4") == (ModelRef("small@int4"), None)  # not a scheme: part of the name
+    folder = tmp_path / "draft@int8"
+    folder.mkdir()
+    assert draft_model_item(str(folder)) == (ModelRef(str(folder), True), None)  # an existing path is taken whole
+
+
+def test_generate_and_tune_read_the_suffix(capsys, tmp_path):
+    from layersearch.cli import build_parser, main
+    from layersearch.commands.generate_spec import spec_from_args
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "row {i}"}}\n' for i in range(20)))
+    args = build_parser().parse_args(["generate", "--prompt", "hi", "--draft-model", "smollm2-135m@int8"])
+    assert spec_from_args(args, {}).drafter == DrafterSpec("layer-skip", ModelRef("smollm2-135m"), 0, "int8")
+    for argv, message in (
+        (["generate", "--prompt", "hi", "--draft-model", "smollm2-135m@int8", "--draft-quant", "int8", "--dtype", "float16"],
+         "int8"),
+        (["tune", "--prompts", str(prompts), "--budget", "5", "--out", str(tmp_path / "spec.json"), "--draft-model",
+          "smollm2-135m@int8"], "tune searches the draft model's own and int8"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("layersearch: error:") and message in err[0], err

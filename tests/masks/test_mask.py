@@ -1,0 +1,135 @@
+"""SkipMask: the value type and its validated JSON file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layersearch.common.errors import LayersearchError
+from layersearch.masks.mask import ModelInfo, SkipMask
+
+INFO = ModelInfo("m", 4, 64, "abc123")
+
+
+def test_round_trip_keeps_everything(tmp_path):
+    mask = SkipMask(4, (3, 1), (2,), INFO, {"strategy": "swift", "score": 0.9})
+    path = mask.save(tmp_path / "m.json")
+    loaded = SkipMask.load(path, model=INFO)
+    assert loaded == mask and loaded.attention == (1, 3)
+    assert loaded.provenance["strategy"] == "swift" and loaded.provenance["score"] == 0.9
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 1 and data["model"]["fingerprint"] == "abc123"
+    assert set(data["provenance"]) >= {"strategy", "objective", "score", "study", "trial", "created"}
+
+
+def test_value_is_immutable():
+    mask = SkipMask(4, (1,), ())
+    with pytest.raises(Exception):
+        mask.attention = (2,)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        mask.provenance["x"] = 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "malformed JSON"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": [4], "mlp": []}', "out of range"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": [1, 1], "mlp": []}', "duplicate layer index 1"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": [-1], "mlp": []}', "out of range"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": ["2"], "mlp": []}', "not an integer"),
+        ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": []}', "schema_version"),
+        ('{"schema_version": 1, "num_layers": 4, "attention": []}', "missing 'mlp'"),
+        ('[1, 2]', "JSON object"),
+    ],
+)
+def test_bad_files_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(LayersearchError, match=message) as info:
+        SkipMask.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_mask_for_another_model_is_refused(tmp_path):
+    path = SkipMask(4, (1,), (), INFO).save(tmp_path / "m.json")
+    with pytest.raises(LayersearchError, match="made for model"):
+        SkipMask.load(path, model=ModelInfo("other", 4, 64, "fff000"))
+    with pytest.raises(LayersearchError, match="4 layers but model"):
+        SkipMask.load(path, model=ModelInfo("big", 6, 64, "abc123"))
+
+
+def test_wrong_layer_count_inside_file(tmp_path):
+    data = SkipMask(4, (1,), (), INFO).to_dict()
+    data["num_layers"] = 6
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(LayersearchError, match="num_layers is 6"):
+        SkipMask.load(path)
+
+
+def test_missing_file():
+    with pytest.raises(LayersearchError, match="not found"):
+        SkipMask.load("/nonexistent/mask.json")
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "m.json"
+    target.write_text("old")
+    monkeypatch.setattr("os.replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(LayersearchError, match="disk full; nothing was written"):
+        SkipMask(4, (1,), ()).save(target)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_uniform_spreads_and_counts():
+    mask = SkipMask.uniform(30, 0.2)
+    assert mask.num_skipped == 12 and len(mask.attention) == len(mask.mlp) == 6
+    gaps = [b - a for a, b in zip(mask.attention, mask.attention[1:])]
+    assert max(gaps) - min(gaps) <= 1
+    assert SkipMask.uniform(30, 0).is_empty and SkipMask.uniform(30, 1) == SkipMask.everything(30)
+    with pytest.raises(LayersearchError):
+        SkipMask.uniform(30, 1.5)
+
+
+def test_flat_conversion_is_interleaved():
+    mask = SkipMask(3, (0, 2), (1,))
+    assert mask.to_flat() == (True, False, False, True, True, False)
+    assert SkipMask.from_flat(mask.to_flat()) == mask
+    assert mask.short_string() == "A:0,2 M:1"
+
+
+def test_a_plan_round_trips_as_schema_2_and_a_skip_mask_stays_schema_1(tmp_path):
+    plan = SkipMask(6, (1,), (4,), None, {}, (0, 2), (0, 1, 2), True)
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 2 and data["int8"] == {"attention": [0, 2], "mlp": [0, 1, 2], "head": True}
+    assert SkipMask.load(path) == plan and plan.precision("attention", 2) == "int8" and plan.precision("mlp", 4) == "skip"
+    assert plan.skips_only() == SkipMask(6, (1,), (4,)) and not plan.is_empty and plan.skips_only().is_skip_only
+    assert SkipMask(6, (1,), (4,)).to_dict()["schema_version"] == 1 and "int8" not in SkipMask(6, (1,), (4,)).to_dict()
+    assert plan.short_string() == "A:1 M:4 int8 A:0,2 M:0-2 H"
+    assert SkipMask.none(6).kept_in_int8(head=False).short_string() == "A:- M:- int8 A:0-5 M:0-5"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schema_version": 1, "num_layers": 4, "attention": [], "mlp": [], "int8": {"attention": [1]}}', "need schema_version 2"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [1], "mlp": [], "int8": {"attention": [1]}}', "both skipped and int8"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"mlp": [9]}}', "out of range"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"head": "yes"}}', "int8 head must be true or false"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"heads": true}}', "unknown key 'heads'"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": [1]}', "int8 must be an object"),
+])
+def test_bad_plan_files_are_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    with pytest.raises(LayersearchError, match=message):
+        SkipMask.load(path)
+
+
+def test_mask_show_draws_each_sub_layers_precision():
+    from layersearch.commands.mask import render
+
+    text = render(SkipMask(4, (1,), (), None, {}, (0, 2), (0, 1, 2, 3), True))
+    assert "attn  8 x 8 ." in text and "mlp   8 8 8 8" in text and "LM head int8" in text and "8 = int8" in text
