@@ -1,6 +1,11 @@
-"""Dependencies point one way: the runtime has no CLI (argparse, printing) and no Optuna, no
-module imports from a higher layer (commands -> study -> objectives -> runtime), every package and
-top-level module has a rule here, and no layersearch modules import each other in a circle."""
+"""Dependencies point one way.
+
+The top-level packages stand in layers (:data:`LAYERS`, bottom to top; docs/design.md draws the
+map): a package imports only packages of lower layers, never one of its own layer (the methods
+are independent of each other), and the graph of top-level packages has no cycle, counting every
+import in a file (lazy ones inside functions and ``TYPE_CHECKING`` ones too). Besides: only the
+CLI imports argparse, only the search imports Optuna, the runtime prints nothing, the decoder
+spec imports no torch, and no two modules import each other in a circle while loading."""
 
 from __future__ import annotations
 
@@ -11,82 +16,181 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "layersearch"
 
-ABOVE = ("argparse", "layersearch.commands", "layersearch.cli")  # the CLI: nothing below it may import it
-METHODS = ("layersearch.knapspec", "layersearch.knn", "layersearch.swift", "layersearch.steer", "layersearch.disco")
-# Harness and core modules sit below every method package and the study.
-BELOW_METHODS = (*ABOVE, "optuna", "layersearch.study", "layersearch.strategies", "layersearch.objectives", *METHODS)
-CORE = (*BELOW_METHODS, "layersearch.runtime", "layersearch.evaluation.measure", "layersearch.evaluation.bench", "layersearch.evaluation.transfer",
-        "layersearch.decoder.spec", "layersearch.decoder.sources", "layersearch.decoder.build", "layersearch.decoder.api")
-
-# Layer -> modules it must never import (lazily or not).
-FORBIDDEN = {
-    "runtime": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.strategies", "layersearch.knapspec",
-                "layersearch.objectives", "layersearch.cli", "layersearch.decoder.spec", "layersearch.decoder.sources", "layersearch.decoder.build",
-                "layersearch.decoder.api", "layersearch.evaluation.measure", "layersearch.evaluation.bench", "layersearch.evaluation.transfer", "layersearch.data",
-                "layersearch.swift.proposals", *METHODS),
-    "models": (*CORE, "layersearch.data", "layersearch.swift.proposals"),
-    "data": (*CORE, "layersearch.models", "layersearch.swift.proposals"),
-    "objectives": (*ABOVE, "optuna", "layersearch.study", "layersearch.strategies", *METHODS),
-    # The method packages: their file format, fitting, plug-in and bench; none imports another
-    # method's package, the search strategies (the knapsack strategy imports KnapSpec) or the CLI.
-    "knapspec": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
-    "knn": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
-    "study": ("argparse", "layersearch.commands", "layersearch.cli"),
-    # tune sits between the commands and the study / objectives / runtime it drives.
-    "tune": ("argparse", "layersearch.commands", "layersearch.cli"),
-    # SWIFT on the fly (generate --mask swift) pulls no Optuna: its search is swift/search.py.
-    "swift": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
-    "steer": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
-    "disco": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.strategies"),
-    "strategies": ("argparse", "layersearch.commands", "layersearch.study", "layersearch.runtime", "layersearch.cli",
-                   "layersearch.objectives"),
-    "commands": ("layersearch.cli",),  # the top layer: only the entry point sits above it
-    # The decoder spec and its builder sit below the CLI; the spec (and the mask-source registry) import no torch.
-    "spec.py": ("argparse", "optuna", "torch", "transformers", "layersearch.commands", "layersearch.study", "layersearch.cli",
-                "layersearch.decoder.build", "layersearch.decoder.api"),
-    # Spec fragments and the item grammar (bench's, tune's, generate's): below the CLI, no torch.
-    "spec_fragments.py": ("argparse", "optuna", "torch", "transformers", "layersearch.commands", "layersearch.study",
-                          "layersearch.cli", "layersearch.decoder.build", "layersearch.decoder.api"),
-    "sources.py": ("argparse", "optuna", "torch", "layersearch.commands", "layersearch.study", "layersearch.cli",
-                   "layersearch.decoder.build", "layersearch.decoder.api"),
-    "build.py": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli", "layersearch.decoder.api"),
-    "api.py": ("argparse", "optuna", "layersearch.commands", "layersearch.study", "layersearch.cli"),
-    # The one measurement harness, and the benchmarks built directly on it, below every method.
-    "measure.py": (*BELOW_METHODS, "layersearch.evaluation.bench", "layersearch.evaluation.transfer", "layersearch.evaluation.specbench"),
-    "bench.py": (*BELOW_METHODS, "layersearch.evaluation.transfer"),
-    "transfer.py": BELOW_METHODS,
-    "specbench.py": BELOW_METHODS,
-    # Mask proposals (random, GP) for the strategies and SWIFT on the fly: no Optuna, no runtime.
-    "proposals.py": (*CORE, "layersearch.models", "layersearch.data"),
-    **{f"{name}.py": CORE for name in ("mask", "mask_formats", "modelfile", "checks", "errors", "inputs", "jsonfile", "outputs",
-                                         "profile", "progress", "extras")},
-    # The pictures read studies' trials (Optuna's), never run anything.
-    "plots.py": (*ABOVE, "layersearch.study", "layersearch.strategies", "layersearch.runtime", *METHODS),
-    # FR-Spec's vocabulary file is fitted with the runtime's decoder: it sits above the runtime.
-    "vocab.py": BELOW_METHODS,
-}
+METHODS = ("disco", "frspec", "knapspec", "knn", "steer", "swift")
+#: The top-level packages, bottom to top: each imports only packages of the layers below it.
+LAYERS = (
+    ("common",),  # errors, checks, input and output files: imports nothing of layersearch
+    ("masks", "kernels"),  # skip masks (draft plans) and their files; the CPU kernels
+    ("models",),  # loading models (HF, GGUF), skipping sub-layers, int8 twins
+    ("runtime", "data"),  # the decode loop and its plug-in points; the prompt sets
+    ("profiling", *METHODS),  # the latency profile; each method's decode-time parts and how its file is fitted
+    ("decoder",),  # the spec and the builder: where the methods meet the runtime; load_decoder
+    ("evaluation", "objectives", "strategies"),  # the harness and its benchmarks; what a search scores, how it proposes
+    ("experiments", "study"),  # each method's experiments (fit, then bench); the Optuna study
+    ("tune",),  # tuning a whole decoder spec with studies
+    ("commands",),  # the CLI's subcommands (cli.py, the entry point, sits on top)
+)
 ENTRY_POINTS = ("__init__.py", "__main__.py", "cli.py")  # the package itself and the CLI's entry point
+LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+
+#: Only the CLI parses arguments, and only the search (and its pictures) imports Optuna.
+ARGPARSE_USERS = ("commands", "cli.py")
+OPTUNA_USERS = ("strategies", "study", "tune", "commands", "evaluation/plots.py")
+#: Further rules, by package or module path: names it must never import (lazily or not).
+NO_TORCH = ("torch", "transformers")
+FORBIDDEN = {
+    # The spec, its fragments and the mask-source registry are read for --help and by the
+    # search's parent process: no torch. The spec knows nothing of how it is built.
+    "decoder/spec.py": (*NO_TORCH, "layersearch.decoder.build", "layersearch.decoder.api"),
+    "decoder/fragments.py": (*NO_TORCH, "layersearch.decoder.build", "layersearch.decoder.api"),
+    "decoder/sources.py": ("torch", "layersearch.decoder.build", "layersearch.decoder.api"),
+    "decoder/build.py": ("layersearch.decoder.api",),
+    # The one measurement harness sits below the benchmarks built on it.
+    "evaluation/measure.py": ("layersearch.evaluation.bench", "layersearch.evaluation.transfer", "layersearch.evaluation.specbench",
+                              "layersearch.evaluation.plots"),
+    "evaluation/bench.py": ("layersearch.evaluation.transfer", "layersearch.evaluation.plots"),
+    # The strategies propose masks from trials: they run no model (the objectives do).
+    "strategies": ("layersearch.runtime", "layersearch.objectives", "layersearch.decoder", "layersearch.evaluation"),
+    # GP proposals serve the strategies and SWIFT on the fly alike: no model, no runtime.
+    "swift/proposals.py": ("layersearch.runtime", "layersearch.models", "layersearch.data"),
+    "swift/search.py": ("layersearch.runtime", "layersearch.models", "layersearch.data"),
+    # The light package roots: the CLI reads their names for --help.
+    "kernels/__init__.py": ("torch", "numba"),
+    "runtime/__init__.py": NO_TORCH,
+    "runtime/drafters/__init__.py": NO_TORCH,
+}
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every module name ``path`` imports, at any depth of the file."""
-    names: set[str] = set()
+def imports_in(path: Path) -> list[tuple[str, int]]:
+    """Every module name ``path`` imports, at any depth of the file (inside functions, under
+    ``if TYPE_CHECKING:``), with its line; relative imports resolved, and ``from pkg import mod``
+    read as ``pkg.mod`` (a name that is not a module is found by its package all the same)."""
+    here = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = here[:-1]
+    found: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+    return found
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_layers_import_nothing_above_them(layer):
-    bad = []
-    target = PACKAGE / layer
-    for path in [target] if target.is_file() else sorted(target.rglob("*.py")):
-        for name in imports_of(path):
-            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[layer]):
-                bad.append(f"{path.relative_to(PACKAGE)} imports {name}")
+def top_level(name: str) -> str | None:
+    """``layersearch.decoder.build.assemble`` -> ``decoder``; None outside layersearch or for
+    the package root's own names (``from layersearch import load_decoder``)."""
+    parts = name.split(".")
+    if parts[0] != "layersearch" or len(parts) < 2:
+        return None
+    if (PACKAGE / parts[1]).is_dir() or (PACKAGE / f"{parts[1]}.py").is_file():
+        return parts[1]
+    return None
+
+
+def owner(path: Path) -> str:
+    """The top-level package (or entry-point module, ``cli``) a file belongs to."""
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def package_graph() -> dict[str, dict[str, list[str]]]:
+    """Top-level package -> each top-level package it imports -> where (``path:line``)."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = owner(path)
+        edges = graph.setdefault(source, {})
+        for name, line in imports_in(path):
+            target = top_level(name)
+            place = f"{path.relative_to(PACKAGE)}:{line}"
+            if target is not None and target != source and place not in edges.get(target, ()):
+                edges.setdefault(target, []).append(place)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that returns to its start (``[a, b, a]``), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        path.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state and (cycle := visit(w)) is not None:
+                return cycle
+        state[v] = 2
+        path.pop()
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (cycle := visit(v)) is not None:
+            return cycle
+    return None
+
+
+def test_no_cycles_between_top_level_packages():
+    graph = package_graph()
+    cycle = find_cycle({source: set(targets) for source, targets in graph.items()})
+    where = [] if cycle is None else [f"{a} -> {b}: {', '.join(graph[a][b][:3])}" for a, b in zip(cycle, cycle[1:])]
+    assert cycle is None, "import cycle " + " -> ".join(cycle or ()) + "\n" + "\n".join(where)
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]
+
+
+def test_the_layout_has_no_loose_modules():
+    """Every top-level package stands in a layer; the only top-level modules are the entry points
+    (a new module goes into the package of its concept)."""
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    assert packages == set(LAYER)
+    assert modules == set(ENTRY_POINTS)
+
+
+def test_packages_import_only_lower_layers():
+    bad = [
+        f"{where} ({source}, layer {LAYER[source]}) imports {target} (layer {LAYER[target]})"
+        for source, targets in package_graph().items() if source in LAYER
+        for target, places in targets.items() if target in LAYER and LAYER[target] >= LAYER[source]
+        for where in places
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def files_of(rule: str) -> list[Path]:
+    """The files a rule's key names: a package (all its modules) or one module."""
+    target = PACKAGE / rule
+    return [target] if target.is_file() else sorted(target.rglob("*.py"))
+
+
+def offending(paths: list[Path], names: tuple[str, ...]) -> list[str]:
+    """``path:line imports name`` for each import in ``paths`` of one of ``names`` (or below it)."""
+    return [
+        f"{path.relative_to(PACKAGE)}:{line} imports {name}"
+        for path in paths
+        for name, line in imports_in(path)
+        if any(name == n or name.startswith(n + ".") for n in names)
+    ]
+
+
+@pytest.mark.parametrize("rule", sorted(FORBIDDEN))
+def test_modules_import_nothing_forbidden(rule):
+    assert files_of(rule), f"{rule}: no such package or module (update the rule)"
+    bad = offending(files_of(rule), FORBIDDEN[rule])
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(("library", "users"), [("argparse", ARGPARSE_USERS), ("optuna", OPTUNA_USERS)])
+def test_only_their_users_import_argparse_and_optuna(library, users):
+    allowed = {path for rule in users for path in files_of(rule)}
+    bad = offending([p for p in sorted(PACKAGE.rglob("*.py")) if p not in allowed], (library,))
     assert not bad, bad
 
 
@@ -98,13 +202,6 @@ def test_runtime_prints_nothing():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
     ]
     assert not calls, calls
-
-
-def test_every_package_and_module_has_a_rule():
-    """A new package or top-level module must say here what it may not import."""
-    present = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    present |= {p.name for p in PACKAGE.glob("*.py")} - set(ENTRY_POINTS)
-    assert present - set(FORBIDDEN) == set()
 
 
 def module_name(path: Path) -> str:
