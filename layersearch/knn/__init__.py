@@ -6,8 +6,9 @@
 * :mod:`.build`      anchors per domain and the calibrated out-of-distribution threshold
 * :mod:`.controller` routing as a decode-loop controller (no extra forward)
 * :mod:`.stream`     mix-ratio streams (Eq. 8)
-* :mod:`.bench`      plain / SSD_F / SSD_M / KNN-SSD / oracle on those streams
-* :mod:`.figures`    speedup vs mix ratio; 2-D PCA of representations with anchors
+
+Its experiments (building a router from prompts; plain / SSD_F / SSD_M / KNN-SSD / oracle on
+mixed streams; the figures) are :mod:`layersearch.experiments.knn`, ``.knn_workflow`` and ``.knn_figures``.
 """
 
 from layersearch.knn.build import DomainSamples, build_router, routing_accuracy

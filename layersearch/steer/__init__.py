@@ -2,9 +2,10 @@
 
 ``params`` (W_hml, W_s), ``hooks`` (the bias on the MLPs, inside a context manager),
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
-training, optionally fine-tuning an independent drafter), ``bench`` (plain vs unsteered vs
-steered block efficiency and speed), ``shrink`` (a layer-pruned drafter cut from the verifier)
-and ``modeldir`` (writing a model directory all or nothing).
+training, optionally fine-tuning an independent drafter), ``shrink`` (a layer-pruned drafter cut
+from the verifier) and ``modeldir`` (writing a model directory all or nothing). The bench (plain
+vs unsteered vs steered block efficiency and speed) and the train-then-bench workflow are
+:mod:`layersearch.experiments.steer` and :mod:`layersearch.experiments.steer_workflow`.
 """
 
 from layersearch.steer.drafter import SteeredDrafter

@@ -1,7 +1,8 @@
 """SWIFT at inference time, one shape with the other method packages: its search without Optuna
-(:mod:`.search`), its plug-in, the on-the-fly layer-set optimiser (:mod:`.controller`, a
-controller of the decode loop), and its bench, the domain-switching stream experiment
-(:mod:`.bench`, ``layersearch swift stream``).
+(:mod:`.search`) on the GP proposals it shares with the Optuna strategies (:mod:`.proposals`),
+and its plug-in, the on-the-fly layer-set optimiser (:mod:`.controller`, a controller of the
+decode loop). Its bench, the domain-switching stream experiment (``layersearch swift stream``),
+is :mod:`layersearch.experiments.swift`.
 
 The controller's names load on first use (PEP 562), so :mod:`.search` can be imported by the
 Optuna strategies without pulling the runtime in.
