@@ -64,7 +64,7 @@ def add_parser(sub, parser_class) -> None:
 
 def run(args: Any) -> int:
     """Check the counts, then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
-    from layersearch.steer import workflow
+    from layersearch.experiments import steer_workflow as workflow
 
     if getattr(args, "val_prompts", 0) < 0:
         raise LayersearchError(f"--val-prompts must be >= 0, got {args.val_prompts}")
