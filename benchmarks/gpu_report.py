@@ -115,6 +115,8 @@ def greedy_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int,
         "uniform-0.25": SkipMask.uniform(layers, 0.25),
         "uniform-0.5": SkipMask.uniform(layers, 0.5),
         "attention-half": SkipMask(layers, tuple(range(0, layers, 2)), ()),
+        "int8-self-draft": SkipMask.none(layers).kept_in_int8(),  # draft plans (weight-only int8 on CUDA)
+        "int8-uniform-0.25": SkipMask.uniform(layers, 0.25).kept_in_int8(),
     }
     rows = []
     for (name, mask), k in itertools.product(masks.items(), ks):

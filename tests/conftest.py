@@ -167,11 +167,13 @@ def exact_three_token_law():
 
     def law_of(model, prompt) -> "np.ndarray":
         law = np.zeros((6, 6, 6))
+        device = next(model.parameters()).device
+        probs = lambda rows: torch.softmax(model(torch.tensor(rows, device=device)).logits[:, -1].float(), -1).cpu()  # noqa: E731
         with torch.no_grad():
-            p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)
+            p1 = probs([prompt])[0]
             for a in range(6):
-                p2 = torch.softmax(model(torch.tensor([prompt + [a]])).logits[0, -1], -1)
-                p3 = torch.softmax(model(torch.tensor([prompt + [a, b] for b in range(6)])).logits[:, -1], -1)  # [6, 6]
+                p2 = probs([prompt + [a]])[0]
+                p3 = probs([prompt + [a, b] for b in range(6)])  # [6, 6]
                 law[a] = (p1[a] * p2[:, None] * p3).numpy()
         return law.reshape(-1)
 

@@ -67,9 +67,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    "MODEL@int8: its weights in int8, as bench's items; default with a --steering file trained for one: "
                    "that file's)")
     p.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
-                   help="quantize the draft (int8: torch's dynamic int8 Linears, CPU only; output still lossless): the "
-                   "--draft-model's weights, or without one the model itself: every sub-layer the mask keeps, and the "
-                   "LM head, run in int8 (--skip-ratio 0 or no mask: the whole model in int8)")
+                   help="quantize the draft (int8; output still lossless): the --draft-model's weights (torch's dynamic int8 "
+                   "Linears, CPU only), or without one the model itself: every sub-layer the mask keeps, and the LM head, "
+                   "run in int8 (CPU: fbgemm; CUDA: weight-only) (--skip-ratio 0 or no mask: the whole model in int8)")
     # The deployable artefact (issue 24): what this run decodes with, as a file, and running one.
     p.add_argument("--save-spec", metavar="FILE", help="write the decoder spec of this run (model, drafter, mask, lookahead, "
                    "verifier, sampling) as JSON")

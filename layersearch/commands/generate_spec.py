@@ -64,7 +64,7 @@ def _draft_quant(args: Any) -> str | None:
     if args.draft_model is None and (args.baseline or args.drafter == "prompt-lookup"):
         raise LayersearchError(f"--draft-quant {quant} quantizes a draft; "
                                f"{'--baseline' if args.baseline else '--drafter prompt-lookup'} runs none")
-    check_quant(quant, args.device, args.dtype)
+    check_quant(quant, args.device, args.dtype, self_draft=args.draft_model is None)
     return quant
 
 

@@ -15,6 +15,14 @@ Why the whole model is twinned once, not per plan: quantizing a Linear takes a p
 weights (about 5 s for the 1.5B's every Linear on this CPU), while a search tries hundreds of
 plans. :func:`int8_twins` builds them on first use and keeps them for the model's lifetime
 (``nbytes`` reports their memory); the target's own weights are never touched.
+
+On CUDA the twin is the GPU's int8 path, weight-only: the same int8 weights per output channel,
+activations kept in the model's dtype (bf16 / fp16 / fp32), as gpt-fast's and torchao's
+weight-only int8 Linears compute it, in eager PyTorch. It is lossless like every plan, but not
+cheap: on an H200 one-token bf16 Linears are launch-bound (25-50 us against a 1-28 us
+bandwidth floor), and the twin's dequantize-then-multiply takes about twice as long; a
+``torch.compile``-d twin measured slower still (benchmarks/gpu_plans.py, docs/results.md). An int8
+plan pays on a GPU only with a fused low-bit GEMV inside a CUDA-graph-captured step.
 """
 
 from __future__ import annotations
@@ -54,16 +62,28 @@ class Int8Twins:
 
 
 class Int8Linear(nn.Module):
-    """A Linear in int8: fbgemm's dynamic int8 kernel for one token, per-token activation
-    quantization over the dequantized int8 weights for several (see the module docstring)."""
+    """A Linear in int8. CPU: fbgemm's dynamic int8 kernel for one token, per-token activation
+    quantization over the dequantized int8 weights for several (see the module docstring).
+    CUDA: int8 weights per output channel, activations in the model's dtype (weight-only)."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, *, weight_only: bool | None = None) -> None:
+        """``weight_only`` None: the device's int8 path (weight-only on CUDA, fbgemm on CPU)."""
         super().__init__()
-        self.kernel = quantized_like(linear)
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.kernel = None
+        if not (linear.weight.device.type != "cpu" if weight_only is None else weight_only):
+            self.kernel = quantized_like(linear)
+            return
+        weight = linear.weight.detach().float()  # [out, in]
+        scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [out]: one scale per output channel
+        self.register_buffer("qweight", torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale.to(linear.weight.dtype))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in] -> [..., out]."""
+        if self.kernel is None:  # CUDA: weight-only int8
+            return weight_only_int8(x, self.qweight, self.scale, self.bias)
         if x.numel() == x.shape[-1]:  # one token: the decode path
             return self.kernel(x)
         scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0  # [..., 1]: one scale per token
@@ -71,6 +91,12 @@ class Int8Linear(nn.Module):
         weight = self.kernel.weight().dequantize()  # [out, in]
         bias = self.kernel.bias()
         return torch.nn.functional.linear(quantized, weight, bias)
+
+
+def weight_only_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x`` [..., in] times int8 ``qweight`` [out, in] scaled per row by ``scale`` [out] (+ ``bias``)."""
+    out = torch.nn.functional.linear(x, qweight.to(x.dtype)) * scale
+    return out if bias is None else out + bias
 
 
 class Int8Head:
@@ -98,12 +124,17 @@ def int8_twins(model: nn.Module) -> Int8Twins:
 
 
 def check_int8_device(model: nn.Module) -> None:
-    """One error line where ``model``'s weights cannot take the int8 twins (CUDA, bf16...)."""
+    """One error line where ``model``'s weights cannot take the int8 twins: CPU needs float32
+    (torch's dynamic int8 kernels), CUDA runs weight-only int8 in any float dtype, nothing else."""
     weight = next(model.parameters())
+    if weight.device.type == "cuda":
+        if not weight.dtype.is_floating_point:
+            raise LayersearchError(f"int8 sub-layers need float weights, not {weight.dtype}")
+        return
     if weight.device.type != "cpu":
         raise LayersearchError(
-            f"int8 sub-layers run on CPU only (torch's dynamic int8 kernels); the model is on {weight.device} — "
-            "use a skip-only plan there"
+            f"int8 sub-layers run on CPU (torch's dynamic int8 kernels) or CUDA (weight-only int8); "
+            f"the model is on {weight.device} — use a skip-only plan there"
         )
     check_quant("int8", "cpu", str(weight.dtype).removeprefix("torch."))
 
@@ -148,11 +179,13 @@ def _plain_linear(linear: nn.Module) -> nn.Linear:
 
 
 def _quantized_bytes(module: nn.Module) -> int:
-    """Bytes of the int8 Linears inside ``module``: int8 weights, fp32 per-channel scales, biases."""
+    """Bytes of the int8 Linears inside ``module``: int8 weights, per-channel scales, biases."""
     total = 0
     for child in module.modules():
-        if is_quantized_linear(child):  # torch.ao's dynamic quantized Linear
+        if is_quantized_linear(child):  # torch.ao's dynamic quantized Linear (CPU)
             weight, bias = child.weight(), child.bias()
             total += weight.numel() + 8 * weight.shape[0]  # int8 values; a scale and a zero point a row
             total += 0 if bias is None else bias.numel() * bias.element_size()
+        elif isinstance(child, Int8Linear) and child.kernel is None:  # weight-only (CUDA)
+            total += sum(t.numel() * t.element_size() for t in child.buffers(recurse=False))
     return total

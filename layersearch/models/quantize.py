@@ -31,15 +31,20 @@ QUANT_SCHEMES = ("int8",)
 _KEPT_FP32 = ("down_proj",)
 
 
-def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = None) -> None:
+def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = None, *, self_draft: bool = False) -> None:
     """Raise unless ``scheme`` (None: no quantization) is known and runs on ``device`` from
-    weights of ``dtype`` (None: the device's default)."""
+    weights of ``dtype`` (None: the device's default). ``self_draft``: the model's own int8
+    twins (:mod:`layersearch.models.precision`), which also run on CUDA (weight-only int8)."""
     if scheme is None:
         return
     if scheme not in QUANT_SCHEMES:
         raise LayersearchError(f"unknown draft quantization {scheme!r} (choose from {', '.join(QUANT_SCHEMES)})")
+    if self_draft and str(device).startswith("cuda"):
+        return
     if not str(device).startswith("cpu"):
-        raise LayersearchError(f"--draft-quant {scheme} runs on CPU only (torch's dynamic int8 kernels), not {device}")
+        where = "CPU (torch's dynamic int8 kernels) or, for the model's own draft, CUDA" if self_draft else \
+            "CPU only (torch's dynamic int8 kernels)"
+        raise LayersearchError(f"--draft-quant {scheme} runs on {where}, not {device}")
     if dtype not in (None, "float32"):
         raise LayersearchError(f"--draft-quant {scheme} quantizes float32 weights, not {dtype}")
 

@@ -159,3 +159,62 @@ def test_an_int8_linear_scales_each_token_on_its_own():
         error = (together[0, i] - exact[0, i]).abs().max() / exact[0, i].abs().max()
         assert error < 0.05
         assert (together[0, i] - alone[0, i]).abs().max() / exact[0, i].abs().max() < 0.05
+
+
+# ----- CUDA: weight-only int8 twins ---------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
+
+
+def test_weight_only_int8_is_the_product_with_the_rounded_weights():
+    """The CUDA twin's arithmetic, checked on CPU: int8 weights per output channel, x unquantized."""
+    from layersearch.models.precision import Int8Linear, _quantized_bytes
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    twin = Int8Linear(linear, weight_only=True)
+    x = torch.randn(3, 64)  # [tokens, in]
+    rounded = twin.qweight.float() * twin.scale[:, None]  # [out, in]
+    assert twin.qweight.dtype == torch.int8 and twin.qweight.abs().max() == 127
+    torch.testing.assert_close(twin(x), torch.nn.functional.linear(x, rounded, linear.bias))
+    with torch.no_grad():
+        error = (twin(x) - linear(x)).abs().max() / linear(x).abs().max()
+    assert 0 < error < 0.02
+    assert 64 * 32 <= _quantized_bytes(twin) < 2 * 64 * 32
+
+
+@needs_cuda
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_plans_keep_greedy_output_on_cuda(family, seed, monkeypatch):
+    """fp32 with TF32 off, so 'identical' means identical; the int8 twins are weight-only there."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    model = build_tiny_model(family, num_layers=4, seed=seed).to("cuda")
+    model.generation_config.eos_token_id = None
+    plan = random_plan(4, 10 + seed)
+    prompt = repetitive_prompt(seed).to("cuda")
+    result = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(model, prompt)
+    assert int8_twins(model).attention[0].q_proj.kernel is None  # weight-only, not fbgemm
+
+
+@needs_cuda
+def test_the_cuda_twin_is_the_weight_only_product():
+    from layersearch.models.precision import Int8Linear
+
+    linear = torch.nn.Linear(256, 512, device="cuda", dtype=torch.bfloat16)
+    twin = Int8Linear(linear)
+    x = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
+    eager = torch.nn.functional.linear(x, twin.qweight.to(x.dtype)) * twin.scale + linear.bias
+    torch.testing.assert_close(twin(x), eager, rtol=2e-2, atol=2e-2)
+
+
+@needs_cuda
+def test_sampling_with_an_int8_plan_on_cuda_follows_the_exact_law(three_token_chi_square):
+    target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21).to("cuda")
+    target.generation_config.eos_token_id = None
+    plan = SkipMask(2, (), (1,), None, {}, (0, 1), (0,), True)
+    runs = 800
+    pvalue, drafted = three_token_chi_square(target, [1, 2, 1, 2], lambda seed: SpeculativeDecoder(
+        target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
+    assert drafted > runs // 5
+    assert pvalue > 1e-3
