@@ -30,9 +30,9 @@ import torch
 import torch._dynamo
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from layersearch.mask import ModelInfo, SkipMask
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.precision import Int8Linear, weight_only_int8
-from layersearch.runtime.profiler import measure_profile
+from layersearch.profiling.profiler import measure_profile
 
 # (in, out) of every distinct Linear; "tiny" for smoke tests.
 LINEAR_SHAPES = {
