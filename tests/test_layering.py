@@ -49,6 +49,11 @@ FORBIDDEN = {
     "evaluation/measure.py": ("layersearch.evaluation.bench", "layersearch.evaluation.transfer", "layersearch.evaluation.specbench",
                               "layersearch.evaluation.plots"),
     "evaluation/bench.py": ("layersearch.evaluation.transfer", "layersearch.evaluation.plots"),
+    # The pictures read studies' trials and result files, never run anything.
+    "evaluation/plots.py": ("layersearch.runtime", "layersearch.decoder", "layersearch.evaluation.measure",
+                            *(f"layersearch.{m}" for m in METHODS)),
+    # What a search scores is method-free: a method's search space is its strategy's business.
+    "objectives": tuple(f"layersearch.{m}" for m in METHODS),
     # The strategies propose masks from trials: they run no model (the objectives do).
     "strategies": ("layersearch.runtime", "layersearch.objectives", "layersearch.decoder", "layersearch.evaluation"),
     # GP proposals serve the strategies and SWIFT on the fly alike: no model, no runtime.
