@@ -34,12 +34,12 @@ def test_a_draft_model_option_takes_the_same_quantization_suffix(tmp_path):
 
 def test_generate_and_tune_read_the_suffix(capsys, tmp_path):
     from layersearch.cli import build_parser, main
-    from layersearch.commands.generate_spec import spec_from_args
+    from layersearch.spec_fragments import spec_from_options
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(f'{{"prompt": "row {i}"}}\n' for i in range(20)))
     args = build_parser().parse_args(["generate", "--prompt", "hi", "--draft-model", "smollm2-135m@int8"])
-    assert spec_from_args(args, {}).drafter == DrafterSpec("layer-skip", ModelRef("smollm2-135m"), 0, "int8")
+    assert spec_from_options(args, {}).drafter == DrafterSpec("layer-skip", ModelRef("smollm2-135m"), 0, "int8")
     for argv, message in (
         (["generate", "--prompt", "hi", "--draft-model", "smollm2-135m@int8", "--draft-quant", "int8", "--dtype", "float16"],
          "int8"),
