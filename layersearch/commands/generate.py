@@ -117,12 +117,9 @@ def run(args: Any) -> int:
         print(decoder.twins.describe(), file=sys.stderr)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
-        text = loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True)
-        if args.json:
-            print(json.dumps({"index": index, "token_ids": list(result.token_ids), "text": text,
-                              "stats": decoder.run_stats(result)}), flush=True)
-        else:
-            print(format_run(index, text, decoder.run_stats(result)), flush=True)
+        text, stats = loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), decoder.run_stats(result)
+        record = {"index": index, "token_ids": list(result.token_ids), "text": text, "stats": stats}
+        print(json.dumps(record) if args.json else format_run(index, text, stats), flush=True)
     if args.save_spec:
         decoder.spec.save(args.save_spec)
     return 0
