@@ -3,8 +3,9 @@
 ``params`` (W_hml, W_s), ``hooks`` (the bias on the MLPs, inside a context manager),
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
 training, optionally fine-tuning an independent drafter), ``bench`` (plain vs unsteered vs
-steered block efficiency and speed), ``shrink`` (a layer-pruned drafter cut from the verifier)
-and ``modeldir`` (writing a model directory all or nothing).
+steered block efficiency and speed), ``shrink`` (a layer-pruned drafter cut from the verifier),
+``modeldir`` (writing a model directory all or nothing), ``workflow`` (the commands' runs) and
+``options`` (a command's options checked and turned into its job).
 """
 
 from layersearch.steer.drafter import SteeredDrafter
