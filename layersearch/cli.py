@@ -88,14 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(renamed, 2)
     args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
     try:
-        from layersearch.commands.common import check_overwrites, check_shared_options
+        from layersearch.common.checks import check_shared_options
+        from layersearch.common.outputs import check_overwrites
 
-        check_shared_options(args)  # seeds, draft lengths, ratios, learning rates: before any work
+        check_shared_options(vars(args))  # seeds, draft lengths, ratios, learning rates: before any work
         from layersearch.commands.requires import check_extras
 
         check_extras(args)  # the optional packages this command needs (search, plots, kernels)
         module = importlib.import_module(f"layersearch.commands.{args.command}")
-        check_overwrites(args, module)  # no output may replace an input or another output
+        derived = getattr(module, "output_paths", None)  # files a command writes beside its OUTPUT_OPTIONS
+        check_overwrites(vars(args), derived(args) if derived is not None else {})  # no output onto an input
         return int(module.run(args) or 0)
     except LayersearchError as exc:
         return _fail(str(exc), 2)

@@ -53,11 +53,11 @@ def test_generate_offers_registered_names(toys):
     lookahead = next(a for a in generate._actions if "--lookahead" in a.option_strings)
     assert TOY_DRAFTER in drafter.choices
     assert TOY_RULE in lookahead.metavar.strip("{}").split(",")  # a rule or disco:FILE: checked by the spec
-    from layersearch.commands.generate_spec import spec_from_args
+    from layersearch.decoder.fragments import spec_from_options
 
     args = build_parser().parse_args(["generate", "--drafter", TOY_DRAFTER, "--lookahead", TOY_RULE, "--prompt", "hi",
                                       "--mask", "uniform:0.5"])
-    spec = spec_from_args(args, {})
+    spec = spec_from_options(args, {})
     assert (spec.drafter.name, spec.lookahead.name) == (TOY_DRAFTER, TOY_RULE)
     bench_help = _command(build_parser(), "bench").format_help()
     assert TOY_DRAFTER in bench_help and TOY_RULE in bench_help

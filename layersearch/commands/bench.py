@@ -50,7 +50,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                         "(default prompt-lookup,hybrid; '' for none)")
     p.add_argument("--lookaheads", default="",
                    help=f"comma-separated lookahead rules ({', '.join(names['lookahead'])}): one row per rule for "
-                        "each mask that skips something and each draft model (default: the confidence rule)")
+                        "each mask that skips something and each draft model; with --spec-bench one method per mask "
+                        "and rule (default: the confidence rule)")
     p.add_argument("--specs", default="", metavar="FILES",
                    help="comma-separated decoder spec files (from generate --save-spec or tune): one row each, "
                         "decoding greedily with the bench's kernels (any drafter, mask, steering, lookahead or DISCO "
@@ -97,7 +98,8 @@ def run(args: Any) -> int:
         from layersearch.evaluation.specbench import SpecBenchRun, run_specbench
 
         run_ = SpecBenchRun(args.spec_bench, args.answers, args.out, args.categories, args.limit, args.split, args.skip_ratios,
-                            args.masks, args.max_new_tokens, args.max_draft, args.draft_threshold, False)
+                            args.masks, args.max_new_tokens, args.max_draft, args.draft_threshold, False,
+                            settings.lookaheads)
         paths = run_specbench(run_, prepared.loaded, _say, show)
         print(f"wrote {', '.join(str(p) for p in paths[:-1])} and {paths[-1]}")
         return 0

@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 from layersearch.commands.args import model_args
-from layersearch.common.errors import LayersearchError
 
 
 def add_parser(sub, parser_class) -> None:
@@ -52,35 +51,10 @@ def _common(p, splits: bool) -> None:
 
 
 def run(args: Any) -> int:
-    """Dispatch on the action."""
-    from layersearch.commands.common import positive_int
+    """Check every option (:func:`layersearch.experiments.disco_options.check_options`), then run the action."""
+    from layersearch.experiments.disco_options import check_options
 
-    for name in ("max_new_tokens", "max_draft", "prompts", "train_prompts", "val_prompts", "test_prompts", "repeats"):
-        if getattr(args, name, None) is not None:
-            positive_int(getattr(args, name), "--" + name.replace("_", "-"))
-    if args.max_new_tokens < 2:
-        raise LayersearchError("--max-new-tokens must be >= 2 (rows start at the second token)")
-    if args.skip_ratio is not None and not 0 < args.skip_ratio < 1:
-        raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {args.skip_ratio}")
-    from layersearch.masks.mask import SkipMask
-    from layersearch.common.outputs import check_output
-
-    check_output(args.out)  # before any work: a directory or a missing folder is refused now, not after training
-    from layersearch.experiments.disco import check_domains
-
-    mask_file = SkipMask.load(args.mask) if args.mask else None  # a bad mask fails before the model loads
-    if args.action == "bench":
-        domains = [d for d in args.domains.split(",") if d]
-        if not domains:
-            raise LayersearchError("--domains is empty")
-        check_domains(domains)
-    else:
-        check_domains([args.domain])
-    rows = None
-    if getattr(args, "rows", None):
-        from layersearch.disco import Rows
-
-        rows = Rows.load(args.rows)
+    mask_file, rows = check_options(args)
     return {"collect": _collect, "train": _train, "bench": _bench}[args.action](args, mask_file, rows)
 
 
@@ -99,6 +73,7 @@ def _collect(args, mask_file, rows) -> int:
 
 def _train(args, mask_file, rows) -> int:
     from layersearch.experiments.disco import prompt_tokens, train_domain
+    from layersearch.experiments.disco_options import trained_text
 
     loaded, mask = _load(args, mask_file)
     train = [] if rows is not None else prompt_tokens(loaded, args.domain, args.train_prompts, args.seed, "train")
@@ -108,13 +83,7 @@ def _train(args, mask_file, rows) -> int:
         loss=args.loss, say=_say, domain=args.domain, train_rows=rows,
     )
     trained.file.save(args.out)
-    summary = trained.tuned.to_dict()
-    if args.json:
-        print(json.dumps({"out": args.out, **summary}))
-    else:
-        f1 = summary["f1"]
-        print(f"validation F1: classifier {f1['classifier']:.3f}, best static length {trained.tuned.static_length}: "
-              f"{f1['best_static']:.3f}; tau {trained.file.tau:g}, SL_max {trained.file.sl_max}; wrote {args.out}")
+    print(json.dumps({"out": args.out, **trained.tuned.to_dict()}) if args.json else trained_text(trained, args.out))
     return 0
 
 

@@ -1,8 +1,9 @@
 """``layersearch generate``: self-speculative (or plain) generation for one or more prompts.
 
 This module parses, turns the options into a :class:`~layersearch.decoder.spec.DecoderSpec`
-(:mod:`layersearch.commands.generate_spec`), hands it to :func:`layersearch.decoder.build.build_decoder`
-and prints. ``--save-spec`` writes the spec of what it ran; ``--spec`` runs one.
+(:func:`layersearch.decoder.fragments.spec_from_options`), hands it to
+:func:`layersearch.decoder.build.build_decoder` and prints. ``--save-spec`` writes the spec of what it
+ran; ``--spec`` runs one.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
-from layersearch.decoder.build import build_decoder, load_or_measure_profile, read_spec_files  # noqa: F401 (re-exported)
+from layersearch.decoder.build import (build_decoder, encode_prompts, format_run, load_or_measure_profile,  # noqa: F401
+                               read_spec_files)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
-from layersearch.commands.common import check_context, format_stats, load, positive_int, read_prompts
-from layersearch.commands.generate_spec import check_draft_vocab_option, named_spec, spec_from_args
+from layersearch.commands.common import load, positive_int
 from layersearch.commands.renamed import renamed_option
-from layersearch.commands.onthefly import input_summary
 from layersearch.common.outputs import check_output
 from layersearch.decoder.spec import registry_names
+from layersearch.decoder.fragments import check_options_on_model, named_spec, spec_from_options
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -92,10 +93,12 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Generate for ``--prompt`` / ``--prompts`` and print text plus statistics."""
+    from layersearch.common.inputs import read_prompts
+
     if args.max_new_tokens is not None:
         positive_int(args.max_new_tokens, "--max-new-tokens")
     prompts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
-    spec = spec_from_args(args, _option_defaults())  # every check that needs no model
+    spec = spec_from_options(args, _option_defaults())  # every check that needs no model
     if args.save_spec:
         check_output(args.save_spec, "--save-spec")
     files = read_spec_files(spec)  # a bad DISCO or router file fails before the (slower) model load
@@ -104,24 +107,19 @@ def run(args: Any) -> int:
         loaded = load(SimpleNamespace(model=model.ref.ref, device=model.device, dtype=model.dtype, threads=args.threads))
     max_new = spec.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     length = "--max-new-tokens" if args.max_new_tokens is not None or not args.spec else f"{args.spec}'s max_new_tokens"
-    encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
-    for index, ids in enumerate(encoded):  # every prompt checked before any output (and under the option's name)
-        where = "the prompt" if args.prompt is not None else f"{args.prompts}: prompt {index + 1}"
-        check_context(loaded, ids.shape[1] + max_new, f"{where} ({ids.shape[1]} tokens) + {length}")
-    check_draft_vocab_option(args, loaded)  # as --draft-vocab, before the spec's drafter.vocab
+    # every prompt checked before any output (and under the option's name)
+    where = (lambda i: "the prompt") if args.prompt is not None else (lambda i: f"{args.prompts}: prompt {i + 1}")
+    encoded = encode_prompts(loaded, prompts, max_new, where, length)
+    check_options_on_model(args, loaded)  # as --draft-vocab, before the spec's drafter.vocab
     with named_spec(args.spec):
         decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     if decoder.twins is not None:
         print(decoder.twins.describe(), file=sys.stderr)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
-        stats = {**result.stats.to_dict(), "kernels": decoder.kernels}
-        if spec.mask_source.kind in registry_names()["on_the_fly"]:
-            stats["swift"] = input_summary(decoder.controller, result.stats)
-        if decoder.profile is not None and result.stats.steps:
-            # What the device's latency profile predicts for this run's own steps (as bench checks it).
-            stats["predicted_speedup"] = decoder.profile.predicted_speedup_of_steps(result.stats.steps)
-        _print(args, index, loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), result.token_ids, stats)
+        text, stats = loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), decoder.run_stats(result)
+        record = {"index": index, "token_ids": list(result.token_ids), "text": text, "stats": stats}
+        print(json.dumps(record) if args.json else format_run(index, text, stats), flush=True)
     if args.save_spec:
         decoder.spec.save(args.save_spec)
     return 0
@@ -132,17 +130,3 @@ def _option_defaults() -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(), argparse.ArgumentParser)
     return vars(parser.parse_args(["generate", "--prompt", "-"]))
-
-
-def _print(args: Any, index: int, text: str, token_ids, stats: dict[str, Any]) -> None:
-    if args.json:
-        print(json.dumps({"index": index, "token_ids": list(token_ids), "text": text, "stats": stats}), flush=True)
-    else:
-        predicted = stats.get("predicted_speedup")
-        extra = f" predicted-speedup={predicted:.2f}" if predicted is not None else ""
-        if "swift" in stats:
-            swift = stats["swift"]
-            match = "-" if swift["matchness"] is None else f"{swift['matchness']:.2f}"
-            extra += (f" swift: phase={swift['phase']} matchness={match} opt-steps={swift['optimization_steps']} "
-                      f"opt-seconds={swift['optimization_seconds']:.2f} skip-ratio={swift['skip_ratio']:g}")
-        print(f"--- prompt {index}\n{text}\n[{format_stats(stats)}{extra}]", flush=True)

@@ -9,7 +9,8 @@ from typing import Any
 
 from layersearch.common.checks import check_positive
 from layersearch.commands.args import model_args
-from layersearch.commands.study_common import OBJECTIVE_HELP, domain_from_args, log, search_args, settings_from_args
+from layersearch.commands.study_common import OBJECTIVE_HELP, log, search_args
+
 
 def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``study head-to-head``: its arguments (on the ``study`` command's actions)."""
@@ -41,32 +42,22 @@ def add_parser(actions: Any, parser_class: type[argparse.ArgumentParser]) -> Non
 def run(args: Any) -> int:
     """Create, search and compare one study per strategy; print the table and the ordering."""
     from layersearch.objectives import check_objective
-    from layersearch.strategies import default_skip_ratio
     from layersearch.study import COMPARE_COLUMNS
-    from layersearch.study.head_to_head import ordering, report_targets, run_head_to_head, strategies_named, write_report
+    from layersearch.study.compare import table_targets
+    from layersearch.study.head_to_head import (head_to_head_plans, ordering, report_targets, run_head_to_head,
+                                                strategies_named, write_report)
+    from layersearch.study.options import domain_from_options
     from layersearch.study.text import format_table
 
     check_positive(args.budget, "--budget", unit="seconds")
     registered = strategies_named(args.strategies)
     check_objective(args.random_objective)
-    args.domain, args.prompts = domain_from_args(args, default="summarization"), None
+    args.domain, args.prompts = domain_from_options(args, default="summarization"), None
     label = "prompts" if args.domain.startswith("file:") else args.domain
     prefix = args.prefix or f"h2h-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-    ratio = args.skip_ratio if args.skip_ratio is not None else default_skip_ratio("swift")
-    from layersearch.study.compare import table_targets
-
     targets = table_targets(prefix if args.out_prefix is None else args.out_prefix)  # checked before hours of searching
     report_out, plot_out = report_targets(args.out_prefix or prefix, args.out, args.plot)
-
-    plans = []
-    for strategy in registered:
-        objective = strategy.objective or args.random_objective
-        own = argparse.Namespace(**{**vars(args), "preset": args.preset if args.preset in strategy.presets else None})
-        settings = settings_from_args(
-            own, strategy=strategy.name, objective=objective,
-            skip_ratio=ratio if strategy.takes_ratio else None,
-        ).validated()
-        plans.append((f"{prefix}-{strategy.name}", settings))
+    plans = head_to_head_plans(args, registered, prefix)
     result, report = run_head_to_head(plans, prefix=prefix, storage=args.storage, budget=args.budget, quiet=args.quiet,
                                       profile_path=args.profile, targets=targets, repeats=args.repeats, log=log)
     print(format_table(result.rows, COMPARE_COLUMNS))

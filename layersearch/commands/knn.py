@@ -59,7 +59,8 @@ def run(args: Any) -> int:
 
 # ----- build ----------------------------------------------------------------------------
 def _build(args: Any) -> int:
-    from layersearch.commands.common import domain_options, load
+    from layersearch.commands.common import load
+    from layersearch.common.inputs import domain_options
     from layersearch.experiments.knn_workflow import BuildJob, build_router_from
     from layersearch.masks.mask import SkipMask
     from layersearch.common.outputs import check_output

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from layersearch.commands.args import model_args
-from layersearch.commands.common import check_context, load
+from layersearch.commands.common import load
 from layersearch.common.errors import LayersearchError
 from layersearch.common.jsonfile import write_json_atomic
 from layersearch.masks.mask import SkipMask, parse_index_list
@@ -68,6 +68,7 @@ def _validate(args: Any) -> int:
     from layersearch.profiling.profiler import validate_profile
 
     from layersearch.commands.common import positive_int
+    from layersearch.models.context import check_context
 
     out = check_output(args.out) if args.out is not None else None
     positive_int(args.repeats, "--repeats")

@@ -7,12 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from layersearch.commands.args import model_args
-from layersearch.common.checks import check_int
 from layersearch.commands.common import load, positive_int
-from layersearch.common.errors import LayersearchError
-
-DRAFTER_LR = 5e-5  # --finetune-drafter's default learning rate for the draft model's weights
-MAX_SEEDS = 1000  # steer eval --seeds: each seed is one more decode of every prompt by every arm
 
 
 def add_parser(sub, parser_class) -> None:
@@ -63,16 +58,11 @@ def add_parser(sub, parser_class) -> None:
 
 
 def run(args: Any) -> int:
-    """Check the counts, then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
-    from layersearch.experiments import steer_workflow as workflow
+    """Check the counts (:mod:`layersearch.experiments.steer_options`), then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
+    from layersearch.experiments import steer_options as options
 
-    if getattr(args, "val_prompts", 0) < 0:
-        raise LayersearchError(f"--val-prompts must be >= 0, got {args.val_prompts}")
-    for name in ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds"):
-        if getattr(args, name, None) is not None:
-            positive_int(getattr(args, name), "--" + name.replace("_", "-"))
-    if getattr(args, "seeds", None) is not None:
-        check_int(args.seeds, "--seeds", maximum=MAX_SEEDS)
+    from layersearch.experiments import steer_workflow as workflow
+    options.check_counts(args)
     if args.action == "shrink":
         if args.threads is not None:
             positive_int(args.threads, "--threads")
@@ -81,18 +71,7 @@ def run(args: Any) -> int:
     workflow.check_domain(args.domain)  # a bad prompt file fails before the model loads
     if args.action == "eval":
         return _eval(args, workflow)
-    from layersearch.steer.train import TrainSettings
-
-    settings = TrainSettings(
-        steps=args.steps, lr=args.lr, max_offset=args.max_offset, new_tokens=args.new_tokens,
-        max_prompt_tokens=args.max_prompt_tokens, seed=args.seed,
-        drafter_lr=(DRAFTER_LR if args.drafter_lr is None else args.drafter_lr) if args.finetune_drafter is not None else None,
-    )
-    if args.drafter_lr is not None and args.finetune_drafter is None:
-        raise LayersearchError("--drafter-lr is the fine-tuned drafter's learning rate; it needs --finetune-drafter")
-    job = workflow.TrainJob(args.domain, args.out, settings, args.prompts, args.val_prompts, args.mask, args.skip_ratio,
-                            args.drafter, args.finetune_drafter, args.device, args.dtype, args.quiet)
-    for line in workflow.train_steering(job, lambda: load(args)):
+    for line in workflow.train_steering(options.train_job(args), lambda: load(args)):
         print(line, flush=True)
     return 0
 

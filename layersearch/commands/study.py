@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from layersearch.common.checks import check_int
 from layersearch.commands import headtohead
 from layersearch.commands.args import STORAGE_HELP, model_args, threads_arg
-from layersearch.commands.study_common import OBJECTIVE_HELP, log, search_args, settings_from_args, strategy_option_args
+from layersearch.commands.common import set_threads
+from layersearch.commands.study_common import OBJECTIVE_HELP, log, search_args, strategy_option_args
 
 
 def output_paths(args: Any) -> dict[str, str]:
     """The table files an ``--out-prefix`` names (compare, head-to-head): PREFIX.csv and PREFIX.json."""
-    prefix = getattr(args, "out_prefix", None)
-    if not isinstance(prefix, str) or prefix == "-":
-        return {}
-    path = Path(prefix)
-    path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
-    return {"--out-prefix's CSV": f"{path}.csv", "--out-prefix's JSON": f"{path}.json"}
+    from layersearch.study.compare import table_paths
+
+    return table_paths(getattr(args, "out_prefix", None))
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -84,12 +80,7 @@ def run(args: Any) -> int:
     from layersearch.study.text import quiet_optuna
 
     quiet_optuna(getattr(args, "quiet", False))
-    if getattr(args, "threads", None) is not None:
-        import torch
-
-        from layersearch.commands.common import positive_int
-
-        torch.set_num_threads(positive_int(args.threads, "--threads"))
+    set_threads(getattr(args, "threads", None))
     if args.action == "head-to-head":
         return headtohead.run(args)
     return {"create": _create, "run": _run, "list": _list, "show": _show, "export": _export,
@@ -98,21 +89,21 @@ def run(args: Any) -> int:
 
 def _create(args: Any) -> int:
     from layersearch.study import create_study
+    from layersearch.study.options import settings_from_options
     from layersearch.study.text import created_text
 
-    print(created_text(create_study(args.name, settings_from_args(args), storage=args.storage, profile_path=args.profile,
+    print(created_text(create_study(args.name, settings_from_options(args), storage=args.storage, profile_path=args.profile,
                                     log=log)))
     return 0
 
 
 def _run(args: Any) -> int:
-    from layersearch.study import DEFAULT_HEARTBEAT, run_study
+    from layersearch.study import run_study
     from layersearch.study.run import format_run_summary
+    from layersearch.study.storage import heartbeat_seconds
 
-    heartbeat = DEFAULT_HEARTBEAT if args.heartbeat is None else args.heartbeat
-    check_int(heartbeat, "--heartbeat (seconds)")
     summary = run_study(args.name, storage=args.storage, trials=args.trials, timeout=args.timeout,
-                        quiet=args.quiet, heartbeat=heartbeat)
+                        quiet=args.quiet, heartbeat=heartbeat_seconds(args.heartbeat))
     print(format_run_summary(summary))
     return 0
 
@@ -140,11 +131,11 @@ def _show(args: Any) -> int:
 def _export(args: Any) -> int:
     from layersearch.common.outputs import announce, check_output
     from layersearch.study import export_mask
+    from layersearch.study.text import exported_text
 
     out = check_output(args.out)
     path, mask = export_mask(args.name, out, storage=args.storage, trial=args.trial)
-    prov = mask.provenance
-    announce(out, f"wrote {path}: trial {prov['trial']} of {args.name}, {prov['objective']} = {prov['score']:.6g}, mask {mask.short_string()}")
+    announce(out, exported_text(path, args.name, mask))
     return 0
 
 

@@ -46,7 +46,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Measure the matrix (:func:`layersearch.evaluation.transfer.run_transfer`), print it, write the JSON and the heatmap."""
-    from layersearch.commands.common import domain_options, load
+    from layersearch.commands.common import load
+    from layersearch.common.inputs import domain_options
     from layersearch.evaluation.transfer import TransferJob, format_matrix, run_transfer
 
     job = TransferJob(domain_options(args.mask, "--mask", "DOMAIN=FILE"), args.domains, args.prompts, args.samples,

@@ -1,15 +1,13 @@
 """``layersearch tune``: the fastest lossless configuration for your prompts, written as a spec.
 
-This module parses and prints; the work is :mod:`layersearch.tune`.
+This module parses and prints; the work is :mod:`layersearch.tune` (the run from the options:
+:mod:`layersearch.tune.options`).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import warnings
-from pathlib import Path
 from typing import Any
 
 from layersearch.commands.args import model_args, storage_arg
@@ -58,64 +56,12 @@ def output_paths(args: Any) -> dict[str, str]:
 
 
 def tune_from_args(args: Any) -> Any:
-    """The tune run ``args`` describe, its spec and report written (shared with ``demo``)."""
-    from layersearch.common.checks import check_int
+    """The tune run ``args`` describe, its spec and report written (shared with ``demo``):
+    :func:`layersearch.tune.options.tune_from_options` with the CLI's model loader."""
     from layersearch.commands.common import load
-    from layersearch.common.errors import LayersearchError
-    from layersearch.common.outputs import announce, check_output, write_outputs
-    from layersearch.evaluation.plots import check_png_output
-    from layersearch.decoder.spec import ModelRef, ModelSpec
-    from layersearch.tune import TuneSettings
-    from layersearch.tune.report import curve_png, markdown, report_paths
-    from layersearch.tune.run import TrialLines, load_drafts, prepare, prompt_counts, tune
+    from layersearch.tune.options import tune_from_options
 
-    for given, option in ((args.train_prompts, "--train-prompts"), (args.test_prompts, "--test-prompts")):
-        if given is not None:
-            check_int(given, option)
-    if args.name is not None and not args.name.strip():
-        raise LayersearchError("--name is empty: give a study name (or leave it out: the prompt file's name)")
-    train, test, note = prompt_counts(args.prompts, args.train_prompts, args.test_prompts)
-    settings = TuneSettings(args.prompts, args.budget, args.name or default_name(args.prompts), args.storage,
-                            train, test, args.max_new_tokens, args.repeats, args.finalists)
-    out = check_output(args.out)
-    md_path, png_path = report_paths(args.out, args.report)
-    md, png = check_output(md_path, "--report"), check_png_output(png_path)
-    if args.draft_model is not None and not args.draft_model.strip():
-        raise LayersearchError("--draft-model is empty: name a model")
-    draft_ref = _draft_ref(args.draft_model) if args.draft_model else None
-    prepared = prepare(settings, draft_ref)
-    if note is not None and not args.quiet:
-        _say(note)
-    loaded = load(args)
-    drafts = load_drafts(loaded, draft_ref, args.device, args.dtype, _say)
-    model = ModelSpec(ModelRef.given(args.model), loaded.info, args.device, args.dtype)
-    with TrialLines(args.quiet, _say) as progress, warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
-        result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(args, "kernels", "auto"),
-                      say=_say if not args.quiet else (lambda m: None), on_trial=progress.update)
-    write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")
-    result.spec.save(args.out)
-    announce(out, f"wrote {out.given} ({'plain decoding' if result.selection.plain_chosen else result.selection.winner}), "
-                  f"{md_path} and {png_path}")
-    return result
-
-
-def _draft_ref(text: str) -> Any:
-    """``--draft-model MODEL``: the study searches the model's own and its int8 weights itself."""
-    from layersearch.common.errors import LayersearchError
-    from layersearch.decoder.fragments import draft_model_item
-
-    ref, quant = draft_model_item(text)
-    if quant is not None:
-        raise LayersearchError(f"--draft-model {text}: tune searches the draft model's own and {quant} weights itself; "
-                               f"give {ref.ref}")
-    return ref
-
-
-def default_name(prompts: str) -> str:
-    """A study name from the prompt file's name (letters, digits and ._+- kept)."""
-    stem = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(prompts).stem).lstrip("._+-")[:100]
-    return stem or "prompts"
+    return tune_from_options(args, lambda: load(args), _say)
 
 
 def _say(message: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from layersearch.common.errors import LayersearchError
 
@@ -131,3 +131,38 @@ def check_text(value: Any, what: str, *, argv: bool = False) -> str:
             raise LayersearchError(f"{what} is not valid UTF-8 text (byte 0x{code - 0xDC00:02x} at character {at})") from None
         raise LayersearchError(f"{what} is not valid Unicode text (a lone surrogate U+{code:04X} at character {at})") from None
     return value
+
+
+def check_learning_rate(value: float, what: str = "--lr") -> float:
+    """Check a learning rate: finite and in (0, 1] (an AdamW step moves each weight by about lr, so
+    more than 1 per step is a typo, and it overflows into NaN weights before anything is written)."""
+    return check_real(value, what, low=0.0, high=1.0, low_open=True)
+
+
+def check_shared_options(options: Mapping[str, Any]) -> None:
+    """Range and finiteness of the options many commands share (``options``: by name, as
+    ``vars(args)``), checked by name before any command starts work (each command narrows them
+    further where it needs to): every seed, ``--max-draft``, ``--draft-threshold``,
+    ``--skip-ratio``, learning rates, ``--threads`` (at most the machine's CPU threads), every
+    float option (finite: no NaN or infinity) and every text value (valid UTF-8: a non-UTF-8 byte
+    from the shell is named, not decoded)."""
+    for name, value in options.items():
+        if value is None or isinstance(value, bool):
+            continue
+        option = "FILE" if name == "file" else "--" + name.replace("_", "-")
+        for text in value if isinstance(value, list) else (value,):
+            if isinstance(text, str):
+                check_text(text, option, argv=True)
+        if name == "seed" or name.endswith("_seed"):
+            check_seed(value, option)
+        elif name == "max_draft":
+            check_draft_length(value, option)
+        elif name in ("draft_threshold", "skip_ratio"):
+            # "--skip-ratio (the skip ratio)": the option and the quantity it sets, as the messages before
+            check_real(value, f"{option} (the {name.replace('_', ' ')})", low=0.0, high=1.0)
+        elif name in ("lr", "drafter_lr"):
+            check_learning_rate(value, option)
+        elif name == "threads":
+            check_threads(value, option)
+        elif isinstance(value, float):  # each command checks its own range; none takes NaN or infinity
+            check_finite(value, option)

@@ -97,6 +97,46 @@ class BuiltDecoder:
             on_tokens(result.token_ids)
         return result
 
+    def run_stats(self, result: Any) -> dict[str, Any]:
+        """What ``generate`` reports of a :meth:`run`'s result: its stats, the kernels, SWIFT's view
+        of the input (closing it) for a mask optimized on the fly, and the latency profile's
+        predicted speedup for the run's own steps (as bench checks it)."""
+        from layersearch.decoder.spec import registry_names
+
+        stats = {**result.stats.to_dict(), "kernels": self.kernels}
+        if self.spec.mask_source.kind in registry_names()["on_the_fly"]:
+            from layersearch.swift.options import input_summary
+
+            stats["swift"] = input_summary(self.controller, result.stats)
+        if self.profile is not None and result.stats.steps:
+            stats["predicted_speedup"] = self.profile.predicted_speedup_of_steps(result.stats.steps)
+        return stats
+
+
+def encode_prompts(loaded: Any, prompts: Sequence[str], max_new_tokens: int, where: Callable[[int], str],
+                   length: str = "--max-new-tokens") -> list[Any]:
+    """Each prompt's token ids ``[1, n]``, every one checked to fit the model's context with
+    ``max_new_tokens`` more before any is decoded (``where(index)`` names a prompt, ``length``
+    where the number of new tokens comes from)."""
+    from layersearch.models.context import check_context
+
+    encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
+    for index, ids in enumerate(encoded):
+        check_context(loaded, ids.shape[1] + max_new_tokens, f"{where(index)} ({ids.shape[1]} tokens) + {length}")
+    return encoded
+
+
+def format_run(index: int, text: str, stats: dict[str, Any]) -> str:
+    """``generate``'s text output of one prompt: its index, the text, and a line of
+    :meth:`BuiltDecoder.run_stats` (predicted speedup and SWIFT's summary where present)."""
+    from layersearch.runtime.stats import format_stats
+    from layersearch.swift.options import summary_text
+
+    predicted = stats.get("predicted_speedup")
+    extra = f" predicted-speedup={predicted:.2f}" if predicted is not None else ""
+    extra += summary_text(stats["swift"]) if "swift" in stats else ""
+    return f"--- prompt {index}\n{text}\n[{format_stats(stats)}{extra}]"
+
 
 def build_decoder(
     loaded: Any, spec: DecoderSpec, files: SpecFiles | None = None, *, kernels: str = "auto", draft: Any = None,

@@ -247,7 +247,8 @@ def _num(value: float | None, width: int, decimals: int = 2) -> str:
 @dataclass(frozen=True)
 class SpecBenchRun:
     """What ``bench --spec-bench`` answers: the question file, the filter, the answer folder, the
-    masks (``--skip-ratios`` / ``--masks``), the draft policy's settings, the report file."""
+    masks (``--skip-ratios`` / ``--masks``), the draft policy's settings, the lookahead rules
+    (``--lookaheads``: one method per rule and mask; empty: the policy's own rule), the report file."""
 
     questions: str
     answers: str | None
@@ -261,11 +262,12 @@ class SpecBenchRun:
     max_draft: int = 8
     draft_threshold: float = 0.8
     adaptive_threshold: bool = False
+    lookaheads: tuple[str, ...] = ()
 
 
 def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], show: Callable[[str], None]) -> list[Path]:
-    """Answer the chosen questions with vanilla and each mask (back to back per question), write
-    one answer file per method and the report; ``show`` gets each method's table. Returns the
+    """Answer the chosen questions with vanilla and each mask under each lookahead rule (back to
+    back per question), write one answer file per method and the report; ``show`` gets each method's table. Returns the
     files written."""
     import re
 
@@ -275,7 +277,7 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     from layersearch.runtime.baseline import hf_generate
     from layersearch.runtime.decoder import eos_ids
     from layersearch.runtime.drafting import DraftPolicy
-    from layersearch.decoder.fragments import mask_spec
+    from layersearch.decoder.fragments import mask_spec, policy_lookahead
 
     if not run.answers:
         raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
@@ -293,7 +295,9 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     policy = DraftPolicy(run.max_draft, run.draft_threshold)
     methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
     for label, mask in masks:
-        methods[f"ours-{label}"] = assemble(model, mask_spec(mask, policy)).generate
+        for rule in run.lookaheads or (None,):  # one method per --lookaheads rule (default: the policy's rule)
+            name = f"ours-{label}" if rule is None else f"ours-{label}-{rule}"
+            methods[name] = assemble(model, mask_spec(mask, lookahead=policy_lookahead(policy, rule))).generate
     stop = eos_ids(model)
     model_id = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(loaded.info.name).name)  # a file name, even for a local folder
     rows: dict[str, list] = {name: [] for name in methods}

@@ -319,3 +319,31 @@ def _checked_indices(indices: Iterable[Any], num_layers: int, what: str) -> tupl
             raise LayersearchError(f"{what}: duplicate layer index {index}")
         seen.add(index)
     return tuple(sorted(values))
+
+
+def render_mask(mask: SkipMask) -> str:
+    """``mask show``'s text drawing: one column per layer, rows for attention and MLP (x = skipped, 8 = int8)."""
+    width = len(str(mask.num_layers - 1))
+    header = " ".join(str(i).rjust(width) for i in range(mask.num_layers))
+    marks = {"skip": "x", "int8": "8", "full": "."}
+
+    def row(kind: str) -> str:
+        return " ".join(marks[mask.precision(kind, i)].rjust(width) for i in range(mask.num_layers))
+
+    model = mask.model.name if mask.model else "unknown model"
+    summary = f"{mask.num_skipped} of {2 * mask.num_layers} sub-layers skipped (ratio {mask.skip_ratio:.2f})"
+    if mask.has_int8:
+        summary += f", {mask.num_int8} int8, LM head {'int8' if mask.int8_head else 'full'}"
+    lines = [
+        f"{model}: {mask.num_layers} layers, {summary}",
+        f"layer {header}",
+        f"attn  {row('attention')}",
+        f"mlp   {row('mlp')}",
+        "x = skipped, 8 = int8, . = full" if mask.has_int8 else "x = skipped, . = kept",
+    ]
+    strategy = mask.provenance.get("strategy")
+    if strategy:
+        lines.append(f"provenance: strategy={strategy} objective={mask.provenance.get('objective')} "
+                     f"score={mask.provenance.get('score')} study={mask.provenance.get('study')} "
+                     f"trial={mask.provenance.get('trial')}")
+    return "\n".join(lines)

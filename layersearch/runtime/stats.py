@@ -154,3 +154,15 @@ def combine(stats: list[DecodeStats]) -> DecodeStats:
         first_tokens=sum(s.first_tokens for s in stats),
         draft_prefill_seconds=sum(s.draft_prefill_seconds for s in stats),
     )
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """One human-readable line of a :meth:`DecodeStats.to_dict`: M, alpha, tokens/s and the time split."""
+    alpha = stats.get("acceptance_rate")
+    alpha_text = "n/a" if alpha is None else f"{alpha:.2f}"
+    return (
+        f"M={stats['mean_accepted_length']:.2f} alpha={alpha_text} "
+        f"tokens/s={stats['tokens_per_second']:.1f} "
+        f"draft={stats['draft_seconds']:.2f}s verify={stats['verify_seconds']:.2f}s "
+        f"other={stats['other_seconds'] + stats['prefill_seconds']:.2f}s"
+    )

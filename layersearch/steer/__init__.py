@@ -4,8 +4,8 @@
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
 training, optionally fine-tuning an independent drafter), ``shrink`` (a layer-pruned drafter cut
 from the verifier) and ``modeldir`` (writing a model directory all or nothing). The bench (plain
-vs unsteered vs steered block efficiency and speed) and the train-then-bench workflow are
-:mod:`layersearch.experiments.steer` and :mod:`layersearch.experiments.steer_workflow`.
+vs unsteered vs steered block efficiency and speed), the commands' runs and their options are
+:mod:`layersearch.experiments.steer`, ``.steer_workflow`` and ``.steer_options``.
 """
 
 from layersearch.steer.drafter import SteeredDrafter

@@ -154,6 +154,16 @@ def _measure_rows(
             )
 
 
+def table_paths(out_prefix: Any) -> dict[str, str]:
+    """The files an ``--out-prefix`` names, unchecked ({what: path}, for the check that no output
+    overwrites an input): PREFIX.csv and PREFIX.json; none for no prefix or ``-``."""
+    if not isinstance(out_prefix, str) or out_prefix == "-":
+        return {}
+    path = Path(out_prefix)
+    path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
+    return {"--out-prefix's CSV": f"{path}.csv", "--out-prefix's JSON": f"{path}.json"}
+
+
 def table_targets(out_prefix: "str | Path | tuple[Any, Any]") -> tuple[Any, Any]:
     """The checked outputs ``<prefix>.csv`` and ``<prefix>.json`` (a ``.csv``/``.json`` suffix is dropped)."""
     from layersearch.common.outputs import check_output

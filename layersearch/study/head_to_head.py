@@ -140,3 +140,26 @@ def report_targets(base: str, out: str | None, plot: str | None) -> tuple[Any, A
     base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
     return (check_output(out or f"{base}-head-to-head.json", "--out"),
             check_output(plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))
+
+
+def head_to_head_plans(options: Any, strategies: Sequence[Any], prefix: str) -> list[tuple[str, Any]]:
+    """(study name, validated StudySettings) of each strategy from ``study head-to-head``'s options
+    (an object with them as attributes): each strategy's native objective (else
+    ``random_objective``), the preset where it has one, swift's skip ratio (or ``skip_ratio``)
+    where it takes one."""
+    from types import SimpleNamespace
+
+    from layersearch.strategies import default_skip_ratio
+    from layersearch.study.options import settings_from_options
+
+    ratio = options.skip_ratio if options.skip_ratio is not None else default_skip_ratio("swift")
+    plans = []
+    for strategy in strategies:
+        objective = strategy.objective or options.random_objective
+        own = SimpleNamespace(**{**vars(options), "preset": options.preset if options.preset in strategy.presets else None})
+        settings = settings_from_options(
+            own, strategy=strategy.name, objective=objective, skip_ratio=ratio if strategy.takes_ratio else None,
+        ).validated()
+        plans.append((f"{prefix}-{strategy.name}", settings))
+    return plans
+

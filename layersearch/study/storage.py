@@ -32,6 +32,13 @@ STUDIES_DIR = Path("studies")
 DEFAULT_HEARTBEAT = 10
 HEARTBEAT_GRACE_FACTOR = 3
 
+
+def heartbeat_seconds(given: int | None, what: str = "--heartbeat (seconds)") -> int:
+    """A run's heartbeat interval: ``given`` checked (an integer >= 1), :data:`DEFAULT_HEARTBEAT` for None."""
+    from layersearch.common.checks import check_int
+
+    return check_int(DEFAULT_HEARTBEAT if given is None else given, what)
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 #: Longest study name: it becomes a file name (``studies/<name>.db``, at most 255 bytes).
 MAX_NAME_LENGTH = 128

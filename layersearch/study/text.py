@@ -90,3 +90,10 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def exported_text(path: Any, name: str, mask: Any) -> str:
+    """The line of ``study export``: the file written, the trial of study ``name`` and its score, the mask."""
+    prov = mask.provenance
+    return (f"wrote {path}: trial {prov['trial']} of {name}, {prov['objective']} = {prov['score']:.6g}, "
+            f"mask {mask.short_string()}")

@@ -69,3 +69,14 @@ def test_check_real_one_sided_bounds():
         check_real(math.inf, "x", low=0.0)
     with pytest.raises(LayersearchError, match="x must be a finite number < 2, got 2"):
         check_real(2, "x", high=2.0, high_open=True)
+
+
+def test_shared_options_are_checked_by_name_from_any_mapping():
+    from layersearch.common.checks import check_shared_options
+
+    check_shared_options({"seed": 3, "max_draft": 8, "draft_threshold": 0.5, "lr": 1e-3, "threads": 1, "ratio": 2.5})
+    for options, needle in (({"prompt_seed": -1}, "--prompt-seed"), ({"max_draft": 0}, "--max-draft"),
+                            ({"skip_ratio": 1.5}, "--skip-ratio (the skip ratio)"), ({"drafter_lr": 2.0}, "--drafter-lr"),
+                            ({"budget": float("nan")}, "--budget"), ({"file": "a\udcffb"}, "FILE")):
+        with pytest.raises(LayersearchError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            check_shared_options(options)

@@ -137,6 +137,23 @@ def test_bench_specbench_writes_one_file_per_method(tiny_with_embedded_tokenizer
     assert report["methods"]["ours-uniform-0.25"]["equal_to_vanilla"] is True
 
 
+def test_bench_specbench_runs_one_method_per_lookahead_rule(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    _, _, folder = tiny_with_embedded_tokenizer(1)
+    questions = tmp_path / "question.jsonl"
+    questions.write_text(json.dumps({"question_id": 301, "category": "qa", "turns": ["What is 2+2?"]}) + "\n")
+    answers = tmp_path / "answers"
+    code = main(["bench", "--model", str(folder), "--threads", "1", "--spec-bench", str(questions), "--answers",
+                 str(answers), "--skip-ratios", "0.25", "--max-new-tokens", "4", "--lookaheads", "static,adaptive",
+                 "--out", str(tmp_path / "report.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    files = sorted(p.name for p in answers.iterdir())
+    assert files == ["tiny-ours-uniform-0.25-adaptive.jsonl", "tiny-ours-uniform-0.25-static.jsonl", "tiny-vanilla.jsonl"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert list(report["methods"]) == ["vanilla", "ours-uniform-0.25-static", "ours-uniform-0.25-adaptive"]
+    assert "== ours-uniform-0.25-static" in out and "== ours-uniform-0.25-adaptive" in out
+
+
 def test_bench_specbench_needs_an_answers_folder(tiny_with_embedded_tokenizer, tmp_path, capsys):
     _, _, folder = tiny_with_embedded_tokenizer(1)
     code = main(["bench", "--model", str(folder), "--spec-bench", str(tmp_path / "q.jsonl")])

@@ -129,7 +129,7 @@ def test_bad_plan_files_are_refused_in_one_line(tmp_path, text, message):
 
 
 def test_mask_show_draws_each_sub_layers_precision():
-    from layersearch.commands.mask import render
+    from layersearch.masks.mask import render_mask
 
-    text = render(SkipMask(4, (1,), (), None, {}, (0, 2), (0, 1, 2, 3), True))
+    text = render_mask(SkipMask(4, (1,), (), None, {}, (0, 2), (0, 1, 2, 3), True))
     assert "attn  8 x 8 ." in text and "mlp   8 8 8 8" in text and "LM head int8" in text and "8 = int8" in text

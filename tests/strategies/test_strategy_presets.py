@@ -8,7 +8,8 @@ import argparse
 import numpy as np
 import pytest
 
-from layersearch.commands.study_common import search_args, settings_from_args, strategy_option_args
+from layersearch.commands.study_common import search_args, strategy_option_args
+from layersearch.study.options import settings_from_options
 from layersearch.commands.args import model_args
 from layersearch.common.errors import LayersearchError
 from layersearch.strategies import check_options, make_sampler, stop_rule
@@ -29,7 +30,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_selfsd_paper_preset_is_selfsds_code():
-    settings = settings_from_args(parse("--strategy", "selfsd-bo", "--preset", "paper")).validated()
+    settings = settings_from_options(parse("--strategy", "selfsd-bo", "--preset", "paper")).validated()
     assert settings.objective == "time-per-token" and settings.samples == 8 and settings.max_new_tokens == 32
     assert settings.strategy_options == {"acquisition": "ucb", "kappa": 2.576, "n_startup_trials": 0, "kernel": "matern-2.5"}
     sampler = strategy_plan(settings, 6, n_finished=0).sampler
@@ -37,7 +38,7 @@ def test_selfsd_paper_preset_is_selfsds_code():
 
 
 def test_swift_paper_preset_and_explicit_flags_win():
-    settings = settings_from_args(parse("--strategy", "swift", "--preset", "paper", "--patience", "7", "--gamma", "16")).validated()
+    settings = settings_from_options(parse("--strategy", "swift", "--preset", "paper", "--patience", "7", "--gamma", "16")).validated()
     assert settings.objective == "matchness" and settings.skip_ratio == 0.45 and settings.gamma == 16
     assert settings.strategy_options == {"bo_interval": 25, "kappa": 2.5, "target": 0.95, "patience": 7, "max_trials": 1000}
     plan = strategy_plan(settings, 6, n_finished=0)
@@ -95,15 +96,15 @@ def test_bad_options_are_refused(strategy, options, message):
 
 def test_preset_of_a_strategy_without_one_and_missing_objective_are_refused():
     with pytest.raises(LayersearchError, match="has no preset 'paper'"):
-        settings_from_args(parse("--strategy", "random", "--preset", "paper"))
+        settings_from_options(parse("--strategy", "random", "--preset", "paper"))
     with pytest.raises(LayersearchError, match="needs --objective"):
-        settings_from_args(parse("--strategy", "random"))
+        settings_from_options(parse("--strategy", "random"))
 
 
 @pytest.mark.parametrize("strategy", ["selfsd-bo", "swift"])
 def test_the_paper_presets_search_skip_masks_unless_told_otherwise(strategy):
-    settings = settings_from_args(parse("--strategy", strategy, "--preset", "paper")).validated()
+    settings = settings_from_options(parse("--strategy", strategy, "--preset", "paper")).validated()
     assert settings.space == "skips" and "space" not in settings.strategy_options
-    told = settings_from_args(parse("--strategy", strategy, "--preset", "paper", "--space", "plans")).validated()
+    told = settings_from_options(parse("--strategy", strategy, "--preset", "paper", "--space", "plans")).validated()
     assert told.space == "plans"  # an explicit flag wins over the preset, as for every setting
     assert strategy_plan(told, 6, n_finished=0).sampler.space == "plans"

@@ -1,0 +1,84 @@
+"""StudySettings from a command's options (``study create``, ``study head-to-head``): the prompt
+domain of ``--domain`` or ``--prompts``, ``--preset`` and the strategies' own option flags.
+
+``options`` is any object with those option names as attributes (argparse's parsed arguments,
+or a :class:`types.SimpleNamespace`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from layersearch.common.errors import LayersearchError
+from layersearch.objectives import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SAMPLES
+
+#: Option names that become StudySettings.strategy_options (None: not given).
+STRATEGY_OPTION_FLAGS = ("acquisition", "kappa", "n_startup_trials", "kernel", "bo_interval", "target", "patience", "max_trials")
+#: Defaults of the search settings a preset may set (a flag left at its default takes the preset's value).
+PRESET_SETTING_DEFAULTS = {"skip_ratio": None, "samples": DEFAULT_SAMPLES, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
+                           "gamma": DEFAULT_GAMMA, "max_draft": 8, "draft_threshold": 0.8, "objective": None,
+                           "space": "skips"}
+
+
+def domain_from_options(options: Any, default: str | None = None) -> str:
+    """The prompt domain of ``--domain`` or ``--prompts FILE`` (the domain ``file:FILE``), one of them."""
+    from layersearch.data.user import domain_for
+
+    domain, prompts = getattr(options, "domain", None), getattr(options, "prompts", None)
+    if domain is not None and prompts is not None:
+        raise LayersearchError("give --domain or --prompts, not both")
+    if prompts is not None:
+        return domain_for(prompts)
+    if domain is None and default is None:
+        raise LayersearchError("say which prompts to search on: --domain NAME or --prompts FILE.jsonl")
+    return domain if domain is not None else default
+
+
+def settings_from_options(options: Any, *, strategy: str | None = None, objective: str | None = None,
+                          skip_ratio: Any = "options"):
+    """StudySettings from create-style options (``--preset`` and strategy options applied);
+    ``strategy``, ``objective`` and ``skip_ratio`` replace the options' own."""
+    from layersearch.models.loading import default_dtype
+    from layersearch.study.settings import StudySettings
+
+    o = options
+    if (objective or getattr(o, "objective", None)) is None and getattr(o, "preset", None) is None:
+        raise LayersearchError("study create needs --objective (or --preset paper for selfsd-bo and swift)")
+    settings = StudySettings(
+        model=o.model,
+        domain=domain_from_options(o),
+        strategy=strategy or o.strategy,
+        objective=objective or o.objective,
+        skip_ratio=o.skip_ratio if skip_ratio == "options" else skip_ratio,
+        samples=o.samples,
+        seed=o.seed,
+        prompt_seed=o.prompt_seed,
+        max_new_tokens=o.max_new_tokens,
+        gamma=o.gamma,
+        max_draft=o.max_draft,
+        draft_threshold=o.draft_threshold,
+        decode_stats=o.decode_stats,
+        device=o.device,
+        dtype=o.dtype or default_dtype(o.device),
+        space=getattr(o, "space", "skips"),
+    )
+    return with_strategy_options(settings, o)
+
+
+def with_strategy_options(settings: Any, options: Any) -> Any:
+    """``settings`` with ``--preset`` applied (options left at their defaults take the preset's
+    values) and the strategy option flags given."""
+    from layersearch.strategies import preset
+
+    strategy_options: dict[str, Any] = {}
+    if getattr(options, "preset", None):
+        values = dict(preset(settings.strategy, options.preset))
+        changes = {}
+        for key, default in PRESET_SETTING_DEFAULTS.items():
+            if key in values and getattr(settings, key) == default:
+                changes[key] = values.pop(key)
+            values.pop(key, None)  # an explicit flag wins
+        settings = replace(settings, **changes)
+        strategy_options.update(values)
+    strategy_options.update({k: getattr(options, k) for k in STRATEGY_OPTION_FLAGS if getattr(options, k, None) is not None})
+    return replace(settings, strategy_options=strategy_options)

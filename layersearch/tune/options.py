@@ -1,0 +1,75 @@
+"""A tune run from a command's options (``layersearch tune``, and ``demo``'s quick tune): every
+option checked and every output checked before the model loads, then :func:`~layersearch.tune.run.tune`,
+the spec and the report written.
+
+``options`` is any object with ``tune``'s option names as attributes (argparse's parsed arguments,
+or a :class:`types.SimpleNamespace`)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from layersearch.common.errors import LayersearchError
+
+
+def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str], None]) -> Any:
+    """The tune run ``options`` describe, its spec and report written; ``load()`` loads the model
+    (after every check), ``say`` gets progress lines. Returns the TuneResult."""
+    from layersearch.common.checks import check_int
+    from layersearch.common.outputs import announce, check_output, write_outputs
+    from layersearch.evaluation.plots import check_png_output
+    from layersearch.decoder.spec import ModelRef, ModelSpec
+    from layersearch.tune.report import curve_png, markdown, report_paths
+    from layersearch.tune.run import TrialLines, load_drafts, prepare, prompt_counts, tune
+    from layersearch.tune.settings import TuneSettings
+
+    o = options
+    for given, option in ((o.train_prompts, "--train-prompts"), (o.test_prompts, "--test-prompts")):
+        if given is not None:
+            check_int(given, option)
+    if o.name is not None and not o.name.strip():
+        raise LayersearchError("--name is empty: give a study name (or leave it out: the prompt file's name)")
+    train, test, note = prompt_counts(o.prompts, o.train_prompts, o.test_prompts)
+    settings = TuneSettings(o.prompts, o.budget, o.name or default_name(o.prompts), o.storage,
+                            train, test, o.max_new_tokens, o.repeats, o.finalists)
+    out = check_output(o.out)
+    md_path, png_path = report_paths(o.out, o.report)
+    md, png = check_output(md_path, "--report"), check_png_output(png_path)
+    if o.draft_model is not None and not o.draft_model.strip():
+        raise LayersearchError("--draft-model is empty: name a model")
+    draft_ref = _draft_ref(o.draft_model) if o.draft_model else None
+    prepared = prepare(settings, draft_ref)
+    if note is not None and not o.quiet:
+        say(note)
+    loaded = load()
+    drafts = load_drafts(loaded, draft_ref, o.device, o.dtype, say)
+    model = ModelSpec(ModelRef.given(o.model), loaded.info, o.device, o.dtype)
+    with TrialLines(o.quiet, say) as progress, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
+        result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(o, "kernels", "auto"),
+                      say=say if not o.quiet else (lambda m: None), on_trial=progress.update)
+    write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")
+    result.spec.save(o.out)
+    announce(out, f"wrote {out.given} ({'plain decoding' if result.selection.plain_chosen else result.selection.winner}), "
+                  f"{md_path} and {png_path}")
+    return result
+
+
+def _draft_ref(text: str) -> Any:
+    """``--draft-model MODEL``: the study searches the model's own and its int8 weights itself."""
+    from layersearch.decoder.fragments import draft_model_item
+
+    ref, quant = draft_model_item(text)
+    if quant is not None:
+        raise LayersearchError(f"--draft-model {text}: tune searches the draft model's own and {quant} weights itself; "
+                               f"give {ref.ref}")
+    return ref
+
+
+def default_name(prompts: str) -> str:
+    """A study name from the prompt file's name (letters, digits and ._+- kept)."""
+    stem = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(prompts).stem).lstrip("._+-")[:100]
+    return stem or "prompts"
