@@ -109,7 +109,7 @@ def measure_plan_rows(loaded: Any, plan: Any, new_tokens: int, kernels: str) -> 
     rows = configs(loaded.model, [searched, uniform], DraftPolicy(PLAN_MAX_DRAFT), peers=(),
                    drafters=("prompt-lookup", "hybrid"), lookaheads=("static",))
     rows = [with_kernels(c, loaded.model, kernels) for c in rows]
-    prompts = [loaded.tokenizer(p.text, return_tensors="pt").input_ids
+    prompts = [loaded.tokenizer(p.text, return_tensors="pt").input_ids.to(loaded.model.device)  # [1, n] each
                for p in load_prompts("code", PLAN_PROMPTS, split="test", tokenizer=loaded.tokenizer)]
     measured = run_domain(rows, prompts, new_tokens, 1, lambda message: None, device=loaded.model.device)
     plain = measured[rows[0].name]
