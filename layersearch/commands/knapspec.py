@@ -34,7 +34,7 @@ def bench_args(p: Any) -> None:
                    help="skip masks' candidate sets (default hidden: KnapSpec's DP; plans use the multiple-choice knapsack)")
     p.add_argument("--space", choices=["skips", "plans"], default="skips",
                    help="select skip masks (default, KnapSpec's) or draft plans: each sub-layer full, int8 or skipped "
-                        "by a multiple-choice knapsack, the LM head full or int8 (CPU, float32; a profile with int8 timings)")
+                        "by a multiple-choice knapsack, the LM head full or int8 (needs a profile with int8 timings)")
     p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
     p.add_argument("--check-candidates", type=int, default=0, metavar="N",
                    help="also run the N contenders of largest predicted TPT at the first selection as fixed masks "

@@ -28,7 +28,7 @@ Draft plans (``space="plans"``): instead of skip masks, each selection's candida
 every sub-layer full, int8 or skipped by the multiple-choice knapsack at its profiled cost, and
 the LM head full or int8 (:class:`~layersearch.knapspec.select.KnapSpecConfig` method
 ``"plans"``). The profile must hold int8 timings (``layersearch profile`` measures them where the
-model can run int8: CPU, float32); the default space stays ``"skips"``, the paper's.
+model can run int8 twins); the default space stays ``"skips"``, the paper's.
 
 The policy's confidence threshold still stops drafts early. Every selection is recorded in
 ``stats.selections``: step, context length, mask, gamma, predicted TPT, alpha, budget, cosine,

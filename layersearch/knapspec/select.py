@@ -130,7 +130,7 @@ def require_int8_profile(profile) -> None:
     """One error line where ``profile`` has no int8 timings (plans are costed by them)."""
     if not profile.has_int8:
         raise LayersearchError("KnapSpec's plans need a latency profile with int8 timings; this one has none: "
-                               "re-run `layersearch profile` (on CPU, float32) and pass the new file")
+                               "re-run `layersearch profile` and pass the new file")
 
 
 @dataclass(frozen=True)
