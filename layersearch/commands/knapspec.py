@@ -30,7 +30,11 @@ def bench_args(p: Any) -> None:
     p.add_argument("--alpha-candidates", type=int, default=8, help="candidates whose alpha is measured (default 8)")
     p.add_argument("--max-draft", type=int, default=10, help="largest gamma of the TPT grid (default 10, KnapSpec's D)")
     p.add_argument("--draft-threshold", type=float, default=0.7, help="early stop of drafting (default 0.7, KnapSpec's)")
-    p.add_argument("--method", choices=["hidden", "items"], default="hidden", help="candidate sets (default hidden: KnapSpec's DP)")
+    p.add_argument("--method", choices=["hidden", "items"], default="hidden",
+                   help="skip masks' candidate sets (default hidden: KnapSpec's DP; plans use the multiple-choice knapsack)")
+    p.add_argument("--space", choices=["skips", "plans"], default="skips",
+                   help="select skip masks (default, KnapSpec's) or draft plans: each sub-layer full, int8 or skipped "
+                        "by a multiple-choice knapsack, the LM head full or int8 (needs a profile with int8 timings)")
     p.add_argument("--seed", type=int, default=0, help="which news articles make the prompt (default 0)")
     p.add_argument("--check-candidates", type=int, default=0, metavar="N",
                    help="also run the N contenders of largest predicted TPT at the first selection as fixed masks "

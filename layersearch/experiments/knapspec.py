@@ -10,6 +10,11 @@ the same prompt, every run greedy and lossless:
 * ``fixed-short``  the knapsack's choice at the shortest context (~256 tokens) held fixed, the
                    static mask a context-unaware search would have found.
 
+With ``space="plans"`` (``--space plans``) the knapsack selects draft plans (each sub-layer full,
+int8 or skipped, the head full or int8; the profile needs int8 timings) instead of skip masks;
+``bound`` is left out there (a plan gives each sub-layer its own precision) and the other
+candidate method timed beside it is KnapSpec's skip-mask DP.
+
 Reported per run: predicted TPT (tokens/s) at the first selection, alpha, measured decode
 tokens/s (prefill excluded, :func:`layersearch.evaluation.measure.decode_tokens_per_second`; with and
 without the selection's own time), M, and the mask. The first selection of the ``knapsack`` run
@@ -61,15 +66,28 @@ class BenchSettings:
     alpha_candidates: int = 8
     max_draft: int = 10  # largest gamma of the TPT grid (KnapSpec's D)
     draft_threshold: float = 0.7
-    method: str = "hidden"
+    method: str = "hidden"  # skip masks' candidate sets; plans always use the multiple-choice knapsack
     seed: int = 0  # which news articles make the prompt
     check_candidates: int = 0
+    space: str = "skips"  # skip masks (KnapSpec's) or draft plans
 
     def to_dict(self) -> dict[str, Any]:
         """The settings the report records (as it always has: no alpha_candidates, check_candidates)."""
         out = asdict(self)
         return {k: out[k] for k in ("max_new_tokens", "interval", "window", "alpha_window", "max_draft",
-                                    "draft_threshold", "method", "seed")}
+                                    "draft_threshold", "method", "seed", "space")}
+
+    @property
+    def plans(self) -> bool:
+        """True when the knapsack selects draft plans."""
+        return self.space == "plans"
+
+    def config(self) -> Any:
+        """The selector's :class:`~layersearch.knapspec.KnapSpecConfig` for these settings."""
+        from layersearch.knapspec import KnapSpecConfig
+
+        method = "plans" if self.plans else self.method
+        return KnapSpecConfig(method=method, max_gamma=self.max_draft, max_alpha_candidates=self.alpha_candidates)
 
 
 def run_bench(
@@ -82,7 +100,8 @@ def run_bench(
     fixed = None
     for n in contexts:
         ids = prompt_ids(loaded.tokenizer, n, settings.seed)
-        say(f"context {ids.shape[1]}: plain, knapsack, knapsack-draft, bound-draft, fixed-short")
+        say(f"context {ids.shape[1]}: plain, knapsack, knapsack-draft, {'' if settings.plans else 'bound-draft, '}fixed-short"
+            + (" (draft plans)" if settings.plans else ""))
         row, fixed = _one_context(settings, loaded, profile, ids, fixed, say)
         report["contexts"].append(row)
         save(report)
@@ -101,6 +120,8 @@ def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: st
     import torch
 
     from layersearch.common.checks import check_int
+    from layersearch.knapspec.controller import SPACES
+    from layersearch.knapspec.select import require_int8_profile
     from layersearch.models.context import check_context
     from layersearch.knapspec.solver import benchmark_solver, format_benchmark
     from layersearch.masks.mask import parse_index_list
@@ -111,6 +132,8 @@ def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: st
     contexts = parse_index_list(contexts_text, "contexts")
     if not contexts or min(contexts) < 8:
         raise LayersearchError("--contexts must be token counts >= 8")
+    if settings.space not in SPACES:
+        raise LayersearchError(f"--space must be one of {', '.join(SPACES)}, got {settings.space!r}")
     if settings.check_candidates < 0:
         raise LayersearchError(f"--check-candidates must be >= 0, got {settings.check_candidates}")
     for value, what in ((settings.max_new_tokens, "--max-new-tokens"), (settings.interval, "--interval"),
@@ -121,6 +144,8 @@ def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: st
     check_context(loaded, max(contexts) + settings.max_new_tokens + settings.max_draft + 1,
                   f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
     profile = latency_profile(loaded, profile_path, contexts, settings.max_draft, say)
+    if settings.plans:  # before any measurement: one line, not a partial report
+        require_int8_profile(profile)
     solver = benchmark_solver(60, 600)  # after every check: bad input gets one line, not progress first
     say(format_benchmark(solver))
     report: dict[str, Any] = {
@@ -225,9 +250,9 @@ class _Analysed:
             alpha_window = [window_from_cache(request.cache, sequence, self.dynamic.alpha_window)]
         config = self.dynamic.config
         out: dict[str, Any] = {"context": n, "decoupled": dict(selection.record), "contenders": self.dynamic.selector.last_rows}
-        # §4: whole layers as items, same window, same rules.
-        bound = KnapSpecSelector(model, self.profile, replace(config, bound=True))
-        out["bound"] = {**bound.select(window, n, alpha_window).record(), **bound.last_timing}
+        if config.method != "plans":  # §4: whole layers as items, same window, same rules (a plan has no binding)
+            bound = KnapSpecSelector(model, self.profile, replace(config, bound=True))
+            out["bound"] = {**bound.select(window, n, alpha_window).record(), **bound.last_timing}
         # The other candidate method: its first call measures per-item values, the second is a re-selection.
         other = KnapSpecSelector(model, self.profile, replace(config, method="items" if config.method == "hidden" else "hidden"))
         other.select(window, n, alpha_window)
@@ -251,7 +276,7 @@ def _dynamic_run(name, model, profile, policy, settings, config, ids, selector_w
     from layersearch.decoder.fragments import loaded_spec, policy_lookahead
 
     dynamic = KnapSpecController(model, profile, interval=settings.interval, window=settings.window,
-                                 alpha_window=settings.alpha_window or None, config=config)
+                                 alpha_window=settings.alpha_window or None, config=config, space=settings.space)
     selector = selector_wrapper(dynamic) if selector_wrapper else dynamic
     spec = loaded_spec(mask_source=MaskSourceSpec("knapsack", reselect_every=settings.interval), lookahead=policy_lookahead(policy))
     decoder = assemble(model, spec, controller=selector)
@@ -276,7 +301,6 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
     from dataclasses import replace
 
     from layersearch.decoder.build import assemble
-    from layersearch.knapspec import KnapSpecConfig
     from layersearch.masks.mask import SkipMask
     from layersearch.runtime.drafting import DraftPolicy
     from layersearch.decoder.fragments import mask_spec
@@ -284,7 +308,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
     model, n = loaded.model, int(ids.shape[1])
     num_layers = loaded.info.num_layers
     policy = DraftPolicy(settings.max_draft, settings.draft_threshold)
-    config = KnapSpecConfig(method=settings.method, max_gamma=settings.max_draft, max_alpha_candidates=settings.alpha_candidates)
+    config = settings.config()
     runs = []
 
     def done(entry):
@@ -300,7 +324,8 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
         selector_wrapper=lambda dynamic: _Analysed(dynamic, profile, fixed),
     )
     done(entry)
-    done(_dynamic_run("bound-draft", model, profile, policy, settings, replace(config, bound=True, allow_plain=False), ids)[0])
+    if not settings.plans:  # a plan gives each sub-layer its own precision: no bound variant
+        done(_dynamic_run("bound-draft", model, profile, policy, settings, replace(config, bound=True, allow_plain=False), ids)[0])
     if fixed is None:  # the shortest context defines the fixed mask: the knapsack's draft there
         fixed = {"mask": entry["mask"], "gamma": entry["gamma"], "context": n,
                  "mask_obj": _mask_from_string(entry["mask"], num_layers)}
@@ -319,7 +344,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
     step = runs[1]["step_seconds"]
     cost = {
         "interval": settings.interval,
-        "method": settings.method,
+        "method": config.method,
         "knapsack": runs[1]["reselection"],
         "knapsack_step_seconds": step,
         "knapsack_draft": runs[2]["reselection"],
@@ -364,14 +389,26 @@ def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str
 
 
 def _mask_from_string(text: str, num_layers: int):
-    from layersearch.masks.mask import SkipMask, parse_index_list
+    """The plan of a :meth:`SkipMask.short_string` (``A:0-2,5 M:-``, then ``int8 A:.. M:.. H`` for a plan)."""
+    from layersearch.masks.mask import SkipMask
 
-    attention, mlp = text.split(" ")
-    return SkipMask(
-        num_layers,
-        parse_index_list(attention[2:].replace("-", ""), "attention"),
-        parse_index_list(mlp[2:].replace("-", ""), "mlp"),
-    )
+    parts = text.split(" ")
+    mask = SkipMask(num_layers, _indices(parts[0]), _indices(parts[1]))
+    if len(parts) > 2 and parts[2] == "int8":
+        mask = mask.with_int8(_indices(parts[3]), _indices(parts[4]), parts[-1] == "H")
+    return mask
+
+
+def _indices(part: str) -> tuple[int, ...]:
+    """``"A:0-2,5"`` -> ``(0, 1, 2, 5)``; ``"M:-"`` -> ``()`` (the ranges of ``short_string``)."""
+    body = part.split(":", 1)[1]
+    if body == "-":
+        return ()
+    out: list[int] = []
+    for piece in body.split(","):
+        start, _, end = piece.partition("-")
+        out.extend(range(int(start), int(end or start) + 1))
+    return tuple(out)
 
 
 def _summary(report) -> list[dict[str, Any]]:

@@ -24,6 +24,12 @@ at 0.08-0.29 when decoding. The DP itself stays on ``window`` tokens (its cost i
 them); only the chosen few masks run over ``alpha_window`` tokens. ``alpha_window=None``
 measures alpha on the DP's own tokens, as the paper.
 
+Draft plans (``space="plans"``): instead of skip masks, each selection's candidates are plans,
+every sub-layer full, int8 or skipped by the multiple-choice knapsack at its profiled cost, and
+the LM head full or int8 (:class:`~layersearch.knapspec.select.KnapSpecConfig` method
+``"plans"``). The profile must hold int8 timings (``layersearch profile`` measures them where the
+model can run int8 twins); the default space stays ``"skips"``, the paper's.
+
 The policy's confidence threshold still stops drafts early. Every selection is recorded in
 ``stats.selections``: step, context length, mask, gamma, predicted TPT, alpha, budget, cosine,
 weights and its own seconds (which count in ``stats.other_seconds``).
@@ -36,7 +42,7 @@ from typing import Any
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector
+from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector, require_int8_profile
 from layersearch.knapspec.sublayers import window_from_cache
 from layersearch.runtime.control import DecodeView, Selection
 from layersearch.runtime.outcome import StepOutcome
@@ -45,6 +51,8 @@ DEFAULT_INTERVAL = 64
 DEFAULT_WINDOW = 5
 DEFAULT_ALPHA_WINDOW = 32
 DEFAULT_ALPHA_CANDIDATES = 8
+#: What a selection chooses: skip masks (KnapSpec's) or draft plans (full, int8 or skip per sub-layer).
+SPACES = ("skips", "plans")
 
 
 class KnapSpecController:
@@ -62,19 +70,22 @@ class KnapSpecController:
         window: int = DEFAULT_WINDOW,
         alpha_window: int | None = DEFAULT_ALPHA_WINDOW,
         config: KnapSpecConfig | None = None,
+        space: str = "skips",
     ) -> None:
         _check_int(interval, "re-selection interval")
+        config = _config_for_space(space, config, max_gamma)
         _check_int(window, "reference window")
         if alpha_window is not None:
             _check_int(alpha_window, "alpha window", "or None")
         _refuse_evicting_windows(model, max(window, alpha_window or 0))
+        _refuse_plans_without_int8(model, profile, config)
         self.model = model
         self.profile = profile
         self.interval = interval
         self.window = window
         self.alpha_window = alpha_window
-        # The grid over gamma goes up to the loop's max draft length (KnapSpec's D).
-        self.config = config or KnapSpecConfig(max_gamma=max_gamma, max_alpha_candidates=DEFAULT_ALPHA_CANDIDATES)
+        self.config = config
+        self.space = space
         self.selector = KnapSpecSelector(model, profile, self.config)
         self.num_layers = self.selector.runner.num_layers
 
@@ -97,6 +108,30 @@ class KnapSpecController:
 
     def observe(self, outcome: StepOutcome) -> None:
         """KnapSpec re-selects on a schedule, not on feedback."""
+
+
+def _config_for_space(space: Any, config: KnapSpecConfig | None, max_gamma: int) -> KnapSpecConfig:
+    """The selector's config for ``space``: ``config`` when given (its method must agree), else the
+    default, whose grid over gamma goes up to the loop's max draft length (KnapSpec's D)."""
+    if space not in SPACES:
+        raise LayersearchError(f"KnapSpec's space must be one of {', '.join(SPACES)}, got {space!r}")
+    if config is None:
+        method = "plans" if space == "plans" else "hidden"
+        return KnapSpecConfig(method=method, max_gamma=max_gamma, max_alpha_candidates=DEFAULT_ALPHA_CANDIDATES)
+    if (config.method == "plans") != (space == "plans"):
+        raise LayersearchError(f"KnapSpec's space {space!r} does not fit the knapsack method {config.method!r} "
+                               "(plans need method 'plans'; skip masks 'hidden' or 'items')")
+    return config
+
+
+def _refuse_plans_without_int8(model: torch.nn.Module, profile: Any, config: KnapSpecConfig) -> None:
+    """Plans are costed by the profile's int8 timings and run by int8 twins: both checked before decoding."""
+    if config.method != "plans":
+        return
+    require_int8_profile(profile)
+    from layersearch.models.precision import check_int8_device
+
+    check_int8_device(model)
 
 
 def _refuse_evicting_windows(model: torch.nn.Module, tokens: int) -> None:

@@ -56,6 +56,8 @@ class Choice:
             "context": self.context,
             "mask": self.mask.short_string(),
             "skipped": self.mask.num_skipped,
+            "int8": self.mask.num_int8,
+            "int8_head": self.mask.int8_head,
             "gamma": self.gamma,
             "tpt": self.tpt,
             "alpha": self.alpha,
@@ -122,6 +124,13 @@ def choose_tpt(
             drafted = True
             best = Choice(cand.mask, gamma, tpt, float(cand.alpha), cand.budget, cand.cosine, context, weights, len(candidates))
     return best, rows
+
+
+def require_int8_profile(profile) -> None:
+    """One error line where ``profile`` has no int8 timings (plans are costed by them)."""
+    if not profile.has_int8:
+        raise LayersearchError("KnapSpec's plans need a latency profile with int8 timings; this one has none: "
+                               "re-run `layersearch profile` and pass the new file")
 
 
 @dataclass(frozen=True)
@@ -233,9 +242,7 @@ class KnapSpecSelector:
         """Plan candidates (method ``"plans"``), each with the full and (where it costs less) the
         int8 head, alpha and cosine measured; and the time the knapsack was done."""
         cfg = self.config
-        if not self.profile.has_int8:
-            raise LayersearchError("KnapSpec's plans need a latency profile with int8 timings: measure it again with "
-                                   "`layersearch profile`")
+        require_int8_profile(self.profile)
         L = self.runner.num_layers
         if self.item_values is None:  # cosine drops of skipping and of int8, measured once as for "items"
             groups = build_groups(L, 1, 1, keep_last_layers=cfg.keep_last_layers)

@@ -140,10 +140,14 @@ def _num(value: float | None, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.2f}{suffix}"
 
 
-def held_out_table(result: Any) -> str:
-    """The held-out rows as aligned text, and the choice."""
-    lines = [f"{'config':48} {'train':>7} {'speedup':>8} {'M':>5} {'alpha':>6} identical"]
-    for row in result.selection.rows:
+#: The header of :func:`held_out_table` (and of rows added below it, :func:`held_out_lines`).
+HELD_OUT_HEADER = f"{'config':48} {'train':>7} {'speedup':>8} {'M':>5} {'alpha':>6} identical"
+
+
+def held_out_lines(rows: Any) -> list[str]:
+    """HeldOutRows as aligned text lines under :data:`HELD_OUT_HEADER`."""
+    lines = []
+    for row in rows:
         if row.error:
             lines.append(f"{row.label[:48]:48} failed: {row.error}")
             continue
@@ -151,6 +155,12 @@ def held_out_table(result: Any) -> str:
         m = "-" if row.M is None else f"{row.M:.2f}"
         alpha = "-" if row.alpha is None else f"{row.alpha:.2f}"
         lines.append(f"{row.label[:48]:48} {train:>7} {row.speedup:>7.2f}x {m:>5} {alpha:>6} {'yes' if row.identical else 'NO'}")
+    return lines
+
+
+def held_out_table(result: Any) -> str:
+    """The held-out rows as aligned text, and the choice."""
+    lines = [HELD_OUT_HEADER, *held_out_lines(result.selection.rows)]
     chosen = "plain decoding (nothing beat it on held-out prompts)" if result.selection.plain_chosen else \
         f"{result.selection.winner}: {describe(result.spec)}"
     lines.append(f"chosen: {chosen}")

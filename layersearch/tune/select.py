@@ -98,6 +98,11 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
     return rows
 
 
+def held_out_row(label: str, row: Mapping[str, Any]) -> HeldOutRow:
+    """A row of :func:`layersearch.evaluation.bench.summarize` as a HeldOutRow (no spec, no peers)."""
+    return _row(label, row, {})
+
+
 def _row(label: str, row: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]], finalist: Finalist | None = None) -> HeldOutRow:
     spec = finalist.spec if finalist else None
     train = finalist.train_speedup if finalist else None

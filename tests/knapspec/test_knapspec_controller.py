@@ -171,3 +171,61 @@ def test_sliding_window_models_are_refused_for_re_selection_in_one_line():
     with pytest.raises(LayersearchError, match="not supported on sliding-window models") as excinfo:
         knapspec_decoder(model, tiny_profile(), policy=DraftPolicy(4, 0.0))
     assert "\n" not in str(excinfo.value)
+
+
+# ----- draft plans: full, int8 or skip per sub-layer -----------------------------------------------
+def int8_profile(info=INFO) -> LatencyProfile:
+    """The tiny profile with int8 timings: an int8 sub-layer costs 0.3 of a full one, the int8 head saves."""
+    return LatencyProfile(info, "cpu", "float32", "x", 5e-5, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2),
+                          int8_attention_slope=1.5e-5, int8_attention_intercept=0.0, int8_mlp_seconds=3e-4,
+                          int8_head_saving=1e-4)
+
+
+def test_plan_controller_is_lossless_and_selects_plans(tiny_llama):
+    prompt = prompt_for(11)
+    decoder = knapspec_decoder(tiny_llama, int8_profile(), policy=DraftPolicy(6, 0.0), interval=3, window=5,
+                               alpha_window=16, space="plans")
+    assert decoder.controller.config.method == "plans"
+    result = decoder.generate(prompt, 40)
+    assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 40)
+    selections = result.stats.selections
+    assert selections and all({"mask", "int8", "int8_head", "gamma"} <= set(s) for s in selections)
+    drafted = {str(outcome.mask.short_string()) for outcome in result.stats.steps if outcome.drafted}
+    assert drafted <= {s["mask"] for s in selections}  # each draft ran a selected plan
+
+
+def test_plan_controller_chooses_int8_where_it_is_cheaper(tiny_llama):
+    """int8 twins cost 0.3 of the full sub-layers and barely move the states: the knapsack's pick runs them."""
+    from layersearch.knapspec.controller import KnapSpecController
+    from layersearch.knapspec.sublayers import window_from_prompt
+    from layersearch.knapspec.select import choose_tpt
+
+    config = KnapSpecConfig(method="plans", max_gamma=6, tau=0.0, allow_plain=False, max_alpha_candidates=None)
+    controller = KnapSpecController(tiny_llama, int8_profile(), config=config, space="plans")
+    windows = [window_from_prompt(tiny_llama, prompt_for(12, 30)[0], 16)]
+    scored, _ = controller.selector.candidates(windows, 30)
+    assert any(c.mask.num_int8 for c in scored) and any(c.mask.int8_head for c in scored)
+    choice, _ = choose_tpt(controller.profile, scored, 30, max_gamma=6, allow_plain=False)
+    assert choice.mask.num_int8 > 0 and choice.gamma >= 1
+    # Where int8 costs as much as full precision, no int8 sub-layer is worth its (small) loss.
+    dear = LatencyProfile(INFO, "cpu", "float32", "x", 5e-5, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2),
+                          int8_attention_slope=5e-5, int8_attention_intercept=0.0, int8_mlp_seconds=1e-3,
+                          int8_head_saving=0.0)
+    controller = KnapSpecController(tiny_llama, dear, config=config, space="plans")
+    scored, _ = controller.selector.candidates(windows, 30)
+    assert not any(c.mask.num_int8 or c.mask.int8_head for c in scored)
+
+
+def test_plan_controller_bad_input_is_one_line(tiny_llama):
+    from layersearch.knapspec.controller import KnapSpecController
+
+    cases = [
+        (dict(profile=tiny_profile(), space="plans"), "re-run `layersearch profile`"),  # no int8 timings
+        (dict(profile=int8_profile(), space="masks"), "space must be one of skips, plans"),
+        (dict(profile=int8_profile(), space="plans", config=KnapSpecConfig(method="items")), "does not fit"),
+        (dict(profile=int8_profile(), config=KnapSpecConfig(method="plans")), "does not fit"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(LayersearchError, match=message.replace("`", ".")) as excinfo:
+            KnapSpecController(tiny_llama, **kwargs)
+        assert "\n" not in str(excinfo.value)
