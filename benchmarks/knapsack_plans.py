@@ -20,7 +20,7 @@ import torch
 from layersearch.data import load_prompts
 from layersearch.knapspec.select import KnapSpecConfig, knapsack_plans
 from layersearch.models.loading import load_model
-from layersearch.profile import LatencyProfile
+from layersearch.profiling.profile import LatencyProfile
 
 
 def main(argv=None) -> int:
