@@ -30,8 +30,11 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 NUM_LAYERS = 4  # the tiny model of tests/study/conftest.py
 
 
-def trials_of(name: str, url: str) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+def trials_of(name: str, storage) -> list[optuna.trial.FrozenTrial]:
+    """The trials of study ``name`` in ``storage`` (a URL, or one RDBStorage reused by a polling loop:
+    a fresh storage per poll opens a connection pool each time, and a slow machine's loop then
+    exhausts the server's 100 connections before the garbage collector closes them)."""
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
 def start_worker(name: str, url: str, folder: Path, *extra: str) -> subprocess.Popen:
@@ -115,8 +118,8 @@ def test_concurrent_workers_share_one_study(postgres, database, workdir, cli, cr
             assert len({t.user_attrs["mask"] for t in measured}) == len(measured)
 
 
-def worker_trials(name: str, url: str, pid: int) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in trials_of(name, url) if t.system_attrs.get(WORKER_ATTR, {}).get("pid") == pid]
+def worker_trials(name: str, storage, pid: int) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials_of(name, storage) if t.system_attrs.get(WORKER_ATTR, {}).get("pid") == pid]
 
 
 def test_killed_worker_fails_by_heartbeat_others_continue_restart_resumes(postgres, database, workdir, cli, create_args):
@@ -129,11 +132,12 @@ def test_killed_worker_fails_by_heartbeat_others_continue_restart_resumes(postgr
     survivor = start_worker("hb", database, workdir, "--heartbeat", "1", "--timeout", "15")
     victim = start_worker("hb", database, workdir, "--heartbeat", "1", "--trials", "10000")
     killed_at, victim_trial = None, None
+    polled = optuna.storages.RDBStorage(database)  # one connection pool for the whole polling loop
     try:
         deadline = time.monotonic() + 120
         while victim_trial is None and time.monotonic() < deadline and victim.poll() is None:
             time.sleep(0.02)
-            mine = worker_trials("hb", database, victim.pid)
+            mine = worker_trials("hb", polled, victim.pid)
             # A trial of its own behind it and one running with all 8 mask parameters: measuring.
             measuring = [t for t in mine if t.state == TrialState.RUNNING and len(t.params) == 8]
             if measuring and any(t.state == TrialState.COMPLETE for t in mine):
