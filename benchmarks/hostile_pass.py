@@ -465,6 +465,7 @@ def cases() -> list[Case]:
     add("mask show: NaN num_layers", ("mask", "show", "m.json"),
         lambda w: (w / "m.json").write_text('{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}'))
     found.extend(round_three_io(M, gen))
+    found.extend(value_cases())
     return found
 
 
@@ -835,8 +836,6 @@ def _profile_with_kernels(kernels: str) -> Callable[[Path], None]:
                        verify_ratios=(1.0, 1.1, 1.2, 1.3)).save(work / "p.json")
         _edit_json(work / "p.json", kernels=kernels)
     return plant
-    found.extend(value_cases())
-    return found
 
 
 # ----- issue 33, round three: values (each name starts "values:") ---------------------------------
@@ -1040,11 +1039,12 @@ class Result:
             found.append("traceback")
         if MARKER in self.stderr:
             found.append("internal-error")
-        if self.good:
+        if self.good:  # its exit 0 and its output are the point: only its result is judged
             if self.status != 0:
                 found.append(f"status-{self.status}")
             elif self.wrong:
                 found.append("wrong-result")
+            return found
         if self.expect == "interrupt":  # exit 130 after Ctrl-C; progress lines before it are fine
             if self.status != 130:
                 found.append(f"status-{self.status}")
@@ -1091,37 +1091,26 @@ def run_case(case: Case, base: Path, scratch: Path, timeout: float) -> Result:
         case.plant(work)
     before = snapshot(work)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **{k: str(work / v) for k, v in case.env}}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **dict(case.env)}
     env.pop(MARKER, None)
     argv = [sys.executable, *case.argv] if case.api else [sys.executable, "-m", "layersearch", *case.argv]
+    umask = None if case.umask is None else (lambda: os.umask(case.umask))
     start, cpu_start = time.perf_counter(), _children_cpu()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "layersearch", *case.argv], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=None if case.umask is None else (lambda: os.umask(case.umask)))
-        status, stderr = proc.returncode, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        status, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
-    after = snapshot(work)
-    changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
-    if case.check is not None:
-        wrong = case.check(work) if status == 0 else None
-        return Result(case.name, status, seconds, stderr, (), cpu, good=True, wrong=wrong)
-    return Result(case.name, status, seconds, stderr, changed, cpu)
-    return Result(case.name, status, seconds, stderr, changed, cpu, case.expect_ok, case.expect_text)
     if case.expect == "interrupt":
         status, stderr = _interrupted(argv, work, env, timeout, case.interrupt_on)
     else:
         try:
-            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=umask)
             status, stderr = proc.returncode, proc.stderr
         except subprocess.TimeoutExpired as exc:
             status, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
     after = snapshot(work)
     changed = tuple(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
-    return Result(case.name, status, seconds, stderr, changed, cpu, case.expect)
+    if case.check is not None:
+        wrong = case.check(work) if status == 0 else None
+        return Result(case.name, status, seconds, stderr, (), cpu, good=True, wrong=wrong)
+    return Result(case.name, status, seconds, stderr, changed, cpu, expect_ok=case.expect_ok,
+                  expect_text=case.expect_text, expect=case.expect)
 
 
 def _interrupted(argv: list[str], work: Path, env: dict, timeout: float, when: str) -> tuple[int | None, str]:
