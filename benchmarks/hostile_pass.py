@@ -796,8 +796,8 @@ def _models_cases(add: Callable[..., None], gen: tuple[str, ...]) -> None:
     add("r3-models: plot bench a domain named $x^{$ (must draw)", ("plot", "bench", "r.json", "--out", "r.png"),
         lambda w: (w / "r.json").write_text(json.dumps({"domains": {"$x^{$": {"rows": [
             {"config": "a $\\frac{$", "speedup": 1.2, "decode_speedup": 1.3}]}}})), expect_ok=True)
-    add("r3-models: generate --dynamic knapsack (no FutureWarning)",
-        (*gen, "--dynamic", "knapsack", "--profile", "p.json"), _profile_with_kernels("stock"), expect_ok=True)
+    add("r3-models: generate --mask knapsack (no FutureWarning)",
+        (*gen, "--mask", "knapsack", "--profile", "p.json"), _profile_with_kernels("stock"), expect_ok=True)
 
 
 def _kv(key: str, value_type: int, value: bytes) -> bytes:

@@ -292,6 +292,7 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     if not questions:
         raise LayersearchError("no Spec-Bench question matches --categories / --split")
     model, tokenizer = loaded.model, loaded.tokenizer
+    _check_first_turns_fit(loaded, questions, run.max_new_tokens)  # before any answer is written
     policy = DraftPolicy(run.max_draft, run.draft_threshold)
     methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
     for label, mask in masks:
@@ -324,6 +325,17 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     show("speedup and tok/s as Spec-Bench's speed.py computes them (baseline tokens: answer text "
          "re-tokenized minus one per turn); mean acc.: tokens per target forward")
     return [*paths.values(), write_json_atomic(run.out, report)]
+
+
+def _check_first_turns_fit(loaded: Any, questions: Iterable[Question], new_tokens: int) -> None:
+    """Every question's first turn (as the chat template formats it) + ``new_tokens`` against the
+    model's context, in one error line (a later turn holds the model's own answer: not known yet)."""
+    from layersearch.models.context import check_all_fit
+
+    lengths = ((f"Spec-Bench question {q.question_id} ({q.category})",
+                prompt_ids(loaded.tokenizer, [{"role": "user", "content": q.turns[0]}]).shape[-1])
+               for q in questions if q.turns)
+    check_all_fit(loaded, lengths, new_tokens)
 
 
 def labelled_masks(skip_ratios: str, mask_files: str, info: Any) -> list[tuple[str, Any]]:

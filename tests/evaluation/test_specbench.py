@@ -158,3 +158,16 @@ def test_bench_specbench_needs_an_answers_folder(tiny_with_embedded_tokenizer, t
     _, _, folder = tiny_with_embedded_tokenizer(1)
     code = main(["bench", "--model", str(folder), "--spec-bench", str(tmp_path / "q.jsonl")])
     assert code == 2 and "needs --answers DIR" in capsys.readouterr().err
+
+
+def test_bench_specbench_refuses_a_question_past_the_context_before_answering(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    model, _, folder = tiny_with_embedded_tokenizer(1)
+    words = model.config.max_position_embeddings  # at least a token a word: past the context
+    questions = tmp_path / "question.jsonl"
+    questions.write_text(json.dumps({"question_id": 301, "category": "qa", "turns": [" ".join(["cat"] * words)]}) + "\n")
+    answers = tmp_path / "answers"
+    code = main(["bench", "--model", str(folder), "--threads", "1", "--spec-bench", str(questions), "--answers",
+                 str(answers), "--skip-ratios", "0.25", "--max-new-tokens", "4", "--out", str(tmp_path / "report.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Spec-Bench question 301 (qa)" in err[0] and "context length" in err[0]
+    assert not answers.exists() and not (tmp_path / "report.json").exists()
