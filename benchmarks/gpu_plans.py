@@ -21,7 +21,6 @@ Run on a CUDA machine: ``python benchmarks/gpu_plans.py --out gpu_plans.json``;
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,6 +32,8 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.precision import Int8Linear, weight_only_int8
 from layersearch.profiling.profiler import measure_profile
+
+from gpu_report import sync, write  # the sibling script (benchmarks/ is on sys.path when run)
 
 # (in, out) of every distinct Linear; "tiny" for smoke tests.
 LINEAR_SHAPES = {
@@ -46,11 +47,6 @@ MODEL_SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, tie_word_embeddings=True),
 }
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def median_seconds(fn, device: str, repeats: int) -> float:
@@ -171,13 +167,6 @@ def main(argv=None) -> int:
                                         args.alpha, args.draft, args.context)
     write(report, args.out)
     return 0
-
-
-def write(report: dict, path: str | None) -> None:
-    """Write what is measured so far (a run stopped at its time limit keeps its finished sections)."""
-    if path:
-        with open(path, "w") as f:
-            json.dump(report, f, indent=1, default=str)
 
 
 if __name__ == "__main__":
