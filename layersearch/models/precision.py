@@ -71,7 +71,9 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.kernel = None
-        if not (linear.weight.device.type != "cpu" if weight_only is None else weight_only):
+        if weight_only is None:
+            weight_only = linear.weight.device.type != "cpu"
+        if not weight_only:
             self.kernel = quantized_like(linear)
             return
         weight = linear.weight.detach().float()  # [out, in]
