@@ -39,6 +39,7 @@ from layersearch.models.skipping import skipping
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.profiling.profiler import measure_profile
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import combine
@@ -54,9 +55,12 @@ SHAPES = {
 }
 
 
-def build(shape: str, device: str, dtype: torch.dtype, *, vocab: int | None = None, head_scale: float = 1.0, seed: int = 0):
-    """A randomly initialised Llama of ``shape`` on ``device``; ``head_scale`` sharpens its logits."""
+def build(shape: str, device: str, dtype: torch.dtype, *, vocab: int | None = None, head_scale: float = 1.0, seed: int = 0,
+          layers: int | None = None):
+    """A randomly initialised Llama of ``shape`` on ``device`` (``layers``: fewer of them); ``head_scale`` sharpens its logits."""
     options = dict(SHAPES[shape], rope_theta=500000.0, max_position_embeddings=8192)
+    if layers is not None:
+        options.update(num_hidden_layers=layers)
     if vocab is not None:
         options.update(vocab_size=vocab, tie_word_embeddings=False)
     config = LlamaConfig(**options)
@@ -273,11 +277,202 @@ def profile_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int
             "verify_ratio_8": profile.verify_ratio(8), "verify_ratio_16": profile.verify_ratio(16), "rows": rows}
 
 
+
+# ----- captured: the table of the captured runtime against transformers' fastest path -------
+def hf_static(model, ids, new_tokens):
+    """transformers' fastest path: ``generate`` with a static cache (auto torch.compile, CUDA graphs)."""
+    return model.generate(ids.to(model.device), attention_mask=torch.ones_like(ids).to(model.device),
+                          max_new_tokens=new_tokens, do_sample=False, cache_implementation="static")
+
+
+def hf_eager(model, ids, new_tokens):
+    """transformers' ``generate`` with its default dynamic cache, eager."""
+    return model.generate(ids.to(model.device), attention_mask=torch.ones_like(ids).to(model.device),
+                          max_new_tokens=new_tokens, do_sample=False)
+
+
+def interleaved(device: str, runs: dict, repeats: int) -> dict:
+    """Median seconds of each named run, the runs interleaved ``repeats`` times after two warm-ups each."""
+    for fn in runs.values():
+        fn(), fn()
+    seconds = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            seconds[name].append(timed(device, fn)[0])
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def replay_ms(device: str, fn, count: int = 30) -> float:
+    """Median milliseconds of ``fn`` over ``count`` calls (each timed by CUDA events)."""
+    fn(), fn(), fn()
+    times = []
+    for _ in range(count):
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def half_mask(layers: int) -> SkipMask:
+    """Half of the sub-layers skipped, spread evenly: whole layers (SkipMask.uniform's 0.5)."""
+    return SkipMask.uniform(layers, 0.5)
+
+
+def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=range(1, 9)) -> dict:
+    """Captured forwards of the decoder's model at ``context``: a one-token forward, the draft cost of
+    uniform masks over it, and verify(k) / verify(1)."""
+    model = decoder.model
+    layers = model.config.num_hidden_layers
+    cache = decoder.static_cache(context + 64)
+    ids = torch.randint(3, model.config.vocab_size, (16,), device=device)
+
+    def forward(plan, n):
+        view = decoder.view(plan)
+        key = (plan, n, n, id(None), cache.get_max_length())  # the runtime's own key: generations reuse these
+        return lambda: decoder.compiled.forward(view, key, cache, ids[:n], context, n, None)
+
+    one = replay_ms(device, forward(None, 1))
+    drafts = {name: replay_ms(device, forward(mask, 1)) / one
+              for name, mask in (("uniform-0.25", SkipMask.uniform(layers, 0.25)), ("uniform-0.5", half_mask(layers)))}
+    verify = {k: replay_ms(device, forward(None, k)) / one for k in ks}
+    return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify}
+
+
+def capture_section(shape: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6)) -> dict:
+    """Our plain loop (captured, and eager) against HF static and eager generate; with ``parts``,
+    the captured parts and the exact-mask model's realized vs predicted speedups."""
+    model = build(shape, device, torch.bfloat16)
+    ids = prompts(model.config.vocab_size, 1, 128)[0]
+    plain = SpeculativeDecoder(model, compile=True)
+    eager = SpeculativeDecoder(model)
+    t0 = time.perf_counter()
+    first = plain.generate(ids, new_tokens)
+    compile_s = time.perf_counter() - t0
+    runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "ours_captured": lambda: plain.generate(ids, new_tokens),
+            "hf_eager": lambda: hf_eager(model, ids, new_tokens), "ours_eager": lambda: eager.generate(ids, new_tokens)}
+    seconds = interleaved(device, runs, repeats)
+    tps = {name: new_tokens / s for name, s in seconds.items()}
+    out = {"shape": shape, "new_tokens": new_tokens, "prompt": 128, "repeats": repeats, "tokens_per_s": tps,
+           "ours_over_hf_static": tps["ours_captured"] / tps["hf_static"], "first_generation_s": compile_s,
+           "path": first.stats.path, "host_reads_per_step": statistics.mean(s.host_reads for s in first.stats.steps)}
+    print(f"  {shape}: HF static {tps['hf_static']:.1f} tok/s | ours captured {tps['ours_captured']:.1f} "
+          f"({out['ours_over_hf_static']:.3f}x HF static) | HF eager {tps['hf_eager']:.1f} | ours eager {tps['ours_eager']:.1f}"
+          f" | first generation {compile_s:.0f} s, host reads/step {out['host_reads_per_step']:.2f}", flush=True)
+    if not parts:
+        return out
+    out["parts"] = parts_section(plain, device, 128 + new_tokens // 2)
+    p = out["parts"]
+    print(f"  {shape} parts at context {p['context']}: one token {p['one_token_ms']:.2f} ms; draft cost "
+          + ", ".join(f"{k} {v:.3f}" for k, v in p["draft_cost"].items()) + "; verify(k)/verify(1) "
+          + ", ".join(f"{k}:{v:.3f}" for k, v in p["verify_ratio"].items()), flush=True)
+    out["exact_mask"] = exact_mask_rows(model, plain, ids, device, new_tokens, repeats, exact_ks, tps["ours_captured"], p)
+    return out
+
+
+def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tps, parts) -> list:
+    """Zero the o_proj and down_proj of the half mask's skipped layers (in place: the compiled
+    forwards stay valid), so that draft equals the target (alpha = 1 up to bf16 rounding of
+    k-token vs one-token forwards); realized vs predicted speedup over HF static at each k."""
+    layers = model.config.num_hidden_layers
+    mask = half_mask(layers)
+    with torch.no_grad():
+        for i in mask.attention:
+            model.model.layers[i].self_attn.o_proj.weight.zero_()
+        for i in mask.mlp:
+            model.model.layers[i].mlp.down_proj.weight.zero_()
+    decoders = {k: SpeculativeDecoder(model, mask, lookahead=StaticLookahead(k), compile=True) for k in ks}
+    for decoder in decoders.values():
+        decoder.generate(ids, new_tokens)  # compile
+    runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "plain": lambda: plain.generate(ids, new_tokens)}
+    runs.update({f"k={k}": (lambda d=d: d.generate(ids, new_tokens)) for k, d in decoders.items()})
+    seconds = interleaved(device, runs, repeats)
+    rows = []
+    for k, decoder in decoders.items():
+        stats = decoder.generate(ids, new_tokens).stats
+        d, v = parts["draft_cost"]["uniform-0.5"], parts["verify_ratio"][k + 1] if k + 1 in parts["verify_ratio"] else None
+        realized_plain = seconds["plain"] / seconds[f"k={k}"]
+        predicted_plain = stats.mean_accepted_length / (k * d + v) if v else None
+        row = {"k": k, "M": stats.mean_accepted_length, "alpha": stats.acceptance_rate,
+               "over_hf_static": seconds["hf_static"] / seconds[f"k={k}"], "over_plain": realized_plain,
+               "predicted_over_plain": predicted_plain,
+               "realized_over_predicted": realized_plain / predicted_plain if predicted_plain else None,
+               "host_reads_per_step": statistics.mean(s.host_reads for s in stats.steps)}
+        rows.append(row)
+        print(f"  exact mask k={k}: M={row['M']:.2f} alpha={row['alpha']:.3f} | {row['over_hf_static']:.3f}x HF static | "
+              f"{realized_plain:.3f}x our plain loop, parts predict {predicted_plain and round(predicted_plain, 3)}x "
+              f"(realized/predicted {row['realized_over_predicted'] and round(row['realized_over_predicted'], 3)})", flush=True)
+    return rows
+
+
+def captured_greedy_section(device: str, new_tokens: int, count: int) -> dict:
+    """Greedy equality in fp32 with capture on: ours (plain, the uniform 0.5 mask at k=4) vs HF generate."""
+    model = build("1b", device, torch.float32, head_scale=4.0, layers=4)
+    layers = model.config.num_hidden_layers
+    decoders = {"plain": SpeculativeDecoder(model, compile=True),
+                "uniform-0.5 k=4": SpeculativeDecoder(model, half_mask(layers), lookahead=StaticLookahead(4), compile=True)}
+    rows = {}
+    for name, decoder in decoders.items():
+        same = 0
+        for ids in prompts(model.config.vocab_size, count, 32, seed=7):
+            theirs = tuple(hf_eager(model, ids, new_tokens)[0, ids.shape[1]:].tolist())
+            result = decoder.generate(ids, new_tokens)
+            same += result.token_ids == theirs
+        rows[name] = {"identical": same, "sequences": count, "path": result.stats.path}
+        print(f"  fp32 captured {name}: {same}/{count} identical to HF generate ({result.stats.path})", flush=True)
+    return rows
+
+
+def captured_sampling_section(device: str, runs: int) -> dict:
+    """The sampling law with capture on: a 6-token vocabulary, 3 tokens, chi-square against the exact law."""
+    model = build("1b", device, torch.bfloat16, vocab=6, head_scale=3.0, seed=5, layers=4)
+    mask = half_mask(model.config.num_hidden_layers)
+    prompt = [1, 4, 2]
+    target, draft = three_token_law(model, prompt), three_token_law(model, prompt, mask)
+    observed, drafted, accepted = np.zeros(216), 0, 0
+    decoder = SpeculativeDecoder(model, mask, lookahead=StaticLookahead(2), compile=True)
+    for seed in range(runs):
+        result = decoder.generate(prompt, 3, sampling=SamplingConfig(temperature=1.0, seed=seed))
+        a, b, c = result.token_ids
+        observed[a * 36 + b * 6 + c] += 1
+        drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
+    out = {"runs": runs, "p_target": pooled_pvalue(observed, target), "p_draft_law": pooled_pvalue(observed, draft),
+           "drafted": drafted, "accepted": accepted, "path": result.stats.path}
+    print(f"  captured sampling: p(target law) = {out['p_target']:.3f}, p(draft law) = {out['p_draft_law']:.2g}, "
+          f"accepted {accepted}/{drafted} ({result.stats.path})", flush=True)
+    return out
+
+
+def captured_report(args, report: dict) -> None:
+    """The captured runtime's table: loop vs HF static per shape, parts and the exact mask on the last shape,
+    then fp32 greedy equality and the sampling law with capture on."""
+    shapes = args.shapes.split(",")
+    small = shapes == ["tiny"]
+    start = time.perf_counter()
+    report["captured"] = []
+    for shape in shapes:
+        report["captured"].append(capture_section(shape, args.device, 16 if small else args.new_tokens, args.repeats,
+                                                  parts=shape == shapes[-1], exact_ks=(2, 4) if small else (2, 4, 6)))
+        write(report, args.out)
+        print(f"  (at {time.perf_counter() - start:.0f} s)", flush=True)
+    report["captured_greedy"] = captured_greedy_section(args.device, 8 if small else 32, 2 if small else 3)
+    write(report, args.out)
+    report["captured_sampling"] = captured_sampling_section(args.device, 200 if small else args.sampling_runs)
+    write(report, args.out)
+    print(f"  (done at {time.perf_counter() - start:.0f} s)", flush=True)
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--sections", default="greedy,sampling,loop,profile")
+    parser.add_argument("--sections", default="captured")
     parser.add_argument("--sampling-runs", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--greedy-dtypes", default="bfloat16,float32")
@@ -293,6 +488,8 @@ def main(argv=None) -> int:
                     "torch": torch.__version__}
     print(f"device: {report['device']}, torch {torch.__version__}", flush=True)
     start = time.perf_counter()
+    if "captured" in sections:
+        captured_report(args, report)
     if "greedy" in sections:
         print("1. greedy equality", flush=True)
         report["greedy"] = []

@@ -24,6 +24,8 @@ from layersearch.runtime.outcome import StepOutcome
 class DiscoLookahead:
     """Draft while the classifier's acceptance score stays at or above ``tau``."""
 
+    reads_confidence = True  # its classifier reads the draft distribution
+
     classifier: Classifier
     tau: float
     max_tokens: int = 8

@@ -139,3 +139,40 @@ def _holds_history(layer) -> bool:
     # Past recording keeps more than window - 1 entries until the next crop.
     window = _window(layer)
     return window is not None and getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > window - 1
+
+
+def new_static_cache(model: torch.nn.Module, capacity: int) -> Cache:
+    """transformers' :class:`~transformers.StaticCache` for ``model`` holding ``capacity``
+    positions, allocated at once (a captured step needs fixed addresses).
+
+    A static layer writes at its ``cumulative_length``, and the causal mask reads its queries'
+    offset from it; :func:`seat_static_cache` sets every layer's to the forward's first
+    position, so rolling back after a rejected draft moves nothing: the next forward writes
+    over the stale entries, which the causal mask already hides."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=capacity)
+    parameter = next(model.parameters())
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    probe = torch.zeros(1, heads, 1, head_dim, dtype=parameter.dtype, device=parameter.device)
+    for layer in cache.layers:
+        layer.lazy_initialization(probe, probe)
+    return cache
+
+
+def seat_static_cache(cache: Cache, start: torch.Tensor | int) -> None:
+    """Make every layer of a static ``cache`` write its next entries from position ``start``
+    (a 0-d device tensor inside a captured step, where it is a graph op; an int eagerly)."""
+    for layer in cache.layers:
+        if isinstance(start, int):
+            layer.cumulative_length.fill_(start)
+        else:
+            layer.cumulative_length.copy_(start)
+
+
+def has_sliding_window(model: torch.nn.Module) -> bool:
+    """Whether any of ``model``'s layers attends over a sliding window (a static cache would
+    keep it as a ring, which cannot roll back)."""
+    return any(window is not None for window in sliding_windows(model))

@@ -20,6 +20,15 @@ output is the target's own, whatever they decide. The plug-in points:
 * verifier   :mod:`layersearch.runtime.verification` (chain greedy / speculative sampling),
              :mod:`layersearch.runtime.tree` (SWIFT's top-k token tree)
 * controller :mod:`layersearch.runtime.control`    (fixed mask; KnapSpec in knapspec/)
+
+Captured (``compile=True``): the target's forwards run over a static KV cache, each shape
+compiled once (:mod:`layersearch.runtime.captured`; a CUDA graph on CUDA), and the cuts above
+move nothing: every forward writes from its first position and the causal mask hides what lies
+beyond. Tokens stay on the device from draft to verdict, so a step whose lookahead reads no
+confidence makes one host read: the verdict (:func:`~layersearch.runtime.verification.verify_chain`).
+A part that cannot run captured (a token tree's per-step mask, a drafter reading hidden
+states, a sliding-window cache, traced-through kernel overrides) makes the generation run
+eagerly, with the same output; ``stats.path`` and ``stats.path_reason`` say which ran and why.
 """
 
 from __future__ import annotations
@@ -32,16 +41,18 @@ import torch
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
-from layersearch.runtime.cache import new_cache, truncate_cache
+from layersearch.runtime.cache import has_sliding_window, new_cache, seat_static_cache, truncate_cache
+from layersearch.runtime.captured import CaptureStats, captured_forwards
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
 from layersearch.runtime.drafters import DraftRequest, Drafter, LayerSkipDrafter, Proposal
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
+from layersearch.runtime.host import host_reads, to_host
 from layersearch.runtime.lookahead import Lookahead
 from layersearch.runtime.outcome import StepOutcome
-from layersearch.runtime.sampling import SamplingConfig, next_token_probs, sample
+from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 from layersearch.runtime.stats import DecodeStats
-from layersearch.runtime.timing import Clock, RegionTimer
+from layersearch.runtime.timing import Clock, Marks, RegionTimer
 from layersearch.runtime.verification import ChainVerifier, Verdict, Verifier, VerifyRequest
 
 
@@ -67,7 +78,8 @@ class SpeculativeDecoder:
     ``SpeculativeDecoder(model, mask)`` is Self-SD: a fixed mask, the layer-skip drafter, the
     policy's confidence rule and chain verification. Pass ``drafter``, ``lookahead``,
     ``verifier`` or ``controller`` to change one part; ``mask`` and ``controller`` exclude
-    each other (a controller chooses the mask).
+    each other (a controller chooses the mask). ``compile=True`` runs the target's forwards
+    captured (see the module docstring) wherever every part allows it.
     """
 
     def __init__(
@@ -81,6 +93,7 @@ class SpeculativeDecoder:
         lookahead: Lookahead | None = None,
         verifier: Verifier | None = None,
         controller: Controller | None = None,
+        compile: bool = False,
     ) -> None:
         if mask is not None and controller is not None:
             raise LayersearchError("give either a mask or a controller (the controller chooses the mask)")
@@ -98,6 +111,28 @@ class SpeculativeDecoder:
             check = getattr(part, "check_target", None)
             if check is not None:
                 check(model)
+        if not isinstance(compile, bool):
+            raise LayersearchError(f"compile must be True or False, got {compile!r}")
+        self.compile = compile
+        self.compiled = captured_forwards(model)  # shared by every decoder of this model
+        self.view = self.compiled.view
+        self.static_cache = self.compiled.static_cache
+
+    def capture_blocker(self) -> str:
+        """Why this decoder's forwards cannot run captured ("" when they can)."""
+        if getattr(self.verifier, "capturable", False) is not True:
+            return f"the {self.verifier.name!r} verifier masks a token tree per step"
+        if getattr(self.drafter, "hidden_layers", None):
+            return "the drafter reads the verifier's hidden states"
+        if has_sliding_window(self.model):
+            return "sliding-window attention keeps a ring cache that cannot roll back"
+        if any("forward" in vars(module) for module in self.model.modules()):
+            return "a module's forward is overridden (the numba kernels cannot be traced)"
+        return ""
+
+    def capture_stats(self) -> CaptureStats:
+        """The compiled-forward table's size, hit rate and compile seconds so far."""
+        return self.compiled.stats()
 
     @torch.inference_mode()
     def generate(
@@ -132,10 +167,17 @@ class _Run:
         self.prompt_length = prompt.shape[1]
         self.max_new = max_new
         self.stop = stop
-        self.clock = Clock(self.model.device)  # synchronizes: read at step boundaries only
+        self.decoder = decoder
+        self.clock = Clock(self.model.device)  # synchronizes: read at the generation's start and end only
+        self.marks = Marks(self.model.device)  # step phases, no sync to take a mark
         self.forward_timer = RegionTimer(self.model.device)  # every forward, no sync per forward
         self.generator = self.sampling.generator(self.model.device)
-        self.cache = new_cache(self.model)
+        self.path_reason = decoder.capture_blocker() if decoder.compile else ""
+        self.captured = decoder.compile and not self.path_reason
+        capacity = self.prompt_length + max_new + self.lookahead_ceiling() + 2
+        self.cache = decoder.static_cache(capacity) if self.captured else new_cache(self.model)
+        self.compile_before = decoder.compiled.stats().compile_seconds
+        self.last_ids: torch.Tensor | None = None  # [1] the newest token, on the device
         # Prompt and emitted ids on the CPU; views of it are what drafters and controllers read.
         self.ids = torch.zeros(self.prompt_length + max_new + 1, dtype=torch.long)  # [capacity]
         self.ids[: self.prompt_length] = prompt[0].cpu()
@@ -150,8 +192,12 @@ class _Run:
         # prefill and every verification forward, never from an extra forward.
         self.hidden_layers: tuple[int, ...] = tuple(getattr(self.drafter, "hidden_layers", ()) or ())
         self.capturing = False
-        self.captured: torch.Tensor | None = None  # [n, len(hidden_layers), hidden] of the last verification
+        self.captured_hidden: torch.Tensor | None = None  # [n, len(hidden_layers), hidden] of the last verification
         self.stop_now = False
+
+    def lookahead_ceiling(self) -> int:
+        """The longest draft any rule state may ask for (the static cache must hold it)."""
+        return max(self.lookahead.max_tokens, getattr(self.lookahead, "ceiling", 0), 64)
 
     def execute(self) -> GenerationResult:
         start = self.clock.now()
@@ -166,23 +212,28 @@ class _Run:
 
     # ----- the step ---------------------------------------------------------------------
     def _step(self) -> None:
+        reads_before = host_reads()
         position = self._position()
-        last = self.tokens[-1]
-        t0 = self.clock.now()
+        m0 = self.marks.mark()
         proposal = self.drafter.propose(self._draft_request(position))
-        truncate_cache(self.cache, position)
-        t1 = self.clock.now()
-        request = VerifyRequest(proposal, last, position, self.sampling, self.generator, self._forward, self.cache)
+        if not self.captured:
+            truncate_cache(self.cache, position)
+        m1 = self.marks.mark()
+        request = VerifyRequest(proposal, self.tokens[-1], position, self.sampling, self.generator, self._forward,
+                                self.cache, self.last_ids)
         self.capturing = bool(self.hidden_layers)
         verdict = self.verifier.verify(request)
         self.capturing = False
-        truncate_cache(self.cache, position + verdict.num_accepted + 1)
+        if not self.captured:
+            truncate_cache(self.cache, position + verdict.num_accepted + 1)
         if self.hidden_layers:  # the states at the input whose output gave the returned token
-            self.drafter.observe_hidden(self.captured[verdict.source_node])
-        t2 = self.clock.now()
+            self.drafter.observe_hidden(self.captured_hidden[verdict.source_node])
+        self.last_ids = verdict.next_ids
+        m2 = self.marks.mark()
         self.seconds["draft_prefill"] += proposal.prefill_seconds
-        emitted = self._emit([*verdict.accepted_tokens(proposal.tokens), verdict.next_token])
-        self._feed_back(proposal, verdict, position, emitted, t1 - t0, t2 - t1)
+        emitted = self._emit([*verdict.accepted_tokens(proposal.tokens if verdict.path is None else ()), verdict.next_token])
+        draft_s, verify_s = self.marks.seconds(m0, m1), self.marks.seconds(m1, m2)
+        self._feed_back(proposal, verdict, position, emitted, draft_s, verify_s, host_reads() - reads_before)
 
     def _draft_request(self, position: int) -> DraftRequest:
         # Never draft past max_new: the verify step always adds one token of its own.
@@ -191,17 +242,18 @@ class _Run:
         sequence = self.ids[: position + 1]  # [position + 1]
         return DraftRequest(
             self.model, self.cache, sequence, position, limit, self.mask, self.lookahead,
-            self.sampling, self.generator, self._forward, self.forward_timer.region,
+            self.sampling, self.generator, self._forward, self.forward_timer.region, self.last_ids,
         )
 
-    def _feed_back(self, proposal: Proposal, verdict: Verdict, position: int, emitted: int, draft_s: float, verify_s: float) -> None:
+    def _feed_back(self, proposal: Proposal, verdict: Verdict, position: int, emitted: int, draft_s: float, verify_s: float,
+                   reads: int) -> None:
         rule = type(self.lookahead).__name__.removesuffix("Lookahead").lower()
         outcome = StepOutcome(
-            step=len(self.outcomes), position=position, drafted=len(proposal.tokens), accepted=verdict.num_accepted,
+            step=len(self.outcomes), position=position, drafted=proposal.size, accepted=verdict.num_accepted,
             emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or self.mask,  # the plan the draft really ran
             lookahead=f"{rule}:{self.lookahead.max_tokens}",
             draft_forwards=proposal.forwards, draft_seconds=draft_s, verify_seconds=verify_s,
-            confidences=proposal.confidences,
+            confidences=proposal.confidences, host_reads=reads,
         )
         self.outcomes.append(outcome)
         self.lookahead = self.lookahead.update(outcome)
@@ -209,7 +261,7 @@ class _Run:
         self.controller.observe(outcome)
 
     def _consult_controller(self, step: int) -> None:
-        t0 = self.clock.now()
+        t0 = self.marks.mark()
         position = self._position()
         view = DecodeView(
             self.model, self.cache, self.ids[: position + 1].unsqueeze(0), position, step, self.prompt_length,
@@ -222,7 +274,7 @@ class _Run:
         if chosen.max_draft_tokens is not None:
             self.lookahead = self.lookahead.with_max_tokens(chosen.max_draft_tokens)
         if chosen.record:
-            seconds = self.clock.now() - t0
+            seconds = self.marks.seconds(t0, self.marks.mark())
             self.selections.append({"step": step, "context": position, **chosen.record, "seconds": seconds})
 
     # ----- helpers ----------------------------------------------------------------------
@@ -238,24 +290,37 @@ class _Run:
                 self.drafter.observe_hidden(hidden[-1, : len(self.hidden_layers)])
         else:
             logits = self._forward(self.prompt[0], 0, keep=1)
-        self._emit([self._choose(logits[-1])])
+        self.last_ids = self._choose(logits[-1])
+        self._emit(to_host(self.last_ids))
         self.seconds["prefill"] += self.clock.now() - t0
 
-    def _forward(self, tokens, start: int, keep: int | None = None, **options) -> torch.Tensor:
+    def _forward(self, tokens, start: int, keep: int | None = None, *, plan: SkipMask | None = None,
+                 head: Any = None, **options) -> torch.Tensor:
         # Every target forward goes through here, so time outside them is measurable bookkeeping.
+        model = self.decoder.view(plan)
         with self.forward_timer.region():
             if self.capturing:
-                logits, self.captured = forward_tokens(
-                    self.model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, **options
+                if self.captured:
+                    seat_static_cache(self.cache, start)
+                logits, self.captured_hidden = forward_tokens(
+                    model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, head=head, **options
                 )
+            elif self.captured and not options and start > 0:  # the prefill (start 0) runs eagerly: its length varies
+                ids = torch.as_tensor(tokens, device=self.model.device).view(-1)  # [n]
+                n = ids.shape[0]
+                key = (plan, n, n if keep is None else keep, id(head), self.cache.get_max_length())
+                logits = self.decoder.compiled.forward(model, key, self.cache, ids, start, n if keep is None else keep, head)
             else:
-                logits = forward_tokens(self.model, tokens, start, self.cache, keep, **options)
+                if self.captured:
+                    seat_static_cache(self.cache, start)
+                logits = forward_tokens(model, tokens, start, self.cache, keep, head=head, **options)
         return logits
 
-    def _choose(self, logits: torch.Tensor) -> int:
+    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
+        # The next token as a [1] device tensor: the argmax, or a draw from the warped law.
         if self.sampling.greedy:
-            return int(logits.argmax())
-        return sample(next_token_probs(logits, self.sampling), self.generator)
+            return logits.argmax(-1, keepdim=True)
+        return torch.multinomial(next_token_probs(logits, self.sampling), 1, generator=self.generator)
 
     def _emit(self, new_tokens: list[int]) -> int:
         # Stop right after the first end-of-sequence token, as generate() does.
@@ -296,6 +361,9 @@ class _Run:
             steps=steps,
             selections=tuple(self.selections),
             draft_prefill_seconds=self.seconds["draft_prefill"],
+            path="captured" if self.captured else "eager",
+            path_reason=self.path_reason,
+            compile_seconds=self.decoder.compiled.stats().compile_seconds - self.compile_before,
         )
 
 

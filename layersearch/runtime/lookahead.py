@@ -28,6 +28,7 @@ import torch
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime import LOOKAHEADS
+from layersearch.runtime.host import to_host
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 
@@ -54,14 +55,17 @@ class DraftPosition:
     @property
     def confidence(self) -> float:
         """Top-1 probability of :attr:`probs`."""
-        return float(self.probs.max())
+        return to_host(self.probs.max())[0]
 
 
 @runtime_checkable
 class Lookahead(Protocol):
-    """Decides the draft length, one position at a time."""
+    """Decides the draft length, one position at a time. ``reads_confidence`` says whether
+    :meth:`keep_drafting` (or :meth:`update`) reads the draft's confidence: a rule that does
+    not lets a draft run on the device without a host read per token."""
 
     max_tokens: int
+    reads_confidence: bool
 
     def keep_drafting(self, position: DraftPosition) -> bool:
         """Draft a token at ``position``? (``position.index < max_tokens`` is the caller's job.)"""
@@ -91,6 +95,7 @@ class _CappedRule:
     """Shared parts: a validated ``max_tokens`` and no adaptation."""
 
     max_tokens: int = 8
+    reads_confidence = True  # a class attribute, not a field: what the rule is, not a setting
 
     def __post_init__(self) -> None:
         _check_max(self.max_tokens)
@@ -105,6 +110,8 @@ class _CappedRule:
 @dataclass(frozen=True)
 class StaticLookahead(_CappedRule):
     """Always draft ``max_tokens`` tokens."""
+
+    reads_confidence = False
 
     def keep_drafting(self, position: DraftPosition) -> bool:
         return True
@@ -177,6 +184,7 @@ class HeuristicLookahead(_CappedRule):
     ``max_tokens`` is the current length; ``ceiling`` bounds its growth."""
 
     ceiling: int = 32
+    reads_confidence = False
 
     def keep_drafting(self, position: DraftPosition) -> bool:
         return True

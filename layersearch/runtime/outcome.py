@@ -31,6 +31,7 @@ class StepOutcome:
     verify_seconds: float = 0.0
     extra: Mapping[str, Any] | None = None  # a drafter's or controller's own notes (JSON-ready)
     confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
+    host_reads: int = 0  # device-to-host reads the step made (layersearch.runtime.host)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record (the mask as its short string)."""

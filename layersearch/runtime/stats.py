@@ -41,11 +41,14 @@ class DecodeStats:
     selections: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     first_tokens: int = 1  # tokens delivered with the first new token (pooled: summed over generations)
     draft_prefill_seconds: float = 0.0  # the draft model's own prompt forward (in neither phase)
+    path: str = "eager"  # how the forwards ran: "captured" (compiled, static cache) or "eager"
+    path_reason: str = ""  # why a decoder asked to compile ran eagerly ("" when it did not ask, or did)
+    compile_seconds: float = 0.0  # first calls of forwards compiled in this generation (in neither phase)
 
     @property
     def decode_seconds(self) -> float:
-        """Seconds after the first delivery, the draft model's prefill taken out."""
-        return max(self.total_seconds - self.prefill_seconds - self.draft_prefill_seconds, 0.0)
+        """Seconds after the first delivery, the draft model's prefill and compiling taken out."""
+        return max(self.total_seconds - self.prefill_seconds - self.draft_prefill_seconds - self.compile_seconds, 0.0)
 
     @property
     def decode_tokens(self) -> int:
@@ -126,6 +129,9 @@ class DecodeStats:
             "draft_forwards": self.draft_forwards,
             "bookkeeping_seconds": self.bookkeeping_seconds,
             "total_seconds": self.total_seconds,
+            "path": self.path,
+            **({"path_reason": self.path_reason} if self.path_reason else {}),
+            "compile_seconds": self.compile_seconds,
             "accept_lengths": list(self.accept_lengths),
             "drafters": self.drafter_counts(),
             **({"selections": list(self.selections)} if self.selections else {}),
@@ -153,6 +159,9 @@ def combine(stats: list[DecodeStats]) -> DecodeStats:
         steps=tuple(step for s in stats for step in s.steps),
         first_tokens=sum(s.first_tokens for s in stats),
         draft_prefill_seconds=sum(s.draft_prefill_seconds for s in stats),
+        path="/".join(sorted({s.path for s in stats})) if stats else "eager",
+        path_reason="; ".join(sorted({s.path_reason for s in stats if s.path_reason})),
+        compile_seconds=sum(s.compile_seconds for s in stats),
     )
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from layersearch.runtime.sampling import SamplingConfig, next_token_probs, sample
+from layersearch.runtime.host import to_host
+from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 
 if TYPE_CHECKING:
     from layersearch.runtime.drafters.base import Forward, Proposal
@@ -32,6 +33,7 @@ class Verdict:
     next_token: int
     path: tuple[int, ...] | None = None
     node: int | None = None  # the verified input whose logits gave next_token (None: num_accepted)
+    next_ids: torch.Tensor | None = None  # [1] next_token on the device (the next step drafts from it)
 
     @property
     def source_node(self) -> int:
@@ -45,13 +47,8 @@ class Verdict:
 
 def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
     """Greedy verification. ``target_logits``: [k + 1, vocab] for the k draft tokens."""
-    target_tokens = target_logits.argmax(-1).tolist()  # [k + 1]
-    accepted = 0
-    for draft, target in zip(draft_tokens, target_tokens):
-        if draft != target:
-            break
-        accepted += 1
-    return Verdict(accepted, target_tokens[accepted])
+    draft = torch.tensor(draft_tokens, dtype=torch.long, device=target_logits.device)  # [k]
+    return verify_chain(draft, None, target_logits, SamplingConfig(), None)
 
 
 def verify_sampling(
@@ -61,22 +58,57 @@ def verify_sampling(
     generator: torch.Generator | None,
 ) -> Verdict:
     """Speculative sampling. ``draft_probs``: [k, vocab]; ``target_probs``: [k + 1, vocab]."""
-    k = len(draft_tokens)
-    if k:
-        index = torch.arange(k, device=target_probs.device)
-        tokens = torch.tensor(draft_tokens, device=target_probs.device)
-        p = target_probs[index, tokens]  # [k]
-        q = draft_probs[index, tokens]  # [k]
-        uniform = torch.rand(k, generator=generator, device=target_probs.device)
-        rejected = (uniform * q > p).nonzero()  # accept iff u < p / q, written without division
-        if len(rejected):
-            j = int(rejected[0])
-            residual = (target_probs[j] - draft_probs[j]).clamp_min(0.0)
-            total = residual.sum()
-            # p == q (up to rounding) leaves no residual mass; then p itself is the right law.
-            residual = residual / total if total > 0 else target_probs[j]
-            return Verdict(j, sample(residual, generator))
-    return Verdict(k, sample(target_probs[k], generator))
+    draft = torch.tensor(draft_tokens, dtype=torch.long, device=target_probs.device)  # [k]
+    return _verdict(*_sampled_acceptance(draft, draft_probs, target_probs, generator), draft)
+
+
+def verify_chain(
+    draft: torch.Tensor, draft_probs: torch.Tensor | None, target_logits: torch.Tensor,
+    sampling: SamplingConfig, generator: torch.Generator | None,
+) -> Verdict:
+    """The verdict on draft ids ``draft`` [k] (on the device) from the target's logits
+    [k + 1, vocab], computed on the device and read to the host once: greedy match, or
+    speculative sampling against ``draft_probs`` [k, vocab]. The verdict's ``path`` holds the
+    accepted tokens."""
+    if sampling.greedy:
+        target = target_logits.argmax(-1)  # [k + 1]
+        k = draft.shape[0]
+        accepted = (draft == target[:k]).long().cumprod(0).sum()  # the matching prefix's length, on the device
+        return _verdict(accepted, target[accepted], target[:k])
+    target_probs = next_token_probs(target_logits, sampling)  # [k + 1, vocab]
+    probs = draft_probs if draft_probs is not None else target_probs[:0]
+    return _verdict(*_sampled_acceptance(draft, probs, target_probs, generator), draft)
+
+
+def _sampled_acceptance(
+    draft: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(accepted count, next token) as device scalars, by Leviathan et al.'s rule. One uniform
+    per draft token and one draw per position (k residual rows and p_k) are always made, so the
+    random stream does not depend on where the first rejection falls."""
+    k = draft.shape[0]
+    device = target_probs.device
+    index = torch.arange(k, device=device)
+    p = target_probs[index, draft]  # [k]
+    q = draft_probs[index, draft]  # [k]
+    uniform = torch.rand(k, generator=generator, device=device)
+    rejected = uniform * q > p  # [k]: accept iff u < p / q, written without division
+    # The first rejection, or k when every draft token is accepted.
+    first = torch.where(rejected.any(), rejected.long().argmax(), torch.tensor(k, device=device))
+    residual = (target_probs[:k] - draft_probs).clamp_min(0.0)  # [k, vocab]
+    total = residual.sum(-1, keepdim=True)  # [k, 1]
+    # p == q (up to rounding) leaves no residual mass; then p itself is the right law.
+    residual = torch.where(total > 0, residual / total.clamp_min(1e-30), target_probs[:k])
+    rows = torch.cat([residual, target_probs[k:]])  # [k + 1, vocab]: row j is the law after a rejection at j
+    choices = torch.multinomial(rows, 1, generator=generator).view(-1)  # [k + 1]
+    return first, choices[first]
+
+
+def _verdict(accepted: torch.Tensor, next_token: torch.Tensor, draft: torch.Tensor) -> Verdict:
+    """One host read of ``[accepted, next, draft...]`` -> the Verdict, its path the accepted draft."""
+    values = to_host(torch.cat([accepted.view(1), next_token.view(1), draft.view(-1)]))
+    count = values[0]
+    return Verdict(count, values[1], tuple(values[2 : 2 + count]), next_ids=next_token.view(1))
 
 
 @dataclass(frozen=True)
@@ -90,6 +122,7 @@ class VerifyRequest:
     generator: torch.Generator | None
     forward: "Forward"  # forward(tokens, start) -> logits [n, vocab], in the shared cache
     cache: object = None  # the shared cache (a tree verifier moves the accepted branch into place)
+    last_ids: torch.Tensor | None = None  # [1] last_token on the model's device (no host round trip)
 
 
 @runtime_checkable
@@ -112,12 +145,16 @@ class ChainVerifier:
 
     name = "chain"
 
+    capturable = True  # one fixed-shape forward per draft length: it runs captured
+
     def verify(self, request: VerifyRequest) -> Verdict:
-        """Forward ``[last, d1..dk]`` at ``position`` and apply the greedy or sampling rule."""
-        tokens = list(request.proposal.tokens)
-        logits = request.forward([request.last_token, *tokens], request.position)  # [k + 1, vocab]
-        if request.sampling.greedy:
-            return verify_greedy(tokens, logits)
-        target_probs = next_token_probs(logits, request.sampling)  # [k + 1, vocab]
-        draft_probs = request.proposal.probs if request.proposal.probs is not None else target_probs[:0]
-        return verify_sampling(tokens, draft_probs, target_probs, request.generator)
+        """Forward ``[last, d1..dk]`` at ``position`` and apply the greedy or sampling rule,
+        on the device, with one host read."""
+        proposal = request.proposal
+        last = request.last_ids
+        if last is None:
+            last = torch.tensor([request.last_token], dtype=torch.long)
+        device = last.device
+        draft = proposal.ids.to(device)  # [k]
+        logits = request.forward(torch.cat([last, draft]), request.position)  # [k + 1, vocab]
+        return verify_chain(draft.to(logits.device), proposal.probs, logits, request.sampling, request.generator)

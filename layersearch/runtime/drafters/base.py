@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
 from layersearch.masks.mask import SkipMask
 from layersearch.runtime.forward import Head
+from layersearch.runtime.host import to_host
 from layersearch.runtime.lookahead import DraftPosition, Lookahead
 from layersearch.runtime.outcome import StepOutcome
-from layersearch.runtime.sampling import SamplingConfig, sample
+from layersearch.runtime.sampling import SamplingConfig
 
-# forward(tokens, start) -> logits [len(tokens), vocab], run in the shared cache and timed.
-Forward = Callable[[list[int], int], torch.Tensor]
+# forward(tokens, start, keep=None, *, plan=None, head=None, ...) -> logits [keep or len(tokens), vocab],
+# run in the shared cache and timed; ``tokens`` a list of ids or a device tensor [n], ``plan`` a
+# draft plan to run the target under (None: the full model).
+Forward = Callable[..., torch.Tensor]
 
 
 class DraftHead(Protocol):
@@ -53,18 +57,29 @@ class DraftRequest:
     # A drafter running its own model times each of its forwards in this region, so the loop's
     # clock counts them as model time, not bookkeeping (the target's forwards are timed already).
     timed: Callable[[], ContextManager] = contextlib.nullcontext
+    last_ids: torch.Tensor | None = None  # [1] the newest token on the model's device (None: from sequence)
 
     @property
     def last_token(self) -> int:
         """The newest emitted token (the draft continues after it)."""
         return int(self.sequence[-1])
 
+    @property
+    def last_on_device(self) -> torch.Tensor:
+        """The newest token as a [1] tensor on the model's device, without a host round trip."""
+        if self.last_ids is not None:
+            return self.last_ids
+        return self.sequence[-1:].to(self.model.device)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Proposal:
-    """Draft tokens and, when sampling, the draft distributions they were drawn from."""
+    """Draft tokens and, when sampling, the draft distributions they were drawn from.
 
-    tokens: tuple[int, ...]
+    ``ids`` may stay on the device (a captured draft never reads its tokens back before
+    verification); a tuple of ints is taken as well. :attr:`tokens` reads them to the host."""
+
+    ids: torch.Tensor  # [k] long, on the model's device or the CPU (a tuple/list is converted)
     probs: torch.Tensor | None  # [k, vocab] when sampling, else None
     drafter: str = "layer-skip"
     forwards: int = 0  # draft forwards spent (incl. one whose low confidence stopped the draft)
@@ -73,6 +88,22 @@ class Proposal:
     confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
     prefill_seconds: float = 0.0  # a draft model's forward over the prompt inside this proposal (its own phase)
     plan: SkipMask | None = None  # the draft plan the target ran (None: the controller's mask, or no self-draft)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ids, torch.Tensor):
+            object.__setattr__(self, "ids", torch.tensor(list(self.ids), dtype=torch.long))
+
+    @property
+    def size(self) -> int:
+        """How many tokens were drafted (no host read)."""
+        return int(self.ids.shape[0])
+
+    @cached_property
+    def tokens(self) -> tuple[int, ...]:
+        """The draft tokens as ints (a host read when they are on the device)."""
+        if not self.size:
+            return ()
+        return tuple(self.ids.tolist()) if self.ids.device.type == "cpu" else tuple(to_host(self.ids))
 
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":
@@ -118,38 +149,43 @@ class StatelessDrafter:
 
 def draft_chain(
     request: DraftRequest,
-    next_logits: Callable[[int, int], torch.Tensor],
+    next_logits: Callable[[torch.Tensor, int], torch.Tensor],
     name: str,
     branching: Callable[[DraftPosition, int], tuple[int, ...]] | None = None,
 ) -> Proposal:
     """Draft one token at a time: ``next_logits(token, index)`` -> [vocab] logits for draft
-    position ``index`` after ``token``; the lookahead may stop before a token is drawn.
-    With ``branching`` (greedy only) each position also gets alternative candidates:
-    ``branching(position, chosen_token)`` -> tokens to verify as leaves beside it."""
-    tokens: list[int] = []
+    position ``index`` after ``token`` (a [1] tensor on the model's device); the lookahead may
+    stop before a token is drawn. Tokens stay on the device: a rule that reads no confidence
+    (``reads_confidence`` False) drafts without a single host read. With ``branching`` (greedy
+    only) each position also gets alternative candidates: ``branching(position, chosen_token)``
+    -> tokens to verify as leaves beside it."""
+    tokens: list[torch.Tensor] = []  # [1] each, on the device
     probs: list[torch.Tensor] = []
     branches: list[tuple[int, ...]] = []
     branching = branching if request.sampling.greedy else None
-    token = request.last_token
+    reads_confidence = getattr(request.lookahead, "reads_confidence", True)
+    token = request.last_on_device
     forwards = 0
     confidences: list[float] = []  # top-1 probability at each drafted position (rules learn from them)
     for index in range(request.limit):
         logits = next_logits(token, index)  # [vocab]
         forwards += 1
         view = DraftPosition(index, logits, request.sampling, confidences[-1] if confidences else 1.0)
-        if not request.lookahead.keep_drafting(view):
+        if reads_confidence and not request.lookahead.keep_drafting(view):
             break
         if request.sampling.greedy:
-            token = int(logits.argmax())
+            token = logits.argmax(-1, keepdim=True)  # [1]
             if branching is not None:
-                branches.append(branching(view, token))
+                branches.append(branching(view, to_host(token)[0]))
         else:
-            token = sample(view.probs, request.generator)
+            token = torch.multinomial(view.probs, 1, generator=request.generator)  # [1]
             probs.append(view.probs)
         tokens.append(token)
-        confidences.append(view.confidence)
+        if reads_confidence:
+            confidences.append(view.confidence)
+    ids = torch.cat(tokens) if tokens else torch.zeros(0, dtype=torch.long)  # [k]
     return Proposal(
-        tuple(tokens), torch.stack(probs) if probs else None, name, forwards,
+        ids, torch.stack(probs) if probs else None, name, forwards,
         tuple(branches) if branching is not None else None, tuple(confidences),
     )
 

@@ -96,9 +96,9 @@ class HybridDrafter:
         """The chosen arm's proposal (lookup when it matches, unless another arm pays better)."""
         lookup = self.lookup.propose(request)
         if not self.adaptive:
-            return lookup if lookup.tokens else self.fallback.propose(request)
+            return lookup if lookup.size else self.fallback.propose(request)
         fallback = self.fallback.name
-        available = ((PromptLookupDrafter.name,) if lookup.tokens else ()) + (fallback, PLAIN)
+        available = ((PromptLookupDrafter.name,) if lookup.size else ()) + (fallback, PLAIN)
         if isinstance(self.fallback, LayerSkipDrafter) and self.fallback.plan(request.mask).is_empty:
             available = tuple(a for a in available if a != fallback)  # an empty mask drafts with the full model
         arm = self.rates.choose(available)
@@ -109,5 +109,7 @@ class HybridDrafter:
         return Proposal.empty(PLAIN)
 
     def observe(self, outcome: StepOutcome) -> None:
-        """Credit the step's throughput to the arm that made it."""
+        """Credit the step's throughput to the arm that made it (and tell the fallback of its own steps)."""
+        if outcome.drafter == self.fallback.name:
+            self.fallback.observe(outcome)
         self.rates.record(outcome.drafter, outcome.emitted, outcome.draft_seconds + outcome.verify_seconds)

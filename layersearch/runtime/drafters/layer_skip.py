@@ -5,7 +5,8 @@ the LM head in int8 (their twins: :mod:`layersearch.models.precision`). With ``q
 (``--draft-quant int8`` without a draft model) every sub-layer the plan keeps, and the head,
 run in int8: the model drafts for itself at about a quarter of a forward's cost.
 
-The masked model runs in the target's own KV cache: layers whose attention it executes
+The plan runs as a view of the target (:func:`~layersearch.models.plan_view.plan_view`, built once
+per plan by the loop, which the forward is asked for with ``plan=``), in the target's own KV cache: layers whose attention it executes
 append entries for the draft positions, which the loop cuts away before verification, so
 there is no copy of the cache. An empty mask means the draft would *be* the target, so no
 draft is made and the step is a plain target step. With ``head`` (a
@@ -18,7 +19,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from layersearch.masks.mask import SkipMask
-from layersearch.models.skipping import skipping
 from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, draft_chain
 
 
@@ -48,11 +48,10 @@ class LayerSkipDrafter(StatelessDrafter):
             return Proposal.empty(self.name)
         options = self._head_option(request.model, plan)
 
-        def next_logits(token: int, index: int):
-            return request.forward([token], request.position + index, keep=1, **options)[-1]  # [vocab]
+        def next_logits(token, index: int):  # token [1] on the device
+            return request.forward(token, request.position + index, keep=1, plan=plan, **options)[-1]  # [vocab]
 
-        with skipping(request.model, plan):
-            proposal = draft_chain(request, next_logits, self.name, self.branching)
+        proposal = draft_chain(request, next_logits, self.name, self.branching)
         return proposal if plan is request.mask else replace(proposal, plan=plan)
 
     def _head_option(self, model, plan: SkipMask) -> dict:

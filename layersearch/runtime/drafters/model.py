@@ -17,6 +17,8 @@ from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, draft_chain
 from layersearch.runtime.forward import forward_tokens
+from layersearch.runtime.host import to_host
+from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.timing import Clock
 
 
@@ -35,6 +37,10 @@ class ModelDrafter(StatelessDrafter):
         self.head = head
         self._cache = None
         self._ids: list[int] = []  # ids whose entries are in self._cache, in order
+        # The last draft's tokens fed to the cache ([1] device tensors: no host read while drafting),
+        # and how many of them the target accepted (from observe; None: not told).
+        self._pending: list[torch.Tensor] = []
+        self._accepted: int | None = None
 
     def check_target(self, target: torch.nn.Module) -> None:
         """Refuse a drafter whose vocabulary differs from the target's."""
@@ -48,12 +54,19 @@ class ModelDrafter(StatelessDrafter):
         """Fresh cache for a new generation."""
         self._cache = new_cache(self.model)
         self._ids = []
+        self._pending, self._accepted = [], None
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Note how much of this drafter's last draft the target accepted (its cache keeps that much)."""
+        if outcome.drafter == self.name:
+            self._accepted = outcome.accepted
 
     def propose(self, request: DraftRequest) -> Proposal:
         """Chain draft with the small model, stopped by the lookahead rule."""
         if request.limit <= 0:
             return Proposal.empty(self.name)
         sequence = request.sequence.tolist()
+        self._settle_pending(sequence)
         keep = min(_common_prefix(self._ids, sequence), len(sequence) - 1)
         options = {} if self.head is None else {"head": self.head.for_model(self.model)}
         truncate_cache(self._cache, keep)
@@ -62,20 +75,35 @@ class ModelDrafter(StatelessDrafter):
         clock = Clock(self.model.device)
         prefill = [0.0]
 
-        def next_logits(token: int, index: int) -> torch.Tensor:
-            fed = sequence[keep:] if index == 0 else [token]
-            start = len(self._ids)
+        def next_logits(token: torch.Tensor, index: int) -> torch.Tensor:  # token [1] on the device
+            fed = sequence[keep:] if index == 0 else token
+            start = len(self._ids) + len(self._pending)
             t0 = clock.now() if start == 0 else 0.0
             with request.timed():
                 logits = forward_tokens(self.model, fed, start, self._cache, keep=1, **options)[-1]  # [vocab]
             if start == 0:  # the draft model's prompt forward: the draft-side prefill, a phase of its own
                 prefill[0] = clock.now() - t0
-            self._ids.extend(fed)
+            if index == 0:
+                self._ids.extend(fed)
+            else:
+                self._pending.append(token)
             return logits
 
         with torch.inference_mode():
             proposal = draft_chain(request, next_logits, self.name)
         return replace(proposal, prefill_seconds=prefill[0]) if prefill[0] else proposal
+
+
+    def _settle_pending(self, sequence: list[int]) -> None:
+        """Turn the last draft's cached tokens into ids: the accepted ones are the sequence's
+        next ids (no host read), the rest are dropped; without ``observe`` they are read back."""
+        if self._pending:
+            if self._accepted is not None:
+                valid = min(self._accepted, len(self._pending))
+                self._ids.extend(sequence[len(self._ids) : len(self._ids) + valid])
+            else:
+                self._ids.extend(to_host(torch.cat(self._pending)))
+        self._pending, self._accepted = [], None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,0 +1,26 @@
+"""Reads from the device to the host, counted.
+
+On a GPU every read of a device value (``int(t)``, ``t.tolist()``) waits for the queued work,
+so a decode step that reads once per step runs its kernels back to back while one that reads
+per token stalls per token. Every read the loop and its plug-ins make goes through
+:func:`to_host`, which counts them: a step's :attr:`~layersearch.runtime.outcome.StepOutcome.host_reads`
+is the difference of :func:`host_reads` across it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_reads = 0
+
+
+def to_host(values: torch.Tensor) -> list:
+    """``values`` as a Python list (a scalar as a one-item list), counted as one host read."""
+    global _reads
+    _reads += 1
+    return values.reshape(-1).tolist()
+
+
+def host_reads() -> int:
+    """Host reads made so far in this process (compare two readings)."""
+    return _reads
