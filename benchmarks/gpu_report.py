@@ -326,6 +326,7 @@ def half_mask(layers: int) -> SkipMask:
     return SkipMask.uniform(layers, 0.5)
 
 
+@torch.inference_mode()
 def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=range(1, 9)) -> dict:
     """Captured forwards of the decoder's model at ``context``: a one-token forward, the draft cost of
     uniform masks over it, and verify(k) / verify(1)."""

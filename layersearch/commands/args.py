@@ -25,11 +25,13 @@ QUANT_CHOICES = ("int8",)
 
 # --kernels choices; equal to layersearch.kernels.select.CHOICES (tests/commands/test_args.py checks).
 KERNEL_CHOICES = ("auto", "stock", "numba")
+# --compile choices; equal to layersearch.decoder.spec.COMPILE_CHOICES (tests/commands/test_args.py checks).
+COMPILE_CHOICES = ("auto", "on", "off")
 
 
 def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None, kernels: bool = False) -> None:
     """``--model``, ``--device``, ``--dtype`` and ``--threads`` (``threads``: its default);
-    with ``kernels``, also ``--kernels``."""
+    with ``kernels``, also ``--kernels`` and ``--compile``."""
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, .gguf file, HF id or local directory (default {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
@@ -41,6 +43,13 @@ def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None, k
             "per-token results independent of the verified length), stock (torch's), or auto (default): "
             "the latency profile's choice (profile: time both and keep numba only where it measures faster; "
             "without a profile, stock)",
+        )
+        parser.add_argument(
+            "--compile", choices=COMPILE_CHOICES, default=None,
+            help="run the model's forwards captured: a static KV cache and each forward shape compiled once "
+            "(torch.compile; a CUDA graph on CUDA), replayed every step with one host sync per step; auto: on for "
+            "CUDA, off on CPU (default: a --spec file's setting, else auto). Compiling takes seconds to a minute per "
+            "shape, reported apart from decoding",
         )
 
 

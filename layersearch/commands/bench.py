@@ -85,6 +85,7 @@ def run(args: Any) -> int:
         _items(args.peers), _items(args.drafters), _items(args.lookaheads), args.specs,
         args.draft_vocab, args.split, args.device, args.dtype, args.kernels, args.max_draft, args.draft_threshold,
         False,  # Self-SD's adaptive rule is --lookaheads adaptive
+        compile=args.compile,
     )
     if getattr(args, "spec_bench", None):  # its --answers folder, like every output, before the model loads
         from layersearch.evaluation.specbench import answers_folder

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -99,6 +100,8 @@ def run(args: Any) -> int:
         positive_int(args.max_new_tokens, "--max-new-tokens")
     prompts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
     spec = spec_from_options(args, _option_defaults())  # every check that needs no model
+    if args.compile is not None:  # a run option: it overrides a --spec file's setting
+        spec = replace(spec, compile=args.compile)
     if args.save_spec:
         check_output(args.save_spec, "--save-spec")
     files = read_spec_files(spec)  # a bad DISCO or router file fails before the (slower) model load

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.sources import MASK_SOURCES, SourceInputs, load_or_measure_profile
-from layersearch.decoder.spec import DecoderSpec, MaskSourceSpec
+from layersearch.decoder.spec import DecoderSpec, MaskSourceSpec, compile_wanted
 
 __all__ = ["BuiltDecoder", "SpecFiles", "assemble", "build_decoder", "load_draft_model", "load_or_measure_profile", "read_spec_files"]
 
@@ -55,13 +55,14 @@ class BuiltDecoder:
     """
 
     def __init__(self, loaded: Any, spec: DecoderSpec, speculative: Any, profile: Any = None, kernels: str = "stock",
-                 twins: Any = None) -> None:
+                 twins: Any = None, compile: bool = False) -> None:
         self.loaded = loaded
         self.spec = spec
         self.speculative = speculative
         self.profile = profile
         self.kernels = kernels
         self.twins = twins  # the int8 twins its draft plans run (None: the drafts need none)
+        self.compile = compile  # captured forwards (a plain spec: transformers' static-cache generate)
 
     @property
     def controller(self) -> Any:
@@ -92,7 +93,8 @@ class BuiltDecoder:
         with model_kernels(self.loaded.model, self.kernels):  # plain and speculative decoding alike
             if self.speculative is not None:
                 return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens)
-            result = hf_generate(self.loaded.model, input_ids, max_new_tokens, sampling=sampling)
+            static = {"cache_implementation": "static"} if self.compile else {}  # transformers' own captured path
+            result = hf_generate(self.loaded.model, input_ids, max_new_tokens, sampling=sampling, **static)
         if on_tokens is not None and result.token_ids:
             on_tokens(result.token_ids)
         return result
@@ -147,7 +149,6 @@ def build_decoder(
     against the model first. ``kernels`` (auto, stock, numba): auto runs the spec's latency
     profile's choice, stock without a profile (the kernels are a property of the machine, not
     of the spec)."""
-    from layersearch.kernels.select import choose_kernels
 
     files = read_spec_files(spec) if files is None else files
     info = loaded.info
@@ -176,15 +177,27 @@ def build_decoder(
     policy = _policy(spec)
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
     resolved = _resolved(spec, info, kind, source.get("mask"))
-    chosen = choose_kernels(kernels, _profile(spec.profile, info))  # after every check that names an option
+    compiled = compile_wanted(spec.compile, loaded.model.device.type)
+    chosen = _kernels(kernels, _profile(spec.profile, info), compiled)  # after every check that names an option
     if spec.plain:
-        return BuiltDecoder(loaded, resolved, None, kernels=chosen)
+        return BuiltDecoder(loaded, resolved, None, kernels=chosen, compile=compiled)
     twins = None
     if not spec.plain and (_self_int8(spec, draft) or (source.get("mask") is not None and source["mask"].has_int8)):
         twins = _int8_twins(loaded)  # built once, now: not inside the first generation's timing
-    speculative = _speculative(loaded, spec, files, source, steering, draft)
+    speculative = _speculative(loaded, spec, files, source, steering, draft, compiled)
     profile = _profile(spec.profile, info) if "mask" in source else None
-    return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen, twins=twins)
+    return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen, twins=twins, compile=compiled)
+
+
+def _kernels(requested: str, profile: Any, compiled: bool) -> str:
+    """The CPU kernels to run: the numba kernels cannot be traced, so compiled forwards run
+    inductor's own code (``auto`` then means ``stock``; asking for numba is one error line)."""
+    from layersearch.kernels.select import choose_kernels
+
+    if compiled and requested == "numba":
+        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels 'stock' or 'auto'")
+    chosen = choose_kernels(requested, profile)
+    return "stock" if compiled else chosen
 
 
 def _self_int8(spec: DecoderSpec, draft: Any) -> bool:
@@ -216,14 +229,16 @@ def _draft_vocab(loaded: Any, spec: DecoderSpec) -> Any:
     return draft_vocabulary(loaded, spec.drafter.vocab, "drafter.vocab")
 
 
-def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any) -> Any:
+def _speculative(loaded: Any, spec: DecoderSpec, files: SpecFiles, source: dict[str, Any], steering: Any, draft: Any,
+                 compiled: bool = False) -> Any:
     """The SpeculativeDecoder through :func:`assemble`: the mask source's mask inline (or its
     controller), the DISCO file's trained rule, the steering file's matrices, the loaded draft model."""
     lookahead = files.disco.lookahead() if files.disco is not None else None
     if "controller" not in source:  # the source's mask, or none: an independent drafter drafts without one
         spec = replace(spec, mask_source=MaskSourceSpec("mask", mask=source["mask"]) if "mask" in source else MaskSourceSpec("none"))
     return assemble(loaded.model, spec, controller=source.get("controller"), draft=None if draft is None else draft.model,
-                    vocab=_draft_vocab(loaded, spec), lookahead=lookahead, steering=None if steering is None else steering.params)
+                    vocab=_draft_vocab(loaded, spec), lookahead=lookahead, steering=None if steering is None else steering.params,
+                    compile=compiled)
 
 
 def _draft_head(vocab: Any) -> Any:
@@ -235,7 +250,7 @@ def _draft_head(vocab: Any) -> Any:
 
 
 def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: Any = None, vocab: Any = None,
-             lookahead: Any = None, drafter: Any = None, steering: Any = None) -> Any:
+             lookahead: Any = None, drafter: Any = None, steering: Any = None, compile: bool | None = None) -> Any:
     """The decode loop ``spec`` describes on ``model`` (a loaded torch module): the one place a
     :class:`~layersearch.runtime.decoder.SpeculativeDecoder` is made.
 
@@ -275,8 +290,10 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
         from layersearch.steer import SteeredDrafter
 
         drafter = SteeredDrafter(drafter, steering)
+    if compile is None:
+        compile = compile_wanted(spec.compile, model.device.type)
     return SpeculativeDecoder(model, mask, sampling=sampling_config(spec.sampling), lookahead=lookahead, drafter=drafter,
-                              verifier=verifier, controller=controller)
+                              verifier=verifier, controller=controller, compile=compile)
 
 
 def sampling_config(sampling: Any) -> Any:

@@ -143,7 +143,7 @@ def model_names(items: Any) -> list[str]:
 
 # ----- ``layersearch generate``'s options -> a DecoderSpec ---------------------------------------
 #: ``generate`` options that do not describe the decoder: they apply with ``--spec`` too.
-RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec", "kernels")
+RUN_OPTIONS = ("command", "prompt", "prompts", "max_new_tokens", "json", "threads", "spec", "save_spec", "kernels", "compile")
 
 
 def spec_from_options(options: Any, defaults: Mapping[str, Any] | None = None) -> DecoderSpec:

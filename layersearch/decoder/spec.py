@@ -17,7 +17,10 @@ File format (``format`` 1)::
      "lookahead": {"name": "confidence", "max_draft": 8, "threshold": 0.8, "file": null},
      "verifier": "chain",
      "sampling": {"do_sample": false, "temperature": 0.0, "top_p": 1.0, "seed": 0},
-     "max_new_tokens": 64}
+     "max_new_tokens": 64, "compile": "auto"}
+
+``compile`` (optional; absent = ``auto``) says whether the target's forwards run captured:
+``on``, ``off``, or ``auto`` (on for CUDA, off on CPU: :func:`compile_wanted`).
 
 File paths in a saved spec (mask, router, DISCO, steering, profile files and model folders)
 are relative to the spec file's folder. Names are checked against the plug-in registries:
@@ -44,6 +47,18 @@ SPEC_KIND = "layersearch-decoder-spec"
 SPEC_FORMAT = 1
 #: Lookahead rules that read a trained file (``lookahead.file``), beside the runtime's registry.
 FILE_LOOKAHEADS = ("disco",)
+#: Values of ``compile``: captured forwards on, off, or where they pay (see :func:`compile_wanted`).
+COMPILE_CHOICES = ("auto", "on", "off")
+
+
+def compile_wanted(choice: str, device_type: str) -> bool:
+    """Whether ``compile`` = ``choice`` runs captured forwards on a ``device_type`` device.
+
+    ``auto`` is on for CUDA, where a captured step replays one CUDA graph instead of launching
+    hundreds of kernels, and off on CPU, where the forwards are compute-bound and compiling
+    costs tens of seconds per shape for no measured gain (docs/results.md, captured runtime)."""
+    _require_name(choice, COMPILE_CHOICES, "compile")
+    return choice == "on" or (choice == "auto" and device_type == "cuda")
 
 
 def lookahead_names() -> tuple[str, ...]:
@@ -225,11 +240,13 @@ class DecoderSpec:
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     profile: str | None = None  # latency profile: KnapSpec's input, and the predicted speedup in the stats
     max_new_tokens: int = 64
+    compile: str = "auto"  # captured forwards: auto (on for CUDA), on, off
 
     def __post_init__(self) -> None:
         from layersearch.runtime import VERIFIERS
 
         _require_bool(self.plain, "plain")
+        _require_name(self.compile, COMPILE_CHOICES, "compile")
         _require_name(self.verifier, tuple(VERIFIERS), "verification")
         check_int(self.max_new_tokens, "max new tokens")
         for name in ("steering", "profile"):
@@ -280,6 +297,7 @@ class DecoderSpec:
             "verifier": self.verifier,
             "sampling": {f.name: getattr(self.sampling, f.name) for f in fields(SamplingSpec)},
             "max_new_tokens": self.max_new_tokens,
+            "compile": self.compile,
         }
 
     @classmethod
@@ -293,7 +311,7 @@ class DecoderSpec:
                                    f"not a decoder spec (expected an object with \"kind\": \"{SPEC_KIND}\")")
         if isinstance(data.get("format"), bool) or data.get("format") != SPEC_FORMAT:  # true == 1 to Python, not to a file
             raise LayersearchError(f"unsupported spec format {data.get('format')!r} (this version reads {SPEC_FORMAT})")
-        body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format"))
+        body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format", "compile"))
         model = _object(body["model"], "model", required=("ref", "path", "info", "device", "dtype"))
         drafter = _object(body["drafter"], "drafter", required=("name", "model"), optional=("vocab", "quant"))
         source = _object(body["mask_source"], "mask_source", required=("kind",),
@@ -315,6 +333,7 @@ class DecoderSpec:
             sampling=SamplingSpec(**sampling),
             profile=body["profile"],
             max_new_tokens=body["max_new_tokens"],
+            compile=body.get("compile", "auto"),
         )
 
     def save(self, path: str | Path) -> Path:

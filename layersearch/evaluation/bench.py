@@ -25,11 +25,12 @@ from layersearch.profiling.profile import LatencyProfile
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.stats import combine
-from layersearch.decoder.spec import DrafterSpec, LookaheadSpec
+from layersearch.decoder.spec import DrafterSpec, LookaheadSpec, compile_wanted
 from layersearch.decoder.fragments import (MODEL_KIND, drafter_spec, loaded_spec, mask_source, model_names, parse_drafters,
                                         parse_items, policy_lookahead, split_named, split_quant)
 
 PLAIN = "plain generate"
+STATIC = "plain generate static"  # transformers' static cache, auto-compiled: the fastest path GPU users run
 LOOP = "ours: nothing skipped"  # our loop's plain decoding: the baseline the profile predicts against
 PEERS = ("prompt-lookup", "early-exit")  # transformers' own speculative modes
 ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted generation with a draft model
@@ -37,6 +38,7 @@ ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted gener
 def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
     *, draft_models: Mapping[str, torch.nn.Module] | None = None, lookaheads: Sequence[str] = (), vocab=None,
+    compile: bool = False,
 ) -> list[Configuration]:
     """Plain generate, transformers' peers, our loop per mask (and per lookahead rule), and our
     other drafters; every row of ours is a spec (:mod:`layersearch.decoder.fragments`) built by
@@ -51,22 +53,27 @@ def configs(
     there to its loaded model. ``lookaheads`` (rule names; empty: the policy's own rule) multiply
     the rows that draft with a model: the masks that skip something and the draft models.
     ``vocab`` (a VocabSubset) adds, for each of those, a row whose draft scores only that subset
-    (FR-Spec), under the first rule."""
+    (FR-Spec), under the first rule. ``compile``: our rows run captured forwards. On CUDA,
+    transformers' static-cache ``generate`` (:data:`STATIC`) joins as the baseline users run there."""
     draft_models = dict(draft_models or {})
     rules = [(name, policy_lookahead(policy, name)) for name in lookaheads] or [(None, policy_lookahead(policy))]
-    result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))] + _peer_configs(model, peers, draft_models)
+    result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
+    if model.device.type == "cuda":
+        result.append(Configuration(STATIC, lambda ids, n: hf_generate(model, ids, n, cache_implementation="static")))
+    result += _peer_configs(model, peers, draft_models)
     for mask in masks:
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
         if mask.is_empty:  # nothing drafts: the rule is moot, and the row is the loop's baseline
-            result.append(_row(label, model, loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1]), mask))
+            result.append(_row(label, model, loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1]), mask, compile=compile))
             continue
         for rule_name, rule in rules:
             spec = loaded_spec(mask_source=mask_source(mask), lookahead=rule)
-            result.append(_row(_with_rule(label, rule_name, len(rules)), model, spec, mask))
+            result.append(_row(_with_rule(label, rule_name, len(rules)), model, spec, mask, compile=compile))
         if vocab is not None:
             spec = loaded_spec(mask_source=mask_source(mask), lookahead=rules[0][1], drafter=DrafterSpec(vocab=vocab.n))
-            result.append(_row(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), model, spec, mask, vocab=vocab))
-    return result + _drafter_configs(model, masks, drafters, draft_models, rules, policy_lookahead(policy), vocab)
+            result.append(_row(_with_rule(f"{label} vocab {vocab.n}", rules[0][0], len(rules)), model, spec, mask, vocab=vocab,
+                               compile=compile))
+    return result + _drafter_configs(model, masks, drafters, draft_models, rules, policy_lookahead(policy), vocab, compile)
 
 
 def _row(label: str, model, spec, mask: SkipMask | None, **given: Any) -> Configuration:
@@ -92,7 +99,7 @@ def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str,
 
 def _drafter_configs(
     model, masks: Sequence[SkipMask], drafters: Sequence[str], draft_models: Mapping[str, torch.nn.Module],
-    rules: Sequence[tuple[str | None, Any]], own_rule: Any, vocab=None,
+    rules: Sequence[tuple[str | None, Any]], own_rule: Any, vocab=None, compile: bool = False,
 ) -> list[Configuration]:
     """The rows of the ``--drafters`` items: each a spec of its drafter (see :func:`configs`)."""
     from layersearch.runtime.lookahead import HeuristicLookahead
@@ -107,19 +114,19 @@ def _drafter_configs(
             model_label = f"ours: {kind} ({_short(name)})"
             for rule_name, rule in (rules if kind == MODEL_KIND else rules[:1]):
                 spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=rule)
-                result.append(_row(_with_rule(model_label, rule_name, len(rules)), model, spec, None, draft=draft_models[name]))
+                result.append(_row(_with_rule(model_label, rule_name, len(rules)), model, spec, None, draft=draft_models[name], compile=compile))
             if vocab is not None and kind == MODEL_KIND:
                 spec = loaded_spec(drafter=drafter_spec(item, vocab.n), mask_source=mask_source(None), lookahead=first)
                 label = _with_rule(f"{model_label} vocab {vocab.n}", first_name, len(rules))
-                result.append(_row(label, model, spec, None, draft=draft_models[name], vocab=vocab))
+                result.append(_row(label, model, spec, None, draft=draft_models[name], vocab=vocab, compile=compile))
         elif kind == "prompt-lookup":
             # HF's own schedule for prompt lookup: the heuristic rule, never above 4 (ceiling 4)
             spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=LookaheadSpec("heuristic", 4))
-            result.append(_row("ours: prompt-lookup (<=4)", model, spec, None, lookahead=HeuristicLookahead(4, ceiling=4)))
+            result.append(_row("ours: prompt-lookup (<=4)", model, spec, None, lookahead=HeuristicLookahead(4, ceiling=4), compile=compile))
         elif fallback is not None:  # hybrid and any other registered drafter: the first mask that skips something, the policy's rule
             spec = loaded_spec(drafter=drafter, mask_source=mask_source(fallback), lookahead=own_rule)
             label = fallback.provenance.get("label") or fallback.short_string()
-            result.append(_row(f"ours: {kind} ({label})", model, spec, None))
+            result.append(_row(f"ours: {kind} ({label})", model, spec, None, compile=compile))
     return result
 
 
@@ -165,23 +172,32 @@ def run_domain(
     configs_: list[Configuration], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
 ) -> dict[str, Measurement]:
     """Measure every configuration on ``prompts``, interleaved prompt by prompt, with speedups
-    against plain ``generate`` (:func:`layersearch.evaluation.measure.compare`)."""
-    return compare(configs_, prompts, repeats, new_tokens=new_tokens, baseline=PLAIN, progress=progress, device=device)
+    against the fastest plain path present: transformers' static-cache ``generate`` on CUDA,
+    plain ``generate`` elsewhere (:func:`layersearch.evaluation.measure.compare`)."""
+    return compare(configs_, prompts, repeats, new_tokens=new_tokens, baseline=baseline_name(configs_), progress=progress,
+                   device=device)
+
+
+def baseline_name(configs_: Sequence[Configuration]) -> str:
+    """The row speedups are reported against: :data:`STATIC` where it runs (CUDA), else :data:`PLAIN`."""
+    return STATIC if any(c.name == STATIC for c in configs_) else PLAIN
 
 
 def summarize(
     name: str, m: Measurement, profile: LatencyProfile | None, context: int, mask: SkipMask | None,
-    loop: Measurement | None = None, plain: Measurement | None = None,
+    loop: Measurement | None = None, plain: Measurement | None = None, eager: Measurement | None = None,
 ) -> dict[str, Any]:
     """Medians and target checks of one configuration; ``loop`` is our plain loop's measurement
     (the baseline for realized-vs-predicted: the profile costs our forwards, not generate()'s),
-    ``plain`` transformers' ``generate`` (for the decode-phase speedup beside the end-to-end one)."""
+    ``plain`` the baseline plain ``generate`` (for the decode-phase speedup beside the end-to-end one),
+    ``eager`` transformers' eager ``generate`` where the baseline is its static-cache path (a second column)."""
     if m.error:
         return {"config": name, "error": m.error}
     pooled = combine(m.stats)
     M, alpha = pooled.mean_accepted_length, pooled.acceptance_rate
     row: dict[str, Any] = {
         "config": name,
+        "path": pooled.path,
         "tokens_per_second": statistics.median(s.tokens_per_second for s in m.stats),
         "speedup": statistics.median(m.speedups),
         "speedup_per_repeat": list(m.speedups),
@@ -200,6 +216,8 @@ def summarize(
     }
     if plain is not None and (ratio := median_speedup(plain, m, decode=True)) is not None:
         row["decode_speedup"] = ratio
+    if eager is not None and (ratio := median_speedup(eager, m)) is not None:
+        row["speedup_vs_eager_generate"] = ratio
     if loop is not None and (ratio := median_speedup(loop, m)) is not None:
         row["speedup_vs_loop"] = ratio
         # The decode phase alone: the prefill is the same forward for both, and on long prompts
@@ -244,7 +262,7 @@ def _cell(value: float | None, width: int, decimals: int = 2) -> str:
 
 def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
     """A plain-text table of one domain's rows."""
-    head = (f"{'config':<36}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}"
+    head = (f"{'config':<36}{'path':>5}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}"
             f"{'same':>6}{'ovh%':>6}{'mem':>6}{'TTFT':>7}{'TPOT':>7}{'dpre':>6}")
     lines = [f"== {domain}", head]
     for r in rows:
@@ -252,14 +270,15 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
             lines.append(f"{r['config']:<36}  not run: {r['error']}")
             continue
         lines.append(
-            f"{r['config']:<36}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{_cell(r.get('decode_speedup'), 7)}"
+            f"{r['config']:<36}{r.get('path', 'eager')[:4]:>5}{r['tokens_per_second']:>8.1f}{r['speedup']:>9.2f}{_cell(r.get('decode_speedup'), 7)}"
             f"{_cell(r.get('speedup_vs_loop'), 8)}{_cell(r.get('decode_speedup_vs_loop'), 9)}{_cell(r.get('predicted_speedup'), 7)}"
             f"{r['M']:>6.2f}{_cell(r['alpha'], 7)}{('yes' if r['identical_to_plain'] else 'NO'):>6}"
             f"{_cell(r['overhead_share'] and 100 * r['overhead_share'], 6, 1)}{_cell(r['memory_ratio'], 6)}"
             f"{_cell(r.get('ttft_ms'), 7, 0)}{_cell(r.get('tpot_ms'), 7, 0)}{_cell(r.get('draft_prefill_ms'), 6, 0)}"
         )
     lines.append(
-        "speedup: time of plain generate / this, same repeat (median); decode: the same for the decode phase (after the "
+        "path: capt(ured: compiled forwards, static cache) or eage(r); "
+        "speedup: time of the baseline (plain generate; on CUDA its static-cache path) / this, same repeat (median); decode: the same for the decode phase (after the "
         "first delivered tokens, which are left out with their time, and without a draft model's prompt forward); vs loop, dec/loop: the same against our loop with nothing skipped; pred.: what the latency "
         "profile predicts for the dec/loop "
         "ratio from the run's own steps; "
@@ -301,6 +320,7 @@ class BenchSettings:
     max_draft: int = 8
     draft_threshold: float = 0.8
     adaptive_threshold: bool = False
+    compile: str | None = None  # captured forwards: auto / on / off (None: auto)
 
     def __post_init__(self) -> None:
         from layersearch.common.checks import check_int
@@ -400,14 +420,17 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     _check_prompts_fit(loaded, prompts, settings.max_new_tokens)  # before profiles and drafts: the one context check
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(settings.skip_ratios, settings.masks, loaded.info)
     profile = _bench_profile(settings, loaded, say)
-    kernels = choose_kernels(settings.kernels, profile)
-    say(f"kernels: {kernels}")
+    compiled = compile_wanted(settings.compile or "auto", loaded.model.device.type)
+    if compiled and settings.kernels == "numba":
+        raise LayersearchError("--kernels numba cannot run inside compiled forwards: with --compile on use --kernels stock or auto")
+    kernels = "stock" if compiled else choose_kernels(settings.kernels, profile)
+    say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     from layersearch.common.jsonfile import BENCH_SCHEMA_VERSION
 
     report: dict[str, Any] = {"schema_version": BENCH_SCHEMA_VERSION, "model": loaded.info.to_dict(),
                               "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
     options = dict(peers=settings.peers, drafters=settings.drafters, draft_models=prepared.draft_models,
-                   lookaheads=settings.lookaheads, vocab=prepared.vocab)
+                   lookaheads=settings.lookaheads, vocab=prepared.vocab, compile=compiled)
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
         for domain in domains:
             ids = [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in prompts[domain]]
@@ -415,9 +438,11 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
             cfgs = configs(loaded.model, masks, settings.policy, **options) + list(prepared.spec_rows)
             say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {settings.repeats} repeats")
             measured = run_domain(cfgs, ids, settings.max_new_tokens, settings.repeats, say, device=loaded.model.device)
-            loop, plain = measured.get(LOOP), measured.get(PLAIN)
-            rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain) for c in cfgs]
-            report["domains"][domain] = {"context": context, "rows": rows}
+            baseline = baseline_name(cfgs)
+            loop, plain = measured.get(LOOP), measured.get(baseline)
+            eager = measured.get(PLAIN) if baseline != PLAIN else None
+            rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain, eager) for c in cfgs]
+            report["domains"][domain] = {"context": context, "baseline": baseline, "rows": rows}
             show(format_table(domain, rows))
             write_json_atomic(settings.out, report)
     return report

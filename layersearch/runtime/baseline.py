@@ -58,6 +58,7 @@ def hf_generate(
         total_seconds=total,
         first_tokens=min(first.tokens, len(tokens)) if first.seconds is not None else 1,
         draft_prefill_seconds=assistant.seconds,
+        path="captured" if generate_kwargs.get("cache_implementation") == "static" else "eager",
     )
     return GenerationResult(tokens, stats)
 

@@ -49,7 +49,7 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
     model = ModelSpec(ModelRef.given(o.model), loaded.info, o.device, o.dtype)
     with TrialLines(o.quiet, say) as progress, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
-        result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(o, "kernels", "auto"),
+        result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(o, "kernels", "auto"), compile=getattr(o, "compile", None),
                       say=say if not o.quiet else (lambda m: None), on_trial=progress.update)
     write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")
     result.spec.save(o.out)

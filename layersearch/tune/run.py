@@ -119,10 +119,14 @@ def _identity(settings: TuneSettings, domain: str, draft_model: ModelRef | None,
 def tune(
     loaded: Any, prepared: Prepared, model: ModelSpec, *, drafts: dict[str | None, Any] | None = None,
     kernels: str = "stock", say: Callable[[str], None] = lambda m: None, on_trial: Callable[[Progress], None] = lambda p: None,
+    compile: str | None = None,
 ) -> TuneResult:
     """Search, re-measure and choose (``loaded``: the model; ``drafts``: the draft model loaded per
     quantization, None for its own weights; ``kernels``: auto, stock or numba, every measurement's
-    CPU kernels, auto the profile's choice)."""
+    CPU kernels, auto the profile's choice; ``compile``: every candidate spec's ``compile``, None = auto)."""
+    from dataclasses import replace
+
+    from layersearch.decoder.spec import compile_wanted
     from layersearch.kernels.select import choose_kernels
     import optuna
 
@@ -153,8 +157,12 @@ def tune(
     choices = study_choices(study, fresh)
     pool = stored_pool(study)
     profile = _profile(loaded, say, kernels) if pool is None or kernels == "auto" else None
-    kernels = choose_kernels(kernels, profile)
-    say(f"kernels: {kernels}")
+    compile = compile or "auto"
+    compiled = compile_wanted(compile, loaded.model.device.type)
+    if compiled and kernels == "numba":
+        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels 'stock' or 'auto'")
+    kernels = "stock" if compiled else choose_kernels(kernels, profile)
+    say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
     deadline = start + settings.budget
     if pool is None:
@@ -169,7 +177,7 @@ def tune(
             study.enqueue_trial(params, skip_if_exists=True)
 
     def objective(trial: Any) -> float:
-        spec = suggest_spec(trial, space)
+        spec = replace(suggest_spec(trial, space), compile=compile)
         trial.set_user_attr(SPEC_ATTR, spec.to_dict())
         if spec.plain and _plain_measured(study):  # plain decoding has no parameters: once is enough
             trial.set_user_attr("error", "plain decoding was measured already")
@@ -199,7 +207,7 @@ def tune(
     rows = select.remeasure(loaded, chosen, test, settings.max_new_tokens, settings.repeats, drafts=drafts,
                             draft_ref=None if prepared.draft_model is None else prepared.draft_model.ref, kernels=kernels,
                             say=say)
-    plain = DecoderSpec(model=model, plain=True, max_new_tokens=settings.max_new_tokens)
+    plain = DecoderSpec(model=model, plain=True, max_new_tokens=settings.max_new_tokens, compile=compile)
     selection = select.choose(rows, plain)
     return TuneResult(selection.spec, selection, tuple(trial_records(study)), pool, new_trials, search_seconds,
                       settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,

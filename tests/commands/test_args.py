@@ -55,3 +55,10 @@ def test_kernel_choices_are_the_runtime_choices():
     assert KERNEL_CHOICES == CHOICES
     for command in (["generate", "--prompt", "x"], ["profile"], ["bench"]):
         assert build_parser().parse_args(command).kernels == "auto"
+
+
+def test_compile_choices_match_the_spec():
+    from layersearch.commands.args import COMPILE_CHOICES
+    from layersearch.decoder.spec import COMPILE_CHOICES as SPEC_CHOICES
+
+    assert COMPILE_CHOICES == SPEC_CHOICES
