@@ -95,21 +95,42 @@ class KernelTiming:
         return cls(data.get("kernels"), data.get("one_token_seconds"), tuple(data["verify_ratios"]))
 
 
+#: The draft the kernel choice weighs: 4 tokens, each half a forward (a typical static or confidence
+#: draft of a mask or int8 plan), then their verification over 5 tokens.
+STEP_DRAFT_TOKENS = 4
+STEP_DRAFT_COST = 0.5
+#: Steps predicted within this share of each other are a tie: noise between two profiles is larger.
+STEP_NOISE = 0.05
+
+
+def step_seconds(timing: KernelTiming, draft_tokens: int = STEP_DRAFT_TOKENS, draft_cost: float = STEP_DRAFT_COST) -> float:
+    """Predicted seconds of one speculative step with ``timing``'s kernels: ``draft_tokens`` draft
+    forwards of ``draft_cost`` one-token forward each, and verification over ``draft_tokens + 1``
+    tokens (the longest draft the sweep covers)."""
+    k = max(1, min(draft_tokens, len(timing.verify_ratios) - 1))
+    return k * draft_cost * timing.one_token_seconds + timing.seconds(k + 1)
+
+
 def pick_kernels(timings: Sequence[KernelTiming], baseline: str = "stock") -> str:
-    """The kernel set to run: the one with the least total time over the sweep's verification
-    widths, among those whose one-token forward is no slower than ``baseline``'s (plain
-    decoding must never get slower). ``baseline`` when it is the only one timed."""
+    """The kernel set whose speculative step is predicted cheapest (:func:`step_seconds`), not
+    the one whose one-token forward is: two kernel sets' one-token times differ by a few percent,
+    within a profile's noise, while their verification curves can differ twofold. Steps within
+    :data:`STEP_NOISE` of the cheapest are a tie, won by the flattest verification curve (the
+    choice that stays cheap when drafts grow), then by ``baseline``."""
     by_name = {t.kernels: t for t in timings}
     if baseline not in by_name:
         raise LayersearchError(f"kernel timings lack the {baseline!r} baseline")
-    reference = by_name[baseline]
-    widths = range(1, len(reference.verify_ratios) + 1)
+    cheapest = min(step_seconds(t) for t in timings)
+    tied = [t for t in timings if step_seconds(t) <= cheapest * (1 + STEP_NOISE)]
+    return min(tied, key=lambda t: (t.verify_ratios[-1], t.kernels != baseline)).kernels
 
-    def total(timing: KernelTiming) -> float:
-        return sum(timing.seconds(k) for k in widths if k <= len(timing.verify_ratios))
 
-    eligible = [t for t in timings if t.one_token_seconds <= reference.one_token_seconds]
-    return min(eligible, key=lambda t: (total(t), t.kernels != baseline)).kernels
+def kernel_choice_text(timings: Sequence[KernelTiming], chosen: str) -> str:
+    """One line: the choice and each kernel set's predicted step, one-token forward and verify ratio."""
+    parts = [f"{t.kernels}: step {step_seconds(t) * 1e3:.1f} ms (one token {t.one_token_seconds * 1e3:.1f} ms, "
+             f"verify({len(t.verify_ratios)})/verify(1) {t.verify_ratios[-1]:.2f})" for t in timings]
+    return f"kernels: {chosen} ({STEP_DRAFT_TOKENS} draft tokens at {STEP_DRAFT_COST} of a forward, then verify; " + \
+        "; ".join(parts) + ")"
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from transformers import DynamicCache
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
-from layersearch.profiling.profile import KernelTiming, LatencyProfile, pick_kernels
+from layersearch.profiling.profile import KernelTiming, LatencyProfile, kernel_choice_text, pick_kernels
 from layersearch.kernels.select import KERNELS, check_kernels, model_kernels, numba_available
 from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, truncate_cache
 from layersearch.runtime.forward import forward_tokens
@@ -89,7 +89,7 @@ def measure_profile(
         for sweep in sweeps:
             report(f"{sweep.kernels} kernels at context {middle}: one token {sweep.one_token_seconds * 1e3:.2f} ms, "
                    f"verify({max_verify})/verify(1) = {sweep.verify_ratios[-1]:.2f}")
-        report(f"kernels: {chosen}")
+        report(kernel_choice_text(sweeps, chosen))
     with model_kernels(model, chosen):
         profile = _measure(model, info, contexts, middle, max_verify, repeats, report)
     if not sweeps:  # one kernel set: its sweep is the profile's own

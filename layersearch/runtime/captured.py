@@ -70,9 +70,12 @@ class CapturedForwards:
     Like transformers' model-held static cache, the cache is one per model: two generations
     of one model must not run at the same time."""
 
-    def __init__(self, model: torch.nn.Module, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, model: torch.nn.Module, max_entries: int = MAX_ENTRIES,
+                 compiler: Callable[[torch.device], Callable[..., torch.Tensor]] | None = None) -> None:
+        """``compiler(device)`` makes one compiled forward (default: torch.compile of :func:`_forward`)."""
         self.model = model
         self.max_entries = max_entries
+        self._compiler = compiler or _compile
         self._compiled: OrderedDict[Hashable, Callable[..., torch.Tensor]] = OrderedDict()
         self._hits = self._misses = self._evictions = 0
         self._compile_seconds = 0.0
@@ -98,7 +101,9 @@ class CapturedForwards:
         return self._cache
 
     def forward(self, model: torch.nn.Module, key: Hashable, cache: Any, ids: torch.Tensor, start: int, keep: int, head: Any) -> torch.Tensor:
-        """Logits [keep, vocab] of ``model`` (a plan's view) over ``ids`` [n] at ``start``.."""
+        """Logits [keep, vocab] of ``model`` (a plan's view) over ``ids`` [n] at ``start``, by the
+        compiled forward of ``key`` (compiled on first use; the least recently used one evicted
+        past ``max_entries``)."""
         device = ids.device
         positions = torch.arange(start, start + ids.shape[0], device=device).view(1, -1)  # [1, n]
         compiled = self._compiled.get(key)
@@ -107,7 +112,7 @@ class CapturedForwards:
             self._compiled.move_to_end(key)
             return self._run(compiled, model, cache, ids, positions, keep, head)
         self._misses += 1
-        compiled = _compile(device)
+        compiled = self._compiler(device)
         self._compiled[key] = compiled
         if len(self._compiled) > self.max_entries:
             self._compiled.popitem(last=False)

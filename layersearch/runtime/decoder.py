@@ -305,7 +305,7 @@ class _Run:
                 logits, self.captured_hidden = forward_tokens(
                     model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, head=head, **options
                 )
-            elif self.captured and not options and start > 0:  # the prefill (start 0) runs eagerly: its length varies
+            elif self.captured and not options and start > 0 and self._traceable(plan):  # the prefill's length varies: eager
                 ids = torch.as_tensor(tokens, device=self.model.device).view(-1)  # [n]
                 n = ids.shape[0]
                 key = (plan, n, n if keep is None else keep, id(head), self.cache.get_max_length())
@@ -315,6 +315,16 @@ class _Run:
                     seat_static_cache(self.cache, start)
                 logits = forward_tokens(model, tokens, start, self.cache, keep, head=head, **options)
         return logits
+
+    def _traceable(self, plan: SkipMask | None) -> bool:
+        # fbgemm's int8 kernels (CPU) are opaque to dynamo: such a draft forward runs eagerly, on the
+        # same static cache, and the generation says so. On CUDA the int8 twins are traceable.
+        if plan is None or not plan.has_int8 or self.model.device.type != "cpu":
+            return True
+        note = "int8 draft forwards ran eagerly (fbgemm's CPU kernels cannot be traced)"
+        if note not in self.path_reason:
+            self.path_reason = f"{self.path_reason}; {note}" if self.path_reason else note
+        return False
 
     def _choose(self, logits: torch.Tensor) -> torch.Tensor:
         # The next token as a [1] device tensor: the argmax, or a draw from the warped law.

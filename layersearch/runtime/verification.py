@@ -94,7 +94,10 @@ def _sampled_acceptance(
     uniform = torch.rand(k, generator=generator, device=device)
     rejected = uniform * q > p  # [k]: accept iff u < p / q, written without division
     # The first rejection, or k when every draft token is accepted.
-    first = torch.where(rejected.any(), rejected.long().argmax(), torch.tensor(k, device=device))
+    if k == 0:
+        first = torch.zeros((), dtype=torch.long, device=device)
+    else:
+        first = torch.where(rejected.any(), rejected.long().argmax(), torch.full((), k, device=device))
     residual = (target_probs[:k] - draft_probs).clamp_min(0.0)  # [k, vocab]
     total = residual.sum(-1, keepdim=True)  # [k, 1]
     # p == q (up to rounding) leaves no residual mass; then p itself is the right law.
