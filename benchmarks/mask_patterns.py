@@ -1,4 +1,4 @@
-"""Sparsity patterns of searched masks beside the papers' published ones (issue 22, item 4).
+"""Sparsity patterns of searched masks beside the papers' published ones.
 
 Prints, for the mask files given: the Jaccard index of their skipped sub-layer sets, pair by
 pair; where in depth each skips (share of its skipped sub-layers in the first, middle and last
@@ -55,10 +55,13 @@ def mean_pairwise(sets: list[set]) -> float:
     return statistics.mean(jaccard(a, b) for a, b in itertools.combinations(sets, 2))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the patterns of the masks named in ``argv`` and of the published masks found."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("masks", nargs="+", help="mask JSON files")
-    args = parser.parse_args()
+    parser.add_argument("--published", type=Path, default=PUBLISHED,
+                        help="folder of the papers' mask files (default ../shared/data/published-masks)")
+    args = parser.parse_args(argv)
     ours = {Path(p).stem: SkipMask.load(p) for p in args.masks}
     print("ours: skipped sub-layers, depth thirds (first/middle/last)")
     for name, mask in ours.items():
@@ -68,7 +71,7 @@ def main() -> None:
     for (a, ma), (b, mb) in itertools.combinations(ours.items(), 2):
         print(f"  {a} ~ {b}: {jaccard(skipped(ma.attention, ma.mlp), skipped(mb.attention, mb.mlp)):.2f}")
     rng = random.Random(0)
-    for path in sorted(PUBLISHED.glob("*.json")):
+    for path in sorted(args.published.glob("*.json")):
         data = json.loads(path.read_text())
         groups: dict[str, list[set]] = {}
         for key, value in data.items():

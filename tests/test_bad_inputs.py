@@ -19,7 +19,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -1162,6 +1162,19 @@ for _kind in ("profile", "existing_profile"):
 BAD_KINDS["mask"].update({"Infinity layers": _file("minf.json", '{"schema_version": 1, "num_layers": Infinity, "attention": [], "mlp": []}'),
                           "a lone surrogate in the label": _json_variant("mask.json", "msur.json", lambda d: json.dumps(
                               {**d, "provenance": {"label": "x"}}).replace('"label": "x"', '"label": "\\ud800"'))})
+
+
+# ----- cases carried over from the former command-line bad-input script -------------------------
+# Rows it tried that the table above did not hold yet: larger numbers on options already bounded,
+# two more malformed DISCO row files and a mask whose layer count is NaN.
+for _name, _rows_added in {"steer train": (("--lr", "1e308"), ("--seed", str(2**64))),
+                           "knn bench --router": (("--instances", str(10**9)),)}.items():
+    COMMANDS[_name] = replace(COMMANDS[_name], bad_args=COMMANDS[_name].bad_args + _rows_added)
+BAD_ROWS.update({
+    "prompt ids shorter": _rows("shortprompt.npz", lambda a: {**a, "prompt": a["prompt"][:5]}),
+    "complex features": _rows("complex.npz", lambda a: {**a, "x": a["x"].astype(complex)}),
+})
+BAD_KINDS["mask"]["NaN layers"] = _file("mnan.json", '{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}')
 
 
 def cases():

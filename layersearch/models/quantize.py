@@ -10,7 +10,7 @@ activations quantized per tensor on the fly. Why the MLP's down projection stays
 (``act(gate) * up``) has large outlier channels, and one per-tensor activation scale flattens the
 rest; quantizing it took the 1.5B's greedy agreement with its own fp32 outputs from ~0.96 to
 ~0.78 on code prompts, while every other Linear costs nothing measurable in agreement
-(docs/results.md, "Quantized draft models"). torch marks ``torch.ao.quantization`` deprecated in
+(docs/results.md, "Draft model in int8"). torch marks ``torch.ao.quantization`` deprecated in
 favour of torchao, whose CPU int8 paths measured slower here (``_weight_int8pack_mm``: 3x fp32's
 time for one token); where torch drops it, ``--draft-quant`` becomes one clear error.
 """

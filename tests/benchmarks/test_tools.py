@@ -1,0 +1,44 @@
+"""The maintained scripts of benchmarks/ answer ``--help`` and run end to end on tiny inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from layersearch.masks.mask import SkipMask
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+#: the scripts this suite runs (pg_scale end to end in tests/study/postgres); the GPU scripts need CUDA
+TOOLS = ("mask_patterns", "pg_scale")
+
+
+def load(name: str):
+    """Import benchmarks/NAME.py as a module."""
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_script_is_a_tool_here_or_a_gpu_script():
+    scripts = {p.stem for p in BENCHMARKS.glob("*.py")}
+    assert scripts - {"gpu_report", "gpu_plans"} == set(TOOLS)
+
+
+@pytest.mark.parametrize("name", TOOLS)
+def test_help(name, capsys):
+    with pytest.raises(SystemExit) as done:
+        load(name).main(["--help"])
+    assert done.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_mask_patterns_on_two_masks(tmp_path, capsys):
+    SkipMask(4, (1, 2), (3,)).save(tmp_path / "a.json")
+    SkipMask(4, (1,), (3,)).save(tmp_path / "b.json")
+    load("mask_patterns").main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--published", str(tmp_path / "none")])
+    out = capsys.readouterr().out
+    assert "3 of 8" in out and "a ~ b: 0.67" in out  # {A1, A2, M3} and {A1, M3}: 2 shared of 3
