@@ -1,9 +1,9 @@
-"""Draft plans on a GPU: what the int8 twins cost there (issue 32), on random-weight real shapes.
+"""Draft plans on a GPU: what the int8 twins cost there, on random-weight real shapes.
 
 Prints (and with ``--out`` writes as JSON):
 
 1. one Linear, one token: bf16 ``F.linear`` against the weight-only int8 twin (eager, as the
-   twins run, and ``torch.compile``-d, which measured slower: session 9), per shape of Qwen2.5-1.5B and Llama-3.1-8B, with the bytes each reads and
+   twins run, and ``torch.compile``-d, which measured slower), per shape of Qwen2.5-1.5B and Llama-3.1-8B, with the bytes each reads and
    the bandwidth that implies (the floor of a one-token Linear is its weight bytes / bandwidth);
 2. the latency profile of a random model of the Qwen2.5-1.5B shape in bf16, int8 settings
    included: one token of the target, the uniform int8 self-draft (every sub-layer and the head
@@ -33,7 +33,7 @@ from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.precision import Int8Linear, weight_only_int8
 from layersearch.profiling.profiler import measure_profile
 
-from gpu_report import sync, write  # the sibling script (benchmarks/ is on sys.path when run)
+from gpu_common import sync, write  # the GPU scripts' shared helpers (benchmarks/ is on sys.path when run)
 
 # (in, out) of every distinct Linear; "tiny" for smoke tests.
 LINEAR_SHAPES = {

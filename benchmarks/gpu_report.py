@@ -1,20 +1,22 @@
 """GPU checks that CPU cannot show, on random-weight models of real 1B and 8B shapes.
 
-Prints (and with ``--out`` writes as JSON) five sections:
+The default section, ``captured``, prints the captured runtime's table (one run, bf16):
 
-1. greedy equality: speculative greedy output vs transformers' ``generate``, token by token, in
-   bf16 and fp32. In bf16 a k-token verification and a one-token forward round differently, so
-   where outputs diverge the script checks that the full model's two candidate logits at the
-   divergence are a numerical tie (within a few bf16 ulps), i.e. not a bug of the loop;
-2. sampling: chi-square of sampled speculative decoding against the exact law of the target
-   (a 1B-shape body with a 6-token vocabulary, so the law is enumerable);
-3. our loop with nothing skipped vs HF ``generate`` (median of interleaved repeats);
-4. a latency profile, and realized vs predicted speedup of uniform masks (the prediction is
-   the profile applied to the run's own steps, as ``layersearch bench`` reports it);
-5. KnapSpec: the cost of one re-selection while decoding, against a decoding step.
+* our loop with nothing skipped, captured (``compile=True``: static cache, CUDA graphs) and
+  eager, against transformers' ``generate`` with ``cache_implementation="static"`` (the fastest
+  path users run, auto-compiled) and its eager ``generate``, tokens/s over interleaved repeats;
+* on the 8B shape, the captured parts: a one-token forward, the draft cost of uniform 0.25 and
+  0.5 masks, and verify(k) / verify(1) for k = 1..8;
+* the exact-mask model: the 8B body with the 0.5 mask's skipped ``o_proj`` and ``down_proj``
+  zeroed, so the draft is the target (alpha = 1 up to bf16 rounding); realized speedup over HF
+  static and over our plain loop at k = 2, 4, 6, beside what the parts predict;
+* greedy equality in fp32 with capture on (ours vs HF ``generate``), and the sampling law with
+  capture on (chi-square against the exact law of a 6-token vocabulary).
 
-Run on a CUDA machine:  ``python benchmarks/gpu_report.py --out gpu.json``
-(``--shapes tiny --device cpu`` runs the same code in seconds, for a smoke test).
+Older sections (``--sections greedy,sampling,loop,profile``) check eager decoding.
+
+Run on a CUDA machine:  ``python benchmarks/gpu_report.py --shapes 8b,1b --out gpu.json``
+(``--shapes tiny --device cpu`` runs the same code on a CPU, for a smoke test).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import time
 import numpy as np
 import torch
 from scipy.stats import chisquare
-from transformers import AutoModelForCausalLM, LlamaConfig
 
 from layersearch.evaluation.bench import _step_prediction
 from layersearch.experiments.knapspec import knapspec_decoder
@@ -44,57 +45,7 @@ from layersearch.profiling.profiler import measure_profile
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import combine
 
-# Llama-3.2-1B and Llama-3.1-8B shapes (vocabulary as published); "tiny" is for smoke tests.
-SHAPES = {
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False),
-}
-
-
-def build(shape: str, device: str, dtype: torch.dtype, *, vocab: int | None = None, head_scale: float = 1.0, seed: int = 0,
-          layers: int | None = None):
-    """A randomly initialised Llama of ``shape`` on ``device`` (``layers``: fewer of them); ``head_scale`` sharpens its logits."""
-    options = dict(SHAPES[shape], rope_theta=500000.0, max_position_embeddings=8192)
-    if layers is not None:
-        options.update(num_hidden_layers=layers)
-    if vocab is not None:
-        options.update(vocab_size=vocab, tie_word_embeddings=False)
-    config = LlamaConfig(**options)
-    # Built on the meta device and initialised in place on the target device: transformers'
-    # own initialisation of 8B parameters would take minutes.
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, 0.02, generator=gen)
-        model.lm_head.weight.mul_(head_scale)
-    # to_empty() leaves buffers uninitialised: rebuild the rotary frequencies.
-    with torch.device(device):
-        model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
-    model.eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
-
-
-def prompts(vocab: int, count: int, length: int, seed: int = 0) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, vocab, (1, length), generator=gen) for _ in range(count)]
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
+from gpu_common import SHAPES, build, prompts, sync, timed, write  # noqa: F401  (benchmarks/ is on sys.path)
 
 # ----- 1. greedy equality ---------------------------------------------------------------------
 def divergence(model, prompt: torch.Tensor, ours: tuple[int, ...], theirs: tuple[int, ...]) -> dict | None:
@@ -198,14 +149,6 @@ def sampling_section(shape: str, device: str, dtype: torch.dtype, runs: int) -> 
 
 
 # ----- 3. loop vs generate ----------------------------------------------------------------------
-def timed(device: str, fn):
-    sync(device)
-    start = time.perf_counter()
-    result = fn()
-    sync(device)
-    return time.perf_counter() - start, result
-
-
 def loop_section(shape: str, device: str, dtype: torch.dtype, new_tokens: int, repeats: int) -> dict:
     model = build(shape, device, dtype)
     ids = prompts(model.config.vocab_size, 1, 128)[0]
@@ -378,6 +321,19 @@ def capture_section(shape: str, device: str, new_tokens: int, repeats: int, part
     return out
 
 
+def predicted_over_plain(M: float, k: int, parts: dict, plain_step_ms: float) -> float | None:
+    """What the captured parts predict for a static draft of ``k`` tokens at ``M`` tokens per step,
+    over our plain loop: a step costs k draft forwards, one verification over k + 1 tokens and the
+    loop's own per-step work (the plain loop's step time less its forward, measured in the same run)."""
+    ratios = {int(key): value for key, value in parts["verify_ratio"].items()}
+    if k + 1 not in ratios:
+        return None
+    forward = parts["one_token_ms"]
+    loop = max(plain_step_ms - forward, 0.0)
+    step = k * parts["draft_cost"]["uniform-0.5"] * forward + ratios[k + 1] * forward + loop
+    return M * (forward + loop) / step
+
+
 def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tps, parts) -> list:
     """Zero the o_proj and down_proj of the half mask's skipped layers (in place: the compiled
     forwards stay valid), so that draft equals the target (alpha = 1 up to bf16 rounding of
@@ -398,9 +354,8 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
     rows = []
     for k, decoder in decoders.items():
         stats = decoder.generate(ids, new_tokens).stats
-        d, v = parts["draft_cost"]["uniform-0.5"], parts["verify_ratio"][k + 1] if k + 1 in parts["verify_ratio"] else None
         realized_plain = seconds["plain"] / seconds[f"k={k}"]
-        predicted_plain = stats.mean_accepted_length / (k * d + v) if v else None
+        predicted_plain = predicted_over_plain(stats.mean_accepted_length, k, parts, 1e3 * seconds["plain"] / new_tokens)
         row = {"k": k, "M": stats.mean_accepted_length, "alpha": stats.acceptance_rate,
                "over_hf_static": seconds["hf_static"] / seconds[f"k={k}"], "over_plain": realized_plain,
                "predicted_over_plain": predicted_plain,
@@ -413,12 +368,45 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
     return rows
 
 
+def table(report: dict) -> str:
+    """The captured runtime's table from a report (a run's JSON): one line a figure, the baseline
+    named in each; predictions recomputed from the stored parts (:func:`predicted_over_plain`)."""
+    lines = [f"device: {report['device']}, torch {report.get('torch', '?')}; baseline: transformers generate "
+             "with cache_implementation='static' (auto-compiled, CUDA graphs) = HF static"]
+    for row in report.get("captured", []):
+        tps = row["tokens_per_s"]
+        lines.append(f"{row['shape']:>6} | plain loop, captured: {tps['ours_captured']:7.1f} tok/s = {row['ours_over_hf_static']:.3f}x "
+                     f"HF static ({tps['hf_static']:.1f}) | eager: ours {tps['ours_eager']:.1f}, HF generate {tps['hf_eager']:.1f} "
+                     f"| host reads/step {row['host_reads_per_step']:.2f} | first generation (compiling) {row['first_generation_s']:.0f} s")
+        parts = row.get("parts")
+        if not parts:
+            continue
+        ratios = {int(k): v for k, v in parts["verify_ratio"].items()}
+        lines.append(f"{row['shape']:>6} | parts, captured, context {parts['context']}: one token {parts['one_token_ms']:.2f} ms; "
+                     "draft cost " + ", ".join(f"{k} {v:.3f}" for k, v in parts["draft_cost"].items()) +
+                     "; verify(k)/verify(1) " + " ".join(f"{k}:{v:.3f}" for k, v in sorted(ratios.items())))
+        plain_ms = 1e3 / tps["ours_captured"]
+        for exact in row.get("exact_mask", []):
+            predicted = predicted_over_plain(exact["M"], exact["k"], parts, plain_ms)
+            realized = exact["over_plain"]
+            lines.append(f"{row['shape']:>6} | exact mask k={exact['k']}: M={exact['M']:.2f} alpha={exact['alpha']:.3f} | "
+                         f"{exact['over_hf_static']:.3f}x HF static | {realized:.3f}x our plain loop, parts predict "
+                         f"{predicted:.3f}x (realized/predicted {realized / predicted:.3f})")
+    for name, result in (report.get("captured_greedy") or {}).items():
+        lines.append(f"  fp32 | greedy, {name}: {result['identical']}/{result['sequences']} identical to HF generate ({result['path']})")
+    sampling = report.get("captured_sampling")
+    if sampling:
+        lines.append(f"  bf16 | sampling law, captured: p(target law) = {sampling['p_target']:.3f}, "
+                     f"p(draft's law) = {sampling['p_draft_law']:.2g}, {sampling['runs']} runs")
+    return "\n".join(lines)
+
+
 def captured_greedy_section(device: str, new_tokens: int, count: int) -> dict:
-    """Greedy equality in fp32 with capture on: ours (plain, the uniform 0.5 mask at k=4) vs HF generate."""
+    """Greedy equality in fp32 with capture on: ours (plain, the uniform 0.5 mask at k=2) vs HF generate."""
     model = build("1b", device, torch.float32, head_scale=4.0, layers=4)
     layers = model.config.num_hidden_layers
     decoders = {"plain": SpeculativeDecoder(model, compile=True),
-                "uniform-0.5 k=4": SpeculativeDecoder(model, half_mask(layers), lookahead=StaticLookahead(4), compile=True)}
+                "uniform-0.5 k=2": SpeculativeDecoder(model, half_mask(layers), lookahead=StaticLookahead(2), compile=True)}
     rows = {}
     for name, decoder in decoders.items():
         same = 0
@@ -460,10 +448,11 @@ def captured_report(args, report: dict) -> None:
     report["captured"] = []
     for shape in shapes:
         report["captured"].append(capture_section(shape, args.device, 16 if small else args.new_tokens, args.repeats,
-                                                  parts=shape == shapes[-1], exact_ks=(2, 4) if small else (2, 4, 6)))
+                                                  parts=shape == ("8b" if "8b" in shapes else shapes[-1]),
+                                                  exact_ks=(2, 4) if small else (2, 4, 6)))
         write(report, args.out)
         print(f"  (at {time.perf_counter() - start:.0f} s)", flush=True)
-    report["captured_greedy"] = captured_greedy_section(args.device, 8 if small else 32, 2 if small else 3)
+    report["captured_greedy"] = captured_greedy_section(args.device, 8 if small else 32, 2 if small else 4)
     write(report, args.out)
     report["captured_sampling"] = captured_sampling_section(args.device, 200 if small else args.sampling_runs)
     write(report, args.out)
@@ -479,7 +468,12 @@ def main(argv=None) -> int:
     parser.add_argument("--greedy-dtypes", default="bfloat16,float32")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--out")
+    parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)))
+        return 0
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in the fp32 rows
     torch.backends.cudnn.allow_tf32 = False
     shapes = args.shapes.split(",")
@@ -491,6 +485,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if "captured" in sections:
         captured_report(args, report)
+        print(table(report), flush=True)
     if "greedy" in sections:
         print("1. greedy equality", flush=True)
         report["greedy"] = []
@@ -515,13 +510,6 @@ def main(argv=None) -> int:
             write(report, args.out)
     write(report, args.out)
     return 0
-
-
-def write(report: dict, path: str | None) -> None:
-    """Write what is measured so far (a run stopped at a time limit keeps its finished sections)."""
-    if path:
-        with open(path, "w") as f:
-            json.dump(report, f, indent=1, default=str)
 
 
 if __name__ == "__main__":
