@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from layersearch.common.extras import has_module
 from layersearch.evaluation.bench import _step_prediction
 from layersearch.experiments.knapspec import knapspec_decoder
 from layersearch.masks.mask import SkipMask
@@ -290,10 +291,10 @@ def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=ran
     return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify}
 
 
-def capture_section(shape: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6)) -> dict:
-    """Our plain loop (captured, and eager) against HF static and eager generate; with ``parts``,
-    the captured parts and the exact-mask model's realized vs predicted speedups."""
-    model = build(shape, device, torch.bfloat16)
+def capture_section(model, label: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6)) -> dict:
+    """Our plain loop (captured, and eager) against HF static and eager generate; on a CPU also our
+    eager loop with the numba kernels (which cannot be traced). With ``parts``, the captured parts
+    and the exact-mask model's realized vs predicted speedups (random weights only: it zeroes some)."""
     ids = prompts(model.config.vocab_size, 1, 128)[0]
     plain = SpeculativeDecoder(model, compile=True)
     eager = SpeculativeDecoder(model)
@@ -302,23 +303,33 @@ def capture_section(shape: str, device: str, new_tokens: int, repeats: int, part
     compile_s = time.perf_counter() - t0
     runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "ours_captured": lambda: plain.generate(ids, new_tokens),
             "hf_eager": lambda: hf_eager(model, ids, new_tokens), "ours_eager": lambda: eager.generate(ids, new_tokens)}
+    if device == "cpu" and has_module("numba"):
+        runs["ours_eager_numba"] = lambda: _with_numba(model, lambda: eager.generate(ids, new_tokens))
     seconds = interleaved(device, runs, repeats)
     tps = {name: new_tokens / s for name, s in seconds.items()}
-    out = {"shape": shape, "new_tokens": new_tokens, "prompt": 128, "repeats": repeats, "tokens_per_s": tps,
+    out = {"shape": label, "new_tokens": new_tokens, "prompt": 128, "repeats": repeats, "tokens_per_s": tps,
            "ours_over_hf_static": tps["ours_captured"] / tps["hf_static"], "first_generation_s": compile_s,
            "path": first.stats.path, "host_reads_per_step": statistics.mean(s.host_reads for s in first.stats.steps)}
-    print(f"  {shape}: HF static {tps['hf_static']:.1f} tok/s | ours captured {tps['ours_captured']:.1f} "
-          f"({out['ours_over_hf_static']:.3f}x HF static) | HF eager {tps['hf_eager']:.1f} | ours eager {tps['ours_eager']:.1f}"
+    numba = f" | ours eager numba {tps['ours_eager_numba']:.1f}" if "ours_eager_numba" in tps else ""
+    print(f"  {label}: HF static {tps['hf_static']:.1f} tok/s | ours captured {tps['ours_captured']:.1f} "
+          f"({out['ours_over_hf_static']:.3f}x HF static) | HF eager {tps['hf_eager']:.1f} | ours eager {tps['ours_eager']:.1f}{numba}"
           f" | first generation {compile_s:.0f} s, host reads/step {out['host_reads_per_step']:.2f}", flush=True)
     if not parts:
         return out
     out["parts"] = parts_section(plain, device, 128 + new_tokens // 2)
     p = out["parts"]
-    print(f"  {shape} parts at context {p['context']}: one token {p['one_token_ms']:.2f} ms; draft cost "
+    print(f"  {label} parts at context {p['context']}: one token {p['one_token_ms']:.2f} ms; draft cost "
           + ", ".join(f"{k} {v:.3f}" for k, v in p["draft_cost"].items()) + "; verify(k)/verify(1) "
           + ", ".join(f"{k}:{v:.3f}" for k, v in p["verify_ratio"].items()), flush=True)
     out["exact_mask"] = exact_mask_rows(model, plain, ids, device, new_tokens, repeats, exact_ks, tps["ours_captured"], p)
     return out
+
+
+def _with_numba(model, run):
+    from layersearch.kernels.select import model_kernels
+
+    with model_kernels(model, "numba"):
+        return run()
 
 
 def predicted_over_plain(M: float, k: int, parts: dict, plain_step_ms: float) -> float | None:
@@ -376,7 +387,8 @@ def table(report: dict) -> str:
     for row in report.get("captured", []):
         tps = row["tokens_per_s"]
         lines.append(f"{row['shape']:>6} | plain loop, captured: {tps['ours_captured']:7.1f} tok/s = {row['ours_over_hf_static']:.3f}x "
-                     f"HF static ({tps['hf_static']:.1f}) | eager: ours {tps['ours_eager']:.1f}, HF generate {tps['hf_eager']:.1f} "
+                     f"HF static ({tps['hf_static']:.1f}) | eager: ours {tps['ours_eager']:.1f}, HF generate {tps['hf_eager']:.1f}"
+                     + (f", ours with numba kernels {tps['ours_eager_numba']:.1f}" if "ours_eager_numba" in tps else "") + " "
                      f"| host reads/step {row['host_reads_per_step']:.2f} | first generation (compiling) {row['first_generation_s']:.0f} s")
         parts = row.get("parts")
         if not parts:
@@ -446,10 +458,20 @@ def captured_report(args, report: dict) -> None:
     small = shapes == ["tiny"]
     start = time.perf_counter()
     report["captured"] = []
+    if args.model:  # a real model (CPU figures: captured vs eager, numba too): the plain rows only
+        from layersearch.models.loading import load_model
+
+        loaded = load_model(args.model, device=args.device, dtype="float32" if args.device == "cpu" else "bfloat16")
+        loaded.model.generation_config.eos_token_id = None  # every run decodes all its tokens
+        report["captured"].append(capture_section(loaded.model, args.model, args.device, args.new_tokens, args.repeats, parts=False))
+        write(report, args.out)
+        return
     for shape in shapes:
-        report["captured"].append(capture_section(shape, args.device, 16 if small else args.new_tokens, args.repeats,
+        model = build(shape, args.device, torch.bfloat16)
+        report["captured"].append(capture_section(model, shape, args.device, 16 if small else args.new_tokens, args.repeats,
                                                   parts=shape == ("8b" if "8b" in shapes else shapes[-1]),
                                                   exact_ks=(2, 4) if small else (2, 4, 6)))
+        del model
         write(report, args.out)
         print(f"  (at {time.perf_counter() - start:.0f} s)", flush=True)
     report["captured_greedy"] = captured_greedy_section(args.device, 8 if small else 32, 2 if small else 4)
@@ -468,12 +490,17 @@ def main(argv=None) -> int:
     parser.add_argument("--greedy-dtypes", default="bfloat16,float32")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--out")
+    parser.add_argument("--model", help="the captured section on this model (embedded name, .gguf, HF id or folder) "
+                        "instead of random shapes: the plain rows only, fp32 on a CPU")
+    parser.add_argument("--threads", type=int, help="torch (and numba) CPU threads")
     parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
     if args.table:
         with open(args.table) as f:
             print(table(json.load(f)))
         return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in the fp32 rows
     torch.backends.cudnn.allow_tf32 = False
     shapes = args.shapes.split(",")
