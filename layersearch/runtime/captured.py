@@ -124,6 +124,11 @@ class CapturedForwards:
         self._compile_seconds += time.perf_counter() - t0
         return logits
 
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds the compiling calls took so far."""
+        return self._compile_seconds
+
     def stats(self) -> CaptureStats:
         """The table's counters so far."""
         return CaptureStats(len(self._compiled), self._hits, self._misses, self._evictions, self._compile_seconds)

@@ -212,13 +212,15 @@ class _Run:
 
     # ----- the step ---------------------------------------------------------------------
     def _step(self) -> None:
-        reads_before = host_reads()
+        reads_before, compiled = host_reads(), self.decoder.compiled
+        c0 = compiled.compile_seconds  # a first call's compiling is its own phase, not the step's
         position = self._position()
         m0 = self.marks.mark()
         proposal = self.drafter.propose(self._draft_request(position))
         if not self.captured:
             truncate_cache(self.cache, position)
         m1 = self.marks.mark()
+        c1 = compiled.compile_seconds
         request = VerifyRequest(proposal, self.tokens[-1], position, self.sampling, self.generator, self._forward,
                                 self.cache, self.last_ids)
         self.capturing = bool(self.hidden_layers)
@@ -232,7 +234,8 @@ class _Run:
         m2 = self.marks.mark()
         self.seconds["draft_prefill"] += proposal.prefill_seconds
         emitted = self._emit([*verdict.accepted_tokens(proposal.tokens if verdict.path is None else ()), verdict.next_token])
-        draft_s, verify_s = self.marks.seconds(m0, m1), self.marks.seconds(m1, m2)
+        draft_s = max(self.marks.seconds(m0, m1) - (c1 - c0), 0.0)
+        verify_s = max(self.marks.seconds(m1, m2) - (compiled.compile_seconds - c1), 0.0)
         self._feed_back(proposal, verdict, position, emitted, draft_s, verify_s, host_reads() - reads_before)
 
     def _draft_request(self, position: int) -> DraftRequest:

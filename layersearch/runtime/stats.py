@@ -174,4 +174,6 @@ def format_stats(stats: dict[str, Any]) -> str:
         f"tokens/s={stats['tokens_per_second']:.1f} "
         f"draft={stats['draft_seconds']:.2f}s verify={stats['verify_seconds']:.2f}s "
         f"other={stats['other_seconds'] + stats['prefill_seconds']:.2f}s"
+        + (f" path=captured compile={stats.get('compile_seconds', 0.0):.1f}s" if stats.get("path") == "captured" else "")
+        + (f" eager: {stats['path_reason']}" if stats.get("path_reason") else "")
     )
