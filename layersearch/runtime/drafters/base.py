@@ -28,6 +28,10 @@ from layersearch.runtime.sampling import SamplingConfig
 # run in the shared cache and timed; ``tokens`` a list of ids or a device tensor [n], ``plan`` a
 # draft plan to run the target under (None: the full model).
 Forward = Callable[..., torch.Tensor]
+# An independent draft model: a causal LM sharing the target's tokenizer.
+DraftModel = torch.nn.Module
+# branching(position, chosen_token) -> other candidates to verify as leaves beside it (token trees).
+Branching = Callable[[DraftPosition, int], tuple[int, ...]]
 
 
 class DraftHead(Protocol):
@@ -151,7 +155,7 @@ def draft_chain(
     request: DraftRequest,
     next_logits: Callable[[torch.Tensor, int], torch.Tensor],
     name: str,
-    branching: Callable[[DraftPosition, int], tuple[int, ...]] | None = None,
+    branching: Branching | None = None,
 ) -> Proposal:
     """Draft one token at a time: ``next_logits(token, index)`` -> [vocab] logits for draft
     position ``index`` after ``token`` (a [1] tensor on the model's device); the lookahead may
