@@ -40,8 +40,15 @@ def read_spec_files(spec: DecoderSpec) -> SpecFiles:
     if spec.mask_source.kind == "router":
         from layersearch.knn.router import Router
 
-        router = Router.load(spec.mask_source.file)
+        router = Router.load(_named(spec.mask_source.file, "mask_source.file"))
     return SpecFiles(disco, router)
+
+
+def _named(path: str | None, field: str) -> str:
+    """The file ``path`` a spec field must name (the spec's checks made sure it does)."""
+    if path is None:
+        raise LayersearchError(f"the spec's {field} names no file")
+    return path
 
 
 class BuiltDecoder:

@@ -275,9 +275,9 @@ def _mask_source(options: Any) -> MaskSourceSpec:
         return MaskSourceSpec("default")
     kind, value = parse_mask_option(options.mask)
     if kind == "mask":
-        return MaskSourceSpec("mask", mask=SkipMask.load(value), file=value)
+        return MaskSourceSpec("mask", mask=SkipMask.load(options.mask), file=options.mask)  # the text names the file
     if kind == "uniform":
-        return MaskSourceSpec("uniform", skip_ratio=_ratio(value, options.mask))
+        return MaskSourceSpec("uniform", skip_ratio=_ratio(value or "", options.mask))  # uniform:R always has an R
     if kind == "router":
         return MaskSourceSpec("router", file=value)
     if kind in registry_names()["on_the_fly"]:

@@ -279,7 +279,7 @@ class DecoderSpec:
     # ----- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the spec file."""
-        source = {"kind": self.mask_source.kind}
+        source: dict[str, Any] = {"kind": self.mask_source.kind}
         for name in ("mask", "file", "skip_ratio", "reselect_every", "swift"):
             value = getattr(self.mask_source, name)
             if value is not None:
@@ -365,13 +365,14 @@ class DecoderSpec:
         def opt(value: str | None) -> str | None:
             return None if value is None else move(value)
 
-        def ref(value: ModelRef | None) -> ModelRef | None:
-            return value if value is None or not value.path else ModelRef(move(os.path.expanduser(value.ref)), True)
+        def ref(value: ModelRef) -> ModelRef:
+            return value if not value.path else ModelRef(move(os.path.expanduser(value.ref)), True)
 
+        draft = self.drafter.model
         return replace(
             self,
             model=replace(self.model, ref=ref(self.model.ref)),
-            drafter=replace(self.drafter, model=ref(self.drafter.model)),
+            drafter=replace(self.drafter, model=None if draft is None else ref(draft)),
             mask_source=replace(self.mask_source, file=opt(self.mask_source.file)),
             steering=opt(self.steering),
             profile=opt(self.profile),

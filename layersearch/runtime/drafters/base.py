@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, ContextManager, Protocol, runtime_checkable
+from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
@@ -32,6 +32,18 @@ Forward = Callable[..., torch.Tensor]
 DraftModel = torch.nn.Module
 # branching(position, chosen_token) -> other candidates to verify as leaves beside it (token trees).
 Branching = Callable[[DraftPosition, int], tuple[int, ...]]
+
+
+def vocab_of(model: torch.nn.Module) -> int:
+    """The rows of ``model``'s LM head: its output vocabulary."""
+    lm: Any = model  # a transformers model: its methods are not in torch's Module type
+    return int(lm.get_output_embeddings().out_features)
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    """The device ``model`` (a transformers model) runs on."""
+    lm: Any = model
+    return torch.device(lm.device)
 
 
 class DraftHead(Protocol):
