@@ -85,7 +85,7 @@ class DraftRequest:
         """The newest token as a [1] tensor on the model's device, without a host round trip."""
         if self.last_ids is not None:
             return self.last_ids
-        return self.sequence[-1:].to(self.model.device)
+        return self.sequence[-1:].to(device_of(self.model))
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,7 +124,7 @@ class Proposal:
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":
         """No draft: the step is a plain target step."""
-        return cls((), None, drafter, 0)
+        return cls(torch.empty(0, dtype=torch.long), None, drafter, 0)
 
 
 @runtime_checkable

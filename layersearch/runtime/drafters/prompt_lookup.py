@@ -65,4 +65,4 @@ class PromptLookupDrafter(StatelessDrafter):
         probs = None
         if not request.sampling.greedy:
             probs = point_mass(tokens, vocab_of(request.model), device_of(request.model))
-        return Proposal(tokens, probs, self.name, 0)
+        return Proposal(torch.tensor(tokens, dtype=torch.long), probs, self.name, 0)
