@@ -237,7 +237,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "generate --draft-model": Command(
         ("generate", "--model", MODEL, "--draft-model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
-        (("--mask", "mask.json"), ("--mask", "uniform:0.5"), ("--baseline",), ("--drafter", "hybrid"), ("--mask", "knapsack"),
+        (("--mask", "mask.json"), ("--mask", "uniform:0.5"), ("--baseline",), ("--drafter", "prompt-lookup"), ("--mask", "knapsack"),
          ("--mask", "swift"), ("--mask", "router:router.json"), ("--steering", "steer.safetensors"),
          ("--draft-model", ""), ("--draft-model", "mask.json"), ("--draft-model", "adir_missing/model"),
          ("--profile", "profile.json")),

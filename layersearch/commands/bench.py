@@ -22,10 +22,11 @@ DEFAULT_DOMAINS = _Default("summarization,math,code")
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``bench``: its arguments (the configurations it runs: ratios, masks, peers, drafters)."""
+    from layersearch.decoder.fragments import drafter_kinds
     from layersearch.decoder.spec import registry_names
 
     names = registry_names()
-    own = ", ".join(n for n in names["drafter"] if n != "layer-skip")  # layer-skip drafts with the masks
+    own = ",".join(drafter_kinds()[0])  # the default drafter drafts with the masks
     p = sub.add_parser("bench", help="plain generate vs HF peers vs our loop, per domain")
     model_args(p, kernels=True)
     p.add_argument("--domains", default=DEFAULT_DOMAINS, help="comma-separated domains (default summarization,math,code; "
@@ -43,11 +44,12 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    help="transformers' peers to run: prompt-lookup, early-exit, assisted:MODEL (assisted generation "
                         "with that draft model; MODEL@int8: its weights in int8; default prompt-lookup,early-exit; "
                         "'' for none)")
-    p.add_argument("--drafters", default="prompt-lookup,hybrid",
-                   help=f"our other drafters to run beside the layer-skip masks: {own}, model:MODEL "
-                        "(an independent draft model), hybrid:MODEL (lookup, else that draft model); MODEL@int8 "
+    p.add_argument("--drafters", default=own,
+                   help=f"our other drafters to run beside the layer-skip masks: {own.replace(',', ', ')}, "
+                        f"{', '.join(f'{kind}:MODEL' for kind in drafter_kinds()[1])} (model: an independent draft "
+                        "model; hybrid:MODEL: lookup, else that draft model); MODEL@int8 "
                         "drafts with that model's weights in int8 (CPU) "
-                        "(default prompt-lookup,hybrid; '' for none)")
+                        f"(default {own}; '' for none)")
     p.add_argument("--lookaheads", default="",
                    help=f"comma-separated lookahead rules ({', '.join(names['lookahead'])}): one row per rule for "
                         "each mask that skips something and each draft model; with --spec-bench one method per mask "

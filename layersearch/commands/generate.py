@@ -21,7 +21,7 @@ from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swi
 from layersearch.commands.common import load, positive_int
 from layersearch.commands.renamed import renamed_option
 from layersearch.common.outputs import check_output
-from layersearch.decoder.spec import registry_names
+from layersearch.decoder.spec import DrafterSpec, registry_names
 from layersearch.decoder.fragments import check_options_on_model, named_spec, spec_from_options
 
 
@@ -50,9 +50,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--reselect-every", type=int, default=64, help="decoding steps between re-selections (--mask knapsack)")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     draft_args(p)
-    p.add_argument("--drafter", choices=names["drafter"], default="layer-skip",
-                   help="where drafts come from: the masked model, n-gram lookup over prompt and output, "
-                   "or lookup first and the masked model otherwise (default layer-skip)")
+    p.add_argument("--drafter", choices=names["drafter"], default=DrafterSpec.name,
+                   help="where drafts come from: the masked model (or the --draft-model), n-gram lookup over prompt "
+                   f"and output, or lookup first and the masked model otherwise (default {DrafterSpec.name})")
     p.add_argument("--verifier", choices=names["verifier"], default="chain",
                    help="verify the draft chain, or SWIFT's token tree of top-k candidates per position (greedy; "
                    "sampling verifies the chain) (default chain)")

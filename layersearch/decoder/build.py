@@ -40,8 +40,15 @@ def read_spec_files(spec: DecoderSpec) -> SpecFiles:
     if spec.mask_source.kind == "router":
         from layersearch.knn.router import Router
 
-        router = Router.load(spec.mask_source.file)
+        router = Router.load(_named(spec.mask_source.file, "mask_source.file"))
     return SpecFiles(disco, router)
+
+
+def _named(path: str | None, field: str) -> str:
+    """The file ``path`` a spec field must name (the spec's checks made sure it does)."""
+    if path is None:
+        raise LayersearchError(f"the spec's {field} names no file")
+    return path
 
 
 class BuiltDecoder:
@@ -263,7 +270,7 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
     the drafter). :func:`build_decoder` calls this once it has loaded the spec's files."""
     from layersearch.runtime import LOOKAHEADS, VERIFIERS
     from layersearch.runtime.decoder import SpeculativeDecoder
-    from layersearch.runtime.drafters import drafter_named, drafter_with_model
+    from layersearch.runtime.drafters import make_drafter
 
     if spec.plain:
         raise LayersearchError("a plain spec runs transformers' generate: it has no decode loop to assemble")
@@ -282,10 +289,9 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
     verifier, branching = VERIFIERS[spec.verifier]()
     if drafter is None:
         head = None if vocab is None else _draft_head(vocab)
-        # a quantization without a draft model is the model's own int8 draft (where the registry takes one)
-        own_quant = {"quant": spec.drafter.quant} if spec.drafter.quant is not None and spec.drafter.model is None else {}
-        drafter = (drafter_with_model(spec.drafter.name, draft, head=head) if draft is not None
-                   else drafter_named(spec.drafter.name, branching, head=head, **own_quant))
+        # a quantization without a draft model is the drafter's own int8 draft (the loader quantizes a draft model)
+        own_quant = spec.drafter.quant if spec.drafter.model is None and draft is None else None
+        drafter = make_drafter(spec.drafter.name, draft_model=draft, branching=branching, head=head, quant=own_quant)
     if steering is not None:  # drafts a chain: tree verification falls back to it
         from layersearch.steer import SteeredDrafter
 
@@ -346,15 +352,19 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
         return None, None
     from layersearch.steer import SteeringFile
 
-    kind, drafter = spec.mask_source.kind, spec.drafter.name
-    if spec.plain or kind in ("knapsack", "swift") or drafter == "prompt-lookup":
+    from layersearch.runtime.drafters import drafter_entry
+
+    kind, entry = spec.mask_source.kind, drafter_entry(spec.drafter.name)
+    if spec.plain or kind in ("knapsack", "swift") or not entry.runs_model:
         raise LayersearchError(
-            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --mask knapsack, --mask swift or prompt-lookup"
+            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --mask knapsack, "
+            f"--mask swift or {'a drafter that runs no model' if entry.runs_model else spec.drafter.name}"
         )
     steering = SteeringFile.load(path)
     _prefixed(path, steering.check_verifier, info)
     if steering.drafter is not None:
-        if kind in ("uniform", "mask") or drafter != "layer-skip":
+        # steering reaches a draft model that drafts alone
+        if kind in ("uniform", "mask") or entry.mixes or not entry.takes_draft_model:
             raise LayersearchError(
                 f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --drafter"
             )

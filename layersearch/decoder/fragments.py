@@ -6,13 +6,14 @@ a placeholder model reference and the parts that decide what the decoder does; i
 :func:`layersearch.decoder.build.assemble` with the model. The item grammar (``bench --drafters``,
 ``--peers``)::
 
-    NAME               a registered drafter that needs no model (prompt-lookup, hybrid, ...)
-    KIND:MODEL         a drafter with an independent draft model (model: the layer-skip drafter's
-                       place taken by it; hybrid: lookup, else the model); a peer with one (assisted)
+    NAME               a registered drafter that needs no draft model (prompt-lookup, hybrid, ...)
+    KIND:MODEL         a drafter with an independent draft model (model: the default drafter's
+                       place taken by it; hybrid: lookup, else the model; any registered drafter
+                       that takes one); a peer with one (assisted)
     KIND:MODEL@int8    the same, the draft model's weights quantized
 
-Names come from the registries (:data:`layersearch.runtime.drafters.DRAFTERS`,
-:data:`~layersearch.runtime.drafters.MODEL_DRAFTERS`). :func:`spec_from_options` turns
+Names come from the registry (:data:`layersearch.runtime.drafters.DRAFTERS`), and what each
+drafter takes from its entry. :func:`spec_from_options` turns
 ``layersearch generate``'s options into a spec. This module imports no torch at its top level.
 """
 
@@ -27,10 +28,8 @@ from layersearch.decoder.spec import (DecoderSpec, DrafterSpec, LookaheadSpec, M
 
 #: The model reference of a spec whose model the caller holds already (never loaded by name).
 LOADED = "loaded-model"
-#: The item kind of an independent draft model in the layer-skip drafter's place (``model:MODEL``).
+#: The item kind of an independent draft model in the default drafter's place (``model:MODEL``).
 MODEL_KIND = "model"
-#: The drafter that drafts with the masks themselves: bench's mask rows, not a ``--drafters`` item.
-MASK_DRAFTER = "layer-skip"
 
 
 def loaded_spec(**parts: Any) -> DecoderSpec:
@@ -85,13 +84,14 @@ def parse_items(text: str, flag: str, plain: tuple[str, ...], with_model: tuple[
 
 
 def drafter_kinds() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(plain, with_model): the ``--drafters`` names without a model (the registry's drafters but
-    the mask drafter) and the kinds that take ``:MODEL`` (``model`` and the registry's other
-    model drafters)."""
-    from layersearch.runtime.drafters import DRAFTERS, MODEL_DRAFTERS
+    """(plain, with_model): the ``--drafters`` names without a model (the registry's drafters that
+    need no draft model, but the default one: bench's mask rows draft with it) and the kinds that
+    take ``:MODEL`` (``model``: the default drafter with one, and the other drafters taking one)."""
+    from layersearch.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS
 
-    plain = tuple(name for name in DRAFTERS if name != MASK_DRAFTER)
-    with_model = (MODEL_KIND, *(name for name in MODEL_DRAFTERS if name != MASK_DRAFTER))
+    others = {name: entry for name, entry in DRAFTERS.items() if name != DEFAULT_DRAFTER}
+    plain = tuple(name for name, entry in others.items() if not entry.needs_draft_model)
+    with_model = (MODEL_KIND, *(name for name, entry in others.items() if entry.takes_draft_model))
     return plain, with_model
 
 
@@ -106,7 +106,7 @@ def drafter_spec(item: str, vocab: int = 0) -> DrafterSpec:
     if name is None:
         return DrafterSpec(kind, vocab=vocab)
     ref, quant = split_quant(name)
-    return DrafterSpec(MASK_DRAFTER if kind == MODEL_KIND else kind, ModelRef(ref), vocab, quant)
+    return DrafterSpec(DrafterSpec.name if kind == MODEL_KIND else kind, ModelRef(ref), vocab, quant)
 
 
 def draft_model_item(text: str) -> tuple[ModelRef, str | None]:
@@ -191,9 +191,9 @@ def _draft_quant(options: Any) -> str | None:
     quant = getattr(options, "draft_quant", None)
     if quant is None:
         return None
-    if options.draft_model is None and (options.baseline or options.drafter == "prompt-lookup"):
+    if options.draft_model is None and (options.baseline or not _entry(options).takes_quant):
         raise LayersearchError(f"--draft-quant {quant} quantizes a draft; "
-                               f"{'--baseline' if options.baseline else '--drafter prompt-lookup'} runs none")
+                               f"{'--baseline' if options.baseline else f'--drafter {options.drafter}'} runs none")
     check_quant(quant, options.device, options.dtype, self_draft=options.draft_model is None)
     return quant
 
@@ -206,8 +206,15 @@ def _check_draft_vocab(options: Any) -> None:
     check_int(n, "--draft-vocab", minimum=0)
     if n and options.baseline:
         raise LayersearchError("--baseline runs plain decoding; it takes no --draft-vocab")
-    if n and options.drafter == "prompt-lookup" and options.draft_model is None:
-        raise LayersearchError("--drafter prompt-lookup runs no model, so --draft-vocab has no head to reduce")
+    if n and not _entry(options).takes_head:
+        raise LayersearchError(f"--drafter {options.drafter} runs no model, so --draft-vocab has no head to reduce")
+
+
+def _entry(options: Any) -> Any:
+    """The registry's entry of ``--drafter`` (what the drafter takes)."""
+    from layersearch.runtime.drafters import drafter_entry
+
+    return drafter_entry(options.drafter)
 
 
 def _check_draft_options(options: Any) -> None:
@@ -240,14 +247,17 @@ def _check_option_values(options: Any) -> None:
 
 
 def check_draft_model_options(options: Any) -> None:
-    """``--draft-model`` drafts with its own model: refuse the options that choose another drafter."""
+    """``--draft-model`` drafts with its own model: refuse the options that choose another drafter
+    (and a ``--drafter`` that drafts only with a draft model needs one)."""
     if getattr(options, "draft_model", None) is None:
+        if _entry(options).needs_draft_model:
+            raise LayersearchError(f"--drafter {options.drafter} drafts with a draft model: give --draft-model")
         return
     if not options.draft_model.strip():
         raise LayersearchError("--draft-model needs a model: an embedded name, HF id or local directory")
     clashes = [flag for flag, given in (
         ("--mask", options.mask), ("--baseline", options.baseline),
-        (f"--drafter {options.drafter}", options.drafter != "layer-skip"),
+        (f"--drafter {options.drafter}", not _entry(options).takes_draft_model),
         ("--profile", getattr(options, "profile", None)),  # a latency profile costs masked forwards of the target
     ) if given]
     if clashes:
@@ -265,9 +275,9 @@ def _mask_source(options: Any) -> MaskSourceSpec:
         return MaskSourceSpec("default")
     kind, value = parse_mask_option(options.mask)
     if kind == "mask":
-        return MaskSourceSpec("mask", mask=SkipMask.load(value), file=value)
+        return MaskSourceSpec("mask", mask=SkipMask.load(options.mask), file=options.mask)  # the text names the file
     if kind == "uniform":
-        return MaskSourceSpec("uniform", skip_ratio=_ratio(value, options.mask))
+        return MaskSourceSpec("uniform", skip_ratio=_ratio(value or "", options.mask))  # uniform:R always has an R
     if kind == "router":
         return MaskSourceSpec("router", file=value)
     if kind in registry_names()["on_the_fly"]:

@@ -24,7 +24,7 @@ File format (``format`` 1)::
 
 File paths in a saved spec (mask, router, DISCO, steering, profile files and model folders)
 are relative to the spec file's folder. Names are checked against the plug-in registries:
-drafters (:data:`layersearch.runtime.drafters.DRAFTERS`), lookahead rules
+drafters (:data:`layersearch.runtime.drafters.DRAFTERS`, whose entries say what each needs), lookahead rules
 (:data:`layersearch.runtime.LOOKAHEADS`, plus ``disco`` with a file), verifiers
 (:data:`layersearch.runtime.VERIFIERS`) and mask sources (:data:`layersearch.decoder.sources.MASK_SOURCES`).
 This module imports no torch.
@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping
 from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_seed
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
+from layersearch.runtime.drafters import DEFAULT_DRAFTER
 
 SPEC_KIND = "layersearch-decoder-spec"
 SPEC_FORMAT = 1
@@ -116,7 +117,7 @@ class ModelSpec:
 class DrafterSpec:
     """Where drafts come from: a registered drafter, or an independent draft model."""
 
-    name: str = "layer-skip"
+    name: str = DEFAULT_DRAFTER
     model: ModelRef | None = None  # an independent draft model sharing the tokenizer (layer-skip: replaced by it; hybrid: its fallback)
     vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
     quant: str | None = None  # "int8": the draft model's weights, or (no draft model) every sub-layer the plan keeps and the head, in int8
@@ -125,20 +126,22 @@ class DrafterSpec:
         from layersearch.runtime.drafters import DRAFTERS
 
         _require_name(self.name, tuple(DRAFTERS), "drafter")
+        entry = DRAFTERS[self.name]  # what the drafter needs, as it declares it
         if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
             raise LayersearchError(f"drafter.vocab must be a count >= 0 (0: the full vocabulary), got {self.vocab!r}")
-        if self.vocab and self.name == "prompt-lookup" and self.model is None:
-            raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.vocab has no head to reduce")
-        from layersearch.runtime.drafters import MODEL_DRAFTERS
-
-        if self.model is not None and self.name not in MODEL_DRAFTERS:
-            raise LayersearchError(f"drafter {self.name!r} takes no draft model (only {', '.join(MODEL_DRAFTERS)} draft with one)")
+        if self.vocab and not entry.takes_head:
+            raise LayersearchError(f"drafter {self.name!r} runs no model head, so drafter.vocab has no head to reduce")
+        if self.model is not None and not entry.takes_draft_model:
+            with_one = [name for name, e in DRAFTERS.items() if e.takes_draft_model]
+            raise LayersearchError(f"drafter {self.name!r} takes no draft model (only {', '.join(with_one)} draft with one)")
+        if self.model is None and entry.needs_draft_model:
+            raise LayersearchError(f"drafter {self.name!r} drafts with a draft model of its own: drafter.model names none")
         if self.quant is not None:
             from layersearch.models.quantize import check_quant
 
             check_quant(self.quant)
-            if self.model is None and self.name == "prompt-lookup":
-                raise LayersearchError("drafter 'prompt-lookup' runs no model, so drafter.quant has nothing to quantize")
+            if self.model is None and not entry.takes_quant:
+                raise LayersearchError(f"drafter {self.name!r} runs no draft of its own, so drafter.quant has nothing to quantize")
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,7 @@ class DecoderSpec:
     # ----- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the spec file."""
-        source = {"kind": self.mask_source.kind}
+        source: dict[str, Any] = {"kind": self.mask_source.kind}
         for name in ("mask", "file", "skip_ratio", "reselect_every", "swift"):
             value = getattr(self.mask_source, name)
             if value is not None:
@@ -362,13 +365,14 @@ class DecoderSpec:
         def opt(value: str | None) -> str | None:
             return None if value is None else move(value)
 
-        def ref(value: ModelRef | None) -> ModelRef | None:
-            return value if value is None or not value.path else ModelRef(move(os.path.expanduser(value.ref)), True)
+        def ref(value: ModelRef) -> ModelRef:
+            return value if not value.path else ModelRef(move(os.path.expanduser(value.ref)), True)
 
+        draft = self.drafter.model
         return replace(
             self,
             model=replace(self.model, ref=ref(self.model.ref)),
-            drafter=replace(self.drafter, model=ref(self.drafter.model)),
+            drafter=replace(self.drafter, model=None if draft is None else ref(draft)),
             mask_source=replace(self.mask_source, file=opt(self.mask_source.file)),
             steering=opt(self.steering),
             profile=opt(self.profile),

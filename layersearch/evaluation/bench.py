@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,14 +26,28 @@ from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.stats import combine
 from layersearch.decoder.spec import DrafterSpec, LookaheadSpec, compile_wanted
-from layersearch.decoder.fragments import (MODEL_KIND, drafter_spec, loaded_spec, mask_source, model_names, parse_drafters,
+from layersearch.decoder.fragments import (drafter_kinds, drafter_spec, loaded_spec, mask_source, model_names, parse_drafters,
                                         parse_items, policy_lookahead, split_named, split_quant)
 
 PLAIN = "plain generate"
 STATIC = "plain generate static"  # transformers' static cache, auto-compiled: the fastest path GPU users run
 LOOP = "ours: nothing skipped"  # our loop's plain decoding: the baseline the profile predicts against
-PEERS = ("prompt-lookup", "early-exit")  # transformers' own speculative modes
 ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted generation with a draft model
+
+
+def _hf_prompt_lookup(model) -> Configuration:
+    return Configuration("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10))
+
+
+def _hf_early_exit(model) -> Configuration:
+    exit_layer = model.config.num_hidden_layers // 2
+    return Configuration(f"hf early-exit (layer {exit_layer})",
+                         lambda ids, n: hf_generate(model, ids, n, assistant_early_exit=exit_layer))
+
+
+#: transformers' own speculative modes that need no draft model: name -> (model) -> its row.
+PEER_ROWS: dict[str, Callable[[Any], Configuration]] = {"prompt-lookup": _hf_prompt_lookup, "early-exit": _hf_early_exit}
+PEERS = tuple(PEER_ROWS)
 
 def configs(
     model, masks: Sequence[SkipMask], policy: DraftPolicy, peers: bool | Sequence[str], drafters: Sequence[str] = (),
@@ -86,12 +100,9 @@ def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str,
     result = []
     for peer in PEERS if peers is True else tuple(peers or ()):
         kind, name = split_named(peer)
-        if kind == "prompt-lookup":
-            result.append(Configuration("hf prompt-lookup (10)", lambda ids, n: hf_generate(model, ids, n, prompt_lookup_num_tokens=10)))
-        elif kind == "early-exit":
-            exit_layer = model.config.num_hidden_layers // 2
-            result.append(Configuration(f"hf early-exit (layer {exit_layer})", lambda ids, n, e=exit_layer: hf_generate(model, ids, n, assistant_early_exit=e)))
-        elif kind == ASSISTED:
+        if name is None:
+            result.append(PEER_ROWS[kind](model))
+        else:  # assisted:MODEL
             assistant = draft_models[name]
             result.append(Configuration(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
     return result
@@ -102,6 +113,7 @@ def _drafter_configs(
     rules: Sequence[tuple[str | None, Any]], own_rule: Any, vocab=None, compile: bool = False,
 ) -> list[Configuration]:
     """The rows of the ``--drafters`` items: each a spec of its drafter (see :func:`configs`)."""
+    from layersearch.runtime.drafters import drafter_entry
     from layersearch.runtime.lookahead import HeuristicLookahead
 
     result = []
@@ -110,20 +122,21 @@ def _drafter_configs(
     for item in drafters:
         kind, name = split_named(item)
         drafter = drafter_spec(item)
-        if name is not None:
+        entry = drafter_entry(drafter.name)
+        if name is not None:  # a mixing drafter's rows keep the first rule: its lookup part has its own cap
             model_label = f"ours: {kind} ({_short(name)})"
-            for rule_name, rule in (rules if kind == MODEL_KIND else rules[:1]):
+            for rule_name, rule in (rules[:1] if entry.mixes else rules):
                 spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=rule)
                 result.append(_row(_with_rule(model_label, rule_name, len(rules)), model, spec, None, draft=draft_models[name], compile=compile))
-            if vocab is not None and kind == MODEL_KIND:
+            if vocab is not None and entry.takes_head and not entry.mixes:
                 spec = loaded_spec(drafter=drafter_spec(item, vocab.n), mask_source=mask_source(None), lookahead=first)
                 label = _with_rule(f"{model_label} vocab {vocab.n}", first_name, len(rules))
                 result.append(_row(label, model, spec, None, draft=draft_models[name], vocab=vocab, compile=compile))
-        elif kind == "prompt-lookup":
-            # HF's own schedule for prompt lookup: the heuristic rule, never above 4 (ceiling 4)
+        elif not entry.runs_model:
+            # a drafter that runs no model drafts on HF's schedule for prompt lookup: the heuristic rule, never above 4
             spec = loaded_spec(drafter=drafter, mask_source=mask_source(None), lookahead=LookaheadSpec("heuristic", 4))
-            result.append(_row("ours: prompt-lookup (<=4)", model, spec, None, lookahead=HeuristicLookahead(4, ceiling=4), compile=compile))
-        elif fallback is not None:  # hybrid and any other registered drafter: the first mask that skips something, the policy's rule
+            result.append(_row(f"ours: {kind} (<=4)", model, spec, None, lookahead=HeuristicLookahead(4, ceiling=4), compile=compile))
+        elif fallback is not None:  # a drafter taking a plan: the first mask that skips something, the policy's rule
             spec = loaded_spec(drafter=drafter, mask_source=mask_source(fallback), lookahead=own_rule)
             label = fallback.provenance.get("label") or fallback.short_string()
             result.append(_row(f"ours: {kind} ({label})", model, spec, None, compile=compile))
@@ -149,9 +162,11 @@ def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Configur
 
 
 def _fixed_mask(spec) -> SkipMask | None:
-    """The mask a layer-skip spec always drafts with (the profile predicts its row), else None."""
+    """The mask a spec always drafts with, alone (the profile predicts its row), else None."""
+    from layersearch.runtime.drafters import drafter_entry
+
     source = spec.mask_source
-    if spec.drafter.name != "layer-skip" or spec.drafter.model is not None or source.kind != "mask":
+    if not drafter_entry(spec.drafter.name).predicted or spec.drafter.model is not None or source.kind != "mask":
         return None
     return source.mask
 
@@ -309,7 +324,7 @@ class BenchSettings:
     masks: str = ""
     profile: str | None = None
     peers: tuple[str, ...] = PEERS
-    drafters: tuple[str, ...] = ("prompt-lookup", "hybrid")
+    drafters: tuple[str, ...] = field(default_factory=lambda: drafter_kinds()[0])  # the registry's drafters needing no model
     lookaheads: tuple[str, ...] = ()
     specs: str = ""
     draft_vocab: int = 0

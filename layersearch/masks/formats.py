@@ -55,9 +55,9 @@ def split_key(fmt: str, key: str, path: str | Path = "") -> tuple[str | None, st
         model, sep, task = key.rpartition("_")
         return (model, task) if sep else (key, None)
     if fmt == "knnssd":
-        model = knnssd_model(path)
-        if model and key.endswith(f"_{model}"):
-            return model, key[: -len(model) - 1]
+        named = knnssd_model(path)
+        if named and key.endswith(f"_{named}"):
+            return named, key[: -len(named) - 1]
         task, sep, model = key.partition("_")  # a file not named <model>_skip.json: best guess
         return (model, task) if sep else (key, None)
     return None, None
@@ -109,7 +109,7 @@ def import_mask(
     if model is None:
         provenance["model_name"] = model_name or named_model
     try:
-        return SkipMask(depth, attention, mlp, model, provenance)
+        return SkipMask(depth, tuple(attention), tuple(mlp), model, provenance)
     except LayersearchError as exc:
         raise LayersearchError(f"{label}: {exc}") from None
 
@@ -138,7 +138,7 @@ def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]
     from layersearch.common.outputs import check_output
 
     target = check_output(path)
-    if target.stream or not target.real.exists():
+    if target.stream or target.real is None or not target.real.exists():
         return {}
     try:
         data = _read(target.real, fmt)

@@ -32,17 +32,18 @@ def hf_generate(
     Extra keyword arguments go to ``generate`` (e.g. ``prompt_lookup_num_tokens`` or
     ``assistant_early_exit`` for transformers' own speculative peers).
     """
-    prompt = _as_prompt(input_ids, model.device)
+    lm: Any = model  # a transformers model: generate and device are not in torch's Module type
+    prompt = _as_prompt(input_ids, lm.device)
     options: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy)
     if not sampling.greedy:
         options.update(temperature=sampling.temperature, top_p=sampling.top_p)
         torch.manual_seed(0 if sampling.seed is None else sampling.seed)
-    clock = Clock(model.device)
+    clock = Clock(lm.device)
     first = _FirstToken(clock)
     assistant = _PrefillTimer(generate_kwargs.get("assistant_model"), clock)
     start = clock.now()
     with assistant:
-        output = model.generate(prompt, attention_mask=torch.ones_like(prompt), streamer=first, **options, **generate_kwargs)
+        output = lm.generate(prompt, attention_mask=torch.ones_like(prompt), streamer=first, **options, **generate_kwargs)
     total = clock.now() - start
     tokens = tuple(output[0, prompt.shape[1] :].tolist())
     # The assistant's prompt forward runs before the first delivery: its own phase, not the prefill's.

@@ -19,7 +19,7 @@ import types
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, cast
 
 import torch
 
@@ -36,7 +36,7 @@ def _forward(model: torch.nn.Module, cache: Any, ids: torch.Tensor, positions: t
     seat_static_cache(cache, positions[0, 0])
     if head is None:
         return model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
-    hidden = model.get_decoder()(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
+    hidden = cast(Any, model).get_decoder()(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
     return head.logits(hidden[0, -keep:])
 
 

@@ -64,8 +64,15 @@ class Lookahead(Protocol):
     :meth:`keep_drafting` (or :meth:`update`) reads the draft's confidence: a rule that does
     not lets a draft run on the device without a host read per token."""
 
-    max_tokens: int
-    reads_confidence: bool
+    @property
+    def max_tokens(self) -> int:
+        """The longest draft this step (a rule is a frozen value: read only)."""
+        ...
+
+    @property
+    def reads_confidence(self) -> bool:
+        """Whether the rule reads the draft's confidence."""
+        ...
 
     def keep_drafting(self, position: DraftPosition) -> bool:
         """Draft a token at ``position``? (``position.index < max_tokens`` is the caller's job.)"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,7 +44,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 def kv_cache_bytes(model: torch.nn.Module, positions: int) -> int:
     """Bytes of a full KV cache holding ``positions`` positions."""
-    config = model.config
+    config: Any = model.config  # a transformers config: its fields vary by architecture
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     element = next(model.parameters()).element_size()

@@ -10,7 +10,7 @@ what a greedy draft would see at that position after an accepted prefix.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence, cast
 
 import torch
 from transformers import Cache
@@ -25,7 +25,7 @@ from layersearch.runtime.forward import forward_tokens
 class TargetRun:
     """The target's greedy continuation of one prompt, with its prompt cache (``length`` entries)."""
 
-    cache: object
+    cache: Cache
     length: int  # prompt tokens (the cache holds exactly these after every call)
     tokens: tuple[int, ...]  # t_0..t_n
     logits: torch.Tensor | None  # [n + 1, vocab] target logits that chose t_0..t_n, when kept
@@ -48,6 +48,11 @@ def target_continuation(
             kept.append(logits.float())
     truncate_cache(cache, len(prompt))
     return TargetRun(cache, len(prompt), tuple(tokens), torch.stack(kept) if keep_logits else None)
+
+
+def _logits(model: torch.nn.Module, tokens: list[int], start: int, cache: Cache, **options: Any) -> torch.Tensor:
+    """:func:`forward_tokens`'s logits (no hidden states are asked for here)."""
+    return cast(torch.Tensor, forward_tokens(model, tokens, start, cache, **options))
 
 
 @torch.inference_mode()
@@ -80,7 +85,7 @@ def draft_logits_in_cache(
     if not 0 <= start <= cached:
         raise ValueError(f"start {start} is outside the cache's {cached} positions")
     n = len(inputs)
-    head = {}
+    head: dict[str, Any] = {}
     if mask.int8_head:  # a plan's int8 head drafts here as in the decode loop (its drafter passes the same)
         from layersearch.models.precision import int8_twins
 
@@ -91,13 +96,13 @@ def draft_logits_in_cache(
                 # torch's int8 Linears quantize activations with one scale per call: one forward over
                 # n tokens would give them one scale between them, which no draft step ever sees (and
                 # agrees far less, issue 32). Token by token, each has its own scale, as when drafting.
-                rows = []
+                rows: list[torch.Tensor] = []
                 for j, token in enumerate(inputs):
-                    options = {}
+                    options: dict[str, Any] = {}
                     if start < cached:
                         options = dict(positions=torch.arange(start + j, start + j + 1),
                                        attention_mask=_hidden_span_mask(start, cached, cached + j + 1, model))
-                    rows.append(forward_tokens(model, [token], start + j, cache, **options, **head))
+                    rows.append(_logits(model, [token], start + j, cache, **options, **head))
                 return torch.cat(rows) if rows else torch.empty(0, 0)
             options = {}
             if start < cached:
@@ -106,7 +111,7 @@ def draft_logits_in_cache(
                     positions=torch.arange(start, start + n),  # [n]
                     attention_mask=hidden_suffix_mask(start, cached, n, dtype),  # [1, 1, n, cached + n]
                 )
-            return forward_tokens(model, list(inputs), start, cache, **options, **head)  # [n, vocab]
+            return _logits(model, list(inputs), start, cache, **options, **head)  # [n, vocab]
     finally:
         truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
 

@@ -25,6 +25,7 @@ rejection rule is not implemented.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -152,10 +153,11 @@ class TreeVerifier:
             return self._chain.verify(request)
         layout = TreeLayout.build(request.last_token, proposal.tokens, proposal.branches)
         positions = torch.tensor([request.position + d for d in layout.depths])  # [nodes]
-        dtype = next(iter(request.cache.layers)).keys.dtype if request.cache.layers else torch.float32
+        cache: Any = request.cache  # a transformers Cache
+        dtype = next(iter(cache.layers)).keys.dtype if cache.layers else torch.float32
         mask = layout.attention_mask(request.position, dtype, positions.device)
         logits = request.forward(list(layout.tokens), request.position, positions=positions, attention_mask=mask)
         path, next_token, sibling = verify_tree_greedy(layout, logits.argmax(-1).tolist())
         if sibling is not None:  # its entry goes right after the accepted chain
-            move_cache_entry(request.cache, request.position + sibling, request.position + len(path))
+            move_cache_entry(cache, request.position + sibling, request.position + len(path))
         return Verdict(len(path), next_token, path if sibling is not None else None, sibling)

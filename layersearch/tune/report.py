@@ -23,18 +23,11 @@ def describe(spec: DecoderSpec) -> str:
     """The spec in words, one sentence."""
     if spec.plain:
         return "plain decoding with transformers' generate (no drafting)"
-    name, model = spec.drafter.name, spec.drafter.model
-    if model is not None:
-        drafts = f"draft model {model.ref}" if name == "layer-skip" else f"prompt lookup, else draft model {model.ref}"
-    elif name == "prompt-lookup":
-        drafts = "prompt lookup (n-grams of the context)"
-    else:
-        mask = spec.mask_source.mask
-        skipped = f"skipping {len(mask.attention)} attention and {len(mask.mlp)} MLP sub-layers of {mask.num_layers} layers " \
-                  f"({mask.skip_ratio:.0%})" if mask is not None else "the default mask"
-        label = mask.provenance.get("label") if mask is not None else None
-        layer_skip = f"the model itself {skipped}" + (f", mask {label!r}" if label else "")
-        drafts = layer_skip if name == "layer-skip" else f"prompt lookup, else {layer_skip}"
+    from layersearch.runtime.drafters import drafter_entry
+
+    entry, model = drafter_entry(spec.drafter.name), spec.drafter.model
+    drafts = entry.described(f"draft model {model.ref}" if model is not None else
+                             _self_draft(spec) if entry.takes_plan else None)
     rule = spec.lookahead
     length = f"{rule.name} draft length (at most {rule.max_draft}" + (
         f", threshold {rule.threshold:.2f})" if rule.name in ("confidence", "adaptive") else ")")
@@ -42,6 +35,15 @@ def describe(spec: DecoderSpec) -> str:
     if spec.drafter.quant:
         head += f", draft weights {spec.drafter.quant}"
     return f"drafts from {drafts}{head}; {length}; {spec.verifier} verification; greedy, lossless"
+
+
+def _self_draft(spec: DecoderSpec) -> str:
+    """The model drafting for itself under the spec's mask, in words."""
+    mask = spec.mask_source.mask
+    skipped = f"skipping {len(mask.attention)} attention and {len(mask.mlp)} MLP sub-layers of {mask.num_layers} layers " \
+              f"({mask.skip_ratio:.0%})" if mask is not None else "the default mask"
+    label = mask.provenance.get("label") if mask is not None else None
+    return f"the model itself {skipped}" + (f", mask {label!r}" if label else "")
 
 
 def best_curve(records: Sequence[TrialRecord]) -> tuple[list[float], list[float]]:

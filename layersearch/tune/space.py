@@ -8,19 +8,23 @@ name       values                                           asked when
 drafter    plain, the registered drafters (layer-skip,       always
            prompt-lookup, hybrid, ...)
            (+ model, hybrid-model with a draft model)
-mask       labels of the candidate pool (:mod:`.pool`)      a drafter that runs the model
-vocab      0 (full head), 8192, 32768, below the vocabulary  the drafter runs a head
-draft_quant  none, int8 (the draft model's weights)         model, hybrid-model, on CPU
+mask       labels of the candidate pool (:mod:`.pool`)      a drafter that takes a plan
+vocab      0 (full head), 8192, 32768, below the vocabulary  the drafter takes a head
+draft_quant  none, int8 (the draft model's weights)         with the draft model, on CPU
 lookahead  the registered rules (static, confidence,        not plain
            adaptive, heuristic, roc, ...)
 max_draft  1..16                                            not plain
 threshold  0.3..0.95                                        a rule that reads it (not static,
                                                             heuristic)
-verifier   chain, tree                                      layer-skip
+verifier   chain, tree                                      a drafter that branches, no
+                                                            draft model
 =========  ===============================================  ==================================
 
-``model`` drafts with the draft model alone; ``hybrid-model`` looks the continuation up in the
-context first and falls back to the draft model (the spec's ``hybrid`` drafter with a model).
+What each drafter takes comes from its registry entry (:class:`~layersearch.runtime.drafters.DrafterEntry`).
+With a draft model, ``model`` drafts with the draft model in the default drafter's place;
+``NAME-model`` is drafter NAME with the draft model (``hybrid-model`` looks the continuation up
+in the context first and falls back to the draft model); a drafter that needs a draft model is
+offered under its own name.
 
 The drafter and lookahead names come from the runtime's registries
 (:data:`layersearch.runtime.drafters.DRAFTERS`, :data:`layersearch.runtime.LOOKAHEADS`) when a
@@ -36,11 +40,11 @@ from typing import Any, Mapping
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+from layersearch.runtime.drafters import DEFAULT_DRAFTER, DrafterEntry, drafter_entry
 from layersearch.tune.pool import Candidate
 
 PLAIN = "plain"
-MODEL_KINDS = {"model": "layer-skip", "hybrid-model": "hybrid"}  # kind -> the spec's drafter name with a model
-MASKLESS = ("prompt-lookup",)  # drafters that run no model: no mask, no draft head
+MODEL_KIND = "model"  # the kind of the default drafter with the draft model; another's is NAME-model
 NO_THRESHOLD = ("static", "heuristic")  # rules that ignore the threshold: it is not searched for them
 #: Version of the recorded choices: 2 records the registries' names when the study is made.
 SPACE_VERSION = 2
@@ -100,10 +104,21 @@ class Space:
     rules: tuple[str, ...] = field(default_factory=_registry_rules)
 
     @property
+    def kinds(self) -> dict[str, tuple[str, bool]]:
+        """The drafter kinds but plain: kind -> (the spec's drafter, with the draft model). A
+        drafter taking a plan only when a mask survived the profile's pruning; with a draft model
+        the drafters that take one."""
+        entries = {name: drafter_entry(name) for name in self.self_drafters}
+        own = {name: (name, False) for name, entry in entries.items()
+               if not entry.needs_draft_model and (self.masks or not entry.takes_plan)}
+        with_model = {drafter_kind(name, True): (name, True) for name, entry in entries.items()
+                      if entry.takes_draft_model and self.draft_model is not None}
+        return {**own, **with_model}
+
+    @property
     def drafters(self) -> tuple[str, ...]:
-        """The drafter kinds (masked ones only when a mask survived the profile's pruning)."""
-        own = tuple(kind for kind in self.self_drafters if kind in MASKLESS or self.masks)
-        return (PLAIN, *own, *(MODEL_KINDS if self.draft_model is not None else ()))
+        """The ``drafter`` parameter's choices: plain and :attr:`kinds`."""
+        return (PLAIN, *self.kinds)
 
     @property
     def vocabs(self) -> tuple[int, ...]:
@@ -120,19 +135,20 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
     kind = trial.suggest_categorical("drafter", space.drafters)
     if kind == PLAIN:
         return DecoderSpec(model=space.model, plain=True, max_new_tokens=space.max_new_tokens)
+    name, with_model = space.kinds[kind]
+    entry = drafter_entry(name)
     source = MaskSourceSpec("none")
-    if kind not in MASKLESS and kind not in MODEL_KINDS:
+    if entry.takes_plan and not with_model:
         source = MaskSourceSpec("mask", mask=space.mask(trial.suggest_categorical("mask", [c.label for c in space.masks])))
     vocab = 0
-    if kind not in MASKLESS and len(space.vocabs) > 1:
+    if entry.takes_head and len(space.vocabs) > 1:
         vocab = trial.suggest_categorical("vocab", space.vocabs)
     rule = trial.suggest_categorical("lookahead", space.rules)
     max_draft = trial.suggest_int("max_draft", *MAX_DRAFT)
     threshold = trial.suggest_float("threshold", *THRESHOLD) if rule not in NO_THRESHOLD else LookaheadSpec.threshold
-    verifier = trial.suggest_categorical("verifier", ("chain", "tree")) if kind == "layer-skip" else "chain"
-    quant = trial.suggest_categorical("draft_quant", space.quants) if kind in MODEL_KINDS and len(space.quants) > 1 else "none"
-    drafter = DrafterSpec(MODEL_KINDS.get(kind, kind), space.draft_model if kind in MODEL_KINDS else None, vocab,
-                          None if quant == "none" else quant)
+    verifier = trial.suggest_categorical("verifier", ("chain", "tree")) if entry.branches and not with_model else "chain"
+    quant = trial.suggest_categorical("draft_quant", space.quants) if with_model and len(space.quants) > 1 else "none"
+    drafter = DrafterSpec(name, space.draft_model if with_model else None, vocab, None if quant == "none" else quant)
     return DecoderSpec(model=space.model, drafter=drafter, mask_source=source,
                        lookahead=LookaheadSpec(rule, max_draft, threshold), verifier=verifier,
                        max_new_tokens=space.max_new_tokens)
@@ -140,33 +156,44 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
 
 def starting_points(space: Space) -> list[dict[str, Any]]:
     """Params enqueued before the search, so even a short budget measures them, cheapest and
-    likeliest first: prompt lookup with HF's heuristic length rule, the draft model with the
-    heuristic rule, plain decoding (the noise level of a train score), then the best predicted
-    mask with the confidence rule (alone and in the hybrid) and the hybrid with the draft model."""
-    head = {"vocab": 0} if len(space.vocabs) > 1 else {}
-    points: list[dict[str, Any]] = [{"drafter": "prompt-lookup", "lookahead": "heuristic", "max_draft": 4}]
+    likeliest first: each drafter that runs no model with HF's heuristic length rule (prompt
+    lookup's), each drafter drafting with the draft model alone at transformers' assisted
+    defaults, plain decoding (the noise level of a train score), then the best predicted mask
+    with the confidence rule for each drafter taking a plan, and each drafter that mixes in the
+    draft model with the heuristic rule."""
     quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
-    if space.draft_model is not None:
-        points.append({"drafter": "model", "lookahead": "static", "max_draft": space.cheap_draft, **head, **quant})
+    kinds = [(kind, with_model, drafter_entry(name)) for kind, (name, with_model) in space.kinds.items()]
+    points: list[dict[str, Any]] = [{"drafter": kind, "lookahead": "heuristic", "max_draft": 4}
+                                    for kind, _, entry in kinds if not entry.runs_model]
+    for kind, _, entry in (k for k in kinds if k[1] and not k[2].mixes):
+        head = _head(space, entry)
+        points.append({"drafter": kind, "lookahead": "static", "max_draft": space.cheap_draft, **head, **quant})
         # transformers' assisted-generation defaults: draft while the draft model's top-1 is >= 0.4
-        points.append({"drafter": "model", "lookahead": "confidence", "max_draft": 12, "threshold": 0.4, **head, **quant})
-        points.append({"drafter": "model", "lookahead": "heuristic", "max_draft": 8, **head,
+        points.append({"drafter": kind, "lookahead": "confidence", "max_draft": 12, "threshold": 0.4, **head, **quant})
+        points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": 8, **head,
                        **({"draft_quant": "none"} if quant else {})})
     points.append({"drafter": PLAIN})
-    if space.masks:
-        best = space.masks[0].label
-        confident = {"lookahead": "confidence", "max_draft": 8, "threshold": 0.8, **head}
-        points.append({"drafter": "layer-skip", "mask": best, "verifier": "chain", **confident})
-        points.append({"drafter": "hybrid", "mask": best, **confident})
-    if space.draft_model is not None:
-        points.append({"drafter": "hybrid-model", "lookahead": "heuristic", "max_draft": 8, **head, **quant})
+    for kind, _, entry in (k for k in kinds if not k[1] and k[2].takes_plan):
+        tree = {"verifier": "chain"} if entry.branches else {}
+        points.append({"drafter": kind, "mask": space.masks[0].label, **tree, "lookahead": "confidence", "max_draft": 8,
+                       "threshold": 0.8, **_head(space, entry)})
+    for kind, _, entry in (k for k in kinds if k[1] and k[2].mixes):
+        points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": 8, **_head(space, entry), **quant})
     return points
+
+
+def _head(space: Space, entry: DrafterEntry) -> dict[str, Any]:
+    """A starting point's draft head: the full one, where the space searches heads."""
+    return {"vocab": 0} if entry.takes_head and len(space.vocabs) > 1 else {}
+
+
+def drafter_kind(name: str, with_model: bool) -> str:
+    """The ``drafter`` parameter's kind of drafter ``name`` (``with_model``: with the draft model)."""
+    if not with_model or drafter_entry(name).needs_draft_model:
+        return name
+    return MODEL_KIND if name == DEFAULT_DRAFTER else f"{name}-{MODEL_KIND}"
 
 
 def kind_of(spec: DecoderSpec) -> str:
     """The drafter kind of a spec, as the ``drafter`` parameter names it."""
-    if spec.plain:
-        return PLAIN
-    if spec.drafter.model is not None:
-        return next(kind for kind, name in MODEL_KINDS.items() if name == spec.drafter.name)
-    return spec.drafter.name
+    return PLAIN if spec.plain else drafter_kind(spec.drafter.name, spec.drafter.model is not None)

@@ -13,7 +13,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import new_cache
 from layersearch.runtime.decoder import SpeculativeDecoder
-from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter, ModelDrafter, drafter_named
+from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter, ModelDrafter, make_drafter
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
@@ -125,10 +125,10 @@ def test_greedy_output_equals_generate_for_any_subset(tiny_llama, draft_model, s
 
 
 def test_prompt_lookup_takes_no_reduced_head():
-    with pytest.raises(LayersearchError, match="prompt lookup"):
-        drafter_named("prompt-lookup", head=DraftHeads(subset(1, 2)))
+    with pytest.raises(LayersearchError, match="'prompt-lookup' runs no model head"):
+        make_drafter("prompt-lookup", head=DraftHeads(subset(1, 2)))
     heads = DraftHeads(subset(1, 2))
-    assert drafter_named("layer-skip", head=heads).head is heads
+    assert make_drafter("layer-skip", head=heads).head is heads
 
 
 def test_sampled_drafts_from_a_subset_follow_the_target_distribution(exact_three_token_law):

@@ -19,7 +19,7 @@ from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.captured import CapturedForwards, _forward
 from layersearch.runtime.decoder import SpeculativeDecoder
-from layersearch.runtime.drafters import LayerSkipDrafter, drafter_named
+from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.tree import TopKBranching, TreeVerifier
@@ -115,7 +115,7 @@ def test_the_reduced_head_runs_captured(llama):
 def test_every_drafter_and_rule_runs_captured_with_the_eager_output(llama, drafter, lookahead):
     plan = SkipMask.uniform(4, 0.5)
     prompt = repetitive_prompt(11)
-    decoders = [SpeculativeDecoder(llama, plan, drafter=drafter_named(drafter), lookahead=lookahead, compile=c) for c in (False, True)]
+    decoders = [SpeculativeDecoder(llama, plan, drafter=make_drafter(drafter), lookahead=lookahead, compile=c) for c in (False, True)]
     eager, captured = (d.generate(prompt, NEW) for d in decoders)
     assert captured.stats.path == "captured"
     assert captured.token_ids == eager.token_ids

@@ -15,7 +15,7 @@ from layersearch.models.precision import check_int8_device, int8_twins
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.decoder import SpeculativeDecoder
-from layersearch.runtime.drafters import LayerSkipDrafter, drafter_named
+from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 from tests.runtime.test_plugins import NEW, plain_generate, repetitive_prompt
@@ -49,7 +49,7 @@ def test_random_plans_keep_greedy_output(request, family, seed):
 def test_int8_self_draft_keeps_greedy_output_and_agrees(tiny_llama, skip_ratio, drafter_name):
     """``--draft-quant int8`` without a draft model: every kept sub-layer and the head in int8."""
     prompt = repetitive_prompt(7)
-    drafter = drafter_named(drafter_name, quant="int8")
+    drafter = make_drafter(drafter_name, quant="int8")
     mask = SkipMask.uniform(4, skip_ratio)
     result = SpeculativeDecoder(tiny_llama, mask, drafter=drafter, lookahead=StaticLookahead(3)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt)

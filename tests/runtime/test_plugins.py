@@ -13,12 +13,12 @@ from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.control import FixedMask, Selection
 from layersearch.runtime.decoder import SpeculativeDecoder
 from layersearch.runtime.drafters import (
-    DRAFTER_NAMES,
+    DRAFTERS,
     HybridDrafter,
     LayerSkipDrafter,
     ModelDrafter,
     PromptLookupDrafter,
-    drafter_named,
+    make_drafter,
     lookup_continuation,
 )
 from layersearch.runtime.lookahead import (
@@ -219,9 +219,9 @@ def test_lookahead_caps_and_names(tiny_llama):
         lookahead_named("sometimes")
     with pytest.raises(LayersearchError):
         StaticLookahead(0)
-    assert set(DRAFTER_NAMES) == {"layer-skip", "prompt-lookup", "hybrid"}
+    assert set(DRAFTERS) == {"layer-skip", "prompt-lookup", "hybrid"}
     with pytest.raises(LayersearchError, match="unknown drafter"):
-        drafter_named("oracle")
+        make_drafter("oracle")
 
 
 def test_model_drafter_keeps_its_cache_across_steps(tiny_llama, draft_model):

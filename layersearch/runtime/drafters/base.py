@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, ContextManager, Protocol, runtime_checkable
+from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
@@ -28,6 +28,22 @@ from layersearch.runtime.sampling import SamplingConfig
 # run in the shared cache and timed; ``tokens`` a list of ids or a device tensor [n], ``plan`` a
 # draft plan to run the target under (None: the full model).
 Forward = Callable[..., torch.Tensor]
+# An independent draft model: a causal LM sharing the target's tokenizer.
+DraftModel = torch.nn.Module
+# branching(position, chosen_token) -> other candidates to verify as leaves beside it (token trees).
+Branching = Callable[[DraftPosition, int], tuple[int, ...]]
+
+
+def vocab_of(model: torch.nn.Module) -> int:
+    """The rows of ``model``'s LM head: its output vocabulary."""
+    lm: Any = model  # a transformers model: its methods are not in torch's Module type
+    return int(lm.get_output_embeddings().out_features)
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    """The device ``model`` (a transformers model) runs on."""
+    lm: Any = model
+    return torch.device(lm.device)
 
 
 class DraftHead(Protocol):
@@ -69,7 +85,7 @@ class DraftRequest:
         """The newest token as a [1] tensor on the model's device, without a host round trip."""
         if self.last_ids is not None:
             return self.last_ids
-        return self.sequence[-1:].to(self.model.device)
+        return self.sequence[-1:].to(device_of(self.model))
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +124,7 @@ class Proposal:
     @classmethod
     def empty(cls, drafter: str) -> "Proposal":
         """No draft: the step is a plain target step."""
-        return cls((), None, drafter, 0)
+        return cls(torch.empty(0, dtype=torch.long), None, drafter, 0)
 
 
 @runtime_checkable
@@ -151,7 +167,7 @@ def draft_chain(
     request: DraftRequest,
     next_logits: Callable[[torch.Tensor, int], torch.Tensor],
     name: str,
-    branching: Callable[[DraftPosition, int], tuple[int, ...]] | None = None,
+    branching: Branching | None = None,
 ) -> Proposal:
     """Draft one token at a time: ``next_logits(token, index)`` -> [vocab] logits for draft
     position ``index`` after ``token`` (a [1] tensor on the model's device); the lookahead may

@@ -10,20 +10,17 @@ the draft model's own LM head is a quarter of a 0.5B Qwen's weights).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
-from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, draft_chain
+from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, device_of, draft_chain, vocab_of
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.host import to_host
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.timing import Clock
-
-
-def _vocab(model: torch.nn.Module) -> int:
-    return model.get_output_embeddings().out_features
 
 
 class ModelDrafter(StatelessDrafter):
@@ -35,7 +32,7 @@ class ModelDrafter(StatelessDrafter):
     def __init__(self, model: torch.nn.Module, *, head: DraftHead | None = None) -> None:
         self.model = model
         self.head = head
-        self._cache = None
+        self._cache: Any = None  # a transformers Cache once a generation began
         self._ids: list[int] = []  # ids whose entries are in self._cache, in order
         # The last draft's tokens fed to the cache ([1] device tensors: no host read while drafting),
         # and how many of them the target accepted (from observe; None: not told).
@@ -44,9 +41,9 @@ class ModelDrafter(StatelessDrafter):
 
     def check_target(self, target: torch.nn.Module) -> None:
         """Refuse a drafter whose vocabulary differs from the target's."""
-        if _vocab(self.model) != _vocab(target):
+        if vocab_of(self.model) != vocab_of(target):
             raise LayersearchError(
-                f"the draft model's vocabulary ({_vocab(self.model)}) differs from the target's ({_vocab(target)}); "
+                f"the draft model's vocabulary ({vocab_of(self.model)}) differs from the target's ({vocab_of(target)}); "
                 "an independent drafter must share the target's tokenizer"
             )
 
@@ -68,11 +65,11 @@ class ModelDrafter(StatelessDrafter):
         sequence = request.sequence.tolist()
         self._settle_pending(sequence)
         keep = min(_common_prefix(self._ids, sequence), len(sequence) - 1)
-        options = {} if self.head is None else {"head": self.head.for_model(self.model)}
+        options: dict[str, Any] = {} if self.head is None else {"head": self.head.for_model(self.model)}
         truncate_cache(self._cache, keep)
         self._ids = sequence[:keep]
 
-        clock = Clock(self.model.device)
+        clock = Clock(device_of(self.model))
         prefill = [0.0]
 
         def next_logits(token: torch.Tensor, index: int) -> torch.Tensor:  # token [1] on the device

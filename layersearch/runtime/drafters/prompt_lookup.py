@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, point_mass
+from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, device_of, point_mass, vocab_of
 
 
 def lookup_continuation(sequence: torch.Tensor, limit: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[int, ...]:
@@ -64,6 +64,5 @@ class PromptLookupDrafter(StatelessDrafter):
             return Proposal.empty(self.name)
         probs = None
         if not request.sampling.greedy:
-            vocab = request.model.get_output_embeddings().out_features
-            probs = point_mass(tokens, vocab, request.model.device)
-        return Proposal(tokens, probs, self.name, 0)
+            probs = point_mass(tokens, vocab_of(request.model), device_of(request.model))
+        return Proposal(torch.tensor(tokens, dtype=torch.long), probs, self.name, 0)

@@ -1,0 +1,31 @@
+"""The public API is typed: mypy, with the configuration in pyproject.toml, finds no error in
+the spec and builder (layersearch/decoder), the runtime and the masks."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("layersearch/decoder", "layersearch/runtime", "layersearch/masks")
+
+
+@pytest.mark.slow
+def test_mypy_finds_no_error_in_the_typed_packages():
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    run = subprocess.run([sys.executable, "-m", "mypy", *PACKAGES],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_mypy_checks_the_typed_packages():
+    """The configuration names the three packages, so a bare ``mypy`` checks them too."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert tuple(project["tool"]["mypy"]["files"]) == PACKAGES
+    assert any(need.startswith("mypy") for need in project["project"]["optional-dependencies"]["test"])
