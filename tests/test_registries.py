@@ -53,7 +53,7 @@ def test_generate_offers_registered_names(toys):
     lookahead = next(a for a in generate._actions if "--lookahead" in a.option_strings)
     assert TOY_DRAFTER in drafter.choices
     assert TOY_RULE in lookahead.metavar.strip("{}").split(",")  # a rule or disco:FILE: checked by the spec
-    from layersearch.decoder.fragments import spec_from_options
+    from layersearch.commands.generate_options import spec_from_options
 
     args = build_parser().parse_args(["generate", "--drafter", TOY_DRAFTER, "--lookahead", TOY_RULE, "--prompt", "hi",
                                       "--mask", "uniform:0.5"])
@@ -81,9 +81,9 @@ def test_bench_refuses_an_unregistered_name_in_one_line():
     from layersearch.evaluation.bench import BenchSettings
     from layersearch.common.errors import LayersearchError
 
-    with pytest.raises(LayersearchError, match=f"--drafters: unknown item '{TOY_DRAFTER}'"):
+    with pytest.raises(LayersearchError, match=f"^drafters: unknown item '{TOY_DRAFTER}'"):
         BenchSettings("tiny", "out.json", drafters=(TOY_DRAFTER,))
-    with pytest.raises(LayersearchError, match=f"--lookaheads: unknown rule '{TOY_RULE}'"):
+    with pytest.raises(LayersearchError, match=f"^lookaheads: unknown rule '{TOY_RULE}'"):
         BenchSettings("tiny", "out.json", lookaheads=(TOY_RULE,))
 
 
