@@ -22,8 +22,7 @@ from layersearch.commands.common import load, positive_int
 from layersearch.commands.renamed import renamed_option
 from layersearch.common.outputs import check_output
 from layersearch.decoder.spec import registry_names
-from layersearch.commands.generate_options import check_options_on_model, spec_from_options
-from layersearch.decoder.fragments import named_spec
+from layersearch.commands.generate_options import check_options_on_model, named_spec, spec_from_options
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

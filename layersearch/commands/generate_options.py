@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from layersearch.common.errors import LayersearchError
-from layersearch.decoder.fragments import draft_model_item
+from layersearch.decoder.fragments import draft_model_item, named_spec  # noqa: F401 (named_spec: generate wraps a spec file's errors)
 from layersearch.decoder.spec import (DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec,
                                       SamplingSpec, lookahead_names, registry_names)
 

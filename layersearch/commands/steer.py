@@ -58,8 +58,8 @@ def add_parser(sub, parser_class) -> None:
 
 
 def run(args: Any) -> int:
-    """Check the counts (:mod:`layersearch.experiments.steer_options`), then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
-    from layersearch.experiments import steer_options as options
+    """Check the counts (:mod:`layersearch.commands.steer_options`), then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
+    from layersearch.commands import steer_options as options
 
     from layersearch.experiments import steer_workflow as workflow
     options.check_counts(args)

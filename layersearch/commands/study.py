@@ -89,7 +89,7 @@ def run(args: Any) -> int:
 
 def _create(args: Any) -> int:
     from layersearch.study import create_study
-    from layersearch.study.options import settings_from_options
+    from layersearch.commands.study_options import settings_from_options
     from layersearch.study.text import created_text
 
     print(created_text(create_study(args.name, settings_from_options(args), storage=args.storage, profile_path=args.profile,
