@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # usage errors exit 2 through argparse
     try:
         from layersearch.commands.common import check_shared_options
-        from layersearch.common.outputs import check_overwrites
+        from layersearch.commands.outputs import check_overwrites
 
         check_shared_options(vars(args))  # seeds, draft lengths, ratios, learning rates: before any work
         from layersearch.commands.requires import check_extras

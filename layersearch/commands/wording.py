@@ -31,6 +31,7 @@ FIELD_OPTIONS = {
     "sampling.temperature": "temperature",
     "sampling.top_p": "top_p",
     "sampling.seed": "seed",
+    "output": "out",
 }
 
 
