@@ -40,6 +40,13 @@ ARGPARSE_USERS = ("commands", "cli.py")
 #: Only the CLI speaks of its flags (``--max-draft``): below it errors name API arguments and spec fields.
 FLAG_USERS = ARGPARSE_USERS
 FLAG = re.compile(r"--[a-z][a-z0-9-]+")
+#: Another program's flags, in the commands these modules tell the user to run (pip's).
+FOREIGN_FLAGS = {
+    "data/_common.py": ("--force-reinstall",),
+    "data/gsm.py": ("--upgrade",),
+    "data/sql.py": ("--no-deps", "--no-binary"),
+    "models/loading.py": ("--no-deps",),
+}
 OPTUNA_USERS = ("strategies", "study", "tune", "commands", "evaluation/plots.py")
 #: Further rules, by package or module path: names it must never import (lazily or not).
 NO_TORCH = ("torch", "transformers")
@@ -225,6 +232,7 @@ def flag_strings(path: Path) -> list[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
         for flag in FLAG.findall(node.value)
+        if flag not in FOREIGN_FLAGS.get(path.relative_to(PACKAGE).as_posix(), ())
     ]
 
 

@@ -80,7 +80,7 @@ def _eval(args: Any, workflow: Any) -> int:
     from layersearch.common.outputs import check_output
 
     if args.out:
-        check_output(args.out)
+        check_output(args.out, "--out")
     job = workflow.EvalJob(args.steering, args.domain, args.prompts, args.max_new_tokens, args.max_prompt_tokens,
                            args.draft_length, args.seeds, args.seed, args.drafter, args.device, args.dtype, args.quiet)
     report = workflow.evaluate_steering(job, lambda: load(args))

@@ -133,7 +133,7 @@ def _export(args: Any) -> int:
     from layersearch.study import export_mask
     from layersearch.study.text import exported_text
 
-    out = check_output(args.out)
+    out = check_output(args.out, "--out")
     path, mask = export_mask(args.name, out, storage=args.storage, trial=args.trial)
     announce(out, exported_text(path, args.name, mask))
     return 0

@@ -31,7 +31,6 @@ FIELD_OPTIONS = {
     "sampling.temperature": "temperature",
     "sampling.top_p": "top_p",
     "sampling.seed": "seed",
-    "output": "out",
 }
 
 

@@ -116,7 +116,7 @@ class BuiltDecoder:
 
 
 def encode_prompts(loaded: Any, prompts: Sequence[str], max_new_tokens: int, where: Callable[[int], str],
-                   length: str = "--max-new-tokens") -> list[Any]:
+                   length: str = "max_new_tokens") -> list[Any]:
     """Each prompt's token ids ``[1, n]``, every one checked to fit the model's context with
     ``max_new_tokens`` more before any is decoded (``where(index)`` names a prompt, ``length``
     where the number of new tokens comes from)."""
@@ -159,12 +159,13 @@ def build_decoder(
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
     draft = _draft_model(spec, loaded, steering, draft)  # an independent drafter (or None)
     if draft is not None and spec.profile:
-        raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
+        raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; profile predicts layer-skip drafts only", fields="profile")
     if steering is not None and _self_int8(spec, draft):
         raise LayersearchError(f"{spec.steering}: steering hooks the drafter's full-precision sub-layers; "
                                "it takes no int8 self-draft (drafter.quant without a draft model)")
     if steering is not None and files.router is not None:
-        raise LayersearchError("--steering was trained for one mask; it takes no --mask router:FILE (which switches masks)")
+        raise LayersearchError("steering was trained for one mask; it takes no mask_source router:FILE (which switches masks)",
+                               fields=("steering", "mask_source"))
     if files.disco is not None:
         _prefixed(spec.lookahead.file, files.disco.check_model, info)
         if file_mask is None and spec.mask_source.kind == "default":
@@ -349,20 +350,22 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
     kind, drafter = spec.mask_source.kind, spec.drafter.name
     if spec.plain or kind in ("knapsack", "swift") or drafter == "prompt-lookup":
         raise LayersearchError(
-            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --mask knapsack, --mask swift or prompt-lookup"
+            "steering steers the layer-skip drafter with its one mask; it takes no plain, mask_source knapsack, "
+            "mask_source swift or drafter prompt-lookup", fields=("steering", "plain", "mask_source", "drafter")
         )
     steering = SteeringFile.load(path)
     _prefixed(path, steering.check_verifier, info)
     if steering.drafter is not None:
         if kind in ("uniform", "mask") or drafter != "layer-skip":
             raise LayersearchError(
-                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --drafter"
+                f"{path}: trained for draft model {steering.drafter.name!r}; leave out mask_source / drafter",
+                fields=("mask_source", "drafter"),
             )
         return steering, None
     if spec.drafter.model is not None:
-        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no --draft-model")
+        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no drafter.model", fields="drafter.model")
     if kind == "uniform" or (kind == "mask" and _sublayers(spec.mask_source.mask) != _sublayers(steering.mask)):
-        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask")
+        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out mask_source", fields="mask_source")
     return steering, steering.mask
 
 

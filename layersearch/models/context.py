@@ -25,13 +25,13 @@ def check_context(loaded: Any, tokens: int, what: str) -> None:
         raise LayersearchError(f"{what} needs {tokens} positions but model {loaded.info.name!r} has a context length of {limit}")
 
 
-def check_fits(loaded: Any, prompt_tokens: int, new_tokens: int, where: str, option: str = "--max-new-tokens") -> None:
+def check_fits(loaded: Any, prompt_tokens: int, new_tokens: int, where: str, option: str = "max_new_tokens") -> None:
     """Raise when a prompt of ``prompt_tokens`` tokens (``where``: which prompt) plus
     ``new_tokens`` new ones (``option``: where that number comes from) overflow the context."""
     check_context(loaded, prompt_tokens + new_tokens, f"{where} ({prompt_tokens} tokens) + {option} {new_tokens}")
 
 
-def check_all_fit(loaded: Any, lengths: Iterable[tuple[str, int]], new_tokens: int, option: str = "--max-new-tokens") -> None:
+def check_all_fit(loaded: Any, lengths: Iterable[tuple[str, int]], new_tokens: int, option: str = "max_new_tokens") -> None:
     """:func:`check_fits` for every ``(where, prompt_tokens)``: first ``new_tokens`` alone (after
     a one-token prompt, so a runaway ``option`` is named as such), then each prompt."""
     check_context(loaded, 1 + new_tokens, f"{option} {new_tokens} (after a prompt of at least one token)")

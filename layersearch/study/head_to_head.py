@@ -96,7 +96,7 @@ def write_report(report: dict[str, Any], out: Any, plot: Any) -> None:
     from layersearch.common.outputs import write_outputs
     from layersearch.evaluation.plots import plot_head_to_head
 
-    write_outputs([(out, json_text(report))], "--out")
+    write_outputs([(out, json_text(report))], "out")
     plot_head_to_head(report["strategies"], plot)
 
 
