@@ -124,7 +124,7 @@ def encode_prompts(loaded: Any, prompts: Sequence[str], max_new_tokens: int, whe
 
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):
-        check_context(loaded, ids.shape[1] + max_new_tokens, f"{where(index)} ({ids.shape[1]} tokens) + {length}")
+        check_context(loaded, ids.shape[1] + max_new_tokens, f"{where(index)} ({ids.shape[1]} tokens) + {length}", (length,))
     return encoded
 
 

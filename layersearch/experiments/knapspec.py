@@ -142,7 +142,8 @@ def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: st
     loaded = load()
     # Every context checked before the first is measured: no partial report for a model too short.
     check_context(loaded, max(contexts) + settings.max_new_tokens + settings.max_draft + 1,
-                  f"contexts {max(contexts)} + max_new_tokens + max_draft")
+                  f"contexts {max(contexts)} + max_new_tokens + max_draft",
+                  ("contexts", "max_new_tokens", "max_draft"))
     profile = latency_profile(loaded, profile_path, contexts, settings.max_draft, say)
     if settings.plans:  # before any measurement: one line, not a partial report
         require_int8_profile(profile)

@@ -167,7 +167,7 @@ def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], N
     for domain, items in texts.items():
         prompts[domain] = [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items]
         for i, ids in enumerate(prompts[domain]):
-            check_context(loaded, ids.shape[1] + job.max_new_tokens, f"{domain} test prompt {i + 1} + max_new_tokens")
+            check_context(loaded, ids.shape[1] + job.max_new_tokens, f"{domain} test prompt {i + 1} + max_new_tokens", ("max_new_tokens",))
     routing = None
     if routing_texts:
         held_out = {d: [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items] for d, items in routing_texts.items()}

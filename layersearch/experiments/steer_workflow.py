@@ -64,7 +64,7 @@ def train_steering(job: TrainJob, load: Callable[[], Any]) -> list[str]:
         check_model_dir(job.finetune_drafter, "finetune_drafter")
     mask_file = SkipMask.load(job.mask) if job.mask else None  # a bad mask fails before the model loads
     loaded = load()
-    check_context(loaded, settings.new_tokens + 1, f"new_tokens {settings.new_tokens}")  # prompts come on top
+    check_context(loaded, settings.new_tokens + 1, f"new_tokens {settings.new_tokens}", ("new_tokens",))  # prompts come on top
     drafter = _load_drafter(job.drafter, loaded, job.device, job.dtype) if job.drafter else None
     mask = None if drafter is not None else _self_mask(job, mask_file, loaded.info)
     draft_model = drafter.model if drafter is not None else loaded.model
@@ -134,7 +134,7 @@ def evaluate_steering(job: EvalJob, load: Callable[[], Any]) -> dict[str, Any]:
 
     steering = SteeringFile.load(job.steering)  # a bad file fails before the model loads
     loaded = load()
-    check_context(loaded, job.max_new_tokens + 1, f"max_new_tokens {job.max_new_tokens}")  # prompts come on top
+    check_context(loaded, job.max_new_tokens + 1, f"max_new_tokens {job.max_new_tokens}", ("max_new_tokens",))  # prompts come on top
     drafter = None
     if steering.drafter is not None:
         drafter = _load_drafter(job.drafter or steering.drafter.name, loaded, job.device, job.dtype)

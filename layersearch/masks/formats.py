@@ -98,7 +98,8 @@ def import_mask(
     else:
         if key is None or key not in data:
             asked = "no key given" if key is None else f"no key {key!r}"
-            raise LayersearchError(f"{where}: {asked}; available keys: {', '.join(data) or 'none'}")
+            raise LayersearchError(f"{where}: {asked}; available keys: {', '.join(data) or 'none'}",
+                                   fields="key" if key is None else ())
         entry, label = data[key], f"{where} key {key!r}"
     depth = _depth(num_layers, model)
     attention, mlp = (_flat_sets if fmt == "knapspec" else _layer_sets)(entry, label, depth)
