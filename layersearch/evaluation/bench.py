@@ -422,7 +422,8 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     profile = _bench_profile(settings, loaded, say)
     compiled = compile_wanted(settings.compile or "auto", loaded.model.device.type)
     if compiled and settings.kernels == "numba":
-        raise LayersearchError("--kernels numba cannot run inside compiled forwards: with --compile on use --kernels stock or auto")
+        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels "
+                               "'stock' or 'auto'", fields=("kernels", "compile"))
     kernels = "stock" if compiled else choose_kernels(settings.kernels, profile)
     say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     from layersearch.common.jsonfile import BENCH_SCHEMA_VERSION
