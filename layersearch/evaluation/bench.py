@@ -487,7 +487,7 @@ def _check_spec_model(path: str, spec: Any, model: str) -> None:
     ref = spec.model.ref
     same = ref.ref == model or ref.path and _real(ref.ref) == _real(model)
     if not same:
-        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not model {model!r}", fields="model")
+        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not the benched model {model!r}")
 
 
 def _check_placement(path: str, spec: Any) -> None:
