@@ -86,10 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     renamed = renamed_command(sys.argv[1:] if argv is None else list(argv))
     if renamed:  # an old command spelling: one line naming the new one
         return _fail(renamed, 2)
-    args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors exit 2 through argparse
     try:
-        from layersearch.common.checks import check_shared_options
-        from layersearch.common.outputs import check_overwrites
+        from layersearch.commands.common import check_shared_options
+        from layersearch.commands.outputs import check_overwrites
 
         check_shared_options(vars(args))  # seeds, draft lengths, ratios, learning rates: before any work
         from layersearch.commands.requires import check_extras
@@ -100,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_overwrites(vars(args), derived(args) if derived is not None else {})  # no output onto an input
         return int(module.run(args) or 0)
     except LayersearchError as exc:
-        return _fail(str(exc), 2)
+        from layersearch.commands.wording import cli_message, option_words
+
+        return _fail(cli_message(exc, option_words(parser, args)), 2)
     except KeyboardInterrupt:
         _end_line()
         print("layersearch: interrupted", file=sys.stderr)

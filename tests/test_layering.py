@@ -5,11 +5,13 @@ map): a package imports only packages of lower layers, never one of its own laye
 are independent of each other), and the graph of top-level packages has no cycle, counting every
 import in a file (lazy ones inside functions and ``TYPE_CHECKING`` ones too). Besides: only the
 CLI imports argparse, only the search imports Optuna, the runtime prints nothing, the decoder
-spec imports no torch, and no two modules import each other in a circle while loading."""
+spec imports no torch, no two modules import each other in a circle while loading, and only the
+CLI speaks of command-line flags."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,16 @@ LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
 #: Only the CLI parses arguments, and only the search (and its pictures) imports Optuna.
 ARGPARSE_USERS = ("commands", "cli.py")
+#: Only the CLI speaks of its flags (``--max-draft``): below it errors name API arguments and spec fields.
+FLAG_USERS = ARGPARSE_USERS
+FLAG = re.compile(r"--[a-z][a-z0-9-]+")
+#: Another program's flags, in the commands these modules tell the user to run (pip's).
+FOREIGN_FLAGS = {
+    "data/_common.py": ("--force-reinstall",),
+    "data/gsm.py": ("--upgrade",),
+    "data/sql.py": ("--no-deps", "--no-binary"),
+    "models/loading.py": ("--no-deps",),
+}
 OPTUNA_USERS = ("strategies", "study", "tune", "commands", "evaluation/plots.py")
 #: Further rules, by package or module path: names it must never import (lazily or not).
 NO_TORCH = ("torch", "transformers")
@@ -197,6 +209,45 @@ def test_only_their_users_import_argparse_and_optuna(library, users):
     allowed = {path for rule in users for path in files_of(rule)}
     bad = offending([p for p in sorted(PACKAGE.rglob("*.py")) if p not in allowed], (library,))
     assert not bad, bad
+
+
+def docstring_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                found.add(id(first.value))
+    return found
+
+
+def flag_strings(path: Path) -> list[str]:
+    """``path:line: --flag`` for each command-line flag in a string constant of ``path`` (f-string
+    parts included; docstrings and comments aside)."""
+    tree = ast.parse(path.read_text())
+    docstrings = docstring_nodes(tree)
+    return [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}: {flag}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        for flag in FLAG.findall(node.value)
+        if flag not in FOREIGN_FLAGS.get(path.relative_to(PACKAGE).as_posix(), ())
+    ]
+
+
+def test_only_the_cli_speaks_of_flags():
+    allowed = {path for rule in FLAG_USERS for path in files_of(rule)}
+    bad = [line for path in sorted(PACKAGE.rglob("*.py")) if path not in allowed for line in flag_strings(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_flag_finder_finds_flags_and_skips_docstrings(tmp_path, monkeypatch):
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path)
+    path = tmp_path / "m.py"
+    path.write_text('"""--doc-flag."""\n\ndef f(x):\n    """--inner."""\n    # --comment\n'
+                    '    return f"--max-draft {x}", "a --b", "--", "---", "x--y"\n')
+    assert [line.rpartition(": ")[2] for line in flag_strings(path)] == ["--max-draft"]
 
 
 def test_runtime_prints_nothing():

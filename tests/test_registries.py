@@ -104,7 +104,7 @@ def _command(parser, command: str):
 def test_generate_offers_registered_names(toys):
     from layersearch.cli import build_parser
     from layersearch.common.errors import LayersearchError
-    from layersearch.decoder.fragments import spec_from_options
+    from layersearch.commands.generate_options import spec_from_options
 
     generate = _command(build_parser(), "generate")
     drafter = next(a for a in generate._actions if "--drafter" in a.option_strings)
@@ -154,9 +154,9 @@ def test_bench_refuses_an_unregistered_name_in_one_line():
     from layersearch.evaluation.bench import BenchSettings
     from layersearch.common.errors import LayersearchError
 
-    with pytest.raises(LayersearchError, match=f"--drafters: unknown item '{TOY_TEXT}'"):
+    with pytest.raises(LayersearchError, match=f"^drafters: unknown item '{TOY_TEXT}'"):
         BenchSettings("tiny", "out.json", drafters=(TOY_TEXT,))
-    with pytest.raises(LayersearchError, match=f"--lookaheads: unknown rule '{TOY_RULE}'"):
+    with pytest.raises(LayersearchError, match=f"^lookaheads: unknown rule '{TOY_RULE}'"):
         BenchSettings("tiny", "out.json", lookaheads=(TOY_RULE,))
 
 

@@ -9,6 +9,9 @@ parsers are built for ``--help`` too.
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from layersearch.common.errors import LayersearchError
 
 DEFAULT_MODEL = "smollm2-135m"
 STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)"
@@ -95,3 +98,24 @@ def swift_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--swift-max-steps", type=int, default=d["max_steps"], help=f"stop after this many optimization steps (default {d['max_steps']})")
     g.add_argument("--swift-tolerance", type=float, default=d["tolerance"], help=f"lower the skip ratio by 0.1 when an input's acceptance stays below this (default {d['tolerance']}; 0 never)")
     g.add_argument("--swift-min-skip-ratio", type=float, default=None, help="lowest skip ratio the tolerance rule may reach (default one 0.1 step below the start)")
+
+
+def swift_config(options: Any, skip_ratio: float | None = None):
+    """A :class:`~layersearch.swift.SwiftConfig` from ``--swift-*`` options (``options.swift_window``
+    ...), ``seed`` and the skip ratio (``skip_ratio``, else ``options.skip_ratio`` where it has one,
+    else SWIFT's 0.45); a bad value is one error naming the options."""
+    from layersearch.swift import SwiftConfig
+    from layersearch.swift.search import SKIP_RATIO
+
+    ratio = skip_ratio if skip_ratio is not None else getattr(options, "skip_ratio", None)
+    try:
+        return SwiftConfig(
+            skip_ratio=SKIP_RATIO if ratio is None else ratio,
+            window=options.swift_window, bo_interval=options.swift_bo_interval, kappa=options.swift_kappa,
+            target=options.swift_target, patience=options.swift_patience, max_steps=options.swift_max_steps,
+            tolerance=options.swift_tolerance, min_skip_ratio=options.swift_min_skip_ratio,
+            seed=getattr(options, "seed", 0) or 0,
+        )
+    except LayersearchError as exc:  # name the options, not the config fields
+        ratio_option = "--skip-ratio" if hasattr(options, "skip_ratio") else "--mask swift:R"
+        raise LayersearchError(f"{exc} (see the --swift-* options and {ratio_option})") from None

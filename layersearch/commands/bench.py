@@ -79,7 +79,7 @@ def run(args: Any) -> int:
     from layersearch.evaluation.bench import BenchSettings, prepare_bench, run_bench
     from layersearch.common.outputs import announce, check_output
 
-    out = check_output(args.out)
+    out = check_output(args.out, "--out")
     given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
     settings = BenchSettings(
         args.model, out, tuple(d for d in given.split(",") if d), args.prompts, args.prompts_per_domain,

@@ -1,11 +1,11 @@
-"""What several commands share: loading ``--model`` quietly. The checks they share are
-:mod:`layersearch.common.checks`' (:func:`~layersearch.common.checks.check_shared_options`), the input and
-output files :mod:`layersearch.common.inputs`' and :mod:`layersearch.common.outputs`'."""
+"""What several commands share: loading ``--model`` quietly, and the checks of the options many
+commands take (:func:`check_shared_options`); the input and output files are
+:mod:`layersearch.common.inputs`' and :mod:`layersearch.common.outputs`'."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from layersearch.common.checks import check_int, check_threads
 
@@ -43,3 +43,34 @@ def _say(message: str) -> None:
 def positive_int(value: int, what: str) -> int:
     """Check a count argument (>= 1)."""
     return check_int(value, what)
+
+
+def check_shared_options(options: Mapping[str, Any]) -> None:
+    """Range and finiteness of the options many commands share (``options``: by name, as
+    ``vars(args)``), checked by name before any command starts work (each command narrows them
+    further where it needs to): every seed, ``--max-draft``, ``--draft-threshold``,
+    ``--skip-ratio``, learning rates, ``--threads`` (at most the machine's CPU threads), every
+    float option (finite: no NaN or infinity) and every text value (valid UTF-8: a non-UTF-8 byte
+    from the shell is named, not decoded). Errors name the option's ``dest`` (the CLI words it
+    as the option: :mod:`layersearch.commands.wording`)."""
+    from layersearch.common.checks import (check_draft_length, check_finite, check_learning_rate, check_real, check_seed,
+                                           check_text)
+
+    for name, value in options.items():
+        if value is None or isinstance(value, bool):
+            continue
+        for text in value if isinstance(value, list) else (value,):
+            if isinstance(text, str):
+                check_text(text, name, argv=True)
+        if name == "seed" or name.endswith("_seed"):
+            check_seed(value, name)
+        elif name == "max_draft":
+            check_draft_length(value, name)
+        elif name in ("draft_threshold", "skip_ratio"):
+            check_real(value, name, low=0.0, high=1.0)
+        elif name in ("lr", "drafter_lr"):
+            check_learning_rate(value, name)
+        elif name == "threads":
+            check_threads(value, name)
+        elif isinstance(value, float):  # each command checks its own range; none takes NaN or infinity
+            check_finite(value, name)

@@ -51,8 +51,8 @@ def _common(p, splits: bool) -> None:
 
 
 def run(args: Any) -> int:
-    """Check every option (:func:`layersearch.experiments.disco_options.check_options`), then run the action."""
-    from layersearch.experiments.disco_options import check_options
+    """Check every option (:func:`layersearch.commands.disco_options.check_options`), then run the action."""
+    from layersearch.commands.disco_options import check_options
 
     mask_file, rows = check_options(args)
     return {"collect": _collect, "train": _train, "bench": _bench}[args.action](args, mask_file, rows)
@@ -73,7 +73,7 @@ def _collect(args, mask_file, rows) -> int:
 
 def _train(args, mask_file, rows) -> int:
     from layersearch.experiments.disco import prompt_tokens, train_domain
-    from layersearch.experiments.disco_options import trained_text
+    from layersearch.commands.disco_options import trained_text
 
     loaded, mask = _load(args, mask_file)
     train = [] if rows is not None else prompt_tokens(loaded, args.domain, args.train_prompts, args.seed, "train")

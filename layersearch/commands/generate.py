@@ -1,7 +1,7 @@
 """``layersearch generate``: self-speculative (or plain) generation for one or more prompts.
 
 This module parses, turns the options into a :class:`~layersearch.decoder.spec.DecoderSpec`
-(:func:`layersearch.decoder.fragments.spec_from_options`), hands it to
+(:func:`layersearch.commands.generate_options.spec_from_options`), hands it to
 :func:`layersearch.decoder.build.build_decoder` and prints. ``--save-spec`` writes the spec of what it
 ran; ``--spec`` runs one.
 """
@@ -22,7 +22,7 @@ from layersearch.commands.common import load, positive_int
 from layersearch.commands.renamed import renamed_option
 from layersearch.common.outputs import check_output
 from layersearch.decoder.spec import DrafterSpec, registry_names
-from layersearch.decoder.fragments import check_options_on_model, named_spec, spec_from_options
+from layersearch.commands.generate_options import check_options_on_model, named_spec, spec_from_options
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

@@ -44,9 +44,8 @@ def run(args: Any) -> int:
     from layersearch.objectives import check_objective
     from layersearch.study import COMPARE_COLUMNS
     from layersearch.study.compare import table_targets
-    from layersearch.study.head_to_head import (head_to_head_plans, ordering, report_targets, run_head_to_head,
-                                                strategies_named, write_report)
-    from layersearch.study.options import domain_from_options
+    from layersearch.commands.study_options import domain_from_options, head_to_head_plans, report_targets, strategies_named
+    from layersearch.study.head_to_head import ordering, run_head_to_head, write_report
     from layersearch.study.text import format_table
 
     check_positive(args.budget, "--budget", unit="seconds")

@@ -52,7 +52,7 @@ def bench(args: Any) -> int:
     from layersearch.experiments.knapspec import BenchSettings, format_table, run_experiment
     from layersearch.common.outputs import announce, check_output
 
-    out = check_output(args.out)
+    out = check_output(args.out, "--out")
     settings = BenchSettings(**{k: getattr(args, k) for k in BenchSettings.__dataclass_fields__})
     report = run_experiment(settings, args.contexts, args.profile, out, lambda: load(args),
                             say=lambda message: print(message, file=sys.stderr, flush=True), argv=sys.argv[1:])

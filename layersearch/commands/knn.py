@@ -67,7 +67,7 @@ def _build(args: Any) -> int:
     from layersearch.evaluation.plots import check_png_output
     from layersearch.study.export import mask_from_source
 
-    out = check_output(args.out, suffixes=(".json",))
+    out = check_output(args.out, "--out", suffixes=(".json",))
     pca = check_png_output(args.pca) if args.pca else None
     sources = domain_options(args.domain, "--domain", "NAME=MASK.json or NAME=study:STUDY[@STORAGE]")
     masks = {name: mask_from_source(name, source) for name, source in sources.items()}  # bad files fail before the load
@@ -99,7 +99,7 @@ def _bench(args: Any) -> int:
                    args.max_new_tokens, args.seed, args.routing_prompts, args.ood_domains, bool(args.pca), args.max_draft,
                    args.draft_threshold)
     parse_ratios(args.mix_ratios)  # its error before the output checks, as ever
-    out = check_output(args.out, suffixes=(".json",))
+    out = check_output(args.out, "--out", suffixes=(".json",))
     plot = check_png_output(args.plot) if args.plot else None
     pca = check_png_output(args.pca) if args.pca else None
     router, result, routing, report = run_knn_bench(job, lambda: load(args), _say)

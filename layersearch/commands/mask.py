@@ -70,7 +70,7 @@ def _create(args: Any) -> int:
     from layersearch.models.loading import load_model
     from layersearch.common.outputs import announce, check_output
 
-    out = check_output(args.out)
+    out = check_output(args.out, "--out")
     attention, mlp = parse_index_list(args.attention, "attention"), parse_index_list(args.mlp, "mlp")
     info = load_model(args.model).info  # seconds once the model is cached; validates the name
     mask = SkipMask(

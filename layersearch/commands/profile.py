@@ -40,7 +40,7 @@ def run(args: Any) -> int:
         return _validate(args)
     if args.out is None:
         raise LayersearchError("--out is required (where to write the profile)")
-    out = check_output(args.out)
+    out = check_output(args.out, "--out")
     contexts = _contexts(args.contexts or "64,256,512,1024")
     positive_int(args.repeats, "--repeats")
     loaded = load(args)
@@ -70,7 +70,7 @@ def _validate(args: Any) -> int:
     from layersearch.commands.common import positive_int
     from layersearch.models.context import check_context
 
-    out = check_output(args.out) if args.out is not None else None
+    out = check_output(args.out, "--out") if args.out is not None else None
     positive_int(args.repeats, "--repeats")
     profile = LatencyProfile.load(args.validate)
     loaded = load(args)

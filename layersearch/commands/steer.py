@@ -58,8 +58,8 @@ def add_parser(sub, parser_class) -> None:
 
 
 def run(args: Any) -> int:
-    """Check the counts (:mod:`layersearch.experiments.steer_options`), then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
-    from layersearch.experiments import steer_options as options
+    """Check the counts (:mod:`layersearch.commands.steer_options`), then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
+    from layersearch.commands import steer_options as options
 
     from layersearch.experiments import steer_workflow as workflow
     options.check_counts(args)
@@ -80,7 +80,7 @@ def _eval(args: Any, workflow: Any) -> int:
     from layersearch.common.outputs import check_output
 
     if args.out:
-        check_output(args.out)
+        check_output(args.out, "--out")
     job = workflow.EvalJob(args.steering, args.domain, args.prompts, args.max_new_tokens, args.max_prompt_tokens,
                            args.draft_length, args.seeds, args.seed, args.drafter, args.device, args.dtype, args.quiet)
     report = workflow.evaluate_steering(job, lambda: load(args))

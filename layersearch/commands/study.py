@@ -89,7 +89,7 @@ def run(args: Any) -> int:
 
 def _create(args: Any) -> int:
     from layersearch.study import create_study
-    from layersearch.study.options import settings_from_options
+    from layersearch.commands.study_options import settings_from_options
     from layersearch.study.text import created_text
 
     print(created_text(create_study(args.name, settings_from_options(args), storage=args.storage, profile_path=args.profile,
@@ -133,7 +133,7 @@ def _export(args: Any) -> int:
     from layersearch.study import export_mask
     from layersearch.study.text import exported_text
 
-    out = check_output(args.out)
+    out = check_output(args.out, "--out")
     path, mask = export_mask(args.name, out, storage=args.storage, trial=args.trial)
     announce(out, exported_text(path, args.name, mask))
     return 0

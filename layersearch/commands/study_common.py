@@ -1,5 +1,5 @@
 """What ``study`` and ``study head-to-head`` share: search arguments and output lines (their
-settings from the options: :mod:`layersearch.study.options`)."""
+settings from the options: :mod:`layersearch.commands.study_options`)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def stream(args: Any) -> int:
     """Build the stream, search the fixed mask, decode the stream with every method, report
     (:func:`layersearch.experiments.swift.stream_experiment`)."""
     from layersearch.commands.common import load
-    from layersearch.swift.options import swift_config
+    from layersearch.commands.args import swift_config
     from layersearch.common.outputs import check_output
     from layersearch.experiments.swift import StreamJob, stream_experiment
 

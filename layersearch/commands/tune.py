@@ -1,7 +1,7 @@
 """``layersearch tune``: the fastest lossless configuration for your prompts, written as a spec.
 
 This module parses and prints; the work is :mod:`layersearch.tune` (the run from the options:
-:mod:`layersearch.tune.options`).
+:mod:`layersearch.commands.tune_options`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ def output_paths(args: Any) -> dict[str, str]:
 
 def tune_from_args(args: Any) -> Any:
     """The tune run ``args`` describe, its spec and report written (shared with ``demo``):
-    :func:`layersearch.tune.options.tune_from_options` with the CLI's model loader."""
+    :func:`layersearch.commands.tune_options.tune_from_options` with the CLI's model loader."""
     from layersearch.commands.common import load
-    from layersearch.tune.options import tune_from_options
+    from layersearch.commands.tune_options import tune_from_options
 
     return tune_from_options(args, lambda: load(args), _say)
 

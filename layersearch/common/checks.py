@@ -1,5 +1,6 @@
 """Checks of numeric arguments, one wording everywhere: each returns the value or raises
-:class:`~layersearch.common.errors.LayersearchError` naming ``what`` and the value it got.
+:class:`~layersearch.common.errors.LayersearchError` naming ``what`` (the argument or field, which
+the error's ``fields`` carry so the CLI can name its option) and the value it got.
 
 ``bool`` is refused where a number is expected (``True`` is an ``int`` to Python, never a
 count or a ratio to a user).
@@ -18,21 +19,21 @@ def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int | None = 
     """``value`` if it is an integer in ``[minimum, maximum]`` (no upper bound when None)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise LayersearchError(f"{what} must be an integer {bound}, got {value!r}")
+        raise LayersearchError(f"{what} must be an integer {bound}, got {value!r}", fields=what)
     return value
 
 
 def check_fraction(value: Any, what: str) -> float:
     """``value`` as a float if it is a real number in ``[0, 1]`` (NaN refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise LayersearchError(f"{what} must be in [0, 1], got {value!r}")
+        raise LayersearchError(f"{what} must be in [0, 1], got {value!r}", fields=what)
     return float(value)
 
 
 def check_positive(value: Any, what: str, *, unit: str = "") -> float:
     """``value`` as a float if it is a finite real number > 0 (``unit`` only words the message)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
-        raise LayersearchError(f"{what} must be > 0{' ' + unit if unit else ''}, got {value!r}")
+        raise LayersearchError(f"{what} must be > 0{' ' + unit if unit else ''}, got {value!r}", fields=what)
     return float(value)
 
 
@@ -42,7 +43,7 @@ def check_positive(value: Any, what: str, *, unit: str = "") -> float:
 MAX_DRAFT_LENGTH = 64
 
 
-def check_draft_length(value: Any, what: str = "--max-draft") -> int:
+def check_draft_length(value: Any, what: str = "max_draft") -> int:
     """``value`` if it is a draft-length bound in ``[1, MAX_DRAFT_LENGTH]``."""
     return check_int(value, what, minimum=1, maximum=MAX_DRAFT_LENGTH)
 
@@ -52,7 +53,7 @@ def check_draft_length(value: Any, what: str = "--max-draft") -> int:
 MAX_SEED = 2**32 - 1
 
 
-def check_seed(value: Any, what: str = "--seed") -> int:
+def check_seed(value: Any, what: str = "seed") -> int:
     """``value`` if it is an integer seed in ``[0, MAX_SEED]``."""
     return check_int(value, what, minimum=0, maximum=MAX_SEED)
 
@@ -69,7 +70,7 @@ def check_real(
         left, right = "(" if low_open else "[", ")" if high_open else "]"
         shown = f"in {left}{low:g}, {high:g}{right}" if math.isfinite(low) and math.isfinite(high) else (
             f"{'>' if low_open else '>='} {low:g}" if math.isfinite(low) else f"{'<' if high_open else '<='} {high:g}")
-        raise LayersearchError(f"{what} must be a finite number {shown}, got {value!r}")
+        raise LayersearchError(f"{what} must be a finite number {shown}, got {value!r}", fields=what)
     return float(value)
 
 
@@ -96,7 +97,7 @@ def check_finite(value: Any, what: str) -> float:
     """``value`` as a float if it is a finite real number (NaN and infinities refused): the
     check every float option and every number read from a file passes before its own range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise LayersearchError(f"{what} must be a finite number, got {value!r}")
+        raise LayersearchError(f"{what} must be a finite number, got {value!r}", fields=what)
     return float(value)
 
 
@@ -108,11 +109,11 @@ def max_threads() -> int:
     return os.cpu_count() or 1
 
 
-def check_threads(value: Any, what: str = "--threads") -> int:
+def check_threads(value: Any, what: str = "threads") -> int:
     """``value`` if it is a thread count in ``[1, max_threads()]``."""
     limit = max_threads()
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-        raise LayersearchError(f"{what} must be an integer in [1, {limit}] (this machine has {limit} CPU threads), got {value!r}")
+        raise LayersearchError(f"{what} must be an integer in [1, {limit}] (this machine has {limit} CPU threads), got {value!r}", fields=what)
     return value
 
 
@@ -122,47 +123,18 @@ def check_text(value: Any, what: str, *, argv: bool = False) -> str:
     (U+DC80..U+DCFF) and are named as the byte they were; otherwise (a JSON ``\\ud800``
     escape, a Python string) a lone surrogate is named as its code point."""
     if not isinstance(value, str):
-        raise LayersearchError(f"{what} must be text (a str), got {type(value).__name__}")
+        raise LayersearchError(f"{what} must be text (a str), got {type(value).__name__}", fields=what)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         code, at = ord(value[exc.start]), exc.start + 1
         if argv and 0xDC80 <= code <= 0xDCFF:
-            raise LayersearchError(f"{what} is not valid UTF-8 text (byte 0x{code - 0xDC00:02x} at character {at})") from None
-        raise LayersearchError(f"{what} is not valid Unicode text (a lone surrogate U+{code:04X} at character {at})") from None
+            raise LayersearchError(f"{what} is not valid UTF-8 text (byte 0x{code - 0xDC00:02x} at character {at})", fields=what) from None
+        raise LayersearchError(f"{what} is not valid Unicode text (a lone surrogate U+{code:04X} at character {at})", fields=what) from None
     return value
 
 
-def check_learning_rate(value: float, what: str = "--lr") -> float:
+def check_learning_rate(value: float, what: str = "lr") -> float:
     """Check a learning rate: finite and in (0, 1] (an AdamW step moves each weight by about lr, so
     more than 1 per step is a typo, and it overflows into NaN weights before anything is written)."""
     return check_real(value, what, low=0.0, high=1.0, low_open=True)
-
-
-def check_shared_options(options: Mapping[str, Any]) -> None:
-    """Range and finiteness of the options many commands share (``options``: by name, as
-    ``vars(args)``), checked by name before any command starts work (each command narrows them
-    further where it needs to): every seed, ``--max-draft``, ``--draft-threshold``,
-    ``--skip-ratio``, learning rates, ``--threads`` (at most the machine's CPU threads), every
-    float option (finite: no NaN or infinity) and every text value (valid UTF-8: a non-UTF-8 byte
-    from the shell is named, not decoded)."""
-    for name, value in options.items():
-        if value is None or isinstance(value, bool):
-            continue
-        option = "FILE" if name == "file" else "--" + name.replace("_", "-")
-        for text in value if isinstance(value, list) else (value,):
-            if isinstance(text, str):
-                check_text(text, option, argv=True)
-        if name == "seed" or name.endswith("_seed"):
-            check_seed(value, option)
-        elif name == "max_draft":
-            check_draft_length(value, option)
-        elif name in ("draft_threshold", "skip_ratio"):
-            # "--skip-ratio (the skip ratio)": the option and the quantity it sets, as the messages before
-            check_real(value, f"{option} (the {name.replace('_', ' ')})", low=0.0, high=1.0)
-        elif name in ("lr", "drafter_lr"):
-            check_learning_rate(value, option)
-        elif name == "threads":
-            check_threads(value, option)
-        elif isinstance(value, float):  # each command checks its own range; none takes NaN or infinity
-            check_finite(value, option)

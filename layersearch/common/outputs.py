@@ -1,6 +1,6 @@
 """Every file layersearch writes goes through here: checked before work starts, written whole.
 
-:func:`check_output` turns an ``--out`` argument into an :class:`OutputTarget` and raises a
+:func:`check_output` turns an output argument into an :class:`OutputTarget` and raises a
 LayersearchError before any long work when it cannot be written (a directory, a missing or
 read-only folder: folders are never created; a name too long, a wrong suffix).
 :func:`write_outputs` then writes one or several files all or nothing:
@@ -26,7 +26,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from layersearch.common.errors import LayersearchError
 
@@ -56,7 +56,18 @@ class OutputTarget:
 
 
 def check_output(
-    path: "str | Path | OutputTarget", what: str = "--out", *, suffixes: Sequence[str] = (), default: bool = False,
+    path: "str | Path | OutputTarget", what: str = "output", *, suffixes: Sequence[str] = (), default: bool = False,
+) -> OutputTarget:
+    """A writable output for ``path``; raises LayersearchError naming ``what`` (the argument, which
+    the error's fields carry) otherwise; see :func:`_check_output`."""
+    try:
+        return _check_output(path, what, suffixes=suffixes, default=default)
+    except LayersearchError as exc:
+        raise LayersearchError(str(exc), fields=what) from None
+
+
+def _check_output(
+    path: "str | Path | OutputTarget", what: str, *, suffixes: Sequence[str] = (), default: bool = False,
 ) -> OutputTarget:
     """A writable output for ``path``; raises LayersearchError naming ``what`` otherwise.
 
@@ -169,12 +180,12 @@ def _is_stream(real: Path) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
-def write_output(path: "str | Path | OutputTarget", data: str | bytes, what: str = "--out") -> OutputTarget:
+def write_output(path: "str | Path | OutputTarget", data: str | bytes, what: str = "output") -> OutputTarget:
     """Write ``data`` (text is UTF-8) to one checked output; see the module docstring."""
     return write_outputs([(path, data)], what)[0]
 
 
-def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes]], what: str = "--out") -> list[OutputTarget]:
+def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes]], what: str = "output") -> list[OutputTarget]:
     """Write several outputs all or nothing (streams last, once every file is in place)."""
     targets = [check_output(path, what) for path, _ in items]
     payloads = [data.encode("utf-8") if isinstance(data, str) else bytes(data) for _, data in items]
@@ -340,56 +351,5 @@ def announce(target: OutputTarget, message: str) -> None:
     print(message, file=sys.stderr if target.to_stdout else sys.stdout, flush=True)
 
 
-#: Options that name a file (or folder) a command writes; a command writing others (derived
-#: names: tune's report, an ``--out-prefix``'s files) gives them to :func:`check_overwrites`.
-OUTPUT_OPTIONS = ("out", "save_spec", "report", "plot", "pca", "finetune_drafter", "out_dir")
-#: Options whose values are names, never files read.
-_NOT_PATHS = ("command", "name", "names", "prefix", "prompt")
-
-
-def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None = None) -> None:
-    """Refuse an output that is an input or another output of the same run (``generate --prompts
-    p.jsonl --save-spec p.jsonl``), before any work. ``given``: a command's options by name
-    (``vars(args)``). The outputs: the :data:`OUTPUT_OPTIONS` given, and ``derived`` ({option:
-    path}: what the command writes beside them); the inputs: every other option's value (or a path
-    inside it: ``NAME=FILE``, ``disco:FILE``, ``sqlite:///FILE``, ``study:NAME@FILE``, comma lists)
-    that names an existing file or folder."""
-    outputs = {"--" + name.replace("_", "-"): given[name] for name in OUTPUT_OPTIONS if isinstance(given.get(name), str)}
-    outputs.update(derived or {})
-    storage = _storage_file(given.get("storage"))
-    if storage is not None:  # read and written: a report onto it destroys the study, even one made by this run
-        outputs["--storage"] = storage
-    inputs = []
-    for name, value in given.items():
-        if name in OUTPUT_OPTIONS or name in ("out_prefix", "storage") or name in _NOT_PATHS:
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str):
-                inputs.extend(("--" + name.replace("_", "-"), path) for path in _paths_in(item))
-    check_distinct(list(outputs.items()), inputs)
-
-
-def _storage_file(value: Any) -> str | None:
-    """The file of a ``--storage`` (``x.db``, ``x.log``, ``sqlite:///x.db``, ``journal:///x.log``), None
-    for a database server or no storage (a malformed one is the command's to report)."""
-    if not isinstance(value, str):
-        return None
-    for scheme in ("sqlite:///", "journal:///"):
-        if value.startswith(scheme):
-            return value[len(scheme):] or None
-    return value if "://" not in value and value.endswith((".db", ".log", ".sqlite", ".sqlite3")) else None
-
-
-def _paths_in(value: str) -> list[str]:
-    """The existing files or folders ``value`` names, itself or inside one of the forms above."""
-    found = []
-    for part in value.split(","):
-        for candidate in (part, part.partition("=")[2], part.partition(":")[2], part.rpartition("@")[2]):
-            candidate = candidate[3:] if candidate.startswith("///") else candidate  # sqlite:///x, journal:///x
-            if candidate and "\0" not in candidate and os.path.exists(candidate) and candidate not in found:
-                found.append(candidate)
-    return found
-
-
-__all__ = ["OUTPUT_OPTIONS", "OutputTarget", "STDOUT", "announce", "check_distinct", "check_output",
-           "check_overwrites", "umask_modes", "write_output", "write_outputs"]
+__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_output", "umask_modes", "write_output",
+           "write_outputs"]

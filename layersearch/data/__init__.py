@@ -71,7 +71,7 @@ def load_prompts(
         check_count(n)
         path = specbench or os.environ.get("LAYERSEARCH_SPEC_BENCH")
         if not path:
-            raise LayersearchError(f"{domain} needs Spec-Bench's question.jsonl: pass --spec-bench FILE")
+            raise LayersearchError(f"{domain} needs Spec-Bench's question.jsonl: give its path (spec_bench) or set LAYERSEARCH_SPEC_BENCH", fields="spec_bench")
         return specbench_source.prompts(path, domain[len(specbench_source.PREFIX):], n, seed, check_split(split))
     if user.is_user_domain(domain):
         return user.prompts(domain[len(user.PREFIX):], n, seed, check_split(split), tokenizer)

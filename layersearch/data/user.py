@@ -45,7 +45,7 @@ def is_user_domain(domain: str) -> bool:
 def domain_for(path: str) -> str:
     """The domain name of a prompt file (what ``--prompts PATH`` stands for)."""
     if not str(path).strip():
-        raise LayersearchError("--prompts needs a JSONL file of prompts")
+        raise LayersearchError("prompts needs a JSONL file of prompts", fields="prompts")
     import os
 
     return f"{PREFIX}{os.path.abspath(os.path.expanduser(str(path)))}"  # a study reruns from any folder

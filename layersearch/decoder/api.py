@@ -184,7 +184,7 @@ def load_decoder(spec_or_path: DecoderSpec | str | Path, model: Any = None, *, k
     if isinstance(spec_or_path, str):
         check_text(spec_or_path, "the spec path")
         if not spec_or_path.strip():
-            raise LayersearchError("the spec path is empty: give a spec file (from generate --save-spec)")
+            raise LayersearchError("the spec path is empty: give a spec file (as DecoderSpec.save writes)")
     spec = spec_or_path if isinstance(spec_or_path, DecoderSpec) else DecoderSpec.load(spec_or_path)
     try:
         files = read_spec_files(spec)  # bad files fail before the model loads

@@ -123,7 +123,7 @@ class BuiltDecoder:
 
 
 def encode_prompts(loaded: Any, prompts: Sequence[str], max_new_tokens: int, where: Callable[[int], str],
-                   length: str = "--max-new-tokens") -> list[Any]:
+                   length: str = "max_new_tokens") -> list[Any]:
     """Each prompt's token ids ``[1, n]``, every one checked to fit the model's context with
     ``max_new_tokens`` more before any is decoded (``where(index)`` names a prompt, ``length``
     where the number of new tokens comes from)."""
@@ -131,7 +131,7 @@ def encode_prompts(loaded: Any, prompts: Sequence[str], max_new_tokens: int, whe
 
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):
-        check_context(loaded, ids.shape[1] + max_new_tokens, f"{where(index)} ({ids.shape[1]} tokens) + {length}")
+        check_context(loaded, ids.shape[1] + max_new_tokens, f"{where(index)} ({ids.shape[1]} tokens) + {length}", (length,))
     return encoded
 
 
@@ -166,12 +166,13 @@ def build_decoder(
     steering, file_mask = _steering(spec, info)  # SD²: its mask unless the spec gives one
     draft = _draft_model(spec, loaded, steering, draft)  # an independent drafter (or None)
     if draft is not None and spec.profile:
-        raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; --profile predicts layer-skip drafts only")
+        raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; profile predicts layer-skip drafts only", fields="profile")
     if steering is not None and _self_int8(spec, draft):
         raise LayersearchError(f"{spec.steering}: steering hooks the drafter's full-precision sub-layers; "
                                "it takes no int8 self-draft (drafter.quant without a draft model)")
     if steering is not None and files.router is not None:
-        raise LayersearchError("--steering was trained for one mask; it takes no --mask router:FILE (which switches masks)")
+        raise LayersearchError("steering was trained for one mask; it takes no mask_source router:FILE (which switches masks)",
+                               fields=("steering", "mask_source"))
     if files.disco is not None:
         _prefixed(spec.lookahead.file, files.disco.check_model, info)
         if file_mask is None and spec.mask_source.kind == "default":
@@ -357,8 +358,9 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
     kind, entry = spec.mask_source.kind, drafter_entry(spec.drafter.name)
     if spec.plain or kind in ("knapsack", "swift") or not entry.runs_model:
         raise LayersearchError(
-            "--steering steers the layer-skip drafter with its one mask; it takes no --baseline, --mask knapsack, "
-            f"--mask swift or {'a drafter that runs no model' if entry.runs_model else spec.drafter.name}"
+            "steering steers the layer-skip drafter with its one mask; it takes no plain, mask_source knapsack, "
+            f"mask_source swift or {'a drafter that runs no model' if entry.runs_model else 'drafter ' + spec.drafter.name}",
+            fields=("steering", "plain", "mask_source", "drafter"),
         )
     steering = SteeringFile.load(path)
     _prefixed(path, steering.check_verifier, info)
@@ -366,13 +368,14 @@ def _steering(spec: DecoderSpec, info: Any) -> tuple[Any, Any]:
         # steering reaches a draft model that drafts alone
         if kind in ("uniform", "mask") or entry.mixes or not entry.takes_draft_model:
             raise LayersearchError(
-                f"{path}: trained for draft model {steering.drafter.name!r}; leave out --mask / --drafter"
+                f"{path}: trained for draft model {steering.drafter.name!r}; leave out mask_source / drafter",
+                fields=("mask_source", "drafter"),
             )
         return steering, None
     if spec.drafter.model is not None:
-        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no --draft-model")
+        raise LayersearchError(f"{path}: trained for the layer-skip self-drafter; it takes no drafter.model", fields="drafter.model")
     if kind == "uniform" or (kind == "mask" and _sublayers(spec.mask_source.mask) != _sublayers(steering.mask)):
-        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out --mask")
+        raise LayersearchError(f"{path}: steering was trained for its own mask; leave out mask_source", fields="mask_source")
     return steering, steering.mask
 
 

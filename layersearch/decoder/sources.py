@@ -128,8 +128,8 @@ def load_or_measure_profile(path: str | None, loaded: Any, *, max_verify: int = 
     if path:
         return LatencyProfile.load(path, model=loaded.info)
     print(
-        "layersearch: no --profile given; measuring a quick latency profile "
-        "(save one with `layersearch profile --out FILE` for better numbers)",
+        "layersearch: no profile given; measuring a quick latency profile "
+        "(save one with `layersearch profile` and give it, for better numbers)",
         file=stream,
         flush=True,
     )

@@ -4,8 +4,7 @@ Modules, in dependency order: :mod:`features` (classifier inputs), :mod:`collect
 training rows), :mod:`classifier` (the 2-layer network and its training), :mod:`lookahead`
 (the rule the decode loop runs), :mod:`baselines` (transformers' ROC-fitted confidence rule,
 the perplexity rule), :mod:`tune` (offline replay; tau / SL_max tuned on validation),
-:mod:`file` (the JSON file). ``layersearch disco bench`` and its options checked before any
-model loads are :mod:`layersearch.experiments.disco` and :mod:`layersearch.experiments.disco_options`.
+:mod:`file` (the JSON file). ``layersearch disco bench`` is :mod:`layersearch.experiments.disco`.
 """
 
 from layersearch.disco.baselines import PerplexityLookahead, RocConfidenceLookahead, roc_threshold

@@ -342,8 +342,8 @@ class BenchSettings:
 
         for name in ("repeats", "prompts_per_domain", "max_new_tokens"):
             check_int(getattr(self, name), "--" + name.replace("_", "-"))
-        check_int(self.draft_vocab, "--draft-vocab", minimum=0)
-        parse_items(",".join(self.peers), "--peers", PEERS, (ASSISTED,))
+        check_int(self.draft_vocab, "draft_vocab", minimum=0)
+        parse_items(",".join(self.peers), "peers", PEERS, (ASSISTED,))
         parse_drafters(",".join(self.drafters))
         check_lookaheads(self.lookaheads)
 
@@ -353,7 +353,7 @@ class BenchSettings:
         return DraftPolicy(self.max_draft, self.draft_threshold)
 
 
-def check_lookaheads(names: Sequence[str], flag: str = "--lookaheads") -> tuple[str, ...]:
+def check_lookaheads(names: Sequence[str], flag: str = "lookaheads") -> tuple[str, ...]:
     """``names`` if each is a registered lookahead rule (:data:`layersearch.runtime.LOOKAHEADS`)."""
     from layersearch.runtime import LOOKAHEADS
 
@@ -372,7 +372,7 @@ def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[SkipMask]:
         try:
             ratios.append(float(part))
         except ValueError:
-            raise LayersearchError(f"--skip-ratios must be comma-separated numbers, got {part!r}") from None
+            raise LayersearchError(f"skip_ratios must be comma-separated numbers, got {part!r}", fields="skip_ratios") from None
     result = [SkipMask.uniform(info.num_layers, r, info).with_provenance(label=f"uniform {r:g}") for r in ratios]
     for path in filter(None, masks.split(",")):
         mask = SkipMask.load(path, model=info)
@@ -437,7 +437,8 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     profile = _bench_profile(settings, loaded, say)
     compiled = compile_wanted(settings.compile or "auto", loaded.model.device.type)
     if compiled and settings.kernels == "numba":
-        raise LayersearchError("--kernels numba cannot run inside compiled forwards: with --compile on use --kernels stock or auto")
+        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels "
+                               "'stock' or 'auto'", fields=("kernels", "compile"))
     kernels = "stock" if compiled else choose_kernels(settings.kernels, profile)
     say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     from layersearch.common.jsonfile import BENCH_SCHEMA_VERSION
@@ -483,7 +484,7 @@ def read_specs(text: str, model: str) -> list[tuple[str, str, Any, Any]]:
 
     paths = [p.strip() for p in text.split(",") if p.strip()]
     if text.strip() and not paths:
-        raise LayersearchError("--specs: no spec file named")
+        raise LayersearchError("specs: no spec file named", fields="specs")
     stems = [Path(p).stem for p in paths]
     specs = []
     for path, stem in zip(paths, stems):
@@ -501,7 +502,7 @@ def _check_spec_model(path: str, spec: Any, model: str) -> None:
     ref = spec.model.ref
     same = ref.ref == model or ref.path and _real(ref.ref) == _real(model)
     if not same:
-        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not --model {model!r}")
+        raise LayersearchError(f"{path}: the spec is for model {ref.ref!r}, not the benched model {model!r}")
 
 
 def _check_placement(path: str, spec: Any) -> None:
@@ -559,5 +560,5 @@ def _bench_profile(settings: BenchSettings, loaded, say: Callable[[str], None]) 
 
     if settings.profile:
         return LatencyProfile.load(settings.profile, model=loaded.info)
-    say("measuring a quick latency profile (pass --profile FILE to reuse one)")
+    say("measuring a quick latency profile (give a saved profile to reuse one)")
     return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=say, kernels=settings.kernels)

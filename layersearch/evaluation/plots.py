@@ -507,7 +507,7 @@ def check_png_output(out: "str | Path | OutputTarget", *, default: bool = False)
     from layersearch.common.outputs import check_output
 
     require_extras("plots")
-    return check_output(out, "--out", suffixes=(".png",), default=default)
+    return check_output(out, "out", suffixes=(".png",), default=default)
 
 
 def bench_rows(path: str) -> dict[str, list[dict[str, Any]]]:

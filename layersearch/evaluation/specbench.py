@@ -280,17 +280,17 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     from layersearch.decoder.fragments import mask_spec, policy_lookahead
 
     if not run.answers:
-        raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
+        raise LayersearchError("spec_bench needs answers DIR (where the answer files go)", fields=("spec_bench", "answers"))
     if run.limit is not None and run.limit < 1:
-        raise LayersearchError(f"--limit must be >= 1, got {run.limit}")
+        raise LayersearchError(f"limit must be >= 1, got {run.limit}", fields="limit")
     answers = answers_folder(run.answers)
     masks = labelled_masks(run.skip_ratios, run.masks, loaded.info)
     if not masks:
-        raise LayersearchError("no method of ours to run: give --skip-ratios or --masks")
+        raise LayersearchError("no method of ours to run: give skip_ratios or masks", fields=("skip_ratios", "masks"))
     categories = tuple(c for c in (run.categories or "").split(",") if c) or None
     questions = select(read_questions(run.questions), categories, run.limit, run.split)
     if not questions:
-        raise LayersearchError("no Spec-Bench question matches --categories / --split")
+        raise LayersearchError("no Spec-Bench question matches categories / split", fields=("categories", "split"))
     model, tokenizer = loaded.model, loaded.tokenizer
     _check_first_turns_fit(loaded, questions, run.max_new_tokens)  # before any answer is written
     policy = DraftPolicy(run.max_draft, run.draft_threshold)
@@ -360,9 +360,9 @@ def answers_folder(given: str) -> Path:
 
     folder = Path(given)
     if folder.is_dir():
-        check_output(folder / "answers.jsonl", "--answers")  # writable
+        check_output(folder / "answers.jsonl", "answers")  # writable
     elif folder.exists():
-        raise LayersearchError(f"--answers {given} is not a folder")
+        raise LayersearchError(f"answers {given} is not a folder", fields="answers")
     else:
-        check_output(folder, "--answers")  # its parent exists and is writable
+        check_output(folder, "answers")  # its parent exists and is writable
     return folder

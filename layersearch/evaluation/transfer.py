@@ -78,7 +78,7 @@ def transfer_matrix(
     from layersearch.runtime.stats import combine
 
     if not masks:
-        raise LayersearchError("no masks to evaluate: give --mask DOMAIN=FILE")
+        raise LayersearchError("no masks to evaluate: give mask DOMAIN=FILE", fields="mask")
     if not domains:
         raise LayersearchError("no domains to evaluate on")
     if repeats < 1:
@@ -155,7 +155,7 @@ def run_transfer(job: TransferJob, load: Callable[[], Any], progress: Callable[[
     from layersearch.common.jsonfile import write_json_atomic
     from layersearch.evaluation.plots import plot_transfer
 
-    for value, name in ((job.samples, "--samples"), (job.max_new_tokens, "--max-new-tokens"), (job.repeats, "--repeats")):
+    for value, name in ((job.samples, "samples"), (job.max_new_tokens, "max_new_tokens"), (job.repeats, "repeats")):
         check_int(value, name)
     domains = [d for d in (job.domains or ",".join(job.masks)).split(",") if d]
     if job.prompts:

@@ -220,7 +220,7 @@ def draft_mask(loaded: Any, mask_file: SkipMask | None, mask_path: str | None, s
     spread one (``skip_ratio``, default 0.15); the model's context must hold the new tokens."""
     from layersearch.models.context import check_context
 
-    check_context(loaded, max_new_tokens + 1, f"--max-new-tokens {max_new_tokens}")  # prompts come on top
+    check_context(loaded, max_new_tokens + 1, f"max_new_tokens {max_new_tokens}", ("max_new_tokens",))  # prompts come on top
     if mask_file is not None:
         try:
             mask_file.check_model(loaded.info)

@@ -128,21 +128,22 @@ def run_experiment(settings: BenchSettings, contexts_text: str, profile_path: st
     from layersearch.common.outputs import check_output
 
     if profile_path and not os.path.exists(profile_path):  # measured, then saved there: check it now
-        check_output(profile_path, "--profile")
+        check_output(profile_path, "profile")
     contexts = parse_index_list(contexts_text, "contexts")
     if not contexts or min(contexts) < 8:
-        raise LayersearchError("--contexts must be token counts >= 8")
+        raise LayersearchError("contexts must be token counts >= 8", fields="contexts")
     if settings.space not in SPACES:
-        raise LayersearchError(f"--space must be one of {', '.join(SPACES)}, got {settings.space!r}")
+        raise LayersearchError(f"space must be one of {', '.join(SPACES)}, got {settings.space!r}", fields="space")
     if settings.check_candidates < 0:
-        raise LayersearchError(f"--check-candidates must be >= 0, got {settings.check_candidates}")
-    for value, what in ((settings.max_new_tokens, "--max-new-tokens"), (settings.interval, "--interval"),
-                        (settings.window, "--window"), (settings.max_draft, "--max-draft")):
+        raise LayersearchError(f"check_candidates must be >= 0, got {settings.check_candidates}", fields="check_candidates")
+    for value, what in ((settings.max_new_tokens, "max_new_tokens"), (settings.interval, "interval"),
+                        (settings.window, "window"), (settings.max_draft, "max_draft")):
         check_int(value, what)
     loaded = load()
     # Every context checked before the first is measured: no partial report for a model too short.
     check_context(loaded, max(contexts) + settings.max_new_tokens + settings.max_draft + 1,
-                  f"--contexts {max(contexts)} + --max-new-tokens + --max-draft")
+                  f"contexts {max(contexts)} + max_new_tokens + max_draft",
+                  ("contexts", "max_new_tokens", "max_draft"))
     profile = latency_profile(loaded, profile_path, contexts, settings.max_draft, say)
     if settings.plans:  # before any measurement: one line, not a partial report
         require_int8_profile(profile)
@@ -168,7 +169,7 @@ def latency_profile(loaded: Any, path: str | None, contexts: Sequence[int], max_
 
     if path and Path(path).exists():
         return LatencyProfile.load(path, model=loaded.info)
-    say(f"measuring the latency profile at contexts 64,{','.join(map(str, contexts))} (pass --profile FILE to reuse one)")
+    say(f"measuring the latency profile at contexts 64,{','.join(map(str, contexts))} (give a saved profile to reuse one)")
     profile = quick_profile(loaded.model, loaded.info, contexts=(64, *contexts), max_verify=max_draft + 1, repeats=3, progress=say)
     if path:
         profile.save(path)

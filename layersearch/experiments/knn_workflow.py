@@ -24,7 +24,7 @@ def check_mask(mask: Any, info: Any, where: str) -> None:
 def threshold_margin(value: float) -> float | None:
     """``--threshold-margin``: a finite number >= 0 (0: no OOD threshold, None)."""
     if not math.isfinite(value) or value < 0:
-        raise LayersearchError(f"--threshold-margin must be a finite number >= 0, got {value}")
+        raise LayersearchError(f"threshold_margin must be a finite number >= 0, got {value}", fields="threshold_margin")
     return None if value == 0 else value
 
 
@@ -51,10 +51,10 @@ def build_router_from(job: BuildJob, load: Callable[[], Any], say: Callable[...,
     from layersearch.knn import DomainSamples, build_router
     from layersearch.knn.represent import prompt_representation
 
-    for value, name in ((job.samples, "--samples"), (job.clusters, "--clusters"), (job.anchors, "--anchors")):
+    for value, name in ((job.samples, "samples"), (job.clusters, "clusters"), (job.anchors, "anchors")):
         check_int(value, name)
     if job.clusters > job.samples:
-        raise LayersearchError(f"--clusters ({job.clusters}) cannot exceed --samples ({job.samples})")
+        raise LayersearchError(f"clusters ({job.clusters}) cannot exceed samples ({job.samples})", fields=("clusters", "samples"))
     margin = threshold_margin(job.threshold_margin)
 
     def texts_of(name: str, tokenizer=None) -> list[str]:
@@ -68,9 +68,9 @@ def build_router_from(job: BuildJob, load: Callable[[], Any], say: Callable[...,
     loaded = load()
     texts.update({name: texts_of(name, loaded.tokenizer) for name in job.masks if user.is_user_domain(name)})
     for name, mask in job.masks.items():
-        check_mask(mask, loaded.info, f"--domain {name}")
+        check_mask(mask, loaded.info, f"domain {name}")
     if job.fallback is not None:
-        check_mask(job.fallback, loaded.info, "--fallback")
+        check_mask(job.fallback, loaded.info, "fallback")
     samples = []
     for name, prompts in texts.items():
         reps = []
@@ -96,12 +96,12 @@ def parse_ratios(text: str) -> list[float]:
         try:
             value = float(part)
         except ValueError:
-            raise LayersearchError(f"--mix-ratios must be comma-separated numbers in [0, 1], got {part!r}") from None
-        values.append(check_fraction(value, "each --mix-ratios value"))
+            raise LayersearchError(f"mix_ratios must be comma-separated numbers in [0, 1], got {part!r}", fields="mix_ratios") from None
+        values.append(check_fraction(value, "each mix_ratios value"))
     if not values:
-        raise LayersearchError("--mix-ratios is empty")
+        raise LayersearchError("mix_ratios is empty", fields="mix_ratios")
     if len(set(values)) != len(values):
-        raise LayersearchError(f"--mix-ratios repeats a value: {text}")
+        raise LayersearchError(f"mix_ratios repeats a value: {text}", fields="mix_ratios")
     return values
 
 
@@ -132,28 +132,28 @@ def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], N
     from layersearch.masks.mask import SkipMask
     from layersearch.runtime.drafting import DraftPolicy
 
-    for value, name in ((job.instances, "--instances"), (job.test_prompts, "--test-prompts"),
-                        (job.max_new_tokens, "--max-new-tokens")):
+    for value, name in ((job.instances, "instances"), (job.test_prompts, "test_prompts"),
+                        (job.max_new_tokens, "max_new_tokens")):
         check_int(value, name)
     if job.routing_prompts:
-        check_int(job.routing_prompts, "--routing-prompts")
+        check_int(job.routing_prompts, "routing_prompts")
     if job.pca and not job.routing_prompts:
-        raise LayersearchError("--pca draws the --routing-prompts representations: give --routing-prompts N")
+        raise LayersearchError("pca draws the routing_prompts representations: give routing_prompts N", fields=("pca", "routing_prompts"))
     DraftPolicy(job.max_draft, job.draft_threshold)
     ratios = parse_ratios(job.mix_ratios)
     router = Router.load(job.router)
     domains = [d for d in (job.domains or ",".join(router.domain_names)).split(",") if d]
     if not domains:
-        raise LayersearchError("--domains is empty")
+        raise LayersearchError("domains is empty", fields="domains")
     for domain in domains:
         router.mask_of(domain)
     if len(domains) < 2 and any(r > 0 for r in ratios):
-        raise LayersearchError("mix ratios above 0 need at least two --domains")
+        raise LayersearchError("mix ratios above 0 need at least two domains", fields="domains")
     mixed = SkipMask.load(job.mixed_mask) if job.mixed_mask else None
     texts = {d: [p.text for p in load_prompts(d, job.test_prompts, seed=job.seed, split="test")] for d in domains}
     ood = [d for d in job.ood_domains.split(",") if d]
     if ood and not job.routing_prompts:
-        raise LayersearchError("--ood-domains are routed with --routing-prompts N: give it")
+        raise LayersearchError("ood_domains are routed with routing_prompts N: give it", fields=("ood_domains", "routing_prompts"))
     routing_texts = {d: [p.text for p in load_prompts(d, job.routing_prompts, seed=job.seed + 1, split="test")]
                      for d in domains + ood} if job.routing_prompts else {}
     loaded = load()
@@ -162,12 +162,12 @@ def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], N
     except LayersearchError as exc:
         raise LayersearchError(f"{job.router}: {exc}") from None
     if mixed is not None:
-        check_mask(mixed, loaded.info, "--mixed-mask")
+        check_mask(mixed, loaded.info, "mixed_mask")
     prompts = {}
     for domain, items in texts.items():
         prompts[domain] = [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items]
         for i, ids in enumerate(prompts[domain]):
-            check_context(loaded, ids.shape[1] + job.max_new_tokens, f"{domain} test prompt {i + 1} + --max-new-tokens")
+            check_context(loaded, ids.shape[1] + job.max_new_tokens, f"{domain} test prompt {i + 1} + max_new_tokens", ("max_new_tokens",))
     routing = None
     if routing_texts:
         held_out = {d: [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items] for d, items in routing_texts.items()}

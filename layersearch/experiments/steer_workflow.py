@@ -54,17 +54,17 @@ def train_steering(job: TrainJob, load: Callable[[], Any]) -> list[str]:
 
     settings = job.settings
     if job.skip_ratio is not None and not 0 < job.skip_ratio < 1:
-        raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {job.skip_ratio}")
-    check_output(job.out)
+        raise LayersearchError(f"skip_ratio must be between 0 and 1 (exclusive), got {job.skip_ratio}", fields="skip_ratio")
+    check_output(job.out, "out")
     if job.finetune_drafter is not None:
         if not job.drafter:
-            raise LayersearchError("--finetune-drafter fine-tunes an independent draft model: give --drafter MODEL")
+            raise LayersearchError("finetune_drafter fine-tunes an independent draft model: give drafter MODEL", fields=("finetune_drafter", "drafter"))
         from layersearch.steer.modeldir import check_model_dir
 
-        check_model_dir(job.finetune_drafter, "--finetune-drafter")
+        check_model_dir(job.finetune_drafter, "finetune_drafter")
     mask_file = SkipMask.load(job.mask) if job.mask else None  # a bad mask fails before the model loads
     loaded = load()
-    check_context(loaded, settings.new_tokens + 1, f"--new-tokens {settings.new_tokens}")  # prompts come on top
+    check_context(loaded, settings.new_tokens + 1, f"new_tokens {settings.new_tokens}", ("new_tokens",))  # prompts come on top
     drafter = _load_drafter(job.drafter, loaded, job.device, job.dtype) if job.drafter else None
     mask = None if drafter is not None else _self_mask(job, mask_file, loaded.info)
     draft_model = drafter.model if drafter is not None else loaded.model
@@ -134,12 +134,12 @@ def evaluate_steering(job: EvalJob, load: Callable[[], Any]) -> dict[str, Any]:
 
     steering = SteeringFile.load(job.steering)  # a bad file fails before the model loads
     loaded = load()
-    check_context(loaded, job.max_new_tokens + 1, f"--max-new-tokens {job.max_new_tokens}")  # prompts come on top
+    check_context(loaded, job.max_new_tokens + 1, f"max_new_tokens {job.max_new_tokens}", ("max_new_tokens",))  # prompts come on top
     drafter = None
     if steering.drafter is not None:
         drafter = _load_drafter(job.drafter or steering.drafter.name, loaded, job.device, job.dtype)
     elif job.drafter:
-        raise LayersearchError(f"{job.steering}: trained for the layer-skip self-drafter; it takes no --drafter")
+        raise LayersearchError(f"{job.steering}: trained for the layer-skip self-drafter; it takes no drafter", fields="drafter")
     try:
         if drafter is None:
             steering.check_models(loaded.info)
@@ -196,7 +196,7 @@ def shrink_drafter(load: Callable[[], Any], keep_layers: int, out: str) -> str:
 
     check_model_dir(out)
     if keep_layers < 2:  # before the model loads; the upper bound needs its depth
-        raise LayersearchError(f"--keep-layers must be at least 2 (the first and the last layer), got {keep_layers}")
+        raise LayersearchError(f"keep_layers must be at least 2 (the first and the last layer), got {keep_layers}", fields="keep_layers")
     loaded = load()
     layers = kept_layers(len(decoder_layers(loaded.model)), keep_layers)
     save_model_dir(out, prune_layers(loaded.model, layers), loaded.tokenizer)
@@ -207,7 +207,7 @@ def _save_finetuned(path: str, drafter: Any) -> Any:
     """Save the fine-tuned drafter at ``path``; its ModelInfo is named by ``path``."""
     from layersearch.steer.modeldir import save_model_dir
 
-    save_model_dir(path, drafter.model, drafter.tokenizer, "--finetune-drafter")
+    save_model_dir(path, drafter.model, drafter.tokenizer, "finetune_drafter")
     return replace(drafter.info, name=str(path))
 
 

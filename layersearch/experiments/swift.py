@@ -278,17 +278,17 @@ class StreamJob:
         from layersearch.data import DOMAINS
         from layersearch.runtime.drafting import DraftPolicy
 
-        for value, flag in ((self.per_domain, "--per-domain"), (self.max_new_tokens, "--max-new-tokens"),
-                            (self.search_prompts, "--search-prompts")):
+        for value, flag in ((self.per_domain, "per_domain"), (self.max_new_tokens, "max_new_tokens"),
+                            (self.search_prompts, "search_prompts")):
             check_int(value, flag)
-        check_int(self.search_trials + 1, "--search-trials + 1")
+        check_int(self.search_trials + 1, "search_trials + 1")
         domains = [d.strip() for d in self.domains.split(",") if d.strip()]
         unknown = [d for d in domains if d not in DOMAINS]
         if not domains or unknown:
-            raise LayersearchError(f"--domains: unknown or empty {', '.join(unknown) or self.domains!r} (known: {', '.join(DOMAINS)})")
+            raise LayersearchError(f"domains: unknown or empty {', '.join(unknown) or self.domains!r} (known: {', '.join(DOMAINS)})", fields="domains")
         methods = [m.strip() for m in self.methods.split(",") if m.strip()]
         if not methods or any(m not in METHODS for m in methods):
-            raise LayersearchError(f"--methods: choose from {', '.join(METHODS)}, got {self.methods!r}")
+            raise LayersearchError(f"methods: choose from {', '.join(METHODS)}, got {self.methods!r}", fields="methods")
         DraftPolicy(self.max_draft, self.draft_threshold)
         return domains, methods
 
@@ -315,7 +315,7 @@ def stream_experiment(job: StreamJob, config: Any, load: Callable[[], Any], out:
         make_decoder=lambda method: method_decoder(method, loaded, fixed, config, policy), progress=say,
     )
     report = StreamReport(tuple(inputs), tuple(results), fixed, fixed_score, settings)
-    write_output(out, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
+    write_output(out, (json.dumps(report.to_dict(), indent=2) + "\n").encode(), "out")
     shown = [m for m in ("fixed", "swift", "fixed-tree", "swift-tree") if m in methods]
     plot_swift_stream(
         [s.domain for s in inputs], {m: report.speedups(m) for m in shown},

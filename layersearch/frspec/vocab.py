@@ -148,7 +148,7 @@ def frequent_subset(tokenizer, n: int, *, vocab_size: int, extra_ids: Iterable[i
     return VocabSubset(tuple(ids), tokenizer_hash(tokenizer), n)
 
 
-def check_draft_vocab(loaded, n: int, what: str = "--draft-vocab") -> int:
+def check_draft_vocab(loaded, n: int, what: str = "draft_vocab") -> int:
     """Refuse a draft vocabulary size ``n`` the loaded model cannot take (0: the full head, always
     fine); returns the model's vocabulary size. ``what`` names where ``n`` came from."""
     check_int(n, what, minimum=0)
@@ -159,7 +159,7 @@ def check_draft_vocab(loaded, n: int, what: str = "--draft-vocab") -> int:
     return vocab_size
 
 
-def draft_vocabulary(loaded, n: int, what: str = "--draft-vocab") -> VocabSubset | None:
+def draft_vocabulary(loaded, n: int, what: str = "draft_vocab") -> VocabSubset | None:
     """The draft vocabulary for ``--draft-vocab n`` of a loaded model (0: None, the full head):
     its tokenizer's ``n`` most frequent tokens plus its special and end tokens. ``what`` names
     where ``n`` came from in errors (the option, or a spec's field)."""

@@ -99,7 +99,7 @@ def numba_available() -> bool:
     """Whether the numba kernels can run here; says once that ``auto`` runs stock when they cannot."""
     if has_module("numba"):
         return True
-    note_once(f"numba is not installed, so --kernels auto runs the stock kernels ({install_command('kernels')} adds them)")
+    note_once(f"numba is not installed, so kernels 'auto' runs the stock kernels ({install_command('kernels')} adds them)")
     return False
 
 

@@ -93,12 +93,13 @@ def import_mask(
     data = _read(path, fmt)
     if isinstance(data, list):
         if key is not None:
-            raise LayersearchError(f"{where} holds one bare KnapSpec list and no keys; drop --key {key}")
+            raise LayersearchError(f"{where} holds one bare KnapSpec list and no keys; drop key {key}", fields="key")
         entry, label = data, where
     else:
         if key is None or key not in data:
-            asked = "no --key given" if key is None else f"no key {key!r}"
-            raise LayersearchError(f"{where}: {asked}; available keys: {', '.join(data) or 'none'}")
+            asked = "no key given" if key is None else f"no key {key!r}"
+            raise LayersearchError(f"{where}: {asked}; available keys: {', '.join(data) or 'none'}",
+                                   fields="key" if key is None else ())
         entry, label = data[key], f"{where} key {key!r}"
     depth = _depth(num_layers, model)
     attention, mlp = (_flat_sets if fmt == "knapspec" else _layer_sets)(entry, label, depth)
@@ -123,7 +124,7 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
     """
     check_format(fmt)
     if fmt != "knapspec" and not key:
-        raise LayersearchError(f"a {fmt} mask file stores masks under a key: give --key")
+        raise LayersearchError(f"a {fmt} mask file stores masks under a key: give key", fields="key")
     existing = existing_keys(path, fmt, key)
     if fmt == "knapspec":
         flat = [int(bit) for bit in mask.to_flat()]
@@ -137,7 +138,7 @@ def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]
     one a keyless KnapSpec list would replace) is refused: exporting must not drop what it holds."""
     from layersearch.common.outputs import check_output
 
-    target = check_output(path)
+    target = check_output(path, "out")
     if target.stream or target.real is None or not target.real.exists():
         return {}
     try:
@@ -146,16 +147,16 @@ def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]
             if not (isinstance(entry, list) if fmt == "knapspec" else isinstance(entry, dict) and set(_SUBLAYERS) <= set(entry)):
                 raise LayersearchError(f"its entry {name!r} is no {fmt} mask")
     except LayersearchError as exc:
-        raise LayersearchError(f"--out {path} exists and is not a {fmt} mask file ({exc}); "
-                               "layersearch leaves it untouched: choose another file") from None
+        raise LayersearchError(f"out {path} exists and is not a {fmt} mask file ({exc}); "
+                               "layersearch leaves it untouched: choose another file", fields="out") from None
     if isinstance(data, list):
         if key is not None:
-            raise LayersearchError(f"--out {path} holds one KnapSpec mask without a key: export without --key "
-                                   "to replace it, or to another file")
+            raise LayersearchError(f"out {path} holds one KnapSpec mask without a key: export without key "
+                                   "to replace it, or to another file", fields=("out", "key"))
         return {}
     if key is None and data:
-        raise LayersearchError(f"--out {path} holds the KnapSpec masks {', '.join(sorted(data)[:5])}: give --key to add "
-                               "this one beside them")
+        raise LayersearchError(f"out {path} holds the KnapSpec masks {', '.join(sorted(data)[:5])}: give key to add "
+                               "this one beside them", fields=("out", "key"))
     return dict(data)
 
 
@@ -163,12 +164,12 @@ def _depth(num_layers: int | None, model: ModelInfo | None) -> int:
     """The layer count to import for: the model's, or num_layers (they must agree)."""
     if model is not None:
         if num_layers is not None and num_layers != model.num_layers:
-            raise LayersearchError(f"--num-layers {num_layers} disagrees with {model.name!r}, which has {model.num_layers} layers")
+            raise LayersearchError(f"num_layers {num_layers} disagrees with {model.name!r}, which has {model.num_layers} layers", fields="num_layers")
         return model.num_layers
     if num_layers is None:
-        raise LayersearchError("the papers' mask files do not record the depth: give --model or --num-layers")
+        raise LayersearchError("the papers' mask files do not record the depth: give model or num_layers", fields=("model", "num_layers"))
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise LayersearchError(f"--num-layers must be an integer >= 1, got {num_layers!r}")
+        raise LayersearchError(f"num_layers must be an integer >= 1, got {num_layers!r}", fields="num_layers")
     return num_layers
 
 

@@ -44,9 +44,9 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
     if not str(device).startswith("cpu"):
         where = "CPU (torch's dynamic int8 kernels) or, for the model's own draft, CUDA" if self_draft else \
             "CPU only (torch's dynamic int8 kernels)"
-        raise LayersearchError(f"--draft-quant {scheme} runs on {where}, not {device}")
+        raise LayersearchError(f"draft_quant {scheme} runs on {where}, not {device}", fields="draft_quant")
     if dtype not in (None, "float32"):
-        raise LayersearchError(f"--draft-quant {scheme} quantizes float32 weights, not {dtype}")
+        raise LayersearchError(f"draft_quant {scheme} quantizes float32 weights, not {dtype}", fields="draft_quant")
 
 
 def quantize_draft(model: torch.nn.Module, scheme: str = "int8", keep: tuple[str, ...] = _KEPT_FP32) -> torch.nn.Module:
@@ -94,7 +94,7 @@ def _int8_parts():
             from torch.ao.nn.quantized.dynamic import Linear
             from torch.ao.quantization import per_channel_dynamic_qconfig
     except ImportError as exc:  # a torch without torch.ao.quantization
-        raise LayersearchError(f"--draft-quant int8 needs torch's dynamic quantization, which this torch lacks ({exc})") from None
+        raise LayersearchError(f"draft_quant int8 needs torch's dynamic quantization, which this torch lacks ({exc})", fields="draft_quant") from None
     if "fbgemm" not in torch.backends.quantized.supported_engines and "x86" not in torch.backends.quantized.supported_engines:
-        raise LayersearchError("--draft-quant int8 needs torch's fbgemm/x86 quantized engine, which this build lacks")
+        raise LayersearchError("draft_quant int8 needs torch's fbgemm/x86 quantized engine, which this build lacks", fields="draft_quant")
     return Linear, per_channel_dynamic_qconfig

@@ -4,8 +4,8 @@
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
 training, optionally fine-tuning an independent drafter), ``shrink`` (a layer-pruned drafter cut
 from the verifier) and ``modeldir`` (writing a model directory all or nothing). The bench (plain
-vs unsteered vs steered block efficiency and speed), the commands' runs and their options are
-:mod:`layersearch.experiments.steer`, ``.steer_workflow`` and ``.steer_options``.
+vs unsteered vs steered block efficiency and speed) and the commands' runs are
+:mod:`layersearch.experiments.steer` and ``.steer_workflow``.
 """
 
 from layersearch.steer.drafter import SteeredDrafter

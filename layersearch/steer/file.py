@@ -102,7 +102,7 @@ class SteeringFile:
         if trained.get("digest") != weights_digest(model):
             raise LayersearchError(
                 "the draft model's weights differ from those the steering was trained with "
-                "(the model before --finetune-drafter, or one tuned since?)"
+                "(the model before its fine-tuning, or one tuned since?)"
             )
 
     def check_verifier(self, verifier: ModelInfo) -> None:

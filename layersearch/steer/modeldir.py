@@ -51,7 +51,7 @@ def check_model_config(name: str, what: str) -> None:
             check_int(text[key], f"{what} {name}: config.json {key}", minimum=low, maximum=high)
 
 
-def check_model_dir(path: str | Path, what: str = "--out") -> Path:
+def check_model_dir(path: str | Path, what: str = "out") -> Path:
     """``path`` as a new model directory; raises LayersearchError unless it can be created there."""
     given = str(path)
     if not given.strip():
@@ -75,7 +75,7 @@ def check_model_dir(path: str | Path, what: str = "--out") -> Path:
     return target
 
 
-def save_model_dir(path: str | Path, model, tokenizer, what: str = "--out") -> Path:
+def save_model_dir(path: str | Path, model, tokenizer, what: str = "out") -> Path:
     """Save ``model`` and ``tokenizer`` as a HF model directory at ``path``, atomically."""
     target = check_model_dir(path, what)
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name[:64]}.", suffix=".tmp", dir=target.absolute().parent))

@@ -22,7 +22,7 @@ from layersearch.models.skipping import decoder_layers
 def kept_layers(num_layers: int, keep: int) -> tuple[int, ...]:
     """``keep`` layer indices spread evenly over ``num_layers``, the first and the last included."""
     if isinstance(keep, bool) or not isinstance(keep, int) or not 2 <= keep < num_layers:
-        raise LayersearchError(f"--keep-layers must be between 2 and {num_layers - 1} (the model has {num_layers} layers), got {keep}")
+        raise LayersearchError(f"keep_layers must be between 2 and {num_layers - 1} (the model has {num_layers} layers), got {keep}", fields="keep_layers")
     return tuple(round(i * (num_layers - 1) / (keep - 1)) for i in range(keep))
 
 

@@ -170,7 +170,7 @@ def params_from_mask(mask: SkipMask, space: str | None = None) -> dict[str, Any]
     if space == SKIPS:
         if not mask.is_skip_only:
             raise LayersearchError("a plan with int8 sub-layers or head is outside the skip-mask search space "
-                                   "(create the study with --space plans)")
+                                   "(create the study with space 'plans')", fields="space")
         return params
     bits = plan_bits(mask)[2 * mask.num_layers:]
     params.update({name: PRECISION_CHOICES[bit] for name, bit in zip(precision_names(mask.num_layers), bits)})

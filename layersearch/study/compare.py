@@ -61,7 +61,7 @@ def compare_studies(
     say = log or (lambda message: None)
     if not names:
         raise LayersearchError("no study names to compare")
-    check_int(repeats, "--repeats")
+    check_int(repeats, "repeats")
     targets = table_targets(out_prefix) if out_prefix is not None else None  # checked before any work
     entries = []
     for name in names:  # every study is checked before anything is measured or written
@@ -161,7 +161,7 @@ def table_paths(out_prefix: Any) -> dict[str, str]:
         return {}
     path = Path(out_prefix)
     path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
-    return {"--out-prefix's CSV": f"{path}.csv", "--out-prefix's JSON": f"{path}.json"}
+    return {"out_prefix's CSV": f"{path}.csv", "out_prefix's JSON": f"{path}.json"}
 
 
 def table_targets(out_prefix: "str | Path | tuple[Any, Any]") -> tuple[Any, Any]:
@@ -172,11 +172,11 @@ def table_targets(out_prefix: "str | Path | tuple[Any, Any]") -> tuple[Any, Any]
         return out_prefix
     prefix = str(out_prefix)
     if not prefix.strip() or prefix == "-":
-        raise LayersearchError(f"--out-prefix must name files (PREFIX.csv and PREFIX.json), got {prefix!r}")
+        raise LayersearchError(f"out_prefix must name files (PREFIX.csv and PREFIX.json), got {prefix!r}", fields="out_prefix")
     path = Path(prefix)
     if path.suffix in (".csv", ".json"):
         path = path.with_suffix("")
-    return check_output(f"{path}.csv", "--out-prefix"), check_output(f"{path}.json", "--out-prefix")
+    return check_output(f"{path}.csv", "out_prefix"), check_output(f"{path}.json", "out_prefix")
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out_prefix: Any, columns: Sequence[str]) -> tuple[Path, Path]:
@@ -190,5 +190,5 @@ def write_table(rows: Sequence[Mapping[str, Any]], out_prefix: Any, columns: Seq
     writer.writeheader()
     for row in rows:
         writer.writerow({key: "" if row.get(key) is None else row.get(key) for key in columns})
-    write_outputs([(csv_target, buffer.getvalue()), (json_target, json_text([dict(row) for row in rows]))], "--out-prefix")
+    write_outputs([(csv_target, buffer.getvalue()), (json_target, json_text([dict(row) for row in rows]))], "out_prefix")
     return Path(csv_target.given), Path(json_target.given)

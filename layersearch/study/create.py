@@ -111,7 +111,7 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
         raise LayersearchError(
             f"study {name!r} already exists in {location.url} without layersearch settings (another tool's study, "
             f"or a create interrupted in its first moments); layersearch leaves it as it is: choose another name, "
-            f"or remove it yourself (optuna delete-study --study-name {name} --storage {location.url})"
+            f"or remove it yourself (optuna.delete_study(study_name={name!r}, storage={location.url!r}))"
         )
     try:
         found = StudySettings.from_dict(data)
@@ -131,9 +131,9 @@ def _check_plans(loaded: Any, profile: Any) -> None:
 
     check_int8_device(loaded.model)
     if not profile.has_int8:
-        raise LayersearchError("a study of plans (--space plans) needs a latency profile with int8 timings; this one has "
+        raise LayersearchError("a study of plans (space 'plans') needs a latency profile with int8 timings; this one has "
                                "none (measured before plans): measure it again with `layersearch profile`, or leave "
-                               "--profile out")
+                               "profile out", fields=("space", "profile"))
 
 
 def _quick_profile(loaded: Any, settings: StudySettings) -> Any:

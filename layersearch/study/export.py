@@ -16,7 +16,7 @@ def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial
     """Write the mask of ``trial`` ("best" or a trial number) as a mask file with provenance."""
     from layersearch.common.outputs import check_output
 
-    out = check_output(out)
+    out = check_output(out, "out")
     mask = study_mask(name, storage=storage, trial=trial)
     return mask.save(out), mask
 
@@ -53,7 +53,7 @@ def _pick_trial(study: Any, name: str, which: str | int) -> Any:
     try:
         number = int(which)
     except (TypeError, ValueError):
-        raise LayersearchError(f"--trial must be 'best' or a trial number, got {which!r}") from None
+        raise LayersearchError(f"trial must be 'best' or a trial number, got {which!r}", fields="trial") from None
     for trial in study.get_trials(deepcopy=False):
         if trial.number == number:
             if trial.state != TrialState.COMPLETE:
@@ -70,5 +70,5 @@ def mask_from_source(name: str, source: str) -> Any:
         return SkipMask.load(source)
     study, _, storage = source[len("study:"):].partition("@")
     if not study:
-        raise LayersearchError(f"--domain {name}=study: needs a study name, e.g. study:{name}-search@sqlite:///{name}.db")
+        raise LayersearchError(f"domain {name}=study: needs a study name, e.g. study:{name}-search@sqlite:///{name}.db", fields="domain")
     return study_mask(study, storage=storage or None).with_provenance(source=source)

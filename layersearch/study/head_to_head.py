@@ -96,7 +96,7 @@ def write_report(report: dict[str, Any], out: Any, plot: Any) -> None:
     from layersearch.common.outputs import write_outputs
     from layersearch.evaluation.plots import plot_head_to_head
 
-    write_outputs([(out, json_text(report))], "--out")
+    write_outputs([(out, json_text(report))], "out")
     plot_head_to_head(report["strategies"], plot)
 
 
@@ -121,45 +121,4 @@ def _profile_file(profile: Any, prefix: str) -> str:
     profile.save(path)
     return str(path)
 
-
-def strategies_named(text: str) -> list[Any]:
-    """The registered strategies of a comma-separated list (distinct; an unknown name is one error)."""
-    from layersearch.common.errors import LayersearchError
-    from layersearch.strategies import get_strategy
-
-    strategies = [s.strip() for s in text.split(",") if s.strip()]
-    if not strategies or len(set(strategies)) != len(strategies):
-        raise LayersearchError("--strategies must list distinct strategy names")
-    return [get_strategy(name) for name in strategies]
-
-
-def report_targets(base: str, out: str | None, plot: str | None) -> tuple[Any, Any]:
-    """The report's and the figure's checked outputs (default ``BASE-head-to-head.json`` / ``.png``)."""
-    from layersearch.common.outputs import check_output
-
-    base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
-    return (check_output(out or f"{base}-head-to-head.json", "--out"),
-            check_output(plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))
-
-
-def head_to_head_plans(options: Any, strategies: Sequence[Any], prefix: str) -> list[tuple[str, Any]]:
-    """(study name, validated StudySettings) of each strategy from ``study head-to-head``'s options
-    (an object with them as attributes): each strategy's native objective (else
-    ``random_objective``), the preset where it has one, swift's skip ratio (or ``skip_ratio``)
-    where it takes one."""
-    from types import SimpleNamespace
-
-    from layersearch.strategies import default_skip_ratio
-    from layersearch.study.options import settings_from_options
-
-    ratio = options.skip_ratio if options.skip_ratio is not None else default_skip_ratio("swift")
-    plans = []
-    for strategy in strategies:
-        objective = strategy.objective or options.random_objective
-        own = SimpleNamespace(**{**vars(options), "preset": options.preset if options.preset in strategy.presets else None})
-        settings = settings_from_options(
-            own, strategy=strategy.name, objective=objective, skip_ratio=ratio if strategy.takes_ratio else None,
-        ).validated()
-        plans.append((f"{prefix}-{strategy.name}", settings))
-    return plans
 

@@ -80,9 +80,9 @@ def run_study(
 def check_budget(trials: int | None, timeout: float | None) -> int | None:
     """The number of trials to run (50 when neither ``trials`` nor ``timeout`` is given)."""
     if trials is not None:
-        check_int(trials, "--trials")
+        check_int(trials, "trials")
     if timeout is not None:
-        check_positive(timeout, "--timeout", unit="seconds")
+        check_positive(timeout, "timeout", unit="seconds")
     return 50 if trials is None and timeout is None else trials
 
 
@@ -279,8 +279,8 @@ def flat_search_advice(complete: Any, settings: Any) -> str | None:
     value = values.pop()
     ratio = settings.skip_ratio
     if ratio is not None:
-        change = f"lower --skip-ratio (now {ratio:g}; try {max(0.05, round(ratio / 2, 2)):g})"
+        change = f"lower the skip ratio (now {ratio:g}; try {max(0.05, round(ratio / 2, 2)):g})"
     else:
-        change = "give a small --skip-ratio (e.g. 0.15)"
+        change = "give a small skip ratio (e.g. 0.15)"
     return (f"all {len(complete)} completed trials scored {value:g}: the search sees no signal; "
             f"the masks skip too much for {settings.model}: {change} in a new study")

@@ -33,7 +33,7 @@ DEFAULT_HEARTBEAT = 10
 HEARTBEAT_GRACE_FACTOR = 3
 
 
-def heartbeat_seconds(given: int | None, what: str = "--heartbeat (seconds)") -> int:
+def heartbeat_seconds(given: int | None, what: str = "heartbeat (seconds)") -> int:
     """A run's heartbeat interval: ``given`` checked (an integer >= 1), :data:`DEFAULT_HEARTBEAT` for None."""
     from layersearch.common.checks import check_int
 
@@ -119,7 +119,7 @@ def storage_location(url: str | None, name: str | None = None) -> StorageLocatio
         return StorageLocation(default_storage_url(name), "sqlite", STUDIES_DIR / f"{name}.db", default=True)
     url = url.strip()
     if not url:
-        raise LayersearchError("empty --storage")
+        raise LayersearchError("empty storage", fields="storage")
     if url.startswith("journal:"):
         rest = url[len("journal:") :]
         if not rest.startswith("///") or len(rest) == 3:

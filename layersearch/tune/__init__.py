@@ -13,8 +13,8 @@ Modules, one concept each: :mod:`~layersearch.tune.settings` (what a run is aske
 :mod:`~layersearch.tune.objective` (one configuration's train speedup),
 :mod:`~layersearch.tune.study` (the resumable study), :mod:`~layersearch.tune.select` (held-out
 re-measurement and the choice), :mod:`~layersearch.tune.report` (markdown and PNG),
-:mod:`~layersearch.tune.run` (the whole run) and :mod:`~layersearch.tune.options` (a run from a
-command's options). No argparse here: the command only parses and prints.
+:mod:`~layersearch.tune.run` (the whole run). No argparse here: ``layersearch tune`` checks its
+options and runs (:mod:`layersearch.commands.tune_options`).
 """
 
 from layersearch.tune.settings import TuneSettings

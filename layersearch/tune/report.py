@@ -101,7 +101,7 @@ def markdown(result: Any, png_name: str) -> str:
         + (": " + ", ".join(f"{c.label} (matchness {c.matchness:.2f}, predicted {c.predicted:.2f}x)" for c in result.pool)
            if result.pool else "") + ".",
         f"Each trial decoded {result.train_prompts} train prompts x {result.max_new_tokens} new tokens beside plain generate, "
-        f"every run with the {result.kernels} CPU kernels (run the spec with `--kernels {result.kernels}`)"
+        f"every run with the {result.kernels} CPU kernels (run the spec with them: kernels {result.kernels!r})"
         + (f"; the draft model was searched with its own and {', '.join(result.quants)} weights." if result.quants else "."),
         "",
         f"![search curve]({png_name})",

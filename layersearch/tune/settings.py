@@ -31,13 +31,13 @@ class TuneSettings:
     def __post_init__(self) -> None:
         budget = self.budget
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
-            raise LayersearchError(f"--budget must be a number of seconds > 0, got {budget!r}")
+            raise LayersearchError(f"budget must be a number of seconds > 0, got {budget!r}", fields="budget")
         if budget > MAX_BUDGET:  # 1e308 is a typo, not a plan: it would search until killed
-            raise LayersearchError(f"--budget must be at most {MAX_BUDGET:.0f} seconds (30 days), got {budget:g}")
-        for name, what in (("train_prompts", "--train-prompts"), ("test_prompts", "--test-prompts"),
-                           ("max_new_tokens", "--max-new-tokens"), ("repeats", "--repeats"), ("finalists", "--finalists")):
+            raise LayersearchError(f"budget must be at most {MAX_BUDGET:.0f} seconds (30 days), got {budget:g}", fields="budget")
+        for name, what in (("train_prompts", "train_prompts"), ("test_prompts", "test_prompts"),
+                           ("max_new_tokens", "max_new_tokens"), ("repeats", "repeats"), ("finalists", "finalists")):
             check_int(getattr(self, name), what)
-        check_int(self.seed, "--seed", minimum=0, maximum=2**32 - 1)
+        check_int(self.seed, "seed", minimum=0, maximum=2**32 - 1)
 
     @property
     def study_storage_name(self) -> str:

@@ -77,7 +77,7 @@ def check_choices(choices: Mapping[str, Any]) -> dict[str, Any]:
         gone = [name for name in names if name not in registry]
         if gone:
             raise LayersearchError(f"the study searches {what} {gone[0]!r}, which is not registered here; "
-                                   "choose another --name to start a new search")
+                                   "choose another name to start a new search", fields="name")
     return {"version": version, "drafters": drafters, "lookaheads": rules}
 
 

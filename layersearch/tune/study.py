@@ -75,12 +75,12 @@ def check_identity(study: Any, identity: Mapping[str, Any], location: StorageLoc
     """Raise unless ``study`` is a tune study made for ``identity`` (fields absent from either are not compared)."""
     theirs = study.user_attrs.get(IDENTITY_ATTR)
     if not isinstance(theirs, dict):
-        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch tune; choose another --name")
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch tune; choose another name", fields="name")
     for key, value in identity.items():
         if key in theirs and theirs[key] != value:
             raise LayersearchError(
                 f"study {study.study_name!r} in {location.url} was made with {key} {theirs[key]!r}, not {value!r}; "
-                "choose another --name to start a new search"
+                "choose another name to start a new search", fields="name"
             )
 
 

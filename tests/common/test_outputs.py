@@ -188,13 +188,3 @@ def test_generate_refuses_save_spec_onto_its_prompt_file_before_loading(tmp_path
     assert (tmp_path / "p.jsonl").read_text() == '{"prompt": "hi"}\n'
 
 
-def test_check_overwrites_takes_options_by_name_and_the_derived_outputs(tmp_path):
-    from layersearch.common.outputs import check_overwrites
-
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("{}\n")
-    check_overwrites({"prompts": str(prompts), "out": str(tmp_path / "new.json")})
-    with pytest.raises(LayersearchError, match="--out"):
-        check_overwrites({"prompts": str(prompts), "out": str(prompts)})
-    with pytest.raises(LayersearchError, match="--report"):
-        check_overwrites({"mask": f"code={prompts}"}, {"--report": str(prompts)})  # a path inside NAME=FILE

@@ -127,7 +127,7 @@ def test_bad_knapspec_lists(content, message, tmp_path):
 def test_depth_is_required_and_malformed_json_is_named(tmp_path, capsys):
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"m": {"attention": [], "mlp": []}}))
-    with pytest.raises(LayersearchError, match="give --model or --num-layers"):
+    with pytest.raises(LayersearchError, match="give model or num_layers"):
         import_mask(path, "swift", "m")
     path.write_text("{not json")
     assert main(["mask", "import", "--format", "swift", str(path), "--key", "m", "--num-layers", "4", "--out", str(tmp_path / "o.json")]) == 2
@@ -162,7 +162,7 @@ def test_export_merges_into_an_existing_file_and_refuses_another(tmp_path):
     prompts.write_text('{"prompt": "hi"}\n')
     for fmt, path, key, needle in (("selfsd", prompts, "m", "not a selfsd mask file"),
                                    ("knapspec", out, None, "not a knapspec mask file"),
-                                   ("knapspec", knapspec, None, "give --key"),
+                                   ("knapspec", knapspec, None, "give key"),
                                    ("swift", tmp_path / "notes.txt", "m_t", "not a swift mask file")):
         if not path.exists():
             path.write_text("mine\n")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from layersearch.commands.study_common import search_args, strategy_option_args
-from layersearch.study.options import settings_from_options
+from layersearch.commands.study_options import settings_from_options
 from layersearch.commands.args import model_args
 from layersearch.common.errors import LayersearchError
 from layersearch.strategies import check_options, make_sampler, stop_rule

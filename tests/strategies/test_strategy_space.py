@@ -135,7 +135,7 @@ def test_a_skipped_sub_layer_has_no_precision():
 def test_a_plan_is_outside_the_skip_space():
     plan = SkipMask(2).with_int8((0,), (), False)
     assert params_from_mask(plan) == params_from_mask(plan, PLANS)  # its own space by default
-    with pytest.raises(LayersearchError, match="--space plans"):
+    with pytest.raises(LayersearchError, match="space 'plans'"):
         params_from_mask(plan, "skips")
 
 

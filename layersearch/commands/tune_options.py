@@ -35,7 +35,7 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
     train, test, note = prompt_counts(o.prompts, o.train_prompts, o.test_prompts)
     settings = TuneSettings(o.prompts, o.budget, o.name or default_name(o.prompts), o.storage,
                             train, test, o.max_new_tokens, o.repeats, o.finalists)
-    out = check_output(o.out)
+    out = check_output(o.out, "--out")
     md_path, png_path = report_paths(o.out, o.report)
     md, png = check_output(md_path, "--report"), check_png_output(png_path)
     if o.draft_model is not None and not o.draft_model.strip():

@@ -30,7 +30,7 @@ def check_options(options: Any) -> tuple[Any, Any]:
         raise LayersearchError("--max-new-tokens must be >= 2 (rows start at the second token)")
     if options.skip_ratio is not None and not 0 < options.skip_ratio < 1:
         raise LayersearchError(f"--skip-ratio must be between 0 and 1 (exclusive), got {options.skip_ratio}")
-    check_output(options.out)  # before any work: a directory or a missing folder is refused now, not after training
+    check_output(options.out, "--out")  # before any work: a directory or a missing folder is refused now, not after training
     mask_file = SkipMask.load(options.mask) if options.mask else None  # a bad mask fails before the model loads
     if options.action == "bench":
         domains = [d for d in options.domains.split(",") if d]

@@ -1,5 +1,6 @@
 """StudySettings from a command's options (``study create``, ``study head-to-head``): the prompt
-domain of ``--domain`` or ``--prompts``, ``--preset`` and the strategies' own option flags.
+domain of ``--domain`` or ``--prompts``, ``--preset`` and the strategies' own option flags; and
+``study head-to-head``'s plans (one study per strategy of ``--strategies``) and report targets.
 
 ``options`` is any object with those option names as attributes (argparse's parsed arguments,
 or a :class:`types.SimpleNamespace`)."""
@@ -7,7 +8,7 @@ or a :class:`types.SimpleNamespace`)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from layersearch.common.errors import LayersearchError
 from layersearch.objectives import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SAMPLES
@@ -82,3 +83,45 @@ def with_strategy_options(settings: Any, options: Any) -> Any:
         strategy_options.update(values)
     strategy_options.update({k: getattr(options, k) for k in STRATEGY_OPTION_FLAGS if getattr(options, k, None) is not None})
     return replace(settings, strategy_options=strategy_options)
+
+
+def strategies_named(text: str) -> list[Any]:
+    """The registered strategies of a comma-separated list (distinct; an unknown name is one error)."""
+    from layersearch.strategies import get_strategy
+
+    strategies = [s.strip() for s in text.split(",") if s.strip()]
+    if not strategies or len(set(strategies)) != len(strategies):
+        raise LayersearchError("--strategies must list distinct strategy names")
+    return [get_strategy(name) for name in strategies]
+
+
+
+def report_targets(base: str, out: str | None, plot: str | None) -> tuple[Any, Any]:
+    """The report's and the figure's checked outputs (default ``BASE-head-to-head.json`` / ``.png``)."""
+    from layersearch.common.outputs import check_output
+
+    base = base[: -len(".json")] if base.endswith(".json") else base[: -len(".csv")] if base.endswith(".csv") else base
+    return (check_output(out or f"{base}-head-to-head.json", "--out"),
+            check_output(plot or f"{base}-head-to-head.png", "--plot", suffixes=(".png",)))
+
+
+
+def head_to_head_plans(options: Any, strategies: Sequence[Any], prefix: str) -> list[tuple[str, Any]]:
+    """(study name, validated StudySettings) of each strategy from ``study head-to-head``'s options
+    (an object with them as attributes): each strategy's native objective (else
+    ``random_objective``), the preset where it has one, swift's skip ratio (or ``skip_ratio``)
+    where it takes one."""
+    from types import SimpleNamespace
+
+    from layersearch.strategies import default_skip_ratio
+
+    ratio = options.skip_ratio if options.skip_ratio is not None else default_skip_ratio("swift")
+    plans = []
+    for strategy in strategies:
+        objective = strategy.objective or options.random_objective
+        own = SimpleNamespace(**{**vars(options), "preset": options.preset if options.preset in strategy.presets else None})
+        settings = settings_from_options(
+            own, strategy=strategy.name, objective=objective, skip_ratio=ratio if strategy.takes_ratio else None,
+        ).validated()
+        plans.append((f"{prefix}-{strategy.name}", settings))
+    return plans
