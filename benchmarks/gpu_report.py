@@ -291,10 +291,12 @@ def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=ran
     return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify}
 
 
-def capture_section(model, label: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6)) -> dict:
+def capture_section(model, label: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6),
+                    speculative: bool = False) -> dict:
     """Our plain loop (captured, and eager) against HF static and eager generate; on a CPU also our
     eager loop with the numba kernels (which cannot be traced). With ``parts``, the captured parts
-    and the exact-mask model's realized vs predicted speedups (random weights only: it zeroes some)."""
+    and the exact-mask model's realized vs predicted speedups (random weights only: it zeroes some);
+    with ``speculative``, the model as its own int8 draft (static 3) captured and eager."""
     ids = prompts(model.config.vocab_size, 1, 128)[0]
     plain = SpeculativeDecoder(model, compile=True)
     eager = SpeculativeDecoder(model)
@@ -305,6 +307,14 @@ def capture_section(model, label: str, device: str, new_tokens: int, repeats: in
             "hf_eager": lambda: hf_eager(model, ids, new_tokens), "ours_eager": lambda: eager.generate(ids, new_tokens)}
     if device == "cpu" and has_module("numba"):
         runs["ours_eager_numba"] = lambda: _with_numba(model, lambda: eager.generate(ids, new_tokens))
+    if speculative:  # the model as its own int8 draft, static drafts of 3: captured, eager, eager with numba
+        plan = SkipMask.none(model.config.num_hidden_layers).kept_in_int8()
+        drafts = {c: SpeculativeDecoder(model, plan, lookahead=StaticLookahead(3), compile=c) for c in (True, False)}
+        drafts[True].generate(ids, new_tokens)  # compile its shapes before the timed runs
+        runs["int8_draft_captured"] = lambda: drafts[True].generate(ids, new_tokens)
+        runs["int8_draft_eager"] = lambda: drafts[False].generate(ids, new_tokens)
+        if device == "cpu" and has_module("numba"):
+            runs["int8_draft_eager_numba"] = lambda: _with_numba(model, lambda: drafts[False].generate(ids, new_tokens))
     seconds = interleaved(device, runs, repeats)
     tps = {name: new_tokens / s for name, s in seconds.items()}
     out = {"shape": label, "new_tokens": new_tokens, "prompt": 128, "repeats": repeats, "tokens_per_s": tps,
@@ -382,14 +392,19 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
 def table(report: dict) -> str:
     """The captured runtime's table from a report (a run's JSON): one line a figure, the baseline
     named in each; predictions recomputed from the stored parts (:func:`predicted_over_plain`)."""
+    gpu = report["device"] != "cpu"
     lines = [f"device: {report['device']}, torch {report.get('torch', '?')}; baseline: transformers generate "
-             "with cache_implementation='static' (auto-compiled, CUDA graphs) = HF static"]
+             f"with cache_implementation='static'{' (auto-compiled, CUDA graphs)' if gpu else ''} = HF static"]
     for row in report.get("captured", []):
         tps = row["tokens_per_s"]
         lines.append(f"{row['shape']:>6} | plain loop, captured: {tps['ours_captured']:7.1f} tok/s = {row['ours_over_hf_static']:.3f}x "
                      f"HF static ({tps['hf_static']:.1f}) | eager: ours {tps['ours_eager']:.1f}, HF generate {tps['hf_eager']:.1f}"
                      + (f", ours with numba kernels {tps['ours_eager_numba']:.1f}" if "ours_eager_numba" in tps else "") + " "
                      f"| host reads/step {row['host_reads_per_step']:.2f} | first generation (compiling) {row['first_generation_s']:.0f} s")
+        if "int8_draft_captured" in tps:
+            numba = f", eager with numba kernels {tps['int8_draft_eager_numba']:.1f}" if "int8_draft_eager_numba" in tps else ""
+            lines.append(f"{row['shape']:>6} | the int8 self-draft, static 3: captured {tps['int8_draft_captured']:.1f} tok/s, "
+                         f"eager {tps['int8_draft_eager']:.1f}{numba}")
         parts = row.get("parts")
         if not parts:
             continue
@@ -463,7 +478,8 @@ def captured_report(args, report: dict) -> None:
 
         loaded = load_model(args.model, device=args.device, dtype="float32" if args.device == "cpu" else "bfloat16")
         loaded.model.generation_config.eos_token_id = None  # every run decodes all its tokens
-        report["captured"].append(capture_section(loaded.model, args.model, args.device, args.new_tokens, args.repeats, parts=False))
+        report["captured"].append(capture_section(loaded.model, args.model, args.device, args.new_tokens, args.repeats, parts=False,
+                                                  speculative=True))
         write(report, args.out)
         return
     for shape in shapes:
