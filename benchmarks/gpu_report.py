@@ -39,7 +39,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.models.skipping import skipping
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.profiling.profiler import measure_profile

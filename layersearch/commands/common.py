@@ -15,7 +15,7 @@ def load(args: Any):
     import transformers
 
     from layersearch.models.loading import default_dtype, load_model
-    from layersearch.steer.modeldir import check_model_config
+    from layersearch.models.modeldir import check_model_config
 
     # Our own output is the interface: no per-load progress bars or advisory warnings on stderr.
     transformers.utils.logging.disable_progress_bar()

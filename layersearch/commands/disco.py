@@ -61,7 +61,7 @@ def run(args: Any) -> int:
 def _collect(args, mask_file, rows) -> int:
     from layersearch.disco import collect
     from layersearch.experiments.disco import prompt_tokens
-    from layersearch.runtime.decoder import eos_ids
+    from layersearch.runtime.loop import eos_ids
 
     loaded, mask = _load(args, mask_file)
     prompts = prompt_tokens(loaded, args.domain, args.prompts, args.seed, args.split)

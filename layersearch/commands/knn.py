@@ -61,7 +61,7 @@ def run(args: Any) -> int:
 def _build(args: Any) -> int:
     from layersearch.commands.common import load
     from layersearch.common.inputs import domain_options
-    from layersearch.experiments.knn_workflow import BuildJob, build_router_from
+    from layersearch.experiments.knn.workflow import BuildJob, build_router_from
     from layersearch.masks.mask import SkipMask
     from layersearch.common.outputs import check_output
     from layersearch.evaluation.plots import check_png_output
@@ -79,7 +79,7 @@ def _build(args: Any) -> int:
     print(f"wrote {path}: {len(router.domains)} domains, {len(router.anchors)} anchors, OOD threshold {threshold}, "
           f"fallback {'plain decoding' if fallback is None else fallback.short_string()}")
     if pca is not None:
-        from layersearch.experiments.knn_figures import plot_representations
+        from layersearch.experiments.knn.figures import plot_representations
 
         names = [router.domain_names[i] for i in router.anchor_domains]
         print(f"wrote {plot_representations(representations, router.anchors, names, pca)}")
@@ -90,8 +90,8 @@ def _build(args: Any) -> int:
 def _bench(args: Any) -> int:
     from layersearch.commands.common import load
     from layersearch.common.jsonfile import write_json_atomic
-    from layersearch.experiments.knn import format_table
-    from layersearch.experiments.knn_workflow import BenchJob, parse_ratios, routing_lines, run_knn_bench
+    from layersearch.experiments.knn.experiment import format_table
+    from layersearch.experiments.knn.workflow import BenchJob, parse_ratios, routing_lines, run_knn_bench
     from layersearch.common.outputs import check_output
     from layersearch.evaluation.plots import check_png_output
 
@@ -108,11 +108,11 @@ def _bench(args: Any) -> int:
         print("\n".join(routing_lines(routing, args.routing_prompts)))
     print(f"wrote {write_json_atomic(out, report)}")
     if plot is not None:
-        from layersearch.experiments.knn_figures import plot_mix_ratio
+        from layersearch.experiments.knn.figures import plot_mix_ratio
 
         print(f"wrote {plot_mix_ratio(result, plot)}")
     if pca is not None:
-        from layersearch.experiments.knn_figures import plot_representations
+        from layersearch.experiments.knn.figures import plot_representations
 
         names = [router.domain_names[i] for i in router.anchor_domains]
         title = "held-out test prompts (PCA), router anchors ringed"

@@ -58,7 +58,7 @@ def add_parser(sub, parser_class) -> None:
 
 
 def run(args: Any) -> int:
-    """Check the counts (:mod:`layersearch.commands.steer_options`), then run the action (:mod:`layersearch.experiments.steer_workflow`)."""
+    """Check the counts (:mod:`layersearch.commands.steer_options`), then run the action (:mod:`layersearch.experiments.steer.workflow`)."""
     from layersearch.commands import steer_options as options
 
     from layersearch.experiments import steer_workflow as workflow

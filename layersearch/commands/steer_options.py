@@ -30,10 +30,10 @@ def check_counts(options: Any) -> None:
 
 
 def train_job(options: Any) -> Any:
-    """``steer train``'s :class:`~layersearch.experiments.steer_workflow.TrainJob` (settings checked;
+    """``steer train``'s :class:`~layersearch.experiments.steer.workflow.TrainJob` (settings checked;
     ``--drafter-lr`` only with ``--finetune-drafter``, :data:`DRAFTER_LR` by default there)."""
     from layersearch.steer.train import TrainSettings
-    from layersearch.experiments.steer_workflow import TrainJob
+    from layersearch.experiments.steer.workflow import TrainJob
 
     o = options
     finetune = o.finetune_drafter is not None

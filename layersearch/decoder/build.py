@@ -54,7 +54,7 @@ def _named(path: str | None, field: str) -> str:
 class BuiltDecoder:
     """A spec made runnable on a loaded model: ``run`` decodes token ids.
 
-    ``speculative`` is the :class:`~layersearch.runtime.decoder.SpeculativeDecoder` (None for a
+    ``speculative`` is the :class:`~layersearch.runtime.loop.SpeculativeDecoder` (None for a
     plain spec, which runs transformers' ``generate``); reuse the object for a stream of inputs,
     since a controller (SWIFT on the fly) learns across them. ``profile`` is the latency profile
     that predicts a fixed mask's speedup, when the spec names one. ``kernels`` is the CPU kernel
@@ -260,7 +260,7 @@ def _draft_head(vocab: Any) -> Any:
 def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: Any = None, vocab: Any = None,
              lookahead: Any = None, drafter: Any = None, steering: Any = None, compile: bool | None = None) -> Any:
     """The decode loop ``spec`` describes on ``model`` (a loaded torch module): the one place a
-    :class:`~layersearch.runtime.decoder.SpeculativeDecoder` is made.
+    :class:`~layersearch.runtime.loop.SpeculativeDecoder` is made.
 
     The spec's plug-ins come from their registries by name; its mask is the mask source's inline
     mask (kind ``mask``; ``none``: no mask). Objects already made replace what the spec can only
@@ -270,7 +270,7 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
     compares, in place of the registry's) and ``steering`` (SD²'s steering parameters, which wrap
     the drafter). :func:`build_decoder` calls this once it has loaded the spec's files."""
     from layersearch.runtime import LOOKAHEADS, VERIFIERS
-    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.loop import SpeculativeDecoder
     from layersearch.runtime.drafters import make_drafter
 
     if spec.plain:
@@ -423,7 +423,7 @@ def load_draft_model(ref: str, loaded: Any, device: str, dtype: str | None, prog
     from layersearch.models.loading import default_dtype, load_model
     from layersearch.models.quantize import check_quant, quantize_draft
     from layersearch.runtime.drafters import ModelDrafter
-    from layersearch.steer.modeldir import check_model_config
+    from layersearch.models.modeldir import check_model_config
 
     check_quant(quant, device, dtype)
     check_model_config(ref, "draft model")  # sizes checked before transformers allocates from them

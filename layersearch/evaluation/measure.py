@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import torch
 
     from layersearch.masks.mask import SkipMask
-    from layersearch.runtime.decoder import GenerationResult
+    from layersearch.runtime.loop import GenerationResult
     from layersearch.runtime.outcome import StepOutcome
     from layersearch.runtime.stats import DecodeStats
 

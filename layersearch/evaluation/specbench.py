@@ -275,7 +275,7 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     from layersearch.data.specbench import read_questions, select
     from layersearch.common.jsonfile import write_json_atomic
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.decoder import eos_ids
+    from layersearch.runtime.loop import eos_ids
     from layersearch.runtime.drafting import DraftPolicy
     from layersearch.decoder.fragments import mask_spec, policy_lookahead
 

@@ -30,7 +30,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.evaluation.measure import speedup
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import eos_ids
+from layersearch.runtime.loop import eos_ids
 from layersearch.runtime.stats import combine
 from layersearch.decoder.spec import LookaheadSpec
 from layersearch.decoder.fragments import mask_spec

@@ -166,7 +166,7 @@ def draft_vocabulary(loaded, n: int, what: str = "draft_vocab") -> VocabSubset |
     vocab_size = check_draft_vocab(loaded, n, what)
     if n == 0:
         return None
-    from layersearch.runtime.decoder import eos_ids
+    from layersearch.runtime.loop import eos_ids
 
     try:
         return frequent_subset(loaded.tokenizer, n, vocab_size=vocab_size, extra_ids=eos_ids(loaded.model))

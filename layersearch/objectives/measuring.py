@@ -58,7 +58,7 @@ class Runtime(Protocol):
 class ModelRuntime:
     """:class:`Runtime` over a loaded model and a fixed list of tokenized prompts.
 
-    ``decode`` runs :class:`~layersearch.runtime.decoder.SpeculativeDecoder` (greedy) with the
+    ``decode`` runs :class:`~layersearch.runtime.loop.SpeculativeDecoder` (greedy) with the
     given draft policy; ``baseline`` runs transformers' plain ``generate`` on the same prompts.
     ``matchness`` keeps, per prompt, the target's prompt KV cache and its greedy continuation
     (neither depends on the mask), so each later call costs one masked forward per prompt.
@@ -142,7 +142,7 @@ class ModelRuntime:
         """The target's greedy tokens t_1..t_{gamma+1} with the prompt cache (a TargetRun, cached)."""
         key = (index, gamma)
         if key not in self._targets:
-            from layersearch.runtime.decoder import eos_ids
+            from layersearch.runtime.loop import eos_ids
             from layersearch.runtime.teacher import target_continuation
 
             self._targets[key] = target_continuation(self.model, self.prompts[index], gamma + 1, eos_ids(self.model))

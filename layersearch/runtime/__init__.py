@@ -1,4 +1,4 @@
-"""The runtime: the decode loop (:mod:`~layersearch.runtime.decoder`) and its plug-in points.
+"""The runtime: the decode loop (:mod:`~layersearch.runtime.loop`) and its plug-in points.
 
 The registries of the plug-ins that need no trained file live here and in
 :mod:`layersearch.runtime.drafters` (drafters): name -> factory, so a new lookahead rule or

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from layersearch.runtime.decoder import GenerationResult, _as_prompt
+from layersearch.runtime.loop import GenerationResult, _as_prompt
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import DecodeStats
 from layersearch.runtime.timing import Clock

@@ -1,11 +1,11 @@
-"""SD²: steering a drafter with a vector from the verifier's hidden states (issue 15).
+"""SD²: steering a drafter with a vector from the verifier's hidden states.
 
 ``params`` (W_hml, W_s), ``hooks`` (the bias on the MLPs, inside a context manager),
 ``file`` (safetensors + metadata), ``drafter`` (:class:`SteeredDrafter`), ``train`` (the KL
 training, optionally fine-tuning an independent drafter), ``shrink`` (a layer-pruned drafter cut
-from the verifier) and ``modeldir`` (writing a model directory all or nothing). The bench (plain
-vs unsteered vs steered block efficiency and speed) and the commands' runs are
-:mod:`layersearch.experiments.steer` and ``.steer_workflow``.
+from the verifier; a model directory is written all or nothing by :mod:`layersearch.models.modeldir`).
+The bench (plain vs unsteered vs steered block efficiency and speed) and the commands' runs are
+:mod:`layersearch.experiments.steer.experiment` and :mod:`layersearch.experiments.steer.workflow`.
 """
 
 from layersearch.steer.drafter import SteeredDrafter

@@ -110,7 +110,7 @@ def collect(
 
 def _sample(model: torch.nn.Module, prompt: torch.Tensor, new: int, generator: torch.Generator) -> torch.Tensor:
     """prompt + up to ``new`` tokens sampled at T = 1 (stops after an end-of-sequence token)."""
-    from layersearch.runtime.decoder import eos_ids
+    from layersearch.runtime.loop import eos_ids
 
     stop = eos_ids(model)
     cache = new_cache(model)

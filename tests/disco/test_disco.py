@@ -17,7 +17,7 @@ from layersearch.disco.tune import disco_rule, static_rule
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 

@@ -13,7 +13,7 @@ from layersearch.evaluation.measure import (
     figures, median_speedup, speedup, stats_speedup,
 )
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.stats import DecodeStats
@@ -104,7 +104,7 @@ def test_phases_are_defined_the_same_for_transformers_peers_and_our_loop(tiny_ll
 
     from layersearch.models.tiny import build_tiny_model
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.loop import SpeculativeDecoder
     from layersearch.runtime.drafters import ModelDrafter
     from layersearch.runtime.lookahead import StaticLookahead
 

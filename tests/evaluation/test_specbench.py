@@ -94,7 +94,7 @@ def test_bad_question_files(tmp_path):
 def test_second_turn_follows_the_models_first_answer_and_ours_equals_vanilla(tiny_with_embedded_tokenizer):
     from layersearch.masks.mask import SkipMask
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.decoder import SpeculativeDecoder
+    from layersearch.runtime.loop import SpeculativeDecoder
 
     model, tokenizer, _ = tiny_with_embedded_tokenizer(0)
     question = Question(90, "writing", ("Tell me about cats.", "And dogs?"))

@@ -12,7 +12,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import new_cache
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter, ModelDrafter, make_drafter
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead

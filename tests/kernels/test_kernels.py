@@ -11,7 +11,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.profiling.profile import KernelTiming, LatencyProfile, kernel_choice_text, pick_kernels
 from layersearch.runtime.cache import new_cache, truncate_cache
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.kernels.select import CHOICES, MAX_TOKENS, choose_kernels, model_kernels

@@ -15,7 +15,7 @@ from layersearch.knn.controller import KnnController
 from layersearch.knn.represent import mean_representation, prompt_representation
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.loading import describe_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 
 # Synthetic domains: each draws its prompt tokens from its own slice of the 128-token vocabulary.

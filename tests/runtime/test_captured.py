@@ -18,7 +18,7 @@ from layersearch.models.plan_view import plan_view
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.captured import CapturedForwards, _forward
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig

@@ -14,7 +14,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.precision import check_int8_device, int8_twins
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig

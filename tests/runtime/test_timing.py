@@ -9,7 +9,7 @@ import torch
 
 from layersearch.masks.mask import SkipMask
 from layersearch.runtime import timing
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 from layersearch.runtime.timing import RegionTimer
 

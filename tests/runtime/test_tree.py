@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig

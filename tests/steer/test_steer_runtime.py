@@ -10,7 +10,7 @@ import torch
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig

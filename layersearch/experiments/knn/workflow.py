@@ -127,7 +127,7 @@ class BenchJob:
 def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], None]) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(router, result, held-out routing or None, report): the mix-ratio streams measured."""
     from layersearch.data import load_prompts
-    from layersearch.experiments.knn import held_out_routing, knn_bench
+    from layersearch.experiments.knn.experiment import held_out_routing, knn_bench
     from layersearch.knn.router import Router
     from layersearch.masks.mask import SkipMask
     from layersearch.runtime.drafting import DraftPolicy

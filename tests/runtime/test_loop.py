@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.decoder import SpeculativeDecoder
+from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafting import DraftPolicy
 
 NEW = 40

@@ -59,7 +59,7 @@ def train_steering(job: TrainJob, load: Callable[[], Any]) -> list[str]:
     if job.finetune_drafter is not None:
         if not job.drafter:
             raise LayersearchError("finetune_drafter fine-tunes an independent draft model: give drafter MODEL", fields=("finetune_drafter", "drafter"))
-        from layersearch.steer.modeldir import check_model_dir
+        from layersearch.models.modeldir import check_model_dir
 
         check_model_dir(job.finetune_drafter, "finetune_drafter")
     mask_file = SkipMask.load(job.mask) if job.mask else None  # a bad mask fails before the model loads
@@ -130,7 +130,7 @@ def evaluate_steering(job: EvalJob, load: Callable[[], Any]) -> dict[str, Any]:
     """Plain, unsteered and steered drafting on the test prompts: the report (JSON values)."""
     from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
     from layersearch.steer import SteeredDrafter, SteeringFile
-    from layersearch.experiments.steer import bias_cost_ms, compare, settings, summary
+    from layersearch.experiments.steer.experiment import bias_cost_ms, compare, settings, summary
 
     steering = SteeringFile.load(job.steering)  # a bad file fails before the model loads
     loaded = load()
@@ -191,7 +191,7 @@ def shrink_drafter(load: Callable[[], Any], keep_layers: int, out: str) -> str:
     """Save the verifier with ``keep_layers`` evenly spread decoder layers as a model folder
     ``out`` (checked before the load); returns the line that reports it."""
     from layersearch.models.skipping import decoder_layers
-    from layersearch.steer.modeldir import check_model_dir, save_model_dir
+    from layersearch.models.modeldir import check_model_dir, save_model_dir
     from layersearch.steer.shrink import kept_layers, prune_layers
 
     check_model_dir(out)
@@ -205,7 +205,7 @@ def shrink_drafter(load: Callable[[], Any], keep_layers: int, out: str) -> str:
 
 def _save_finetuned(path: str, drafter: Any) -> Any:
     """Save the fine-tuned drafter at ``path``; its ModelInfo is named by ``path``."""
-    from layersearch.steer.modeldir import save_model_dir
+    from layersearch.models.modeldir import save_model_dir
 
     save_model_dir(path, drafter.model, drafter.tokenizer, "finetune_drafter")
     return replace(drafter.info, name=str(path))
