@@ -66,13 +66,13 @@ COMMANDS: dict[str, Command] = {
         ("generate", "--model", MODEL, "--mask", "uniform:0.5", "--prompt", "w1 w2", "--profile", "{profile}",
          "--max-new-tokens", "2"), (("--mask", "uniform:1.5"),),
     ),
-    # The mask sources of generate's one --mask option (issue 31): a bad value of each is one line.
+    # The mask sources of generate's one --mask option: a bad value of each is one line.
     "generate --mask uniform": Command(
         ("generate", "--model", MODEL, "--mask", "uniform:0.5", "--prompt", "w1 w2", "--max-new-tokens", "2"),
         (("--mask", "uniform:"), ("--mask", "uniform:x"), ("--mask", "uniform:nan"), ("--mask", "uniform:-0.1"),
          ("--mask", "knapsack:2"), ("--mask", "router:"), ("--mask", "swift:"), ("--baseline",)),
     ),
-    # SWIFT on the fly (issue 12).
+    # SWIFT on the fly.
     "generate --mask swift": Command(
         ("generate", "--model", MODEL, "--mask", "swift", "--prompts", "{prompts}", "--max-new-tokens", "2"),
         (("--swift-window", "0"), ("--swift-target", "2"), ("--swift-kappa", "-1"), ("--swift-patience", "0"),
@@ -92,7 +92,7 @@ COMMANDS: dict[str, Command] = {
                            (("--key", "nope"), ("--num-layers", "2"), ("--format", "nope")), kinds={"paper": "prompts"}),
     "mask export": Command(("mask", "export", "{mask}", "--format", "selfsd", "--key", "m", "--out", "{out}"),
                            (("--format", "nope"),)),
-    # DISCO's commands (issue 26: their --out is checked before any work, like every command's).
+    # DISCO's commands (their --out is checked before any work, like every command's).
     "disco collect": Command(
         ("disco", "collect", "--model", MODEL, "--domain", "translation", "--prompts", "1", "--max-new-tokens", "2",
          "--out", "{out}"),
@@ -206,7 +206,7 @@ COMMANDS: dict[str, Command] = {
     "plot history": Command(("plot", "history", "--name", "{name}", "--storage", "{storage}", "--out", "{png}")),
     "plot compare": Command(("plot", "compare", "--names", "{name}", "--storage", "{storage}", "--out", "{png}")),
     "plot bench": Command(("plot", "bench", "{bench_report}", "--out", "{png}")),
-    # SD² steering (issue 15).
+    # SD² steering.
     "steer train": Command(
         ("steer", "train", "--model", MODEL, "--mask", "{mask}", "--domain", "translation", "--prompts", "1",
          "--new-tokens", "2", "--steps", "1", "--out", "{out}"),
@@ -1261,7 +1261,7 @@ def _spec_and_user_prompts(work: Path, model_dir: Path) -> None:
 
 
 def _method_files(work: Path, info, model_dir: Path) -> None:
-    """Good files of the methods (issue 26): a DISCO classifier and its training rows, a KNN
+    """Good files of the methods: a DISCO classifier and its training rows, a KNN
     router, and a draft-model folder (a copy of the tiny model)."""
     import numpy as np
 

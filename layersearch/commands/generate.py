@@ -62,7 +62,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    "from an ROC curve of past drafts), or a DISCO classifier file (its mask unless --mask is given) "
                    "(default confidence)")
     swift_args(p)  # SWIFT on the fly (--mask swift)
-    # SD² (issue 15): steer the layer-skip drafter or an independent draft model with a trained steering file.
+    # SD²: steer the layer-skip drafter or an independent draft model with a trained steering file.
     p.add_argument("--steering", help="steering file from `layersearch steer train` (uses its mask, or its draft model)")
     p.add_argument("--draft-model", metavar="MODEL",
                    help="draft with an independent model sharing the tokenizer (embedded name, HF id or directory; "
@@ -72,12 +72,12 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    help="quantize the draft (int8; output still lossless): the --draft-model's weights (torch's dynamic int8 "
                    "Linears, CPU only), or without one the model itself: every sub-layer the mask keeps, and the LM head, "
                    "run in int8 (CPU: fbgemm; CUDA: weight-only) (--skip-ratio 0 or no mask: the whole model in int8)")
-    # The deployable artefact (issue 24): what this run decodes with, as a file, and running one.
+    # The deployable artefact: what this run decodes with, as a file, and running one.
     p.add_argument("--save-spec", metavar="FILE", help="write the decoder spec of this run (model, drafter, mask, lookahead, "
                    "verifier, sampling) as JSON")
     p.add_argument("--spec", metavar="FILE", help="run the decoder of a spec file (from --save-spec); --prompt, --prompts, "
                    "--max-new-tokens, --json and --threads still apply")
-    # FR-Spec (issue 21): the draft's LM head scores only the N most frequent tokens.
+    # FR-Spec: the draft's LM head scores only the N most frequent tokens.
     p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
                    help="the draft (masked model or --draft-model) scores only the N most frequent tokens of the "
                    "tokenizer, counted once from the train prompts and cached; output stays lossless "

@@ -174,7 +174,7 @@ def plot_transfer(
     return _save_atomic(fig, out)
 
 
-# ----- SWIFT's input stream (issue 12) -----------------------------------------------------
+# ----- SWIFT's input stream -----------------------------------------------------
 @plain_text
 def plot_swift_stream(
     domains: Sequence[str],

@@ -14,7 +14,7 @@ Two ways to fill the knapsack, both returning :class:`Candidate` lists (one mask
   :func:`~layersearch.knapspec.solver.solve_all_budgets` picks, for every budget, the executed items of
   largest total importance within the executed-weight budget; the rest are skipped.
 
-* :func:`candidates_plans` -- draft plans (issue 32): a multiple-choice knapsack
+* :func:`candidates_plans` -- draft plans: a multiple-choice knapsack
   (:func:`~layersearch.knapspec.mckp.solve_choices_all_budgets`) gives each sub-layer one of
   skip, int8 or full at its profiled cost (:meth:`LatencyProfile.sublayer_seconds`) for every
   cost budget. The value of an option is minus the cosine it loses: skipping loses the item's

@@ -39,7 +39,7 @@ difference is deliberate: torch's dynamic int8 Linear quantizes its input with o
 state's every reference token. The runner's twins therefore quantize activations per token
 (:class:`PerTokenInt8Linear`: the same int8 weights, the same 7-bit activation range), so a
 sub-layer's int8 error is the one the drafter sees, not that of a whole batch squeezed into one
-scale (issue 32: 0.78 agreement instead of 0.97 from exactly that).
+scale (0.78 agreement instead of 0.97 from exactly that).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def draft_logits_in_cache(
             if mask.has_int8:
                 # torch's int8 Linears quantize activations with one scale per call: one forward over
                 # n tokens would give them one scale between them, which no draft step ever sees (and
-                # agrees far less, issue 32). Token by token, each has its own scale, as when drafting.
+                # agrees far less). Token by token, each has its own scale, as when drafting.
                 rows: list[torch.Tensor] = []
                 for j, token in enumerate(inputs):
                     options: dict[str, Any] = {}

@@ -29,7 +29,7 @@ or a skip set plus one precision level:
   Self-SD does, and SWIFT keeps its exact skip count on the skip switches alone.
 * A precision per sub-layer, not one level for all kept ones: the measured gain of a plan over
   the uniform int8 self-draft comes from keeping in full precision the few sub-layers whose
-  int8 twin costs agreement (the MLP down projections: 0.969 -> 0.990 in issue 32), which one
+  int8 twin costs agreement (the MLP down projections: 0.969 -> 0.990), which one
   level cannot express.
 
 Numeric encoding (what the GP strategies fit, :func:`plan_bits`): a vector of ``4L + 1``

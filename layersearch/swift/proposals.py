@@ -21,7 +21,7 @@ One function, :func:`propose_bits`, takes the evaluated masks as 0/1 rows and th
    the best one not yet evaluated. Without this step the rounded optimum is often a mask
    already in the history, and re-measuring it wastes a trial.
 
-Draft plans (issue 32) are 0/1 vectors too: :func:`plan_bits` lays a plan out as ``4L + 1``
+Draft plans are 0/1 vectors too: :func:`plan_bits` lays a plan out as ``4L + 1``
 bits (the 2L skips, 2L int8 bits, the head's int8 bit) and :func:`mask_from_plan_bits` reads
 one back; every such vector is a plan, so the same maths proposes them.
 

@@ -1,4 +1,4 @@
-"""Spellings layersearch no longer takes (issue 31: no compatibility layer in a 0.x package).
+"""Spellings layersearch no longer takes (no compatibility layer in a 0.x package).
 Each one, as a script may still have it, is exactly one error line naming its replacement,
 exit status 2, before any work: the parse itself stops (the model never loads)."""
 

@@ -47,7 +47,7 @@ def test_transfer_cli_writes_json_and_heatmap(tiny_with_embedded_tokenizer, tmp_
     info = load_model(str(folder)).info
     mask = SkipMask(4, (0, 3), (), info).save(tmp_path / "m.json")
     prefix = tmp_path / "out" / "transfer"
-    prefix.parent.mkdir()  # a given folder must exist (issue 26)
+    prefix.parent.mkdir()  # a given folder must exist
     code = main(["transfer", "--model", str(folder), "--threads", "1", "--mask", f"spec-bench:qa={mask}",
                  "--domains", "spec-bench:qa,spec-bench:rag", "--samples", "1", "--max-new-tokens", "4",
                  "--spec-bench", str(_questions(tmp_path / "q.jsonl")), "--out-prefix", str(prefix)])

@@ -55,7 +55,7 @@ def test_create_run_resume_show_list_export(workdir, cli, create_args, tiny_info
     assert status == 0 and "a " in out and "random" in out and "sqlite:///studies/a.db" in out
 
     status, out, err = cli("study", "export", "--name", "a", "--out", "masks/best.json")
-    assert status == 2 and "folder" in err and "does not exist" in err  # a given folder is never created (issue 26)
+    assert status == 2 and "folder" in err and "does not exist" in err  # a given folder is never created
     Path("masks").mkdir()
     status, out, err = cli("study", "export", "--name", "a", "--out", "masks/best.json")
     assert status == 0, err

@@ -1,4 +1,4 @@
-"""Ctrl-C during a tune search: the trial it stops is failed quietly, no traceback (issue 33)."""
+"""Ctrl-C during a tune search: the trial it stops is failed quietly, no traceback."""
 
 from __future__ import annotations
 
