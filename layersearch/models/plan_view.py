@@ -13,10 +13,11 @@ never modified; a view costs a few hundred small Python objects and no tensor me
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
@@ -57,7 +58,7 @@ class BypassedNorm(nn.Module):
         return hidden_states
 
 
-def plan_view(model: nn.Module, plan: SkipMask) -> nn.Module:
+def plan_view(model: PreTrainedModel, plan: SkipMask) -> PreTrainedModel:
     """``model`` with ``plan`` applied, as a separate module sharing all of ``model``'s tensors.
 
     Skipped sub-layers become the modules above, int8 ones their twins
@@ -95,7 +96,8 @@ def plan_view(model: nn.Module, plan: SkipMask) -> nn.Module:
         new_layers.append(_with_children(layer, children) if children else layer)
     base = getattr(model, "model", model)
     new_base = _with_children(base, {"layers": nn.ModuleList(new_layers)})
-    return new_base if base is model else _with_children(model, {"model": new_base})
+    view = new_base if base is model else _with_children(model, {"model": new_base})
+    return cast(PreTrainedModel, view)  # a copy of the model's own class
 
 
 def _with_children(module: nn.Module, children: dict[str, nn.Module]) -> nn.Module:

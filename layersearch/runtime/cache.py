@@ -23,8 +23,10 @@ attention have seen the same tokens).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from transformers import Cache, DynamicCache
+from transformers import Cache, DynamicCache, PreTrainedModel
 
 
 class SkipAwareCache(DynamicCache):
@@ -45,7 +47,8 @@ class SkipAwareCache(DynamicCache):
         if layer_idx >= len(self.layers):
             return layer_idx
         alike = self._alike().get(layer_idx, (layer_idx,))
-        lengths = [self.layers[i].get_seq_length() for i in alike]
+        layers: list[Any] = list(self.layers)  # transformers types them as a union of layer kinds
+        lengths = [layers[i].get_seq_length() for i in alike]
         return alike[lengths.index(max(lengths))]
 
     def _alike(self) -> dict[int, tuple[int, ...]]:
@@ -60,7 +63,7 @@ class SkipAwareCache(DynamicCache):
         return groups
 
 
-def new_cache(model: torch.nn.Module) -> Cache:
+def new_cache(model: PreTrainedModel) -> Cache:
     """An empty KV cache for ``model`` (the one place the runtime creates caches).
 
     Sliding-window layers record their past, so :func:`truncate_cache` can roll them back.
@@ -77,6 +80,7 @@ def truncate_cache(cache: Cache, length: int) -> None:
     drop the entries they kept for a rollback. Raises ``RuntimeError`` (a bug, never user
     input) if a layer no longer holds what the cut needs.
     """
+    layer: Any
     for layer in cache.layers:
         if not _can_truncate_layer(layer, length):
             raise RuntimeError(
@@ -96,6 +100,7 @@ def commit_cache(cache: Cache) -> None:
     Only sliding-window layers change: they drop the entries past recording kept beyond
     their window. Call it when all layers hold the same length.
     """
+    layer: Any
     for layer in cache.layers:
         if _holds_history(layer):
             layer.crop(0)
@@ -119,10 +124,11 @@ def _can_truncate_layer(layer, length: int) -> bool:
 
 def cache_length(cache: Cache) -> int:
     """Positions held by the longest layer (layers differ only while a draft is running)."""
-    return max((layer.get_seq_length() for layer in cache.layers), default=0)
+    layers: list[Any] = list(cache.layers)
+    return max((layer.get_seq_length() for layer in layers), default=0)
 
 
-def sliding_windows(model: torch.nn.Module) -> tuple[int | None, ...]:
+def sliding_windows(model: PreTrainedModel) -> tuple[int | None, ...]:
     """Per decoder layer, the attention window (``None`` = full attention), as the cache sees it."""
     return tuple(_window(layer) for layer in SkipAwareCache(config=model.config).layers)
 
@@ -141,7 +147,7 @@ def _holds_history(layer) -> bool:
     return window is not None and getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > window - 1
 
 
-def new_static_cache(model: torch.nn.Module, capacity: int) -> Cache:
+def new_static_cache(model: PreTrainedModel, capacity: int) -> Cache:
     """transformers' :class:`~transformers.StaticCache` for ``model`` holding ``capacity``
     positions, allocated at once (a captured step needs fixed addresses).
 
@@ -157,6 +163,7 @@ def new_static_cache(model: torch.nn.Module, capacity: int) -> Cache:
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     probe = torch.zeros(1, heads, 1, head_dim, dtype=parameter.dtype, device=parameter.device)
+    layer: Any
     for layer in cache.layers:
         layer.lazy_initialization(probe, probe)
     return cache
@@ -165,6 +172,7 @@ def new_static_cache(model: torch.nn.Module, capacity: int) -> Cache:
 def seat_static_cache(cache: Cache, start: torch.Tensor | int) -> None:
     """Make every layer of a static ``cache`` write its next entries from position ``start``
     (a 0-d device tensor inside a captured step, where it is a graph op; an int eagerly)."""
+    layer: Any
     for layer in cache.layers:
         if isinstance(start, int):
             layer.cumulative_length.fill_(start)
@@ -172,7 +180,7 @@ def seat_static_cache(cache: Cache, start: torch.Tensor | int) -> None:
             layer.cumulative_length.copy_(start)
 
 
-def has_sliding_window(model: torch.nn.Module) -> bool:
+def has_sliding_window(model: PreTrainedModel) -> bool:
     """Whether any of ``model``'s layers attends over a sliding window (a static cache would
     keep it as a ring, which cannot roll back)."""
     return any(window is not None for window in sliding_windows(model))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, cast
 
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.masks.mask import SkipMask
 from layersearch.models.plan_view import plan_view
@@ -31,7 +32,7 @@ from layersearch.runtime.cache import new_static_cache, seat_static_cache
 MAX_ENTRIES = 32
 
 
-def _forward(model: torch.nn.Module, cache: Any, ids: torch.Tensor, positions: torch.Tensor, keep: int, head: Any) -> torch.Tensor:
+def _forward(model: PreTrainedModel, cache: Any, ids: torch.Tensor, positions: torch.Tensor, keep: int, head: Any) -> torch.Tensor:
     # ids, positions [1, n] -> logits [keep, vocab]; every cache layer writes from positions[0, 0].
     seat_static_cache(cache, positions[0, 0])
     if head is None:
@@ -70,7 +71,7 @@ class CapturedForwards:
     Like transformers' model-held static cache, the cache is one per model: two generations
     of one model must not run at the same time."""
 
-    def __init__(self, model: torch.nn.Module, max_entries: int = MAX_ENTRIES,
+    def __init__(self, model: PreTrainedModel, max_entries: int = MAX_ENTRIES,
                  compiler: Callable[[torch.device], Callable[..., torch.Tensor]] | None = None) -> None:
         """``compiler(device)`` makes one compiled forward (default: torch.compile of :func:`_forward`)."""
         self.model = model
@@ -79,10 +80,10 @@ class CapturedForwards:
         self._compiled: OrderedDict[Hashable, Callable[..., torch.Tensor]] = OrderedDict()
         self._hits = self._misses = self._evictions = 0
         self._compile_seconds = 0.0
-        self._views: dict[SkipMask, torch.nn.Module] = {}
+        self._views: dict[SkipMask, PreTrainedModel] = {}
         self._cache: Any = None
 
-    def view(self, plan: SkipMask | None) -> torch.nn.Module:
+    def view(self, plan: SkipMask | None) -> PreTrainedModel:
         """The model with ``plan`` applied (None: the model), built once per plan and kept."""
         if plan is None:
             return self.model
@@ -100,7 +101,7 @@ class CapturedForwards:
             self._cache = new_static_cache(self.model, -(-capacity // 256) * 256)
         return self._cache
 
-    def forward(self, model: torch.nn.Module, key: Hashable, cache: Any, ids: torch.Tensor, start: int, keep: int, head: Any) -> torch.Tensor:
+    def forward(self, model: PreTrainedModel, key: Hashable, cache: Any, ids: torch.Tensor, start: int, keep: int, head: Any) -> torch.Tensor:
         """Logits [keep, vocab] of ``model`` (a plan's view) over ``ids`` [n] at ``start``, by the
         compiled forward of ``key`` (compiled on first use; the least recently used one evicted
         past ``max_entries``)."""
@@ -142,10 +143,10 @@ class CapturedForwards:
         return compiled(model, cache, ids.view(1, -1), positions, keep, head)
 
 
-_SHARED: "weakref.WeakKeyDictionary[torch.nn.Module, CapturedForwards]" = weakref.WeakKeyDictionary()
+_SHARED: "weakref.WeakKeyDictionary[PreTrainedModel, CapturedForwards]" = weakref.WeakKeyDictionary()
 
 
-def captured_forwards(model: torch.nn.Module) -> CapturedForwards:
+def captured_forwards(model: PreTrainedModel) -> CapturedForwards:
     """The :class:`CapturedForwards` of ``model``, made on first use and shared by its decoders."""
     shared = _SHARED.get(model)
     if shared is None:

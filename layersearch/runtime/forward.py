@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
-from transformers import Cache
+from transformers import Cache, PreTrainedModel
 
 
 class Head(Protocol):
@@ -21,7 +21,7 @@ class Head(Protocol):
 
 
 def forward_tokens(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     tokens: list[int] | torch.Tensor,
     start: int,
     cache: Cache,

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
@@ -64,7 +65,7 @@ class GenerationResult:
     stats: DecodeStats
 
 
-def eos_ids(model: torch.nn.Module) -> frozenset[int]:
+def eos_ids(model: PreTrainedModel) -> frozenset[int]:
     """End-of-sequence ids from the model's generation config (may be empty)."""
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
@@ -84,7 +85,7 @@ class SpeculativeDecoder:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         mask: SkipMask | None = None,
         *,
         policy: DraftPolicy = DraftPolicy(),
@@ -228,8 +229,8 @@ class _Run:
         self.capturing = False
         if not self.captured:
             truncate_cache(self.cache, position + verdict.num_accepted + 1)
-        if self.hidden_layers:  # the states at the input whose output gave the returned token
-            self.drafter.observe_hidden(self.captured_hidden[verdict.source_node])
+        if self.hidden_layers and self.captured_hidden is not None:  # the states at the input whose output gave the token
+            self._observe_hidden(self.captured_hidden[verdict.source_node])
         self.last_ids = verdict.next_ids
         m2 = self.marks.mark()
         self.seconds["draft_prefill"] += proposal.prefill_seconds
@@ -290,7 +291,7 @@ class _Run:
             if wants_prompt:
                 self.prompt_hidden = hidden[:, -1]  # [n, d]: the last decoder layer's output
             if self.hidden_layers:
-                self.drafter.observe_hidden(hidden[-1, : len(self.hidden_layers)])
+                self._observe_hidden(hidden[-1, : len(self.hidden_layers)])
         else:
             logits = self._forward(self.prompt[0], 0, keep=1)
         self.last_ids = self._choose(logits[-1])
@@ -318,6 +319,10 @@ class _Run:
                     seat_static_cache(self.cache, start)
                 logits = forward_tokens(model, tokens, start, self.cache, keep, head=head, **options)
         return logits
+
+    def _observe_hidden(self, states: torch.Tensor) -> None:
+        # Optional on the drafter protocol: only a drafter with ``hidden_layers`` has it.
+        getattr(self.drafter, "observe_hidden")(states)  # states [len(hidden_layers), hidden]
 
     def _traceable(self, plan: SkipMask | None) -> bool:
         # fbgemm's int8 kernels (CPU) are opaque to dynamo: such a draft forward runs eagerly, on the

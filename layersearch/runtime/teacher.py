@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence, cast
 
 import torch
-from transformers import Cache
+from transformers import Cache, PreTrainedModel
 
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
@@ -33,7 +33,7 @@ class TargetRun:
 
 @torch.inference_mode()
 def target_continuation(
-    model: torch.nn.Module, prompt: Sequence[int], count: int, stop: frozenset[int] = frozenset(), *, keep_logits: bool = False
+    model: PreTrainedModel, prompt: Sequence[int], count: int, stop: frozenset[int] = frozenset(), *, keep_logits: bool = False
 ) -> TargetRun:
     """Greedy t_0..t_{count-1} after ``prompt`` (ends early after a ``stop`` token); the cache is
     cut back to the prompt, ready for :func:`draft_logits`."""
@@ -50,13 +50,13 @@ def target_continuation(
     return TargetRun(cache, len(prompt), tuple(tokens), torch.stack(kept) if keep_logits else None)
 
 
-def _logits(model: torch.nn.Module, tokens: list[int], start: int, cache: Cache, **options: Any) -> torch.Tensor:
+def _logits(model: PreTrainedModel, tokens: list[int], start: int, cache: Cache, **options: Any) -> torch.Tensor:
     """:func:`forward_tokens`'s logits (no hidden states are asked for here)."""
     return cast(torch.Tensor, forward_tokens(model, tokens, start, cache, **options))
 
 
 @torch.inference_mode()
-def draft_logits(model: torch.nn.Module, mask: SkipMask, run: TargetRun) -> torch.Tensor:
+def draft_logits(model: PreTrainedModel, mask: SkipMask, run: TargetRun) -> torch.Tensor:
     """The masked draft's logits ``[n, vocab]`` over inputs t_0..t_{n-1}: row j-1 predicts t_j.
     One forward in the prompt cache; the draft's entries are cut away afterwards."""
     inputs = list(run.tokens[:-1])
@@ -67,7 +67,7 @@ def draft_logits(model: torch.nn.Module, mask: SkipMask, run: TargetRun) -> torc
 
 @torch.inference_mode()
 def draft_logits_in_cache(
-    model: torch.nn.Module, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int
+    model: PreTrainedModel, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int
 ) -> torch.Tensor:
     """The masked draft's logits ``[n, vocab]`` for ``inputs`` at positions ``start..start+n-1``,
     attending to the cache's first ``start`` positions and causally to each other.
@@ -116,7 +116,7 @@ def draft_logits_in_cache(
         truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
 
 
-def _hidden_span_mask(start: int, cached: int, total: int, model: torch.nn.Module) -> torch.Tensor:
+def _hidden_span_mask(start: int, cached: int, total: int, model: PreTrainedModel) -> torch.Tensor:
     """Additive mask ``[1, 1, 1, total]`` for one new token: cache positions ``start..cached-1`` hidden."""
     dtype = next(model.parameters()).dtype
     mask = torch.zeros(1, total, dtype=dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TYPE_CHECKING, cast
 
 from layersearch.common.errors import LayersearchError
 
@@ -89,7 +89,7 @@ def _layer_skip(parts: DrafterParts) -> Drafter:
     if parts.draft_model is not None:
         from layersearch.runtime.drafters.model import ModelDrafter
 
-        return ModelDrafter(parts.draft_model, head=parts.head)
+        return ModelDrafter(cast(Any, parts.draft_model), head=parts.head)  # a transformers model (typed as a Module)
     from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 
     return LayerSkipDrafter(parts.branching, head=parts.head, quant=parts.quant)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
@@ -29,7 +30,7 @@ class ModelDrafter(StatelessDrafter):
 
     name = "model"
 
-    def __init__(self, model: torch.nn.Module, *, head: DraftHead | None = None) -> None:
+    def __init__(self, model: PreTrainedModel, *, head: DraftHead | None = None) -> None:
         self.model = model
         self.head = head
         self._cache: Any = None  # a transformers Cache once a generation began
@@ -39,7 +40,7 @@ class ModelDrafter(StatelessDrafter):
         self._pending: list[torch.Tensor] = []
         self._accepted: int | None = None
 
-    def check_target(self, target: torch.nn.Module) -> None:
+    def check_target(self, target: PreTrainedModel) -> None:
         """Refuse a drafter whose vocabulary differs from the target's."""
         if vocab_of(self.model) != vocab_of(target):
             raise LayersearchError(
