@@ -21,7 +21,7 @@ from layersearch.runtime.drafters import (
     make_drafter,
     lookup_continuation,
 )
-from layersearch.runtime import LookaheadSettings
+from layersearch.runtime import MAX_DRAFT, LookaheadSettings
 from layersearch.runtime.lookahead import (
     LOOKAHEAD_NAMES,
     ConfidenceLookahead,
@@ -223,6 +223,17 @@ def test_lookahead_caps_and_names(tiny_llama):
     assert set(DRAFTERS) == {"layer-skip", "prompt-lookup", "hybrid"}
     with pytest.raises(LayersearchError, match="unknown drafter"):
         make_drafter("oracle")
+
+
+def test_every_registered_rule_is_configured_by_its_settings():
+    for name in LOOKAHEAD_NAMES:
+        assert lookahead_named(name).max_draft == MAX_DRAFT  # one default for every rule
+        assert lookahead_named(name, LookaheadSettings(max_draft=5, threshold=0.3)).max_draft == 5
+    assert lookahead_named("confidence", LookaheadSettings(5, 0.3)).threshold == 0.3
+    assert lookahead_named("adaptive", LookaheadSettings(5, 0.3)).state.value == 0.3
+    assert StaticLookahead(5).with_max_draft(2) == StaticLookahead(2)
+    with pytest.raises(LayersearchError, match="max_draft"):
+        lookahead_named("static", LookaheadSettings(max_draft=0))
 
 
 def test_model_drafter_keeps_its_cache_across_steps(tiny_llama, draft_model):
