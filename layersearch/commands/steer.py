@@ -62,7 +62,7 @@ def run(args: Any) -> int:
     """Check the counts (:mod:`layersearch.commands.steer_options`), then run the action (:mod:`layersearch.experiments.steer.workflow`)."""
     from layersearch.commands import steer_options as options
 
-    from layersearch.experiments import steer_workflow as workflow
+    from layersearch.experiments.steer import workflow
     options.check_counts(args)
     if args.action == "shrink":
         if args.threads is not None:
