@@ -228,7 +228,7 @@ COMMANDS: dict[str, Command] = {
     "steer eval": Command(
         ("steer", "eval", "--model", MODEL, "--steering", "{steering}", "--domain", "translation", "--prompts", "1",
          "--max-new-tokens", "2", "--seeds", "1"),
-        (("--prompts", "0"), ("--seeds", "0"), ("--domain", "nope"), ("--draft-length", "0"), ("--drafter", "nope"),
+        (("--prompts", "0"), ("--seeds", "0"), ("--domain", "nope"), ("--max-draft", "0"), ("--drafter", "nope"),
          ("--seed", "-1"), ("--seeds", str(10**9)), ("--max-new-tokens", str(10**9)), ("--out", "missing/eval.json")),
     ),
     "generate --steering": Command(

@@ -66,11 +66,11 @@ class GreedyModelDrafter(RepeatDrafter):
         return Proposal(tuple(tokens), None, self.name, forwards=len(tokens))
 
 
-def _toy_rule(max_tokens, threshold):
+def _toy_rule(settings):
     """A fixed draft length under another name."""
     from layersearch.runtime.lookahead import StaticLookahead
 
-    return StaticLookahead(max_tokens)
+    return StaticLookahead(settings.max_draft)
 
 
 @pytest.fixture

@@ -12,15 +12,10 @@ import argparse
 from typing import Any
 
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT  # the runtime's defaults (its root imports no torch)
 
 DEFAULT_MODEL = "smollm2-135m"
 STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)"
-
-# Draft defaults of the CLI; equal to DraftPolicy's (tests/commands/test_args.py checks),
-# repeated here because the runtime imports torch and --help must not.
-MAX_DRAFT = 8
-DRAFT_THRESHOLD = 0.8
-
 
 # --draft-quant choices; equal to layersearch.models.quantize.QUANT_SCHEMES (tests/commands/test_args.py checks).
 QUANT_CHOICES = ("int8",)

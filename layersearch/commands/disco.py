@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from layersearch.commands.args import model_args
+from layersearch.runtime import MAX_DRAFT
 
 
 def add_parser(sub, parser_class) -> None:
@@ -45,7 +46,7 @@ def _common(p, splits: bool) -> None:
     if splits:
         p.add_argument("--domain", required=True)
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--max-draft", type=int, default=8, help="largest draft length tried (static 1..N, SL_max <= N)")
+    p.add_argument("--max-draft", type=int, default=MAX_DRAFT, help="largest draft length tried (static 1..N, SL_max <= N)")
     p.add_argument("--loss", choices=["ce", "tv"], default="ce", help="cross-entropy on match labels, or soft targets 1 - TV")
     p.add_argument("--seed", type=int, default=0, help="prompt selection seed")
 

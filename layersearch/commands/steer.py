@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from layersearch.commands.args import model_args
+from layersearch.runtime import MAX_DRAFT
 from layersearch.commands.common import load, positive_int
 
 
@@ -44,7 +45,7 @@ def add_parser(sub, parser_class) -> None:
     ev.add_argument("--prompts", type=int, default=4, help="test prompts (default 4)")
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last N prompt tokens (default 192)")
-    ev.add_argument("--draft-length", type=int, default=8, help="static draft length (default 8)")
+    ev.add_argument("--max-draft", type=int, default=MAX_DRAFT, help=f"static draft length (default {MAX_DRAFT})")
     ev.add_argument("--seeds", type=int, default=3, help="sampling seeds at T=1 (default 3)")
     ev.add_argument("--seed", type=int, default=0, help="prompt selection seed")
     ev.add_argument("--out", help="write the full report as JSON")
@@ -61,7 +62,7 @@ def run(args: Any) -> int:
     """Check the counts (:mod:`layersearch.commands.steer_options`), then run the action (:mod:`layersearch.experiments.steer.workflow`)."""
     from layersearch.commands import steer_options as options
 
-    from layersearch.experiments import steer_workflow as workflow
+    from layersearch.experiments.steer import workflow
     options.check_counts(args)
     if args.action == "shrink":
         if args.threads is not None:
@@ -82,7 +83,7 @@ def _eval(args: Any, workflow: Any) -> int:
     if args.out:
         check_output(args.out, "--out")
     job = workflow.EvalJob(args.steering, args.domain, args.prompts, args.max_new_tokens, args.max_prompt_tokens,
-                           args.draft_length, args.seeds, args.seed, args.drafter, args.device, args.dtype, args.quiet)
+                           args.max_draft, args.seeds, args.seed, args.drafter, args.device, args.dtype, args.quiet)
     report = workflow.evaluate_steering(job, lambda: load(args))
     if args.out:
         from layersearch.common.jsonfile import write_json_atomic

@@ -14,7 +14,7 @@ from layersearch.common.errors import LayersearchError
 DRAFTER_LR = 5e-5  # --finetune-drafter's default learning rate for the draft model's weights
 MAX_SEEDS = 1000  # steer eval --seeds: each seed is one more decode of every prompt by every arm
 #: The count options of the actions (each an integer >= 1 where the action has it).
-COUNT_OPTIONS = ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "draft_length", "seeds")
+COUNT_OPTIONS = ("prompts", "new_tokens", "max_prompt_tokens", "steps", "max_offset", "max_new_tokens", "seeds")
 
 
 def check_counts(options: Any) -> None:

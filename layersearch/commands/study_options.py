@@ -12,12 +12,13 @@ from typing import Any, Sequence
 
 from layersearch.common.errors import LayersearchError
 from layersearch.objectives import DEFAULT_GAMMA, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SAMPLES
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 
 #: Option names that become StudySettings.strategy_options (None: not given).
 STRATEGY_OPTION_FLAGS = ("acquisition", "kappa", "n_startup_trials", "kernel", "bo_interval", "target", "patience", "max_trials")
 #: Defaults of the search settings a preset may set (a flag left at its default takes the preset's value).
 PRESET_SETTING_DEFAULTS = {"skip_ratio": None, "samples": DEFAULT_SAMPLES, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
-                           "gamma": DEFAULT_GAMMA, "max_draft": 8, "draft_threshold": 0.8, "objective": None,
+                           "gamma": DEFAULT_GAMMA, "max_draft": MAX_DRAFT, "draft_threshold": DRAFT_THRESHOLD, "objective": None,
                            "space": "skips"}
 
 

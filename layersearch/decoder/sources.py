@@ -75,10 +75,10 @@ def _none(inputs: SourceInputs) -> dict[str, Any]:
 def _knapsack(inputs: SourceInputs) -> dict[str, Any]:
     from layersearch.knapspec.controller import KnapSpecController
 
-    max_gamma = inputs.policy.max_draft_tokens
-    profile = load_or_measure_profile(inputs.profile, inputs.loaded, max_verify=max_gamma + 1)
+    max_draft = inputs.policy.max_draft
+    profile = load_or_measure_profile(inputs.profile, inputs.loaded, max_verify=max_draft + 1)
     interval = inputs.source.reselect_every
-    return {"controller": KnapSpecController(inputs.loaded.model, profile, max_gamma=max_gamma, interval=interval)}
+    return {"controller": KnapSpecController(inputs.loaded.model, profile, max_draft=max_draft, interval=interval)}
 
 
 def _router(inputs: SourceInputs) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping
 from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_seed
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.runtime.drafters import DEFAULT_DRAFTER
 
 SPEC_KIND = "layersearch-decoder-spec"
@@ -187,13 +188,13 @@ class LookaheadSpec:
     """The draft-length rule, its cap and threshold, and the trained file a ``disco`` rule reads."""
 
     name: str = "confidence"
-    max_draft: int = 8
-    threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    threshold: float = DRAFT_THRESHOLD
     file: str | None = None
 
     def __post_init__(self) -> None:
         _require_name(self.name, lookahead_names(), "lookahead")
-        check_draft_length(self.max_draft, "max draft tokens")  # the bound --max-draft has
+        check_draft_length(self.max_draft, "lookahead.max_draft")  # the bound --max-draft has
         check_fraction(self.threshold, "draft threshold")
         if (self.name in FILE_LOOKAHEADS) != (self.file is not None):
             raise LayersearchError(f"lookahead {self.name!r} " + ("needs a file" if self.file is None else "takes no file"))

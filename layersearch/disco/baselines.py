@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.lookahead import DraftPosition, Lookahead
 from layersearch.runtime.outcome import StepOutcome
 
@@ -63,7 +64,7 @@ def roc_threshold(scores: np.ndarray, matched: np.ndarray) -> float | None:
 class RocConfidenceLookahead:
     """transformers' confidence rule with its ROC re-fit (see the module docstring)."""
 
-    max_tokens: int = 8
+    max_draft: int = MAX_DRAFT
     threshold: float = HF_START_THRESHOLD
     scores: tuple[float, ...] = ()
     matched: tuple[bool, ...] = ()
@@ -84,8 +85,8 @@ class RocConfidenceLookahead:
         threshold = self.threshold if fitted is None else min(1.0, fitted)
         return replace(self, scores=scores, matched=matched, threshold=threshold)
 
-    def with_max_tokens(self, max_tokens: int) -> Lookahead:
-        return replace(self, max_tokens=max_tokens)
+    def with_max_draft(self, max_draft: int) -> Lookahead:
+        return replace(self, max_draft=max_draft)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class PerplexityLookahead:
     """Stop when exp(mean -log p) over the draft's tokens so far and the next one exceeds
     ``threshold`` (greedy: p is the top-1 probability of each position)."""
 
-    max_tokens: int = 8
+    max_draft: int = MAX_DRAFT
     threshold: float = 2.0
     trace: DraftTrace = field(default_factory=DraftTrace, compare=False, repr=False)
 
@@ -104,8 +105,8 @@ class PerplexityLookahead:
     def update(self, outcome: StepOutcome) -> Lookahead:
         return self
 
-    def with_max_tokens(self, max_tokens: int) -> Lookahead:
-        return replace(self, max_tokens=max_tokens)
+    def with_max_draft(self, max_draft: int) -> Lookahead:
+        return replace(self, max_draft=max_draft)
 
 
 def perplexity(probabilities) -> float:

@@ -16,6 +16,7 @@ import torch
 from layersearch.disco.classifier import Classifier
 from layersearch.disco.features import features
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.lookahead import DraftPosition, Lookahead
 from layersearch.runtime.outcome import StepOutcome
 
@@ -28,12 +29,12 @@ class DiscoLookahead:
 
     classifier: Classifier
     tau: float
-    max_tokens: int = 8
+    max_draft: int = MAX_DRAFT
     generated: int = 1  # tokens emitted so far in this generation (the prefill's included)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise LayersearchError(f"SL_max must be an integer >= 1, got {self.max_tokens!r}")
+        if isinstance(self.max_draft, bool) or not isinstance(self.max_draft, int) or self.max_draft < 1:
+            raise LayersearchError(f"SL_max must be an integer >= 1, got {self.max_draft!r}")
         if not 0 <= self.tau <= 1:
             raise LayersearchError(f"tau must be in [0, 1], got {self.tau}")
 
@@ -50,6 +51,6 @@ class DiscoLookahead:
         """The same rule, ``outcome.emitted`` tokens further into the generation."""
         return replace(self, generated=self.generated + outcome.emitted)
 
-    def with_max_tokens(self, max_tokens: int) -> Lookahead:
+    def with_max_draft(self, max_draft: int) -> Lookahead:
         """Another SL_max."""
-        return replace(self, max_tokens=max_tokens)
+        return replace(self, max_draft=max_draft)

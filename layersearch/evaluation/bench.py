@@ -19,6 +19,7 @@ import torch
 
 from layersearch.decoder.build import assemble
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import SkipMask
 from layersearch.evaluation.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profiling.profile import LatencyProfile
@@ -332,8 +333,8 @@ class BenchSettings:
     device: str = "cpu"
     dtype: str | None = None
     kernels: str = "auto"
-    max_draft: int = 8
-    draft_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    draft_threshold: float = DRAFT_THRESHOLD
     adaptive_threshold: bool = False
     compile: str | None = None  # captured forwards: auto / on / off (None: auto)
 

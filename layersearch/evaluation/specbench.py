@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from layersearch.data.specbench import GROUPS, MT_BENCH, Question
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.common.inputs import parse_json
 from layersearch.common.jsonfile import write_text_atomic
 
@@ -259,8 +260,8 @@ class SpecBenchRun:
     skip_ratios: str = ""
     masks: str = ""
     max_new_tokens: int = 64
-    max_draft: int = 8
-    draft_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    draft_threshold: float = DRAFT_THRESHOLD
     adaptive_threshold: bool = False
     lookaheads: tuple[str, ...] = ()
 

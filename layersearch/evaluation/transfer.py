@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import SkipMask
 
 
@@ -61,8 +62,8 @@ def transfer_matrix(
     prompt_seed: int = 0,
     split: str | None = "test",
     max_new_tokens: int = 32,
-    max_draft: int = 8,
-    draft_threshold: float = 0.8,
+    max_draft: int = MAX_DRAFT,
+    draft_threshold: float = DRAFT_THRESHOLD,
     repeats: int = 1,
     specbench: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
@@ -141,8 +142,8 @@ class TransferJob:
     max_new_tokens: int = 32
     repeats: int = 1
     specbench: str | None = None
-    max_draft: int = 8
-    draft_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    draft_threshold: float = DRAFT_THRESHOLD
     out_prefix: str = "transfer"
 
 

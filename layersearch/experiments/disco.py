@@ -27,6 +27,7 @@ from layersearch.disco.collect import Rows, collect
 from layersearch.disco.file import DiscoFile
 from layersearch.disco.tune import Costs, Tuned, measure_costs, replay, tune
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import MAX_DRAFT
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.evaluation.measure import speedup
 from layersearch.runtime.baseline import hf_generate
@@ -251,7 +252,7 @@ class BenchSettings:
     test_prompts: int = 4
     seed: int = 0
     max_new_tokens: int = 48
-    max_draft: int = 8
+    max_draft: int = MAX_DRAFT
     loss: str = "ce"
     repeats: int = 1
 

@@ -48,7 +48,7 @@ def knapspec_decoder(model: Any, profile: Any, *, policy: Any = None, sampling: 
     from layersearch.decoder.fragments import loaded_spec, policy_lookahead
 
     policy = DraftPolicy() if policy is None else policy
-    controller_options.setdefault("max_gamma", policy.max_draft_tokens)
+    controller_options.setdefault("max_draft", policy.max_draft)
     controller = KnapSpecController(model, profile, **controller_options)
     source = MaskSourceSpec("knapsack", reselect_every=controller_options.get("interval", DEFAULT_INTERVAL))
     spec = loaded_spec(mask_source=source, lookahead=policy_lookahead(policy), sampling=sampling or SamplingSpec())
@@ -87,7 +87,7 @@ class BenchSettings:
         from layersearch.knapspec import KnapSpecConfig
 
         method = "plans" if self.plans else self.method
-        return KnapSpecConfig(method=method, max_gamma=self.max_draft, max_alpha_candidates=self.alpha_candidates)
+        return KnapSpecConfig(method=method, max_draft=self.max_draft, max_alpha_candidates=self.alpha_candidates)
 
 
 def run_bench(
@@ -332,7 +332,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
                  "mask_obj": _mask_from_string(entry["mask"], num_layers)}
         analysed.analysis["fixed"] = {"mask": entry["mask"], "gamma": entry["gamma"], "alpha": entry["alpha"], "tpt": entry["tpt"]}
     if fixed["gamma"] >= 1:
-        fixed_policy = replace(policy, max_draft_tokens=fixed["gamma"])
+        fixed_policy = replace(policy, max_draft=fixed["gamma"])
         result = assemble(model, mask_spec(fixed["mask_obj"], fixed_policy)).generate(ids, settings.max_new_tokens)
         predicted = analysed.analysis.get("fixed", {})
         done(_run_entry("fixed-short", result, tpt=predicted.get("tpt"), alpha=predicted.get("alpha"),
@@ -375,7 +375,7 @@ def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str
     for row in ranked:
         mask = _mask_from_string(row["mask"], num_layers)
         gamma = int(row["gamma"])
-        decoder = assemble(model, mask_spec(mask, replace(policy, max_draft_tokens=gamma)) if gamma >= 1
+        decoder = assemble(model, mask_spec(mask, replace(policy, max_draft=gamma)) if gamma >= 1
                            else mask_spec(None))  # gamma 0: plain decoding
         entry = _run_entry("candidate", decoder.generate(ids, settings.max_new_tokens))
         rows.append({"mask": row["mask"], "gamma": gamma, "predicted_tpt": row["tpt"],

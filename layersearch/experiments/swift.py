@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import SkipMask
 from layersearch.swift import search as swift_search
 
@@ -269,8 +270,8 @@ class StreamJob:
     search_prompts: int = 2
     search_trials: int = 30
     seed: int = 0
-    max_draft: int = 8
-    draft_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    draft_threshold: float = DRAFT_THRESHOLD
 
     def check(self) -> tuple[list[str], list[str]]:
         """(domains, methods), each checked (one error line, before the model loads)."""

@@ -25,7 +25,7 @@ from layersearch.knapspec.dp import (
     plan_costs,
 )
 from layersearch.knapspec.select import (
-    MAX_GAMMA,
+    PAPER_MAX_DRAFT,
     Choice,
     KnapSpecConfig,
     KnapSpecSelector,
@@ -55,7 +55,7 @@ from layersearch.knapspec.weights import (
 )
 
 __all__ = [
-    "MAX_GAMMA",
+    "PAPER_MAX_DRAFT",
     "MAX_RATIO",
     "TAU",
     "Candidate",

@@ -44,6 +44,7 @@ import torch
 from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector, require_int8_profile
 from layersearch.knapspec.sublayers import window_from_cache
+from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.control import DecodeView, Selection
 from layersearch.runtime.outcome import StepOutcome
 
@@ -65,7 +66,7 @@ class KnapSpecController:
         model: torch.nn.Module,
         profile,
         *,
-        max_gamma: int = 8,
+        max_draft: int = MAX_DRAFT,
         interval: int = DEFAULT_INTERVAL,
         window: int = DEFAULT_WINDOW,
         alpha_window: int | None = DEFAULT_ALPHA_WINDOW,
@@ -73,7 +74,7 @@ class KnapSpecController:
         space: str = "skips",
     ) -> None:
         _check_int(interval, "re-selection interval")
-        config = _config_for_space(space, config, max_gamma)
+        config = _config_for_space(space, config, max_draft)
         _check_int(window, "reference window")
         if alpha_window is not None:
             _check_int(alpha_window, "alpha window", "or None")
@@ -110,14 +111,14 @@ class KnapSpecController:
         """KnapSpec re-selects on a schedule, not on feedback."""
 
 
-def _config_for_space(space: Any, config: KnapSpecConfig | None, max_gamma: int) -> KnapSpecConfig:
+def _config_for_space(space: Any, config: KnapSpecConfig | None, max_draft: int) -> KnapSpecConfig:
     """The selector's config for ``space``: ``config`` when given (its method must agree), else the
     default, whose grid over gamma goes up to the loop's max draft length (KnapSpec's D)."""
     if space not in SPACES:
         raise LayersearchError(f"KnapSpec's space must be one of {', '.join(SPACES)}, got {space!r}")
     if config is None:
         method = "plans" if space == "plans" else "hidden"
-        return KnapSpecConfig(method=method, max_gamma=max_gamma, max_alpha_candidates=DEFAULT_ALPHA_CANDIDATES)
+        return KnapSpecConfig(method=method, max_draft=max_draft, max_alpha_candidates=DEFAULT_ALPHA_CANDIDATES)
     if (config.method == "plans") != (space == "plans"):
         raise LayersearchError(f"KnapSpec's space {space!r} does not fit the knapsack method {config.method!r} "
                                "(plans need method 'plans'; skip masks 'hidden' or 'items')")

@@ -7,7 +7,7 @@ the target's). Then ``(S*, gamma*)`` maximizes tokens-per-time
     TPT(S, gamma) = [(1 - alpha^(gamma+1)) / (1 - alpha)] / [gamma * t_draft(S) + t_verify(gamma + 1)]
 
 with the times of a :class:`~layersearch.profiling.profile.LatencyProfile` at the current context length
-(:meth:`LatencyProfile.best_tpt`, ``gamma = 1..max_gamma``). Plain decoding (empty mask, no
+(:meth:`LatencyProfile.best_tpt`, ``gamma = 1..max_draft``). Plain decoding (empty mask, no
 drafts, ``TPT = 1 / t_target``) is always a contender -- KnapSpec's code never considers its
 candidate 0; here, when no draft beats the target alone, the choice is to stop speculating.
 """
@@ -33,7 +33,7 @@ from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean
 from layersearch.knapspec.weights import build_groups, profile_weights
 from layersearch.masks.mask import SkipMask
 
-MAX_GAMMA = 10  # KnapSpec's maximum draft length D
+PAPER_MAX_DRAFT = 10  # KnapSpec's maximum draft length D (the paper's setting)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def alphas_from_states(
 
 
 def choose_tpt(
-    profile, candidates: Sequence[Candidate], context: int, *, max_gamma: int = MAX_GAMMA, allow_plain: bool = True
+    profile, candidates: Sequence[Candidate], context: int, *, max_draft: int = PAPER_MAX_DRAFT, allow_plain: bool = True
 ) -> tuple[Choice, list[dict]]:
     """``(S*, gamma*)`` of largest predicted TPT among ``candidates`` (alpha set) and plain decoding.
 
@@ -118,7 +118,7 @@ def choose_tpt(
             continue
         if cand.alpha is None:
             raise LayersearchError("every candidate needs an alpha estimate before the TPT choice")
-        tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_gamma=max_gamma)
+        tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_draft=max_draft)
         rows.append({"mask": cand.mask.short_string(), "budget": cand.budget, "alpha": cand.alpha, "gamma": gamma, "tpt": tpt})
         if tpt > best.tpt or (not allow_plain and not drafted):
             drafted = True
@@ -153,7 +153,7 @@ class KnapSpecConfig:
     method: str = "hidden"
     bound: bool = False
     tau: float = TAU
-    max_gamma: int = MAX_GAMMA
+    max_draft: int = PAPER_MAX_DRAFT
     keep_last_layers: int = 1
     max_skip_fraction: float = 0.5
     max_alpha_candidates: int | None = 16
@@ -164,7 +164,7 @@ class KnapSpecConfig:
             raise LayersearchError(f"knapsack method must be 'hidden', 'items' or 'plans', got {self.method!r}")
         if self.method == "plans" and self.bound:
             raise LayersearchError("knapsack method 'plans' gives each sub-layer its own precision: it cannot bind layers")
-        check_int(self.max_gamma, "max_gamma")
+        check_int(self.max_draft, "max_draft")
         if not -1.0 <= self.tau <= 1.0:
             raise LayersearchError(f"tau must be a cosine in [-1, 1], got {self.tau!r}")
 
@@ -279,7 +279,7 @@ class KnapSpecSelector:
         scored, timing = self.candidates(windows, context, alpha_windows)
         t0 = time.perf_counter()
         choice, rows = choose_tpt(
-            self.profile, scored, context, max_gamma=self.config.max_gamma, allow_plain=self.config.allow_plain
+            self.profile, scored, context, max_draft=self.config.max_draft, allow_plain=self.config.allow_plain
         )
         timing["tpt_seconds"] = time.perf_counter() - t0
         self.last_rows, self.last_timing = rows, timing
@@ -314,7 +314,7 @@ def knapsack_masks(
     for cand in scored:
         if cand.mask.is_empty:
             continue
-        tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_gamma=config.max_gamma)
+        tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_draft=config.max_draft)
         mask = cand.mask.with_provenance(strategy="knapsack", objective="tpt", score=tpt)
         rows.append((mask, tpt, gamma, float(cand.alpha)))
     rows.sort(key=lambda row: (-row[1], row[0].num_skipped))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import ModelInfo, SkipMask
 
 if TYPE_CHECKING:
@@ -71,8 +72,8 @@ class ModelRuntime:
         prompts: Sequence[Sequence[int]],
         *,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        max_draft: int = 8,
-        draft_threshold: float = 0.8,
+        max_draft: int = MAX_DRAFT,
+        draft_threshold: float = DRAFT_THRESHOLD,
         warm_up: bool = True,
     ) -> None:
         from layersearch.runtime.drafting import DraftPolicy

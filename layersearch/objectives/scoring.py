@@ -65,12 +65,12 @@ def expected_speedup(run: "DecodeStats", mask: SkipMask, profile: Any, context: 
     return profile.expected_speedup(run.mean_accepted_length, alpha, mask, context, drafts=drafts_per_cycle(run))
 
 
-def tokens_per_time(run: "DecodeStats", mask: SkipMask, profile: Any, context: int, max_gamma: int) -> tuple[float, int]:
+def tokens_per_time(run: "DecodeStats", mask: SkipMask, profile: Any, context: int, max_draft: int) -> tuple[float, int]:
     """KnapSpec's TPT at the best draft length for the measured alpha: ``(tpt, gamma)``."""
     alpha = run.acceptance_rate
     if alpha is None:  # the draft equals the target (empty mask) or never drafted
         alpha = 1.0 if mask.is_empty else 0.0
-    return profile.best_tpt(alpha, mask, context, max_gamma)
+    return profile.best_tpt(alpha, mask, context, max_draft)
 
 
 def trial_attrs(mask: SkipMask, run: "DecodeStats | None", **extra: Any) -> dict[str, Any]:
@@ -151,13 +151,13 @@ class TokensPerTime(Objective):
     name = "tpt"
     direction = "maximize"
 
-    def __init__(self, profile: Any, *, max_gamma: int = 18) -> None:
+    def __init__(self, profile: Any, *, max_draft: int = 18) -> None:
         self.profile = _require_profile(profile, self.name)
-        self.max_gamma = max_gamma
+        self.max_draft = max_draft
 
     def evaluate(self, runtime: "Runtime", mask: SkipMask) -> Score:
         run = runtime.decode(mask)
-        value, gamma = tokens_per_time(run, mask, self.profile, runtime.context_length, self.max_gamma)
+        value, gamma = tokens_per_time(run, mask, self.profile, runtime.context_length, self.max_draft)
         return Score(value, trial_attrs(mask, run, best_gamma=gamma))
 
 

@@ -335,12 +335,12 @@ class LatencyProfile(ModelBoundJson):
         seconds = gamma * self.draft_seconds(mask, context) + self.target_seconds(context) * self.verify_ratio(gamma + 1)
         return tokens / seconds
 
-    def best_tpt(self, alpha: float, mask: SkipMask, context: int, max_gamma: int = 18) -> tuple[float, int]:
-        """``(tpt, gamma)`` maximizing :meth:`tpt` over ``gamma = 1..max_gamma`` (smallest on ties)."""
-        if isinstance(max_gamma, bool) or not isinstance(max_gamma, int) or max_gamma < 1:
-            raise LayersearchError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
+    def best_tpt(self, alpha: float, mask: SkipMask, context: int, max_draft: int = 18) -> tuple[float, int]:
+        """``(tpt, gamma)`` maximizing :meth:`tpt` over ``gamma = 1..max_draft`` (smallest on ties)."""
+        if isinstance(max_draft, bool) or not isinstance(max_draft, int) or max_draft < 1:
+            raise LayersearchError(f"max_draft must be an integer >= 1, got {max_draft!r}")
         best = (-math.inf, 0)
-        for gamma in range(1, max_gamma + 1):
+        for gamma in range(1, max_draft + 1):
             value = self.tpt(alpha, gamma, mask, context)
             if value > best[0]:
                 best = (value, gamma)

@@ -9,6 +9,7 @@ module stays light (no torch), since the CLI builds its ``choices`` from these n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # (this module imports no torch: the types come from the modules the factories load)
@@ -17,42 +18,58 @@ if TYPE_CHECKING:  # (this module imports no torch: the types come from the modu
     from layersearch.runtime.verification import Verifier
 
 
-def _static(max_tokens: int, threshold: float) -> Lookahead:
+#: The longest draft by default: every default of ``max_draft`` (the spec's, the CLI's, the
+#: benches') is this one value.
+MAX_DRAFT = 8
+#: The draft's top-1 probability below which a confidence rule stops, by default.
+DRAFT_THRESHOLD = 0.8
+
+
+@dataclass(frozen=True)
+class LookaheadSettings:
+    """What a lookahead rule's factory is configured with: the longest draft and the draft
+    threshold (a rule reads the settings it needs; one with other settings adds fields here)."""
+
+    max_draft: int = MAX_DRAFT
+    threshold: float = DRAFT_THRESHOLD
+
+
+def _static(settings: LookaheadSettings) -> Lookahead:
     from layersearch.runtime.lookahead import StaticLookahead
 
-    return StaticLookahead(max_tokens)
+    return StaticLookahead(settings.max_draft)
 
 
-def _confidence(max_tokens: int, threshold: float) -> Lookahead:
+def _confidence(settings: LookaheadSettings) -> Lookahead:
     from layersearch.runtime.lookahead import ConfidenceLookahead
 
-    return ConfidenceLookahead(max_tokens, threshold)
+    return ConfidenceLookahead(settings.max_draft, settings.threshold)
 
 
-def _adaptive(max_tokens: int, threshold: float) -> Lookahead:
+def _adaptive(settings: LookaheadSettings) -> Lookahead:
     from layersearch.runtime.lookahead import AdaptiveLookahead
 
-    return AdaptiveLookahead.starting_at(max_tokens, threshold)
+    return AdaptiveLookahead.starting_at(settings.max_draft, settings.threshold)
 
 
-def _heuristic(max_tokens: int, threshold: float) -> Lookahead:
+def _heuristic(settings: LookaheadSettings) -> Lookahead:
     from layersearch.runtime.lookahead import HeuristicLookahead
 
-    return HeuristicLookahead(max_tokens, ceiling=max(32, max_tokens))
+    return HeuristicLookahead(settings.max_draft, ceiling=max(32, settings.max_draft))
 
 
-def _roc(max_tokens: int, threshold: float) -> Lookahead:
+def _roc(settings: LookaheadSettings) -> Lookahead:
     from layersearch.runtime.roc_lookahead import ROCLookahead
 
-    return ROCLookahead(max_tokens, threshold)
+    return ROCLookahead(settings.max_draft, settings.threshold)
 
 
-#: A lookahead rule's factory: (max_tokens, threshold) -> the rule.
-LookaheadFactory = Callable[[int, float], "Lookahead"]
+#: A lookahead rule's factory: settings -> the rule.
+LookaheadFactory = Callable[[LookaheadSettings], "Lookahead"]
 #: A verifier's factory: () -> (the verifier, the branching of the drafts it checks; None = chains).
 VerifierFactory = Callable[[], "tuple[Verifier, Branching | None]"]
 
-#: Lookahead rules: name -> factory(max_tokens, threshold) -> Lookahead.
+#: Lookahead rules: name -> factory(settings) -> Lookahead.
 LOOKAHEADS: dict[str, LookaheadFactory] = {
     "static": _static,
     "confidence": _confidence,

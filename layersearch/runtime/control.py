@@ -36,7 +36,7 @@ class DecodeView:
     step: int
     prompt_length: int
     mask: SkipMask
-    max_draft_tokens: int
+    max_draft: int
     prompt_hidden: torch.Tensor | None = None
 
 
@@ -46,7 +46,7 @@ class Selection:
     steps; ``record`` is stored in ``stats.selections`` with the step, context and seconds."""
 
     mask: SkipMask
-    max_draft_tokens: int | None = None
+    max_draft: int | None = None
     record: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
 from layersearch.runtime.lookahead import ConfidenceLookahead, Lookahead, lookahead_named
 
 
@@ -16,18 +17,23 @@ from layersearch.runtime.lookahead import ConfidenceLookahead, Lookahead, lookah
 class DraftPolicy:
     """How long drafts get: a hard cap and a confidence threshold (0 disables it)."""
 
-    max_draft_tokens: int = 8
-    confidence_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    confidence_threshold: float = DRAFT_THRESHOLD
 
     def __post_init__(self) -> None:
-        if self.max_draft_tokens < 1:
-            raise LayersearchError(f"max draft tokens must be >= 1, got {self.max_draft_tokens}")
+        if self.max_draft < 1:
+            raise LayersearchError(f"max_draft must be >= 1, got {self.max_draft}", fields="max_draft")
         if not 0 <= self.confidence_threshold <= 1:
             raise LayersearchError(f"draft threshold must be in [0, 1], got {self.confidence_threshold}")
+
+    @property
+    def settings(self) -> LookaheadSettings:
+        """These settings as a lookahead rule's factory takes them."""
+        return LookaheadSettings(self.max_draft, self.confidence_threshold)
 
     def lookahead(self, name: str | None = None) -> Lookahead:
         """The rule named ``name`` with these settings (``"adaptive"``: Self-SD's adaptive
         threshold); by default the confidence rule."""
         if name is not None:
-            return lookahead_named(name, self.max_draft_tokens, self.confidence_threshold)
-        return ConfidenceLookahead(self.max_draft_tokens, self.confidence_threshold)
+            return lookahead_named(name, self.settings)
+        return ConfidenceLookahead(self.max_draft, self.confidence_threshold)

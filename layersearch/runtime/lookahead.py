@@ -4,12 +4,12 @@ A rule is an immutable value. The drafter asks :meth:`keep_drafting` with the dr
 distribution for the next position *before* a token is drawn from it, so a stop decision
 never biases speculative sampling (it reads only the draft's own distribution). After each
 verification the loop calls :meth:`update` with the step's :class:`StepOutcome` and keeps the
-rule it returns. ``max_tokens`` caps every draft; a controller may change it
-(:meth:`with_max_tokens`, e.g. KnapSpec's gamma).
+rule it returns. ``max_draft`` caps every draft; a controller may change it
+(:meth:`with_max_draft`, e.g. KnapSpec's gamma).
 
 Rules here:
 
-* :class:`StaticLookahead`      always ``max_tokens`` tokens (gpt-fast, Leviathan et al.).
+* :class:`StaticLookahead`      always ``max_draft`` tokens (gpt-fast, Leviathan et al.).
 * :class:`ConfidenceLookahead`  stop when the top-1 probability < threshold (Self-SD, SWIFT).
 * :class:`AdaptiveLookahead`    Self-SD's adaptive threshold, moved by the acceptance rate.
 * :class:`HeuristicLookahead`   transformers' "heuristic" schedule: +2 after a fully accepted
@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime import LOOKAHEADS
+from layersearch.runtime import LOOKAHEADS, DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
 from layersearch.runtime.host import to_host
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
@@ -65,7 +65,7 @@ class Lookahead(Protocol):
     not lets a draft run on the device without a host read per token."""
 
     @property
-    def max_tokens(self) -> int:
+    def max_draft(self) -> int:
         """The longest draft this step (a rule is a frozen value: read only)."""
         ...
 
@@ -75,21 +75,21 @@ class Lookahead(Protocol):
         ...
 
     def keep_drafting(self, position: DraftPosition) -> bool:
-        """Draft a token at ``position``? (``position.index < max_tokens`` is the caller's job.)"""
+        """Draft a token at ``position``? (``position.index < max_draft`` is the caller's job.)"""
         ...
 
     def update(self, outcome: StepOutcome) -> "Lookahead":
         """The rule for the next step, given how this step's draft fared."""
         ...
 
-    def with_max_tokens(self, max_tokens: int) -> "Lookahead":
+    def with_max_draft(self, max_draft: int) -> "Lookahead":
         """The same rule with another cap."""
         ...
 
 
-def _check_max(max_tokens: int) -> None:
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise LayersearchError(f"max draft tokens must be an integer >= 1, got {max_tokens!r}")
+def _check_max(max_draft: int) -> None:
+    if isinstance(max_draft, bool) or not isinstance(max_draft, int) or max_draft < 1:
+        raise LayersearchError(f"max_draft must be an integer >= 1, got {max_draft!r}", fields="max_draft")
 
 
 def _check_threshold(threshold: float) -> None:
@@ -99,24 +99,24 @@ def _check_threshold(threshold: float) -> None:
 
 @dataclass(frozen=True)
 class _CappedRule:
-    """Shared parts: a validated ``max_tokens`` and no adaptation."""
+    """Shared parts: a validated ``max_draft`` and no adaptation."""
 
-    max_tokens: int = 8
+    max_draft: int = MAX_DRAFT
     reads_confidence = True  # a class attribute, not a field: what the rule is, not a setting
 
     def __post_init__(self) -> None:
-        _check_max(self.max_tokens)
+        _check_max(self.max_draft)
 
     def update(self, outcome: StepOutcome) -> "Lookahead":
         return self  # type: ignore[return-value]
 
-    def with_max_tokens(self, max_tokens: int) -> "Lookahead":
-        return replace(self, max_tokens=max_tokens)  # type: ignore[return-value]
+    def with_max_draft(self, max_draft: int) -> "Lookahead":
+        return replace(self, max_draft=max_draft)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
 class StaticLookahead(_CappedRule):
-    """Always draft ``max_tokens`` tokens."""
+    """Always draft ``max_draft`` tokens."""
 
     reads_confidence = False
 
@@ -128,7 +128,7 @@ class StaticLookahead(_CappedRule):
 class ConfidenceLookahead(_CappedRule):
     """Stop when the draft's top-1 probability falls below ``threshold`` (0 = never)."""
 
-    threshold: float = 0.8
+    threshold: float = DRAFT_THRESHOLD
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -169,13 +169,13 @@ class AdaptiveThreshold:
 class AdaptiveLookahead(_CappedRule):
     """Self-SD's confidence rule whose threshold follows the acceptance rate."""
 
-    state: AdaptiveThreshold = field(default_factory=lambda: AdaptiveThreshold.start(0.8))
+    state: AdaptiveThreshold = field(default_factory=lambda: AdaptiveThreshold.start(DRAFT_THRESHOLD))
 
     @classmethod
-    def starting_at(cls, max_tokens: int, threshold: float) -> "AdaptiveLookahead":
+    def starting_at(cls, max_draft: int, threshold: float) -> "AdaptiveLookahead":
         """The rule with its threshold starting at ``threshold``."""
         _check_threshold(threshold)
-        return cls(max_tokens, AdaptiveThreshold.start(threshold))
+        return cls(max_draft, AdaptiveThreshold.start(threshold))
 
     def keep_drafting(self, position: DraftPosition) -> bool:
         return position.confidence >= self.state.value
@@ -188,7 +188,7 @@ class AdaptiveLookahead(_CappedRule):
 class HeuristicLookahead(_CappedRule):
     """transformers' ``num_assistant_tokens_schedule="heuristic"``: the draft length grows by 2
     after a step whose draft was accepted whole and shrinks by 1 (not below 1) otherwise.
-    ``max_tokens`` is the current length; ``ceiling`` bounds its growth."""
+    ``max_draft`` is the current length; ``ceiling`` bounds its growth."""
 
     ceiling: int = 32
     reads_confidence = False
@@ -199,14 +199,14 @@ class HeuristicLookahead(_CappedRule):
     def update(self, outcome: StepOutcome) -> "Lookahead":
         if outcome.drafted == 0:
             return self
-        grown = self.max_tokens + 2 if outcome.accepted == outcome.drafted else self.max_tokens - 1
-        return replace(self, max_tokens=max(1, min(self.ceiling, grown)))
+        grown = self.max_draft + 2 if outcome.accepted == outcome.drafted else self.max_draft - 1
+        return replace(self, max_draft=max(1, min(self.ceiling, grown)))
 
 
-def lookahead_named(name: str, max_tokens: int = 8, threshold: float = 0.8) -> Lookahead:
+def lookahead_named(name: str, settings: LookaheadSettings = LookaheadSettings()) -> Lookahead:
     """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`, the registry
     :data:`layersearch.runtime.LOOKAHEADS`) with these settings."""
     factory = LOOKAHEADS.get(name)
     if factory is None:
         raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
-    return factory(max_tokens, threshold)
+    return factory(settings)

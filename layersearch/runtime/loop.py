@@ -198,7 +198,7 @@ class _Run:
 
     def lookahead_ceiling(self) -> int:
         """The longest draft any rule state may ask for (the static cache must hold it)."""
-        return max(self.lookahead.max_tokens, getattr(self.lookahead, "ceiling", 0), 64)
+        return max(self.lookahead.max_draft, getattr(self.lookahead, "ceiling", 0), 64)
 
     def execute(self) -> GenerationResult:
         start = self.clock.now()
@@ -242,7 +242,7 @@ class _Run:
     def _draft_request(self, position: int) -> DraftRequest:
         # Never draft past max_new: the verify step always adds one token of its own.
         room = self.max_new - len(self.tokens) - 1
-        limit = max(0, min(self.lookahead.max_tokens, room))
+        limit = max(0, min(self.lookahead.max_draft, room))
         sequence = self.ids[: position + 1]  # [position + 1]
         return DraftRequest(
             self.model, self.cache, sequence, position, limit, self.mask, self.lookahead,
@@ -255,7 +255,7 @@ class _Run:
         outcome = StepOutcome(
             step=len(self.outcomes), position=position, drafted=proposal.size, accepted=verdict.num_accepted,
             emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or self.mask,  # the plan the draft really ran
-            lookahead=f"{rule}:{self.lookahead.max_tokens}",
+            lookahead=f"{rule}:{self.lookahead.max_draft}",
             draft_forwards=proposal.forwards, draft_seconds=draft_s, verify_seconds=verify_s,
             confidences=proposal.confidences, host_reads=reads,
         )
@@ -269,14 +269,14 @@ class _Run:
         position = self._position()
         view = DecodeView(
             self.model, self.cache, self.ids[: position + 1].unsqueeze(0), position, step, self.prompt_length,
-            self.mask, self.lookahead.max_tokens, self.prompt_hidden,
+            self.mask, self.lookahead.max_draft, self.prompt_hidden,
         )
         chosen: Selection | None = self.controller.select(view)
         if chosen is None:
             return
         self.mask = chosen.mask
-        if chosen.max_draft_tokens is not None:
-            self.lookahead = self.lookahead.with_max_tokens(chosen.max_draft_tokens)
+        if chosen.max_draft is not None:
+            self.lookahead = self.lookahead.with_max_draft(chosen.max_draft)
         if chosen.record:
             seconds = self.marks.seconds(t0, self.marks.mark())
             self.selections.append({"step": step, "context": position, **chosen.record, "seconds": seconds})

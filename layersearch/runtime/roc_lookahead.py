@@ -33,7 +33,7 @@ class ROCLookahead(_CappedRule):
     """Draft while the previous drafted token's probability was >= ``threshold`` (the first
     token always); the threshold follows the ROC curve of the drafts so far."""
 
-    max_tokens: int = 20
+    max_draft: int = 20  # transformers' num_assistant_tokens default (the registry passes the spec's)
     threshold: float = 0.4
     probs: tuple[float, ...] = ()  # draft probability of each judged token, in order
     matches: tuple[int, ...] = ()  # 1: accepted, 0: the first rejected token of its draft

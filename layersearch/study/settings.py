@@ -21,6 +21,7 @@ from typing import Any
 
 from layersearch.common.checks import check_fraction, check_int
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import ModelInfo
 from layersearch.objectives import (
     DEFAULT_GAMMA,
@@ -55,8 +56,8 @@ class StudySettings:
     prompt_split: str | None = "train"
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     gamma: int = DEFAULT_GAMMA
-    max_draft: int = 8
-    draft_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    draft_threshold: float = DRAFT_THRESHOLD
     decode_stats: bool = False
     device: str = "cpu"
     dtype: str = "float32"

@@ -56,7 +56,7 @@ class Candidate:
 def predicted_speedup(profile: Any, mask: SkipMask, acceptance: float, context: int) -> float:
     """The profile's best speedup over plain decoding for ``mask`` at ``acceptance``: KnapSpec's
     tokens per second at the best draft length, in units of plain decoding's tokens per second."""
-    tokens_per_second, _ = profile.best_tpt(min(max(acceptance, 0.0), 1.0), mask, context, max_gamma=16)
+    tokens_per_second, _ = profile.best_tpt(min(max(acceptance, 0.0), 1.0), mask, context, max_draft=16)
     return tokens_per_second * profile.target_seconds(context)
 
 

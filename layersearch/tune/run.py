@@ -216,16 +216,16 @@ def tune(
 
 
 def cheap_draft(profile: Any, tolerance: float = 1.1) -> int:
-    """The longest draft (1..MAX_DRAFT) whose verification forward (draft + 1 tokens) costs at
+    """The longest draft (in MAX_DRAFT_RANGE) whose verification forward (draft + 1 tokens) costs at
     most ``tolerance`` one-token forwards on the profile's curve (4 without a profile). With
     stock CPU kernels the curve rises in steps (every 3 tokens with MKL, every 4 with numba's
     token block): a draft that crosses a step pays a whole extra pass over the weights."""
-    from layersearch.tune.space import MAX_DRAFT
+    from layersearch.tune.space import MAX_DRAFT_RANGE
 
     if profile is None:
         return 4
-    fitting = [d for d in range(MAX_DRAFT[0], MAX_DRAFT[1] + 1) if profile.verify_ratio(d + 1) <= tolerance]
-    return max(fitting, default=MAX_DRAFT[0])
+    fitting = [d for d in range(MAX_DRAFT_RANGE[0], MAX_DRAFT_RANGE[1] + 1) if profile.verify_ratio(d + 1) <= tolerance]
+    return max(fitting, default=MAX_DRAFT_RANGE[0])
 
 
 def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock") -> Any:

@@ -40,6 +40,7 @@ from typing import Any, Mapping
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.runtime.drafters import DEFAULT_DRAFTER, DrafterEntry, drafter_entry
 from layersearch.tune.pool import Candidate
 
@@ -52,7 +53,7 @@ SPACE_VERSION = 2
 V1_CHOICES = {"version": 1, "drafters": ("layer-skip", "prompt-lookup", "hybrid"),
               "lookaheads": ("static", "confidence", "adaptive", "heuristic")}
 VOCABS = (0, 8192, 32768)
-MAX_DRAFT = (1, 16)
+MAX_DRAFT_RANGE = (1, 16)  # the searched max_draft (the default, MAX_DRAFT, lies inside)
 THRESHOLD = (0.3, 0.95)
 
 
@@ -144,7 +145,7 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
     if entry.takes_head and len(space.vocabs) > 1:
         vocab = trial.suggest_categorical("vocab", space.vocabs)
     rule = trial.suggest_categorical("lookahead", space.rules)
-    max_draft = trial.suggest_int("max_draft", *MAX_DRAFT)
+    max_draft = trial.suggest_int("max_draft", *MAX_DRAFT_RANGE)
     threshold = trial.suggest_float("threshold", *THRESHOLD) if rule not in NO_THRESHOLD else LookaheadSpec.threshold
     verifier = trial.suggest_categorical("verifier", ("chain", "tree")) if entry.branches and not with_model else "chain"
     quant = trial.suggest_categorical("draft_quant", space.quants) if with_model and len(space.quants) > 1 else "none"
@@ -170,15 +171,15 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
         points.append({"drafter": kind, "lookahead": "static", "max_draft": space.cheap_draft, **head, **quant})
         # transformers' assisted-generation defaults: draft while the draft model's top-1 is >= 0.4
         points.append({"drafter": kind, "lookahead": "confidence", "max_draft": 12, "threshold": 0.4, **head, **quant})
-        points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": 8, **head,
+        points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **head,
                        **({"draft_quant": "none"} if quant else {})})
     points.append({"drafter": PLAIN})
     for kind, _, entry in (k for k in kinds if not k[1] and k[2].takes_plan):
         tree = {"verifier": "chain"} if entry.branches else {}
-        points.append({"drafter": kind, "mask": space.masks[0].label, **tree, "lookahead": "confidence", "max_draft": 8,
-                       "threshold": 0.8, **_head(space, entry)})
+        points.append({"drafter": kind, "mask": space.masks[0].label, **tree, "lookahead": "confidence", "max_draft": MAX_DRAFT,
+                       "threshold": DRAFT_THRESHOLD, **_head(space, entry)})
     for kind, _, entry in (k for k in kinds if k[1] and k[2].mixes):
-        points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": 8, **_head(space, entry), **quant})
+        points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **_head(space, entry), **quant})
     return points
 
 

@@ -2,20 +2,43 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 
 import pytest
 
 from layersearch.cli import COMMANDS, build_parser
-from layersearch.commands.args import DRAFT_THRESHOLD, MAX_DRAFT
+from layersearch.decoder.spec import LookaheadSpec
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.runtime.drafting import DraftPolicy
+
+#: Commands whose longest draft is a method's own setting, not the runtime's default.
+OWN_MAX_DRAFT = {"knapspec bench": 10}  # KnapSpec's D
 
 
 def test_draft_defaults_are_the_runtime_defaults():
-    policy = DraftPolicy()
-    assert (MAX_DRAFT, DRAFT_THRESHOLD) == (policy.max_draft_tokens, policy.confidence_threshold)
+    policy, spec = DraftPolicy(), LookaheadSpec()
+    assert (policy.max_draft, policy.confidence_threshold) == (spec.max_draft, spec.threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
     args = build_parser().parse_args(["generate", "--prompt", "x"])
-    assert (args.max_draft, args.draft_threshold) == (policy.max_draft_tokens, policy.confidence_threshold)
+    assert (args.max_draft, args.draft_threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = ""):
+    """Each (sub)command's parser with its path (``study create``), the subcommands followed."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _parsers(child, f"{path} {name}".strip())
+
+
+def test_every_max_draft_option_defaults_to_the_one_constant():
+    defaults = {path: action.default for path, parser in _parsers(build_parser())
+                for action in parser._actions if action.dest == "max_draft"}
+    assert len(defaults) >= 8  # generate, bench, study create, disco, steer eval, knn, swift, transfer, ...
+    assert {path: d for path, d in defaults.items() if path not in OWN_MAX_DRAFT} == {
+        path: MAX_DRAFT for path in defaults if path not in OWN_MAX_DRAFT}
+    assert {path: defaults[path] for path in OWN_MAX_DRAFT} == OWN_MAX_DRAFT
 
 
 def test_every_command_module_registers_and_runs():

@@ -91,7 +91,7 @@ def _edited(tmp_path, edit):
     (lambda d: d["sampling"].update(temperature=0), "temperature > 0"),
     (lambda d: d["sampling"].update(top_p=0), "top-p"),
     (lambda d: d["sampling"].update(seed=-1), "sampling.seed"),
-    (lambda d: d["lookahead"].update(max_draft=0), "max draft tokens"),
+    (lambda d: d["lookahead"].update(max_draft=0), "lookahead.max_draft"),
     (lambda d: d["lookahead"].update(file=None), "lookahead 'disco' needs a file"),
     (lambda d: d.update(max_new_tokens="64"), "max new tokens"),
     (lambda d: d.update(plain="no"), "plain must be true or false"),

@@ -44,7 +44,7 @@ def recomputed_greedy(model, prompt, new):
 )
 def test_dynamic_is_lossless_and_records_selections(tiny_llama, method, bound, alpha_window):
     prompt = prompt_for(3)
-    config = KnapSpecConfig(method=method, bound=bound, max_gamma=6, tau=0.0)
+    config = KnapSpecConfig(method=method, bound=bound, max_draft=6, tau=0.0)
     decoder = knapspec_decoder(
         tiny_llama, tiny_profile(), policy=DraftPolicy(6, 0.0), interval=3, window=5, alpha_window=alpha_window,
         config=config,
@@ -92,7 +92,7 @@ class Alternating:
     def select(self, view):
         if view.step % 2:
             return None
-        self.seen.append((view.step, view.position, view.sequence.shape[1], view.max_draft_tokens))
+        self.seen.append((view.step, view.position, view.sequence.shape[1], view.max_draft))
         n = len(self.seen)
         return Selection(self.masks[n % 4], 1 + n % 5, {"n": n})
 
@@ -200,12 +200,12 @@ def test_plan_controller_chooses_int8_where_it_is_cheaper(tiny_llama):
     from layersearch.knapspec.sublayers import window_from_prompt
     from layersearch.knapspec.select import choose_tpt
 
-    config = KnapSpecConfig(method="plans", max_gamma=6, tau=0.0, allow_plain=False, max_alpha_candidates=None)
+    config = KnapSpecConfig(method="plans", max_draft=6, tau=0.0, allow_plain=False, max_alpha_candidates=None)
     controller = KnapSpecController(tiny_llama, int8_profile(), config=config, space="plans")
     windows = [window_from_prompt(tiny_llama, prompt_for(12, 30)[0], 16)]
     scored, _ = controller.selector.candidates(windows, 30)
     assert any(c.mask.num_int8 for c in scored) and any(c.mask.int8_head for c in scored)
-    choice, _ = choose_tpt(controller.profile, scored, 30, max_gamma=6, allow_plain=False)
+    choice, _ = choose_tpt(controller.profile, scored, 30, max_draft=6, allow_plain=False)
     assert choice.mask.num_int8 > 0 and choice.gamma >= 1
     # Where int8 costs as much as full precision, no int8 sub-layer is worth its (small) loss.
     dear = LatencyProfile(INFO, "cpu", "float32", "x", 5e-5, 0.0, 1e-3, 2e-4, (1.0, 1.05, 1.1, 1.15, 1.2),

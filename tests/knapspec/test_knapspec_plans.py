@@ -144,7 +144,7 @@ def test_knapsack_plans_for_a_study(tiny_llama):
     assert any(plan.has_int8 for plan, *_ in rows)
     for plan, value, gamma, alpha in rows:
         assert not plan.is_empty and plan.model == INFO and plan.provenance["strategy"] == "knapsack"
-        assert value == pytest.approx(p.best_tpt(alpha, plan, 512, max_gamma=config.max_gamma)[0])
+        assert value == pytest.approx(p.best_tpt(alpha, plan, 512, max_draft=config.max_draft)[0])
     skip_only = LatencyProfile(INFO, "cpu", "float32", "x", 1e-6, 1e-3, 1e-3, 5e-4, (1.0, 1.1))
     with pytest.raises(LayersearchError, match="int8 timings"):
         knapsack_plans(tiny_llama, skip_only, prompts, context=512, config=config)

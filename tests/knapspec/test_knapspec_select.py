@@ -45,7 +45,7 @@ def test_choose_tpt_is_the_argmax_over_masks_and_gammas():
         Candidate(SkipMask(4, (0, 1, 2), (0, 1, 2)), 12, 0.7, 0.3),
     ]
     for n in (10, 1000, 5000):
-        choice, rows = choose_tpt(p, cands, n, max_gamma=12)
+        choice, rows = choose_tpt(p, cands, n, max_draft=12)
         brute = max(
             ((tpt(p, c.alpha, g, c.mask, n), g, i) for i, c in enumerate(cands[1:], 1) for g in range(1, 13)),
             key=lambda t: t[0],
@@ -116,8 +116,8 @@ def test_selector_and_knapsack_masks(tiny_llama, method):
     for mask, value, gamma, alpha in rows:
         assert not mask.is_empty and mask.model == INFO
         assert mask.provenance["strategy"] == "knapsack"
-        assert 1 <= gamma <= config.max_gamma and 0 <= alpha <= 1
-        assert value == pytest.approx(p.best_tpt(alpha, mask, 512, max_gamma=config.max_gamma)[0])
+        assert 1 <= gamma <= config.max_draft and 0 <= alpha <= 1
+        assert value == pytest.approx(p.best_tpt(alpha, mask, 512, max_draft=config.max_draft)[0])
     selector = KnapSpecSelector(tiny_llama, p, config)
     choice = selector.select([window_from_prompt(tiny_llama, prompts[0], 6)], 512)
     assert choice.tpt >= 1 / p.target_seconds(512)

@@ -146,7 +146,7 @@ def test_best_tpt_picks_the_argmax():
         assert best == values[gamma]
     _, gamma = profile.best_tpt(0.8, cheap, 100)
     assert 1 < gamma < 18  # an interior optimum, so the search really compares lengths
-    assert profile.best_tpt(0.8, cheap, 100, max_gamma=2)[1] <= 2
+    assert profile.best_tpt(0.8, cheap, 100, max_draft=2)[1] <= 2
 
 
 # ----- JSON ----------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from layersearch.runtime.drafters import (
     make_drafter,
     lookup_continuation,
 )
+from layersearch.runtime import MAX_DRAFT, LookaheadSettings
 from layersearch.runtime.lookahead import (
     LOOKAHEAD_NAMES,
     ConfidenceLookahead,
@@ -87,9 +88,9 @@ class EveryStepController:
 LOOKAHEADS = [
     StaticLookahead(4),
     ConfidenceLookahead(6, 0.05),
-    lookahead_named("adaptive", 5, 0.02),
+    lookahead_named("adaptive", LookaheadSettings(5, 0.02)),
     HeuristicLookahead(2, ceiling=7),
-    lookahead_named("roc", 6, 0.3),
+    lookahead_named("roc", LookaheadSettings(6, 0.3)),
 ]
 
 
@@ -143,7 +144,7 @@ def test_prompt_lookup_drafts_what_followed_the_latest_match(tiny_llama):
     with pytest.raises(LayersearchError):
         PromptLookupDrafter(max_ngram=1, min_ngram=2)
     # Its own cap holds below the lookahead's.
-    capped = SpeculativeDecoder(tiny_llama, drafter=PromptLookupDrafter(max_tokens=2), lookahead=StaticLookahead(8))
+    capped = SpeculativeDecoder(tiny_llama, drafter=PromptLookupDrafter(max_draft=2), lookahead=StaticLookahead(8))
     assert max(capped.generate(repetitive_prompt(0), NEW).stats.draft_lengths) <= 2
 
 
@@ -200,10 +201,10 @@ def test_heuristic_schedule_is_hfs():
     def outcome(drafted, accepted):
         return StepOutcome(0, 0, drafted, accepted, accepted + 1, "x", None)
 
-    assert rule.update(outcome(4, 4)).max_tokens == 6  # all accepted: +2
-    assert rule.update(outcome(4, 3)).max_tokens == 3  # otherwise: -1
-    assert HeuristicLookahead(1).update(outcome(1, 0)).max_tokens == 1  # never below 1
-    assert HeuristicLookahead(8, ceiling=9).update(outcome(8, 8)).max_tokens == 9
+    assert rule.update(outcome(4, 4)).max_draft == 6  # all accepted: +2
+    assert rule.update(outcome(4, 3)).max_draft == 3  # otherwise: -1
+    assert HeuristicLookahead(1).update(outcome(1, 0)).max_draft == 1  # never below 1
+    assert HeuristicLookahead(8, ceiling=9).update(outcome(8, 8)).max_draft == 9
     assert rule.update(outcome(0, 0)) == rule  # nothing drafted: no evidence
 
 
@@ -222,6 +223,17 @@ def test_lookahead_caps_and_names(tiny_llama):
     assert set(DRAFTERS) == {"layer-skip", "prompt-lookup", "hybrid"}
     with pytest.raises(LayersearchError, match="unknown drafter"):
         make_drafter("oracle")
+
+
+def test_every_registered_rule_is_configured_by_its_settings():
+    for name in LOOKAHEAD_NAMES:
+        assert lookahead_named(name).max_draft == MAX_DRAFT  # one default for every rule
+        assert lookahead_named(name, LookaheadSettings(max_draft=5, threshold=0.3)).max_draft == 5
+    assert lookahead_named("confidence", LookaheadSettings(5, 0.3)).threshold == 0.3
+    assert lookahead_named("adaptive", LookaheadSettings(5, 0.3)).state.value == 0.3
+    assert StaticLookahead(5).with_max_draft(2) == StaticLookahead(2)
+    with pytest.raises(LayersearchError, match="max_draft"):
+        lookahead_named("static", LookaheadSettings(max_draft=0))
 
 
 def test_model_drafter_keeps_its_cache_across_steps(tiny_llama, draft_model):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.knn.stream import StreamItem, mix_stream, switch_rate
 from layersearch.masks.mask import SkipMask
 
@@ -68,8 +69,8 @@ def knn_bench(
     *,
     mixed_mask: SkipMask | None = None,
     max_new_tokens: int = 32,
-    max_draft: int = 8,
-    draft_threshold: float = 0.8,
+    max_draft: int = MAX_DRAFT,
+    draft_threshold: float = DRAFT_THRESHOLD,
     seed: int = 0,
     progress: Callable[[str], None] = lambda message: None,
 ) -> KnnBenchResult:

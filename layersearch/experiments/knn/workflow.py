@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 from layersearch.common.checks import check_fraction, check_int
 from layersearch.models.context import check_context
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 
 
 def check_mask(mask: Any, info: Any, where: str) -> None:
@@ -120,8 +121,8 @@ class BenchJob:
     routing_prompts: int = 0
     ood_domains: str = ""
     pca: bool = False  # the caller draws the held-out representations
-    max_draft: int = 8
-    draft_threshold: float = 0.8
+    max_draft: int = MAX_DRAFT
+    draft_threshold: float = DRAFT_THRESHOLD
 
 
 def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], None]) -> tuple[Any, Any, Any, dict[str, Any]]:

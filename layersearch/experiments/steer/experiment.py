@@ -21,6 +21,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.evaluation.measure import acceptance_per_position, rate_speedup
 from layersearch.decoder.build import assemble
 from layersearch.models.skipping import decoder_layers
+from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.drafters import LayerSkipDrafter
 from layersearch.runtime.drafters.base import Drafter
 from layersearch.runtime.stats import DecodeStats, combine
@@ -57,7 +58,7 @@ def settings(seeds: int) -> list[tuple[float, int]]:
 
 def compare(
     verifier: torch.nn.Module, prompts: Sequence[torch.Tensor], drafters: dict[str, Callable[[], Drafter]], *,
-    mask: SkipMask | None, max_new_tokens: int, draft_length: int = 8, seeds: int = 3, plain: bool = True,
+    mask: SkipMask | None, max_new_tokens: int, max_draft: int = MAX_DRAFT, seeds: int = 3, plain: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> list[ArmResult]:
     """Every arm of ``drafters`` (name -> factory) on every prompt in every setting, after the
@@ -71,7 +72,7 @@ def compare(
         for prompt in prompts:
             for name, (make, arm_mask) in arms.items():
                 sampling = SamplingSpec(temperature > 0, temperature, seed=seed)
-                spec = mask_spec(arm_mask, lookahead=LookaheadSpec("static", draft_length), sampling=sampling)
+                spec = mask_spec(arm_mask, lookahead=LookaheadSpec("static", max_draft), sampling=sampling)
                 decoder = assemble(verifier, spec, drafter=make())  # the arm's own drafter in the spec's place
                 pooled[name].append(decoder.generate(prompt, max_new_tokens).stats)
             done += 1

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from layersearch.models.context import check_context
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime import MAX_DRAFT
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class EvalJob:
     prompts: int = 4
     max_new_tokens: int = 48
     max_prompt_tokens: int = 192
-    draft_length: int = 8
+    max_draft: int = MAX_DRAFT
     seeds: int = 3
     seed: int = 0
     drafter: str | None = None  # the draft model the file was trained for (default: the name in the file)
@@ -156,10 +157,10 @@ def evaluate_steering(job: EvalJob, load: Callable[[], Any]) -> dict[str, Any]:
     prompts = prompt_ids(loaded, job.domain, job.prompts, job.seed, "test", job.max_prompt_tokens)
     with progress_bar(job.quiet, len(prompts) * len(settings(job.seeds)), "decoding", "prompt") as bar:
         results = compare(loaded.model, prompts, arms, mask=steering.mask, max_new_tokens=job.max_new_tokens,
-                          draft_length=job.draft_length, seeds=job.seeds, progress=lambda i: bar.update())
+                          max_draft=job.max_draft, seeds=job.seeds, progress=lambda i: bar.update())
     return {
         "steering": job.steering, "domain": job.domain, "split": "test", "prompts": len(prompts),
-        "draft_length": job.draft_length, "max_new_tokens": job.max_new_tokens,
+        "max_draft": job.max_draft, "max_new_tokens": job.max_new_tokens,
         "drafter": "layer-skip" if drafter is None else drafter.info.name,
         "summary": summary(results), "bias_ms_per_stage": bias_cost_ms(steering.params),
         "runs": [r.to_dict() for r in results],
@@ -168,7 +169,7 @@ def evaluate_steering(job: EvalJob, load: Callable[[], Any]) -> dict[str, Any]:
 
 def format_eval_report(report: dict) -> str:
     """The lines ``steer eval`` prints for its report."""
-    lines = [f"{report['domain']} test split, {report['prompts']} prompts, draft length {report['draft_length']}, "
+    lines = [f"{report['domain']} test split, {report['prompts']} prompts, draft length {report['max_draft']}, "
              f"drafter {report['drafter']}"]
     for setting, entry in report["summary"].items():
         parts = []

@@ -76,7 +76,7 @@ class HybridDrafter:
         *,
         adaptive: bool = True,
     ) -> None:
-        self.lookup = lookup or PromptLookupDrafter(max_tokens=4)
+        self.lookup = lookup or PromptLookupDrafter(max_draft=4)
         self.fallback = fallback or LayerSkipDrafter()
         self.adaptive = adaptive
         # Rates persist across generations: they describe the model on this device.

@@ -13,7 +13,7 @@ on summaries and math, so verifying its 10-token copy cost more than it saved (0
 requiring n >= 2 and copying at most 4 tokens kept every domain at or above plain decoding in
 that replay (summarization 1.16x, math 1.04x, code 1.99x, translation 1.71x). The proposal is deterministic, so for speculative sampling its distribution is a
 point mass and verification stays exact. The lookahead's confidence is not consulted (there is
-no draft distribution); its ``max_tokens`` still caps the draft.
+no draft distribution); its ``max_draft`` still caps the draft.
 """
 
 from __future__ import annotations
@@ -45,20 +45,20 @@ class PromptLookupDrafter(StatelessDrafter):
 
     name = "prompt-lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 2, max_tokens: int | None = None) -> None:
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 2, max_draft: int | None = None) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise LayersearchError(f"n-gram sizes must satisfy 1 <= min <= max, got min={min_ngram} max={max_ngram}")
-        if max_tokens is not None and max_tokens < 1:
-            raise LayersearchError(f"lookup draft cap must be >= 1, got {max_tokens}")
+        if max_draft is not None and max_draft < 1:
+            raise LayersearchError(f"max_draft must be >= 1 (or None), got {max_draft}", fields="max_draft")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.max_tokens = max_tokens  # a cap of its own below the lookahead's (None: the lookahead's)
+        self.max_draft = max_draft  # a cap of its own below the lookahead's (None: the lookahead's)
 
     def propose(self, request: DraftRequest) -> Proposal:
         """The continuation of the latest match, or an empty proposal."""
         if request.limit <= 0:
             return Proposal.empty(self.name)
-        limit = request.limit if self.max_tokens is None else min(request.limit, self.max_tokens)
+        limit = request.limit if self.max_draft is None else min(request.limit, self.max_draft)
         tokens = lookup_continuation(request.sequence, limit, self.max_ngram, self.min_ngram)
         if not tokens:
             return Proposal.empty(self.name)
