@@ -3,8 +3,8 @@ Self-SD decoding, draw its figures (``layersearch <method> bench`` and friends).
 
 * :mod:`.disco`         DISCO: collect rows, train the classifier, bench the lookahead rules
 * :mod:`.knapspec`      KnapSpec: the dynamic selection vs fixed masks on long contexts
-* :mod:`.knn` / :mod:`.knn_workflow` / :mod:`.knn_figures`  KNN-SSD: build a router, bench mixed streams, figures
-* :mod:`.steer` / :mod:`.steer_workflow`  SD²: train the steering, bench steered vs unsteered drafts
+* :mod:`.knn` (``experiment``, ``workflow``, ``figures``)  KNN-SSD: build a router, bench mixed streams, figures
+* :mod:`.steer` (``experiment``, ``workflow``)  SD²: train the steering, bench steered vs unsteered drafts
 * :mod:`.swift`         SWIFT on the fly: the domain-switching stream experiment
 
 They drive the decoder builder and the measurement harness, so they sit above both; the method

@@ -8,7 +8,7 @@
 * :mod:`.stream`     mix-ratio streams (Eq. 8)
 
 Its experiments (building a router from prompts; plain / SSD_F / SSD_M / KNN-SSD / oracle on
-mixed streams; the figures) are :mod:`layersearch.experiments.knn.experiment`, ``.knn_workflow`` and ``.knn_figures``.
+mixed streams; the figures) are :mod:`layersearch.experiments.knn` (``experiment``, ``workflow``, ``figures``).
 """
 
 from layersearch.knn.build import DomainSamples, build_router, routing_accuracy
