@@ -40,7 +40,7 @@ from layersearch.models.loading import describe_model
 from layersearch.models.skipping import skipping
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.profiling.profiler import measure_profile
 from layersearch.runtime.sampling import SamplingConfig

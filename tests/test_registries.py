@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from layersearch.masks.mask import ModelInfo, SkipMask
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 
 TOY_TEXT = "toy-repeat"  # drafts the newest token again: runs no model
 TOY_MODEL = "toy-greedy"  # drafts greedily with its own draft model, re-reading the sequence each token

@@ -112,7 +112,7 @@ def _entry(options: Any) -> Any:
 def _check_draft_options(options: Any) -> None:
     """The option checks of the draft settings."""
     from layersearch.common.checks import check_int
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
 
     if options.threads is not None:
         check_int(options.threads, "--threads")

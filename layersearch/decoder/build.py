@@ -311,7 +311,7 @@ def sampling_config(sampling: Any) -> Any:
 
 
 def _policy(spec: DecoderSpec) -> Any:
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
 
     return DraftPolicy(spec.lookahead.max_draft, spec.lookahead.threshold)
 

@@ -24,7 +24,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.evaluation.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profiling.profile import LatencyProfile
 from layersearch.runtime.baseline import hf_generate
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.stats import combine
 from layersearch.decoder.spec import DrafterSpec, LookaheadSpec, compile_wanted
 from layersearch.decoder.fragments import (drafter_kinds, drafter_spec, loaded_spec, mask_source, model_names, parse_drafters,

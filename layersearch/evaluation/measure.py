@@ -242,7 +242,7 @@ def plain_and_masks(model: Any, masks: "dict[str, SkipMask]", *, max_draft: int,
     (greedy, Self-SD's confidence rule): the rows of the transfer matrix and ``study compare``."""
     from layersearch.decoder.build import assemble
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.decoder.fragments import mask_spec
 
     policy = DraftPolicy(max_draft, draft_threshold)

@@ -277,7 +277,7 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     from layersearch.common.jsonfile import write_json_atomic
     from layersearch.runtime.baseline import hf_generate
     from layersearch.runtime.loop import eos_ids
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.decoder.fragments import mask_spec, policy_lookahead
 
     if not run.answers:

@@ -43,7 +43,7 @@ def knapspec_decoder(model: Any, profile: Any, *, policy: Any = None, sampling: 
     ``sampling``: a SamplingSpec, default greedy), built by :func:`layersearch.decoder.build.assemble`."""
     from layersearch.decoder.build import assemble
     from layersearch.knapspec.controller import DEFAULT_INTERVAL, KnapSpecController
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.decoder.spec import MaskSourceSpec, SamplingSpec
     from layersearch.decoder.fragments import loaded_spec, policy_lookahead
 
@@ -303,7 +303,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
 
     from layersearch.decoder.build import assemble
     from layersearch.masks.mask import SkipMask
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.decoder.fragments import mask_spec
 
     model, n = loaded.model, int(ids.shape[1])

@@ -277,7 +277,7 @@ class StreamJob:
         """(domains, methods), each checked (one error line, before the model loads)."""
         from layersearch.common.checks import check_int
         from layersearch.data import DOMAINS
-        from layersearch.runtime.drafting import DraftPolicy
+        from layersearch.runtime.draft_policy import DraftPolicy
 
         for value, flag in ((self.per_domain, "per_domain"), (self.max_new_tokens, "max_new_tokens"),
                             (self.search_prompts, "search_prompts")):
@@ -302,7 +302,7 @@ def stream_experiment(job: StreamJob, config: Any, load: Callable[[], Any], out:
 
     from layersearch.common.outputs import write_output
     from layersearch.evaluation.plots import plot_swift_stream
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
 
     domains, methods = job.check()
     policy = DraftPolicy(job.max_draft, job.draft_threshold)

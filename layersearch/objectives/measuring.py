@@ -76,7 +76,7 @@ class ModelRuntime:
         draft_threshold: float = DRAFT_THRESHOLD,
         warm_up: bool = True,
     ) -> None:
-        from layersearch.runtime.drafting import DraftPolicy
+        from layersearch.runtime.draft_policy import DraftPolicy
 
         if not prompts or any(len(p) == 0 for p in prompts):
             raise LayersearchError("the runtime needs at least one non-empty prompt")

@@ -46,7 +46,7 @@ from layersearch.runtime.cache import has_sliding_window, new_cache, seat_static
 from layersearch.runtime.captured import CaptureStats, captured_forwards
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
 from layersearch.runtime.drafters import DraftRequest, Drafter, LayerSkipDrafter, Proposal
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.host import host_reads, to_host
 from layersearch.runtime.lookahead import Lookahead

@@ -47,7 +47,7 @@ def measure_plan_rows(loaded: Any, plan: Any, new_tokens: int, kernels: str) -> 
     from layersearch.evaluation.bench import configs, run_domain, summarize
     from layersearch.data import load_prompts
     from layersearch.masks.mask import SkipMask
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.tune.objective import with_kernels
     from layersearch.tune.select import held_out_row
 

@@ -67,7 +67,7 @@ def with_kernels(config: Any, model: Any, kernels: str) -> Any:
 def plain_config(loaded: Any, kernels: str = "stock") -> Any:
     """The benchmark's plain ``generate`` row (with ``kernels``)."""
     from layersearch.evaluation.bench import configs
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
 
     return with_kernels(configs(loaded.model, [], DraftPolicy(), peers=())[0], loaded.model, kernels)
 

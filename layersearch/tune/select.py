@@ -80,7 +80,7 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
     """Plain generate, the peers (transformers' assisted generation with each loaded form of the
     draft model) and the finalists on the held-out ``prompts``, interleaved, all with ``kernels``."""
     from layersearch.evaluation.bench import PLAIN, configs, run_domain, summarize
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.tune.objective import spec_config, with_kernels
 
     named = {draft_ref if quant is None else f"{draft_ref}@{quant}": d.model for quant, d in (drafts or {}).items()}

@@ -10,7 +10,7 @@ import pytest
 from layersearch.cli import COMMANDS, build_parser
 from layersearch.decoder.spec import LookaheadSpec
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 
 #: Commands whose longest draft is a method's own setting, not the runtime's default.
 OWN_MAX_DRAFT = {"knapspec bench": 10}  # KnapSpec's D

@@ -10,7 +10,7 @@ import torch
 from layersearch.evaluation.bench import LOOP, PLAIN, configs, format_table, run_domain, summarize
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.profiling.profile import LatencyProfile
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 
 
 def test_bench_rows_cover_plain_peers_and_masks(tiny_llama):

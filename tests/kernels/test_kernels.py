@@ -12,7 +12,7 @@ from layersearch.models.tiny import build_tiny_model
 from layersearch.profiling.profile import KernelTiming, LatencyProfile, kernel_choice_text, pick_kernels
 from layersearch.runtime.cache import new_cache, truncate_cache
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.kernels.select import CHOICES, MAX_TOKENS, choose_kernels, model_kernels
 from layersearch.kernels.rowwise_linear import rowwise_linear

@@ -15,7 +15,7 @@ from layersearch.profiling.profile import LatencyProfile
 from layersearch.experiments.knapspec import knapspec_decoder
 from layersearch.runtime.control import Selection
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.decoder.spec import SamplingSpec
 

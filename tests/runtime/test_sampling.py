@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 from layersearch.runtime.verification import verify_sampling
 

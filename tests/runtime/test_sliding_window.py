@@ -12,7 +12,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import can_truncate, cache_length, commit_cache, new_cache, truncate_cache
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.sampling import SamplingConfig
 from test_sampling import P_MIN, exact_sequence_probs, pooled_chisquare  # same folder (pytest's rootdir-less import)

@@ -10,7 +10,7 @@ import torch
 from layersearch.masks.mask import SkipMask
 from layersearch.runtime import timing
 from layersearch.runtime.loop import SpeculativeDecoder
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.timing import RegionTimer
 
 

@@ -10,7 +10,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import cache_length, new_cache
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.teacher import draft_logits, draft_logits_in_cache, target_continuation
 from layersearch.runtime.tree import TopKBranching, TreeVerifier

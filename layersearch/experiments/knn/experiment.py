@@ -96,7 +96,7 @@ def _decode_all(loaded, router, prompts, mixed_mask, max_new_tokens, max_draft, 
     from layersearch.decoder.build import assemble
     from layersearch.knn.controller import KnnController
     from layersearch.runtime.baseline import hf_generate
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.decoder.fragments import mask_spec
 
     policy = DraftPolicy(max_draft, draft_threshold)

@@ -131,7 +131,7 @@ def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], N
     from layersearch.experiments.knn.experiment import held_out_routing, knn_bench
     from layersearch.knn.router import Router
     from layersearch.masks.mask import SkipMask
-    from layersearch.runtime.drafting import DraftPolicy
+    from layersearch.runtime.draft_policy import DraftPolicy
 
     for value, name in ((job.instances, "instances"), (job.test_prompts, "test_prompts"),
                         (job.max_new_tokens, "max_new_tokens")):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.drafting import DraftPolicy
+from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.lookahead import AdaptiveThreshold
 
 
