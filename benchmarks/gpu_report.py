@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import json
 import statistics
 import sys
@@ -478,7 +479,7 @@ def captured_report(args, report: dict) -> None:
 
         loaded = load_model(args.model, device=args.device, dtype="float32" if args.device == "cpu" else "bfloat16")
         loaded.model.generation_config.eos_token_id = None  # every run decodes all its tokens
-        report["captured"].append(capture_section(loaded.model, args.model, args.device, args.new_tokens, args.repeats, parts=False,
+        report["captured"].append(capture_section(loaded.model, os.path.basename(args.model), args.device, args.new_tokens, args.repeats, parts=False,
                                                   speculative=True))
         write(report, args.out)
         return
