@@ -98,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_extras(args)  # the optional packages this command needs (search, plots, kernels)
         module = importlib.import_module(f"layersearch.commands.{args.command}")
         derived = getattr(module, "output_paths", None)  # files a command writes beside its OUTPUT_OPTIONS
-        check_overwrites(vars(args), derived(args) if derived is not None else {})  # no output onto an input
+        read = getattr(module, "input_paths", None)  # files named inside its inputs (a spec's profile, mask file)
+        check_overwrites(vars(args), derived(args) if derived is not None else {},  # no output onto an input
+                         read(args) if read is not None else ())
         return int(module.run(args) or 0)
     except LayersearchError as exc:
         from layersearch.commands.wording import cli_message, option_words

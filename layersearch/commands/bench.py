@@ -118,3 +118,10 @@ def _items(text: str) -> tuple[str, ...]:
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def input_paths(args: Any) -> list[tuple[str, str]]:
+    """The files the ``--specs`` files name (profiles, mask files...): inputs no output may replace."""
+    from layersearch.commands.common import spec_inputs
+
+    return spec_inputs(args.specs, "--specs")

@@ -74,3 +74,21 @@ def check_shared_options(options: Mapping[str, Any]) -> None:
             check_threads(value, name)
         elif isinstance(value, float):  # each command checks its own range; none takes NaN or infinity
             check_finite(value, name)
+
+
+def spec_inputs(paths: Any, option: str) -> list[tuple[str, str]]:
+    """The files the decoder spec files ``paths`` (a file, or a comma list) name inside them (profile,
+    mask, router, DISCO, steering files, model folders), as (what, path) pairs: inputs of the run that
+    no output may replace. A spec that cannot be read names none (the command itself reports it)."""
+    from layersearch.common.errors import LayersearchError
+    from layersearch.decoder.spec import DecoderSpec
+
+    found: list[tuple[str, str]] = []
+    for path in (p.strip() for p in paths.split(",")) if isinstance(paths, str) else ():
+        try:
+            spec = DecoderSpec.load(path) if path else None
+        except LayersearchError:
+            spec = None
+        if spec is not None:
+            spec.with_paths(lambda file: found.append((f"{option} {path}'s", file)) or file)
+    return found

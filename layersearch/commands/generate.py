@@ -133,3 +133,10 @@ def _option_defaults() -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(), argparse.ArgumentParser)
     return vars(parser.parse_args(["generate", "--prompt", "-"]))
+
+
+def input_paths(args: Any) -> list[tuple[str, str]]:
+    """The files a ``--spec`` file names (its profile, mask file...): inputs no output may replace."""
+    from layersearch.commands.common import spec_inputs
+
+    return spec_inputs(args.spec, "--spec")

@@ -5,7 +5,7 @@ How files are checked and written is :mod:`layersearch.common.outputs`'."""
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from layersearch.common.outputs import check_distinct
 
@@ -21,13 +21,16 @@ _NOT_PATHS = ("command", "name", "names", "prefix", "prompt")
 
 
 
-def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None = None) -> None:
+def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None = None,
+                     read: Sequence[tuple[str, str]] = ()) -> None:
     """Refuse an output that is an input or another output of the same run (``generate --prompts
     p.jsonl --save-spec p.jsonl``), before any work. ``given``: a command's options by name
-    (``vars(args)``). The outputs: the :data:`OUTPUT_OPTIONS` given, and ``derived`` ({option:
-    path}: what the command writes beside them); the inputs: every other option's value (or a path
-    inside it: ``NAME=FILE``, ``disco:FILE``, ``sqlite:///FILE``, ``study:NAME@FILE``, comma lists)
-    that names an existing file or folder."""
+    (``vars(args)``). The outputs: the :data:`OUTPUT_OPTIONS` given, and ``derived`` ({what: path}:
+    what the command writes or opens for writing beside them: a report's picture, a study storage
+    derived from ``--name``); the inputs: every other option's value (or a path inside it:
+    ``NAME=FILE``, ``disco:FILE``, ``sqlite:///FILE``, ``study:NAME@FILE``, comma lists) that names
+    an existing file or folder, and ``read`` ((what, path) pairs: files named inside the input files,
+    such as a spec's profile and mask file)."""
     outputs = {"--" + name.replace("_", "-"): given[name] for name in OUTPUT_OPTIONS if isinstance(given.get(name), str)}
     outputs.update(derived or {})
     storage = _storage_file(given.get("storage"))
@@ -40,6 +43,7 @@ def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):
                 inputs.extend(("--" + name.replace("_", "-"), path) for path in _paths_in(item))
+    inputs.extend((label, path) for label, path in read if path and os.path.exists(path))
     check_distinct(list(outputs.items()), inputs)
 
 

@@ -14,10 +14,27 @@ from layersearch.commands.study_common import OBJECTIVE_HELP, log, search_args, 
 
 
 def output_paths(args: Any) -> dict[str, str]:
-    """The table files an ``--out-prefix`` names (compare, head-to-head): PREFIX.csv and PREFIX.json."""
+    """The table files an ``--out-prefix`` names (compare, head-to-head): PREFIX.csv and PREFIX.json;
+    and the study's storage when ``--name`` derives it (``studies/<name>.db``): opened, never overwritten."""
     from layersearch.study.compare import table_paths
 
-    return table_paths(getattr(args, "out_prefix", None))
+    paths = table_paths(getattr(args, "out_prefix", None))
+    if getattr(args, "storage", None) is None and args.action in ("create", "run", "show", "export"):
+        paths.update(default_storage_file(args.name))
+    return paths
+
+
+def default_storage_file(name: Any) -> dict[str, str]:
+    """{"the study's storage": its file} for the default storage of study ``name`` (none for a bad name,
+    which the command itself refuses)."""
+    from layersearch.common.errors import LayersearchError
+    from layersearch.study.storage import storage_location
+
+    try:
+        location = storage_location(None, name)
+    except LayersearchError:
+        return {}
+    return {"the study's storage": str(location.path)}
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

@@ -51,8 +51,14 @@ def output_paths(args: Any) -> dict[str, str]:
     """The files tune writes besides ``--out``: the report (default ``--out`` with .md) and its picture."""
     from layersearch.tune.report import report_paths
 
+    from layersearch.commands.study import default_storage_file
+    from layersearch.tune.options import default_name
+
     md, png = report_paths(args.out, args.report)
-    return {"--report": md, "--report's picture": png}
+    paths = {"--report": md, "--report's picture": png}
+    if args.storage is None:  # the study's own storage, from --name (or the prompt file's name)
+        paths.update(default_storage_file(f"tune-{args.name or default_name(args.prompts)}"))
+    return paths
 
 
 def tune_from_args(args: Any) -> Any:

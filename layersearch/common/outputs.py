@@ -85,6 +85,7 @@ def _check_output(
         return OutputTarget(given, None, True)
     if "\0" in given:
         raise LayersearchError(f"{what} {given!r} contains a NUL character")
+    check_file_name(given, what)
     real = Path(os.path.realpath(given))
     if suffixes and real.suffix.lower() not in suffixes and not _is_stream(real):
         raise LayersearchError(f"{what} {given} must end in {' or '.join(suffixes)} (the only format written)")
@@ -129,6 +130,21 @@ def _hold_fifo(real: Path, given: str, what: str) -> None:
             raise LayersearchError(f"cannot write {what} {given}: it is a FIFO (named pipe) that no process reads from; "
                                    "give a regular file") from None
         raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
+
+
+def check_file_name(path: "str | Path", what: str = "--out", *, prefix: bool = False) -> str:
+    """``path`` when it can name a file; raises LayersearchError when it names a folder: an existing
+    directory, a name ending in a separator, or ``.``, ``..``, ``/`` (no file name to write, nor to
+    derive another name from, such as a report's ``.md`` and ``.png``). A ``prefix`` (of
+    ``PREFIX.csv``) may be an existing folder's name: the files go beside it."""
+    given = os.fspath(path)
+    if given == STDOUT or _is_stream(Path(given)):
+        return given
+    if os.path.isdir(given) and not prefix:
+        raise LayersearchError(f"{what} {given} is a directory: give a file name inside it")
+    if given.endswith(("/", os.sep)) or Path(given).name in ("", ".", ".."):
+        raise LayersearchError(f"{what} {given} names a folder, not a file: give a file name inside it")
+    return given
 
 
 def _new_file(real: Path, given: str, what: str, default: bool) -> OutputTarget:
@@ -351,5 +367,5 @@ def announce(target: OutputTarget, message: str) -> None:
     print(message, file=sys.stderr if target.to_stdout else sys.stdout, flush=True)
 
 
-__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_output", "umask_modes", "write_output",
-           "write_outputs"]
+__all__ = ["OutputTarget", "STDOUT", "announce", "check_distinct", "check_file_name", "check_output", "umask_modes",
+           "write_output", "write_outputs"]

@@ -157,9 +157,11 @@ def _measure_rows(
 def table_paths(out_prefix: Any) -> dict[str, str]:
     """The files an ``--out-prefix`` names, unchecked ({what: path}, for the check that no output
     overwrites an input): PREFIX.csv and PREFIX.json; none for no prefix or ``-``."""
+    from layersearch.common.outputs import check_file_name
+
     if not isinstance(out_prefix, str) or out_prefix == "-":
         return {}
-    path = Path(out_prefix)
+    path = Path(check_file_name(out_prefix, "--out-prefix", prefix=True))
     path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
     return {"out_prefix's CSV": f"{path}.csv", "out_prefix's JSON": f"{path}.json"}
 

@@ -15,6 +15,15 @@ from layersearch.tune.study import TrialRecord
 
 def report_paths(out: str, report: str | None) -> tuple[str, str]:
     """(markdown, PNG) paths: ``report`` (default: ``out`` with .md) and the same name with .png."""
+    from layersearch.common.errors import LayersearchError
+    from layersearch.common.outputs import STDOUT, check_file_name
+
+    for given, what in ((out, "--out"), (report, "--report")):
+        if given == STDOUT:  # the spec and its report are files that name each other
+            raise LayersearchError(f"{what} -: tune writes its spec and report as files (the report shows the "
+                                   "search curve's PNG beside it); give a file name")
+        if given:
+            check_file_name(given, what)
     markdown = report if report else str(Path(out).with_suffix(".md"))
     return markdown, str(Path(markdown).with_suffix(".png"))
 
