@@ -96,6 +96,7 @@ def run(args: Any) -> int:
             raise LayersearchError("--spec-bench needs --answers DIR (where the answer files go)")
         answers_folder(args.answers)
     prepared = prepare_bench(settings, lambda: load(args), _say)
+    _note_full_drafts(args)
     show = lambda text: print(text, flush=True)  # noqa: E731
     if getattr(args, "spec_bench", None):  # Spec-Bench mode: its answer files and per-group table
         from layersearch.evaluation.specbench import SpecBenchRun, run_specbench
@@ -109,6 +110,18 @@ def run(args: Any) -> int:
     run_bench(prepared, _say, show)
     announce(out, f"wrote {out}")
     return 0
+
+
+def _note_full_drafts(args: Any) -> None:
+    """A notice for each ``--masks`` file and ``--specs`` spec whose plan changes nothing."""
+    from layersearch.commands.common import note_full_draft
+    from layersearch.decoder.spec import DecoderSpec
+    from layersearch.masks.mask import SkipMask
+
+    for path in _items(args.masks):
+        note_full_draft(path, SkipMask.load(path))
+    for path in _items(args.specs):
+        note_full_draft(path, DecoderSpec.load(path).mask_source.mask)
 
 
 def _items(text: str) -> tuple[str, ...]:

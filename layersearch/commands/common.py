@@ -92,3 +92,11 @@ def spec_inputs(paths: Any, option: str) -> list[tuple[str, str]]:
         if spec is not None:
             spec.with_paths(lambda file: found.append((f"{option} {path}'s", file)) or file)
     return found
+
+
+def note_full_draft(what: str, mask: Any) -> None:
+    """One notice line on stderr when the plan ``mask`` (of ``what``: a file, a spec) changes nothing:
+    no sub-layer skipped, none in int8, so its draft is the full model (correct, but no faster)."""
+    if mask is not None and mask.is_empty:
+        print(f"layersearch: note: {what} skips no sub-layer and runs none in int8: it drafts with the full model",
+              file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from typing import Any
 from layersearch.decoder.build import (build_decoder, encode_prompts, format_run, load_or_measure_profile,  # noqa: F401
                                read_spec_files)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
-from layersearch.commands.common import load, positive_int
+from layersearch.commands.common import load, note_full_draft, positive_int
 from layersearch.commands.renamed import renamed_option
 from layersearch.common.outputs import check_output
 from layersearch.decoder.spec import DrafterSpec, registry_names
@@ -118,6 +118,8 @@ def run(args: Any) -> int:
         decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     if decoder.twins is not None:
         print(decoder.twins.describe(), file=sys.stderr)
+    if decoder.spec.mask_source.kind == "mask":
+        note_full_draft(args.spec or args.mask or "the plan", decoder.spec.mask_source.mask)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
         text, stats = loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), decoder.run_stats(result)

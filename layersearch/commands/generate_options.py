@@ -235,9 +235,16 @@ def _lookahead(options: Any) -> LookaheadSpec:
 
 def check_options_on_model(options: Any, loaded: Any) -> None:
     """The checks of ``generate``'s options that need the loaded model: ``--draft-vocab`` against its
-    vocabulary, named as the option (a ``--spec`` file's drafter.vocab is checked by the builder,
-    naming the file)."""
+    vocabulary, named as the option, and a ``--mask`` file against the model, named as the file
+    (a ``--spec`` file's drafter.vocab and inline mask are checked by the builder, naming the spec)."""
     if not getattr(options, "spec", None):
         from layersearch.frspec.vocab import check_draft_vocab
 
         check_draft_vocab(loaded, options.draft_vocab or 0)
+        kind, value = parse_mask_option(options.mask) if options.mask else (None, None)
+        if kind == "mask":  # the --mask file against the model, named as the file
+            from layersearch.common.modelfile import naming
+            from layersearch.masks.mask import SkipMask
+
+            with naming(value):
+                SkipMask.load(value).check_model(loaded.info)

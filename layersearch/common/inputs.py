@@ -6,7 +6,8 @@ checked with the offending byte named. Every input is opened through :func:`open
 for a path handed to a library, checked by :func:`check_regular_file` first): only a regular
 file is read, so a FIFO, a device or a socket is refused at once instead of blocking forever. :func:`parse_json` adds
 limits on nesting depth and on the length of integers, so a small hostile file cannot make
-the parser, or code walking its result, run for long or recurse deeply.
+the parser, or code walking its result, run for long or recurse deeply, and refuses a key repeated
+in one object (readers disagree on which value counts).
 """
 
 from __future__ import annotations
@@ -117,13 +118,25 @@ def parse_json(text: str, where: str) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise LayersearchError(f"{where}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH})")
     try:
-        data = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_constant)
+        data = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_constant,
+                          object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise LayersearchError(f"{where}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:
         raise LayersearchError(f"{where}: {exc}") from None
     if _SURROGATE_ESCAPE.search(text):  # only an escape can make a lone surrogate: walk just then
         _check_strings(data, where)
+    return data
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: with a repeated key, JSON readers disagree on which
+    value counts (Python's keeps the last), so no file of ours may hold one."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {repeated!r} appears twice in one object (keep one)")
     return data
 
 

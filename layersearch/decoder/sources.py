@@ -47,7 +47,9 @@ def _fixed(inputs: SourceInputs) -> dict[str, Any]:
     try:
         mask.check_model(inputs.loaded.info)
     except LayersearchError as exc:
-        raise LayersearchError(f"{inputs.source.file or 'mask'}: {exc}") from None
+        # the spec holds the mask itself: the spec's field is to blame, not the file it was copied from
+        copied = f" (copied from {inputs.source.file})" if inputs.source.file else ""
+        raise LayersearchError(f"mask_source.mask{copied}: {exc}") from None
     return {"mask": mask}
 
 

@@ -41,6 +41,8 @@ PRECISIONS = ("full", "int8", "skip")
 #: Most decoder layers a mask may describe: far beyond any real model, small enough that a
 #: hostile file cannot make drawing or checking a mask take unbounded time or memory.
 MAX_LAYERS = 4096
+#: The keys of a mask file's object; any other is refused (a misspelt section is no empty one).
+FILE_KEYS = ("schema_version", "model", "num_layers", "attention", "mlp", "int8", "provenance")
 PROVENANCE_KEYS = ("strategy", "objective", "score", "study", "trial", "created")
 MASK_FILE = FileKind(tag=None, called="mask", made_for="mask was made for", schema_version=SCHEMA_VERSION)
 SKIP_ONLY_FILE = FileKind(tag=None, called="mask", made_for="mask was made for", schema_version=1)
@@ -79,7 +81,8 @@ class SkipMask(ModelBoundJson):
             raise LayersearchError(f"int8 head must be true or false, got {self.int8_head!r}")
         if self.model is not None and self.model.num_layers != self.num_layers:
             raise LayersearchError(
-                f"num_layers is {self.num_layers} but the model {self.model.name!r} has {self.model.num_layers} layers"
+                f"num_layers is {self.num_layers} but model.num_layers (the layers of {self.model.name!r} the plan "
+                f"was made for) is {self.model.num_layers}: one of the two was edited"
             )
         # Read-only view so the value stays immutable across module boundaries.
         object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
@@ -235,6 +238,9 @@ class SkipMask(ModelBoundJson):
         version = data.get("schema_version")
         if isinstance(version, bool) or version not in READ_VERSIONS:
             raise LayersearchError(f"unsupported schema_version {version!r} (expected {' or '.join(map(str, READ_VERSIONS))})")
+        unknown = [key for key in data if key not in FILE_KEYS]
+        if unknown:  # a misspelt section (INT8, precision) must not quietly run as all full precision
+            raise LayersearchError(f"unknown key {unknown[0]!r} (a plan holds {', '.join(FILE_KEYS)})")
         for key in ("num_layers", "attention", "mlp"):
             if key not in data:
                 raise LayersearchError(f"mask file is missing {key!r}")
