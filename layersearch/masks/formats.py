@@ -16,6 +16,7 @@ knapspec  a flat 0/1 list of 2L, interleaved            none, or ``{key: [..]}``
           ``[attn_0, mlp_0, attn_1, ...]``, 1 = skip
 ========  ===========================================  ===================================
 
+None holds int8 sub-layers: exporting a plan that has some is refused, naming them.
 Indices in all of them are 0-based decoder layers, as in :class:`~layersearch.masks.mask.SkipMask`,
 so conversion is exact both ways. Every problem (unknown key, index past the depth, a
 malformed file) is one :class:`LayersearchError` line naming the file and key.
@@ -123,6 +124,9 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
     file of ``fmt`` at ``path`` is merged into: its other keys are kept (``key`` replaced).
     """
     check_format(fmt)
+    if mask.has_int8:  # every paper's format holds skips only: writing the rest would drop it silently
+        raise LayersearchError(f"a {fmt} mask file holds skipped sub-layers only: this plan's int8 parts "
+                               f"({_int8_parts(mask)}) would be lost; keep the plan file for them")
     if fmt != "knapspec" and not key:
         raise LayersearchError(f"a {fmt} mask file stores masks under a key: give key", fields="key")
     existing = existing_keys(path, fmt, key)
@@ -130,6 +134,13 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
         flat = [int(bit) for bit in mask.to_flat()]
         return write_json_atomic(path, flat if key is None else {**existing, key: flat})
     return write_json_atomic(path, {**existing, key: {"attention": list(mask.attention), "mlp": list(mask.mlp)}})
+
+
+def _int8_parts(mask: SkipMask) -> str:
+    """The int8 parts of a plan in words: ``attention 0-2, mlp 5, the LM head``."""
+    parts = [f"{kind} {','.join(map(str, getattr(mask, f'int8_{kind}')))}" for kind in _SUBLAYERS
+             if getattr(mask, f"int8_{kind}")]
+    return ", ".join(parts + (["the LM head"] if mask.int8_head else []))
 
 
 def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]:
