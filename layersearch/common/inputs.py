@@ -57,8 +57,12 @@ def read_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> s
 def open_input(path: str | Path, what: str) -> BinaryIO:
     """``path`` opened for reading in binary, a ``what`` file; raises LayersearchError unless it is
     a regular file (a directory, FIFO, device or socket is refused without waiting on it)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise LayersearchError(f"{what} file must be a path (str or Path), got {type(path).__name__}")
     if isinstance(path, str) and not path.strip():  # Path("") is ".", the current folder
         raise LayersearchError(f"{what} file name is empty: name a file")
+    if "\0" in os.fspath(path):
+        raise LayersearchError(f"{what} file name {os.fspath(path)!r} contains a NUL character")
     path = Path(path)
     try:
         # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of waiting for a writer.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, TypeVar
 
@@ -129,11 +130,17 @@ class ModelBoundJson:
 
     def save(self, path: str | Path) -> Path:
         """Write the file atomically (a crash never leaves a partial file); returns the path given."""
+        if not isinstance(path, (str, PathLike)):
+            raise LayersearchError(f"{self.FILE.called} file must be a path (str or Path), got {type(path).__name__}")
         return write_json_atomic(path, self.to_dict())  # type: ignore[attr-defined]
 
     @classmethod
     def load(cls: type[_Loaded], path: str | Path, model: ModelInfo | None = None) -> _Loaded:
         """Read and validate a file; with ``model``, also check it was made for that model."""
+        if not isinstance(path, (str, PathLike)):
+            raise LayersearchError(f"{cls.FILE.called} file must be a path (str or Path), got {type(path).__name__}")
+        if model is not None and not isinstance(model, ModelInfo):
+            raise LayersearchError(f"model must be a ModelInfo or None, got {type(model).__name__}")
         path = Path(path)  # errors name the file as the read errors do
         data = read_json_file(path, cls.FILE.called)
         with naming(path):

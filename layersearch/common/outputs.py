@@ -78,6 +78,8 @@ def _check_output(
     """
     if isinstance(path, OutputTarget):
         return path
+    if not isinstance(path, (str, os.PathLike)):
+        raise LayersearchError(f"{what} must be a file name (str or Path), got {type(path).__name__}")
     given = os.fspath(path)
     if not given.strip():
         raise LayersearchError(f"{what} is empty: give a file name (or - for stdout)")

@@ -64,8 +64,10 @@ class Decoder:
     ) -> Generation:
         """Generate after a prompt: text, token ids (a list or a ``[1, n]`` tensor) or chat messages.
 
-        Settings left as None are the spec's (``max_new_tokens``, sampling); ``do_sample=True``
-        without a temperature samples at 1.0 unless the spec samples at its own. The output is
+        Settings left as None are the spec's (``max_new_tokens``, sampling). One rule, as in spec
+        files and on the command line: a ``temperature`` > 0 samples (``do_sample`` may be left out),
+        ``do_sample=True`` without a temperature samples at 1.0 unless the spec samples at its own,
+        and ``do_sample=True, temperature=0`` (or ``False`` with a temperature > 0) is refused. The output is
         lossless: greedy equals the model's own greedy ``generate``, sampling follows its
         distribution. Every argument is checked first (LayersearchError, as the CLI words it),
         the prompt and the new tokens against the model's context included."""
@@ -164,6 +166,9 @@ def _sampling_args(do_sample: Any, temperature: Any, top_p: Any, seed: Any) -> t
 
 def _check_streamer(streamer: Any) -> None:
     """A streamer has ``put`` and ``end`` (transformers' BaseStreamer), checked before any work."""
+    if isinstance(streamer, type):
+        raise LayersearchError(f"streamer is the class {streamer.__name__}: pass an instance of it "
+                               f"(such as {streamer.__name__}(decoder.tokenizer))")
     if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
         raise LayersearchError(f"streamer must have put() and end() methods (a transformers streamer), "
                                f"got {type(streamer).__name__}")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.sources import MASK_SOURCES, SourceInputs, load_or_measure_profile
-from layersearch.decoder.spec import DecoderSpec, MaskSourceSpec, compile_wanted
+from layersearch.decoder.spec import DecoderSpec, MaskSourceSpec, check_sampling, compile_wanted
 
 __all__ = ["BuiltDecoder", "SpecFiles", "assemble", "build_decoder", "load_draft_model", "load_or_measure_profile", "read_spec_files"]
 
@@ -78,15 +78,17 @@ class BuiltDecoder:
 
     def sampling(self, do_sample: bool | None = None, temperature: float | None = None, top_p: float | None = None,
                  seed: int | None = None) -> Any:
-        """The spec's sampling settings with the given ones replacing them (a SamplingConfig)."""
+        """The spec's sampling settings with the given ones replacing them (a SamplingConfig): a
+        temperature > 0 samples, ``do_sample=True`` alone samples at the spec's temperature or 1.0,
+        and a contradiction (``do_sample=True, temperature=0``) is refused."""
         from layersearch.runtime.sampling import SamplingConfig
 
         base = self.spec.sampling
-        do_sample = base.do_sample if do_sample is None else do_sample
+        if do_sample is None:  # the one rule (check_sampling): a temperature > 0 samples
+            do_sample = base.do_sample if temperature is None else temperature > 0
         if temperature is None:
-            temperature = base.temperature if base.do_sample else 1.0
-        if not do_sample:
-            temperature = 0.0
+            temperature = (base.temperature if base.do_sample else 1.0) if do_sample else 0.0
+        check_sampling(do_sample, temperature)
         return SamplingConfig(temperature, base.top_p if top_p is None else top_p, base.seed if seed is None else seed)
 
     def run(self, input_ids: Any, max_new_tokens: int, *, sampling: Any = None,

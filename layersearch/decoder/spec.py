@@ -107,6 +107,9 @@ class ModelSpec:
     dtype: str | None = None  # None: the device's default
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", _model_ref(self.ref, "model.ref"))
+        if self.info is not None and not isinstance(self.info, ModelInfo):
+            raise LayersearchError(f"model.info must be a ModelInfo or None, got {type(self.info).__name__}")
         _require_str(self.device, "model.device")
         _prefixed_check("model.device", check_device_name, self.device)  # the names the loader takes, before it runs
         if self.dtype is not None:
@@ -128,6 +131,8 @@ class DrafterSpec:
 
         _require_name(self.name, tuple(DRAFTERS), "drafter")
         entry = DRAFTERS[self.name]  # what the drafter needs, as it declares it
+        if self.model is not None:
+            object.__setattr__(self, "model", _model_ref(self.model, "drafter.model"))
         if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
             raise LayersearchError(f"drafter.vocab must be a count >= 0 (0: the full vocabulary), got {self.vocab!r}")
         if self.vocab and not entry.takes_head:
@@ -202,6 +207,17 @@ class LookaheadSpec:
             _require_str(self.file, "lookahead.file")
 
 
+def check_sampling(do_sample: bool, temperature: float, do_sample_name: str = "do_sample",
+                   temperature_name: str = "temperature") -> None:
+    """The one sampling rule of specs, the API and the CLI: a temperature > 0 samples and 0 is greedy,
+    so ``do_sample`` true with temperature 0, or false with a temperature > 0, is refused."""
+    if do_sample and not temperature > 0:
+        raise LayersearchError(f"{do_sample_name} true needs {temperature_name} > 0 (temperature 0 is greedy), got {temperature}")
+    if not do_sample and temperature > 0:
+        raise LayersearchError(f"{temperature_name} {temperature} samples, but {do_sample_name} is false "
+                               f"(greedy decoding takes temperature 0)")
+
+
 @dataclass(frozen=True)
 class SamplingSpec:
     """Greedy (``do_sample`` false) or temperature / top-p sampling with a seed."""
@@ -217,8 +233,7 @@ class SamplingSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise LayersearchError(f"sampling.{name} must be a finite number, got {value!r}")
-        if self.do_sample and not self.temperature > 0:
-            raise LayersearchError(f"sampling needs a temperature > 0, got {self.temperature}")
+        check_sampling(self.do_sample, self.temperature, "sampling.do_sample", "sampling.temperature")
         if not 0 < self.top_p <= 1:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.seed is not None:
@@ -249,6 +264,8 @@ class DecoderSpec:
     def __post_init__(self) -> None:
         from layersearch.runtime import VERIFIERS
 
+        for name, (part, short) in _PARTS.items():  # a part's type first: a wrong one fails naming its field
+            object.__setattr__(self, name, _part(getattr(self, name), part, short, name))
         _require_bool(self.plain, "plain")
         _require_name(self.compile, COMPILE_CHOICES, "compile")
         _require_name(self.verifier, tuple(VERIFIERS), "verification")
@@ -345,6 +362,8 @@ class DecoderSpec:
         moves as a whole), paths elsewhere (a model in the cache) absolute."""
         from layersearch.common.jsonfile import write_json_atomic
 
+        if not isinstance(path, (str, os.PathLike)):
+            raise LayersearchError(f"spec file must be a path (str or Path), got {type(path).__name__}")
         folder = _folder_of(path)
         return write_json_atomic(path, self.with_paths(lambda p: _portable(p, folder)).to_dict())
 
@@ -379,6 +398,54 @@ class DecoderSpec:
             profile=opt(self.profile),
             lookahead=replace(self.lookahead, file=opt(self.lookahead.file)),
         )
+
+
+def _model_ref(value: Any, where: str) -> ModelRef:
+    """A ModelRef, or its short form: a model name or path (a path when it exists here)."""
+    if isinstance(value, ModelRef):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        ref = os.fspath(value)
+        _require_str(ref, where)
+        return ModelRef.given(ref)
+    raise LayersearchError(f"{where} must be a ModelRef or a model name or path, got {type(value).__name__}")
+
+
+def _model_short(value: Any) -> "ModelSpec":
+    return ModelSpec(_model_ref(value, "model"))
+
+
+def _mask_short(value: Any) -> "MaskSourceSpec":
+    if isinstance(value, SkipMask):
+        return MaskSourceSpec("mask", mask=value)
+    raise LayersearchError(f"{value!r} is no mask source: give a MaskSourceSpec or a SkipMask (for a mask file: "
+                           "MaskSourceSpec('mask', mask=SkipMask.load(path), file=path))")
+
+
+#: DecoderSpec's parts: {field: (type, its short form's constructor: a name or path, a SkipMask...)}.
+_PARTS: dict[str, tuple[type, Callable[[Any], Any] | None]] = {
+    "model": (ModelSpec, lambda v: _model_short(v) if isinstance(v, (str, os.PathLike, ModelRef)) else None),
+    "drafter": (DrafterSpec, lambda v: DrafterSpec(v) if isinstance(v, str) else None),
+    "mask_source": (MaskSourceSpec, lambda v: _mask_short(v) if isinstance(v, (str, SkipMask)) else None),
+    "lookahead": (LookaheadSpec, lambda v: LookaheadSpec(v) if isinstance(v, str) else None),
+    "sampling": (SamplingSpec, None),
+}
+
+
+def _part(value: Any, part: type, short: Callable[[Any], Any] | None, name: str) -> Any:
+    """``value`` as the ``part`` it must be: itself, its documented short form, or one error naming the field."""
+    if isinstance(value, part):
+        return value
+    built = None
+    try:
+        built = short(value) if short is not None else None
+    except LayersearchError as exc:
+        raise LayersearchError(f"{name}: {exc}") from None
+    if built is None:
+        forms = {"model": " or a model name or path", "drafter": " or a drafter name", "lookahead": " or a rule name",
+                 "mask_source": " or a SkipMask"}.get(name, "")
+        raise LayersearchError(f"{name} must be a {part.__name__}{forms}, got {type(value).__name__}")
+    return built
 
 
 _TOP_KEYS = ("model", "plain", "drafter", "mask_source", "steering", "profile", "lookahead", "verifier", "sampling",

@@ -77,6 +77,10 @@ class SkipMask(ModelBoundJson):
             if both:
                 raise LayersearchError(f"{kind} sub-layer {both[0]} is both skipped and int8: a sub-layer has one precision")
             object.__setattr__(self, f"int8_{kind}", int8)
+        if self.model is not None and not isinstance(self.model, ModelInfo):
+            raise LayersearchError(f"model must be a ModelInfo or None, got {type(self.model).__name__}")
+        if not isinstance(self.provenance, Mapping):
+            raise LayersearchError(f"provenance must be a mapping, got {type(self.provenance).__name__}")
         if not isinstance(self.int8_head, bool):
             raise LayersearchError(f"int8 head must be true or false, got {self.int8_head!r}")
         if self.model is not None and self.model.num_layers != self.num_layers:
@@ -96,6 +100,7 @@ class SkipMask(ModelBoundJson):
     @classmethod
     def everything(cls, num_layers: int, model: ModelInfo | None = None) -> "SkipMask":
         """A mask that skips every sub-layer: the draft is embedding + LM head."""
+        _require_int(num_layers, "num_layers", minimum=1)
         every = tuple(range(num_layers))
         return cls(num_layers, every, every, model)
 
@@ -108,6 +113,7 @@ class SkipMask(ModelBoundJson):
         layer-skipping pattern of SWIFT's Figure 2.
         """
         check_fraction(ratio, "skip ratio")
+        _require_int(num_layers, "num_layers", minimum=1)
         count = int(round(ratio * 2 * num_layers))
         attention = _spread(count - count // 2, num_layers)
         mlp = _spread(count // 2, num_layers)
@@ -116,6 +122,8 @@ class SkipMask(ModelBoundJson):
     @classmethod
     def from_flat(cls, flat: Sequence[bool | int], model: ModelInfo | None = None, **kw: Any) -> "SkipMask":
         """Build from an interleaved 2L vector (index 2i: attention i, 2i+1: MLP i; truthy = skip)."""
+        if isinstance(flat, (str, bytes)) or not isinstance(flat, Sequence):
+            raise LayersearchError(f"a flat mask must be a list of 2 x layers flags, got {type(flat).__name__}")
         if len(flat) % 2 or not flat:
             raise LayersearchError(f"a flat mask needs an even, non-zero length (2 x layers), got {len(flat)}")
         attention = tuple(i for i in range(len(flat) // 2) if flat[2 * i])
@@ -191,7 +199,7 @@ class SkipMask(ModelBoundJson):
 
     def with_int8(self, attention: Iterable[int], mlp: Iterable[int], head: bool) -> "SkipMask":
         """The same skips with these sub-layers (and the head, if ``head``) in int8."""
-        return self._copy(int8_attention=tuple(attention), int8_mlp=tuple(mlp), int8_head=head)
+        return self._copy(int8_attention=attention, int8_mlp=mlp, int8_head=head)  # checked by the constructor
 
     def kept_in_int8(self, head: bool = True) -> "SkipMask":
         """The plan that runs every sub-layer this one does not skip in int8 (``--draft-quant int8``
@@ -311,6 +319,8 @@ def _require_int(value: Any, what: str, minimum: int = 0) -> None:
 
 
 def _checked_indices(indices: Iterable[Any], num_layers: int, what: str) -> tuple[int, ...]:
+    if isinstance(indices, (str, bytes, Mapping)) or not isinstance(indices, Iterable):
+        raise LayersearchError(f"{what} must be a list of layer indices, got {type(indices).__name__}")
     values = tuple(indices)
     if len(values) > num_layers:  # more indices than layers: some repeat, found below without scanning all
         values = values[: num_layers + 1]
