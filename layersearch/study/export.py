@@ -23,8 +23,10 @@ def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial
 
 def study_mask(name: str, *, storage: str | None = None, trial: str | int = "best") -> SkipMask:
     """The mask of ``trial`` ("best" or a trial number) of a study, bound to its model, with provenance."""
-    study, settings, location, _ = open_study(name, storage, read_only=True)
+    study, settings, location, _ = open_study(name, storage, read_only=True, tune_ok=True)
     chosen = _pick_trial(study, name, trial)
+    if settings is None:  # a tune study: the trial's spec holds its mask
+        return _tune_mask(chosen, name, location)
     info = settings.info()
     from layersearch.strategies import mask_from_params
 
@@ -40,6 +42,24 @@ def study_mask(name: str, *, storage: str | None = None, trial: str | int = "bes
         storage=location.url,
     )
     return mask
+
+
+def _tune_mask(trial: Any, name: str, location: Any) -> SkipMask:
+    """The mask (or plan) a tune trial's decoder spec drafts with, with provenance."""
+    from layersearch.decoder.spec import DecoderSpec
+    from layersearch.study.settings import TUNE_SPEC_ATTR
+
+    try:
+        spec = DecoderSpec.from_dict(trial.user_attrs.get(TUNE_SPEC_ATTR))
+    except LayersearchError as exc:
+        raise LayersearchError(f"trial {trial.number} of tune study {name!r} holds no readable spec ({exc})") from None
+    mask = spec.mask_source.mask
+    if mask is None:
+        raise LayersearchError(f"trial {trial.number} of tune study {name!r} drafts without a mask "
+                               f"(drafter {spec.drafter.name}, mask source {spec.mask_source.kind}): nothing to export")
+    return mask.with_provenance(strategy="tune", objective="train speedup", score=float(trial.value), study=name,
+                                trial=trial.number, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                storage=location.url)
 
 
 def _pick_trial(study: Any, name: str, which: str | int) -> Any:

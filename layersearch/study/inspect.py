@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from layersearch.common.errors import LayersearchError
-from layersearch.study.settings import SETTINGS_ATTR
+from layersearch.study.settings import SETTINGS_ATTR, tune_settings
 from layersearch.study.storage import STUDIES_DIR, StorageLocation, open_study, one_line, open_storage, storage_location
 from layersearch.study.trials import best_trial
 
@@ -46,8 +46,8 @@ def _list_row(study: Any, location: StorageLocation) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     data = study.user_attrs.get(SETTINGS_ATTR)
-    if not isinstance(data, dict):  # another tool's study in the same storage: listed, not read
-        data = {"strategy": "(not layersearch)"}
+    if not isinstance(data, dict):  # a tune study, or another tool's study in the same storage: listed, not read
+        data = tune_settings(study) or {"strategy": "(not layersearch)"}
     best = best_trial(study)
     return {
         "name": study.study_name,
@@ -64,7 +64,7 @@ def _list_row(study: Any, location: StorageLocation) -> dict[str, Any]:
 
 def show_study(name: str, *, storage: str | None = None) -> dict[str, Any]:
     """Settings, trial counts, search time and the best trial (mask, value, M, alpha) of a study."""
-    study, settings, location, _ = open_study(name, storage, read_only=True)
+    study, settings, location, _ = open_study(name, storage, read_only=True, tune_ok=True)
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for trial in trials:
@@ -75,10 +75,10 @@ def show_study(name: str, *, storage: str | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "name": name,
         "storage": location.url,
-        "settings": settings.identity(),
-        "model_info": settings.model_info,
-        "has_profile": settings.profile is not None,
-        "direction": settings.direction,
+        "settings": settings.identity() if settings is not None else tune_settings(study),
+        "model_info": settings.model_info if settings is not None else None,
+        "has_profile": settings.profile is not None if settings is not None else False,
+        "direction": settings.direction if settings is not None else study.direction.name.lower(),
         "trials": len(trials),
         "states": states,
         "search_seconds": search_seconds(trials),

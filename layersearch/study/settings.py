@@ -38,6 +38,20 @@ from layersearch.objectives import (
 STUDY_SKIP_RATIO_DEFAULTS: dict[str, float] = {"random": 0.2}
 
 SETTINGS_ATTR = "settings"
+#: The study attribute of a ``tune`` study (what it was made for): the study commands read such a
+#: study too (its settings are tune's, not a mask search's).
+TUNE_ATTR = "layersearch_tune"
+#: The trial attribute holding a tune trial's decoder spec (JSON object).
+TUNE_SPEC_ATTR = "spec"
+
+
+def tune_settings(study: Any) -> dict[str, Any] | None:
+    """A tune study's settings as ``study show`` and ``list`` print them (None: no tune study)."""
+    identity = study.user_attrs.get(TUNE_ATTR)
+    if not isinstance(identity, dict):
+        return None
+    return {"strategy": "tune", "objective": "train speedup", "domain": identity.get("prompts"),
+            "model": identity.get("model"), "max_new_tokens": identity.get("max_new_tokens"), "seed": identity.get("seed")}
 SETTINGS_VERSION = 2
 
 

@@ -280,14 +280,16 @@ def _warn(message: str) -> None:
 
 def load_study(name: str, *, storage: str | None = None) -> Any:
     """The Optuna study ``name`` (for plots); clear errors for a missing storage or study."""
-    return open_study(name, storage, read_only=True)[0]
+    return open_study(name, storage, read_only=True, tune_ok=True)[0]
 
 
-def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None, read_only: bool = False):
+def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = None, sampler: Any = None, read_only: bool = False,
+               tune_ok: bool = False):
     """(study, settings, location, storage) of an existing layersearch study; clear errors otherwise.
 
     ``read_only``: the caller only reads (nothing is created, migrated or repaired);
-    otherwise the storage must be writable.
+    otherwise the storage must be writable. ``tune_ok``: a ``tune`` study is read too, its
+    settings None (the caller reads its trials); otherwise it is refused naming ``tune``.
     """
     import optuna
 
@@ -309,12 +311,19 @@ def open_study(name: str, storage_url: str | None, *, heartbeat: int | None = No
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except KeyError:
         raise LayersearchError(f"no study named {name!r} in {location.url}") from None
-    settings = _settings_of(study, location)
+    settings = _settings_of(study, location, tune_ok)
     return study, settings, location, storage
 
 
-def _settings_of(study: Any, location: StorageLocation) -> StudySettings:
+def _settings_of(study: Any, location: StorageLocation, tune_ok: bool = False) -> StudySettings | None:
+    from layersearch.study.settings import TUNE_ATTR
+
     data = study.user_attrs.get(SETTINGS_ATTR)
+    if data is None and TUNE_ATTR in study.user_attrs:  # our own tune's study: its trials are decoder specs
+        if tune_ok:
+            return None
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} is a tune study: tune resumes it "
+                               "(the same name); show, list, export and plot read it")
     if data is None:
         raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings (another tool's study?)")
     try:

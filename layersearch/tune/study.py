@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from layersearch.common.errors import LayersearchError
+from layersearch.study.settings import TUNE_ATTR, TUNE_SPEC_ATTR
 from layersearch.study.storage import StorageLocation, check_name, open_storage, quiet_warnings, storage_location
 from layersearch.tune.pool import Candidate
 from layersearch.tune.settings import TuneSettings
 
-IDENTITY_ATTR = "layersearch_tune"
+IDENTITY_ATTR = TUNE_ATTR  # the study commands recognise it (layersearch.study.settings)
 POOL_ATTR = "tune_pool"
 SPACE_ATTR = "tune_space"  # the drafter and lookahead names the study chooses from (tune.space.space_choices)
-SPEC_ATTR = "spec"
+SPEC_ATTR = TUNE_SPEC_ATTR
 
 
 @dataclass(frozen=True)
