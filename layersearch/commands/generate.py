@@ -40,7 +40,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    "else uniform:0.25")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
-    src.add_argument("--prompts", help='JSONL file, one {"prompt": ...} per line')
+    src.add_argument("--prompts", help='JSONL file, one {"prompt": ...} or {"messages": [...]} per line (chat rows '
+                     "through the model's chat template)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 64 (with --spec: the spec's)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -94,11 +95,11 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Generate for ``--prompt`` / ``--prompts`` and print text plus statistics."""
-    from layersearch.common.inputs import read_prompts
+    from layersearch.data.user import read_rows, render
 
     if args.max_new_tokens is not None:
         positive_int(args.max_new_tokens, "--max-new-tokens")
-    prompts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
+    rows = None if args.prompt is not None else read_rows(args.prompts, distinct=False)  # every command's reader
     spec = spec_from_options(args, _option_defaults())  # every check that needs no model
     if args.compile is not None:  # a run option: it overrides a --spec file's setting
         spec = replace(spec, compile=args.compile)
@@ -112,6 +113,7 @@ def run(args: Any) -> int:
     length = "--max-new-tokens" if args.max_new_tokens is not None or not args.spec else f"{args.spec}'s max_new_tokens"
     # every prompt checked before any output (and under the option's name)
     where = (lambda i: "the prompt") if args.prompt is not None else (lambda i: f"{args.prompts}: prompt {i + 1}")
+    prompts = [args.prompt] if rows is None else [render(row, loaded.tokenizer, args.prompts) for row in rows]
     encoded = encode_prompts(loaded, prompts, max_new, where, length)
     check_options_on_model(args, loaded)  # as --draft-vocab, before the spec's drafter.vocab
     with named_spec(args.spec):

@@ -194,24 +194,6 @@ def _bounded_int(literal: str) -> int:
     return int(literal)
 
 
-def read_prompts(path: str) -> list[str]:
-    """Prompts from a JSONL file with one ``{"prompt": ...}`` object per line (``generate --prompts``)."""
-    lines = read_text(path, "prompts").splitlines()
-    prompts = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        item = parse_json(line, f"{path}:{number}")
-        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
-            raise LayersearchError(f'{path}:{number}: expected an object with a "prompt" string')
-        if not item["prompt"].strip():
-            raise LayersearchError(f"{path}:{number}: empty prompt")
-        prompts.append(item["prompt"])
-    if not prompts:
-        raise LayersearchError(f"{path}: no prompts")
-    return prompts
-
-
 def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
     """Repeated ``NAME=VALUE`` options (one mask source per domain) as {name: value}; one error
     line for a malformed or repeated one. ``form`` says the expected shape in that line."""
@@ -227,4 +209,4 @@ def domain_options(items: list[str], option: str, form: str) -> dict[str, str]:
 
 
 __all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "check_regular_file", "decode_utf8", "domain_options", "json_depth",
-           "open_input", "parse_json", "read_prompts", "read_text"]
+           "open_input", "parse_json", "read_text"]

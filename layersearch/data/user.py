@@ -51,19 +51,23 @@ def domain_for(path: str) -> str:
     return f"{PREFIX}{os.path.abspath(os.path.expanduser(str(path)))}"  # a study reruns from any folder
 
 
-def read_rows(path: str) -> tuple[PromptRow, ...]:
-    """Every distinct row of the prompt file ``path``, validated; one error line per problem."""
+def read_rows(path: str, *, distinct: bool = True) -> tuple[PromptRow, ...]:
+    """Every distinct row of the prompt file ``path`` (``distinct`` False: every row, in file order, as
+    ``generate --prompts`` runs them), validated; one error line per problem. The one reader of
+    prompt files: every command and the API's chat messages follow its rules."""
     from layersearch.common.inputs import read_text
 
     text = read_text(path, "prompts", max_bytes=MAX_FILE_BYTES)
     rows: dict[str, PromptRow] = {}
+    every: list[PromptRow] = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             row = _parse_row(line, f"{path}:{number}")
             rows.setdefault(row.id, row)
+            every.append(row)
     if not rows:
         raise LayersearchError(f"{path}: no prompts (one JSON object per line: {{\"prompt\": ...}} or {{\"messages\": [...]}})")
-    return tuple(rows.values())
+    return tuple(rows.values()) if distinct else tuple(every)
 
 
 def prompts(path: str, n: int, seed: int, split: str | None, tokenizer: Any = None) -> tuple[Prompt, ...]:
@@ -117,7 +121,19 @@ def _parse_row(line: str, where: str) -> PromptRow:
             raise LayersearchError(f'{where}: "prompt" must be a non-empty string')
         return PromptRow(_digest({"prompt": text}), text=text)
     messages = item["messages"]
-    if not isinstance(messages, list) or not messages:
+    if not isinstance(messages, list):
+        raise LayersearchError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}} objects')
+    pairs = chat_messages(messages, where)
+    return PromptRow(_digest({"messages": list(pairs)}), messages=pairs)
+
+
+def chat_messages(messages: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A chat's ``[{"role", "content"}, ...]`` as ((role, text), ...), checked by the rules of every
+    prompt file and the API: a known role (:data:`_ROLES`), content as a string or text parts,
+    valid Unicode. ``where`` opens each error line."""
+    from layersearch.common.checks import check_text
+
+    if not isinstance(messages, (list, tuple)) or not messages:
         raise LayersearchError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}} objects')
     pairs = []
     for index, message in enumerate(messages):
@@ -126,8 +142,9 @@ def _parse_row(line: str, where: str) -> PromptRow:
             raise LayersearchError(f'{where}: message {index} must be an object with "role" and "content" strings')
         if message["role"] not in _ROLES:
             raise LayersearchError(f"{where}: message {index} has role {message['role']!r} (choose from {', '.join(_ROLES)})")
+        check_text(content, f"{where}: message {index}'s content")
         pairs.append((message["role"], content))
-    return PromptRow(_digest({"messages": pairs}), messages=tuple(pairs))
+    return tuple(pairs)
 
 
 def _text_parts(content: Any, where: str) -> Any:

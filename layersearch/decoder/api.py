@@ -137,11 +137,10 @@ class Decoder:
         return torch.tensor([ids], dtype=torch.long)
 
     def _chat_ids(self, messages: Sequence[dict]) -> Any:
-        for number, message in enumerate(messages, 1):
-            if not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
-                raise LayersearchError(f"chat message {number}: expected {{'role': str, 'content': str}}")
-            check_text(message["role"], f"chat message {number}: role")
-            check_text(message["content"], f"chat message {number}: content")
+        from layersearch.data.user import chat_messages
+
+        pairs = chat_messages(list(messages), "the chat")  # the rules of prompt files' chat rows
+        messages = [{"role": role, "content": content} for role, content in pairs]
         if not getattr(self.tokenizer, "chat_template", None):
             raise LayersearchError(
                 f"the tokenizer of model {self.spec.model.ref.ref!r} has no chat template: pass the prompt as text"

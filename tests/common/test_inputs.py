@@ -79,18 +79,6 @@ def test_the_input_opener_refuses_what_is_not_a_regular_file(tmp_path, make, nee
         read_text("", "mask")  # Path("") would be the current folder
 
 
-def test_read_prompts_names_the_bad_line(tmp_path):
-    from layersearch.common.inputs import read_prompts
-
-    good = tmp_path / "p.jsonl"
-    good.write_text('{"prompt": "one"}\n\n{"prompt": "two"}\n')
-    assert read_prompts(str(good)) == ["one", "two"]
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "one"}\n{"text": "two"}\n')
-    with pytest.raises(LayersearchError, match=r"bad.jsonl:2: expected an object"):
-        read_prompts(str(bad))
-
-
 def test_domain_options_map_names_to_values_once():
     from layersearch.common.inputs import domain_options
 

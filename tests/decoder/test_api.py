@@ -94,7 +94,7 @@ def test_chat_messages_use_the_chat_template(decoder):
     try:
         out = decoder.generate(messages, max_new_tokens=6)
         assert out.token_ids == decoder.generate("w1 w5 w9 w17 w3", max_new_tokens=6).token_ids
-        with pytest.raises(LayersearchError, match="chat message 1"):
+        with pytest.raises(LayersearchError, match="the chat: message 0 must be an object"):
             decoder.generate([{"role": "user"}])
     finally:
         decoder.tokenizer.chat_template = None
