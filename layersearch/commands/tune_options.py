@@ -22,7 +22,7 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
     from layersearch.common.outputs import announce, check_output, write_outputs
     from layersearch.evaluation.plots import check_png_output
     from layersearch.decoder.spec import ModelRef, ModelSpec
-    from layersearch.tune.report import curve_png, markdown, report_paths
+    from layersearch.tune.report import check_picture, curve_png, markdown, report_paths
     from layersearch.tune.run import TrialLines, load_drafts, prepare, prompt_counts, tune
     from layersearch.tune.settings import TuneSettings
 
@@ -38,6 +38,7 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
     out = check_output(o.out, "--out")
     md_path, png_path = report_paths(o.out, o.report)
     md, png = check_output(md_path, "--report"), check_png_output(png_path)
+    check_picture(md_path, png_path)  # an unrelated x.png beside a new x.md is the user's, not ours
     if o.draft_model is not None and not o.draft_model.strip():
         raise LayersearchError("--draft-model is empty: name a model")
     draft_ref = _draft_ref(o.draft_model) if o.draft_model else None

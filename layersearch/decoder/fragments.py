@@ -63,9 +63,16 @@ def split_named(item: str) -> tuple[str, str | None]:
 
 def split_quant(name: str) -> tuple[str, str | None]:
     """``"small@int8"`` -> ``("small", "int8")`` (a draft model with quantized weights); ``"small"`` -> ``("small", None)``."""
+    import os
+    import re
+
     from layersearch.models.quantize import QUANT_SCHEMES
 
     ref, sep, quant = name.rpartition("@")
+    if sep and ref and quant not in QUANT_SCHEMES and re.fullmatch(r"[A-Za-z]+[0-9]+", quant) \
+            and not os.path.exists(os.path.expanduser(name)):  # a precision we lack: refused before any model loads
+        raise LayersearchError(f"unknown precision {quant!r} in {name!r} (a draft model's weights: "
+                               f"{', '.join(QUANT_SCHEMES)}; none for its own)")
     return (ref, quant) if sep and ref and quant in QUANT_SCHEMES else (name, None)
 
 

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from layersearch.common.errors import LayersearchError
-from layersearch.models.quantize import check_quant, is_quantized_linear, quantized_like
+from layersearch.models.quantize import is_quantized_linear, quantized_like
 
 _TWINS: "weakref.WeakKeyDictionary[nn.Module, Int8Twins]" = weakref.WeakKeyDictionary()
 
@@ -138,7 +138,9 @@ def check_int8_device(model: nn.Module) -> None:
             f"int8 sub-layers run on CPU (torch's dynamic int8 kernels) or CUDA (weight-only int8); "
             f"the model is on {weight.device} — use a skip-only plan there"
         )
-    check_quant("int8", "cpu", str(weight.dtype).removeprefix("torch."))
+    if weight.dtype != torch.float32:  # fbgemm's dynamic int8 kernels quantize float32 weights
+        raise LayersearchError(f"int8 sub-layers on CPU are made from float32 weights, not "
+                               f"{str(weight.dtype).removeprefix('torch.')} (load the model in float32)")
 
 
 def _build(model: nn.Module) -> Int8Twins:

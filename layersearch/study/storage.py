@@ -172,7 +172,28 @@ def open_storage(
             engine_kwargs = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT}}
         if heartbeat is not None:
             kwargs.update(heartbeat_interval=int(heartbeat), grace_period=int(heartbeat) * HEARTBEAT_GRACE_FACTOR)
-        return optuna.storages.RDBStorage(location.connect_url, engine_kwargs=engine_kwargs, **kwargs)
+        return _rdb_storage(location.connect_url, engine_kwargs, kwargs)
+
+
+#: What a database says when another process created the same Optuna tables a moment before.
+_SCHEMA_RACE = ("already exists", "unique constraint failed", "duplicate key")
+
+
+def _rdb_storage(url: str, engine_kwargs: dict[str, Any], kwargs: dict[str, Any], attempts: int = 5) -> Any:
+    """Optuna's RDBStorage; two processes creating its tables at once (two ``study create`` on a new
+    file) race, and the loser opens the tables the winner made instead of failing on them."""
+    import time
+
+    import optuna
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+        except Exception as exc:
+            if attempt == attempts - 1 or not any(text in str(exc).lower() for text in _SCHEMA_RACE):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 #: pip package of each SQLAlchemy driver (``make_url(url).get_dialect().driver``).

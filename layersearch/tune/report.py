@@ -28,6 +28,25 @@ def report_paths(out: str, report: str | None) -> tuple[str, str]:
     return markdown, str(Path(markdown).with_suffix(".png"))
 
 
+def check_picture(markdown_path: str, png_path: str) -> None:
+    """Refuse to replace an existing ``png_path`` that is not the picture of the report at
+    ``markdown_path`` (that report exists and shows it): a user's own ``x.png`` beside a new ``x.md``."""
+    import os
+
+    from layersearch.common.errors import LayersearchError
+
+    if not os.path.lexists(png_path) or not os.path.isfile(png_path):
+        return  # new, or a stream / folder that check_output words
+    try:
+        with open(markdown_path, encoding="utf-8", errors="replace") as handle:
+            shows = f"]({Path(png_path).name})" in handle.read(1 << 20)
+    except OSError:
+        shows = False
+    if not shows:
+        raise LayersearchError(f"{png_path} exists and is not the picture of a tune report {markdown_path}: the report "
+                               "writes its search curve there; move that file or give the report another name")
+
+
 def describe(spec: DecoderSpec) -> str:
     """The spec in words, one sentence."""
     if spec.plain:
