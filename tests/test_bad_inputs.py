@@ -1177,6 +1177,135 @@ BAD_ROWS.update({
 BAD_KINDS["mask"]["NaN layers"] = _file("mnan.json", '{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}')
 
 
+# ----- hardening round four: files named inside files, plans that say more than we read, folders as files -----
+# Its own block (other helpers add theirs). The base folder holds spec_profile.json: a spec naming
+# profile.json and mask.json (written by generate --profile --mask --save-spec).
+def _r4_plan(name: str, change) -> Maker:
+    """The good mask with int8 parts (a plan), ``change`` applied to its object."""
+    def make(work: Path) -> str:
+        from layersearch.masks.mask import SkipMask
+
+        data = SkipMask.load(work / "mask.json").with_int8([0], [0], False).to_dict()
+        text = change(data)
+        (work / name).write_text(text if isinstance(text, str) else json.dumps(data))
+        return name
+    return make
+
+
+def _r4_studies(name: str) -> Maker:
+    """A ``studies/`` folder (the default storages' home), the path ``name`` inside it returned."""
+    def make(work: Path) -> str:
+        (work / "studies").mkdir(exist_ok=True)
+        return name
+    return make
+
+
+def _r4_default_storage(link: str | None = None) -> Maker:
+    """studies/ok.db, a copy of the storage holding study ``ok`` (the default storage of ``--name ok``);
+    returned as itself, or through a symlink ``link``."""
+    def make(work: Path) -> str:
+        (work / "studies").mkdir(exist_ok=True)
+        shutil.copy(work / "studies.db", work / "studies" / "ok.db")
+        if link is None:
+            return "studies/ok.db"
+        os.symlink("studies/ok.db", work / link)
+        return link
+    return make
+
+
+_R4_PLANS: dict[str, Maker] = {
+    "int8 section misspelt INT8": _r4_plan("INT8.json", lambda d: d.__setitem__("INT8", d.pop("int8"))),
+    "an int4 section": _r4_plan("int4.json", lambda d: d.__setitem__("int4", {"attention": [1], "mlp": [], "head": False})),
+    "a precision map": _r4_plan("precision.json", lambda d: d.__setitem__("precision", {"attention.0": "fp4"})),
+    "a repeated key": _r4_plan("dupkey.json", lambda d: json.dumps(d).replace('"attention": [1]', '"attention": [1], "attention": [3]', 1)),
+    "a repeated key inside int8": _r4_plan("dupint8.json", lambda d: json.dumps(d).replace('"head": false', '"head": false, "head": true')),
+    "model.num_layers other than num_layers": _r4_plan("layers.json", lambda d: d["model"].__setitem__("num_layers", 6)),
+}
+BAD_KINDS["mask"].update(_R4_PLANS)  # every command reading a mask file (generate, mask show, bench, plot mask...)
+BAD_KINDS["r4_plan"] = {"a plan with int8 parts": _r4_plan("plan_out.json", lambda d: None)}
+_R4_SPECS: dict[str, Maker] = {
+    "inline mask with an unknown key": _spec("inlinekey.json", _set("mask_source", "mask", "INT8", {"attention": [0]})),
+    "inline mask with a repeated key": _spec("inlinedup.json", lambda d: json.dumps(d).replace(
+        '"num_layers": 4, "attention"', '"num_layers": 4, "num_layers": 5, "attention"', 1)),
+    "inline mask for another model": _spec("inlineother.json", _set("mask_source", "mask", "model", "fingerprint", "0123456789abcdef")),
+    "a repeated top-level key": _spec("dupspec.json", lambda d: json.dumps(d).replace('"plain": false', '"plain": false, "plain": true')),
+}
+BAD_SPECS.update(_R4_SPECS)
+BAD_KINDS["bench_spec"].update(_R4_SPECS)
+BAD_KINDS["r4_onto_spec_files"] = {"the spec's profile": _value("profile.json"), "the spec's mask file": _value("mask.json"),
+                                   "a symlink to the spec's profile": _link("plink.json", "profile.json")}
+BAD_KINDS["r4_onto_storage"] = {"the storage --name derives": _r4_default_storage(),
+                                "a symlink to it": _r4_default_storage("slink.db")}
+BAD_KINDS["r4_onto_tune_storage"] = {"tune's own study": _r4_studies("studies/tune-user.db")}
+BAD_KINDS["r4_folder"] = {".": _value("."), "/": _value("/"), "..": _value(".."), "a name ending in /": _value("newdir/"),
+                          "an existing folder with /": _dir("there")}
+COMMANDS.update({
+    # 1: every input a command reads, wherever it was named, and every storage it opens
+    "generate --spec --save-spec onto a file the spec names": Command(
+        ("generate", "--spec", "spec_profile.json", "--prompt", "w1 w2", "--max-new-tokens", "2", "--save-spec", "{onto}"),
+        kinds={"onto": "r4_onto_spec_files"}),
+    "bench --specs --out onto a file the spec names": Command(
+        ("bench", "--model", MODEL, "--specs", "spec_profile.json", "--domains", "code", "--prompts-per-domain", "1",
+         "--max-new-tokens", "2", "--repeats", "1", "--skip-ratios", "", "--peers", "", "--drafters", "", "--out", "{onto}"),
+        kinds={"onto": "r4_onto_spec_files"}),
+    "study export --out onto the storage --name derives": Command(
+        ("study", "export", "--name", "ok", "--out", "{onto}"), kinds={"onto": "r4_onto_storage"}),
+    "tune --out onto its own study": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "{onto}"),
+        kinds={"onto": "r4_onto_tune_storage"}),
+    "tune --report onto its own study": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec_out.json", "--report", "{onto}"),
+        kinds={"onto": "r4_onto_tune_storage"}),
+    # 2, 3: a plan's parts are read whole or refused; a paper's format that cannot hold them is refused
+    "mask export a plan": Command(("mask", "export", "{plan}", "--format", "selfsd", "--key", "m", "--out", "new_out.json"),
+                                  (("--format", "knapspec"), ("--format", "swift", "--key", "m_chat"),
+                                   ("--format", "knnssd", "--key", "qa_m")),
+                                  kinds={"plan": "r4_plan"}),
+    # 4: a folder given as a file, for every --out, --report, --save-spec, --out-prefix
+    "tune --out a folder": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "{out}", "--storage", "tune.db"),
+        (("--out", "-"), ("--out", "spec_out.json", "--report", "-")), kinds={"out": "r4_folder"}),
+    "tune --report a folder": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec_out.json", "--storage", "tune.db",
+         "--report", "{out}"), kinds={"out": "r4_folder"}),
+    "generate --save-spec a folder": Command(
+        ("generate", "--model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2", "--save-spec", "{out}"), kinds={"out": "r4_folder"}),
+    "mask export --out a folder": Command(
+        ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m", "--out", "{out}"), kinds={"out": "r4_folder"}),
+    "study export --out a folder": Command(
+        ("study", "export", "--name", "ok", "--storage", "studies.db", "--out", "{out}"), kinds={"out": "r4_folder"}),
+    "study compare --out-prefix a folder": Command(
+        ("study", "compare", "ok", "--storage", "studies.db", "--no-measure", "--out-prefix", "{out}"),
+        kinds={"out": "r4_folder_prefix"}),
+    "bench --out a folder": Command(
+        ("bench", "--model", MODEL, "--domains", "code", "--prompts-per-domain", "1", "--max-new-tokens", "2", "--repeats", "1",
+         "--skip-ratios", "0.5", "--peers", "", "--drafters", "", "--profile", "profile.json", "--out", "{out}"),
+        kinds={"out": "r4_folder"}),
+    # 8: one prompt-file reader: generate --prompts refuses exactly what every command refuses
+    "generate --prompts a prompt file": Command(
+        ("generate", "--model", MODEL, "--prompts", "{user_prompts}", "--max-new-tokens", "2"),
+        kinds={"user_prompts": "r4_generate_prompts"}),
+    # weak answers: a precision we lack, refused before any model loads; a dtype plans cannot use;
+    # a report's picture that would replace the user's own file
+    "generate --draft-model precision": Command(
+        ("generate", "--model", MODEL, "--prompt", "w1 w2", "--max-new-tokens", "2"),
+        (("--draft-model", "smollm2-135m@int4"), ("--draft-model", "no_such_model@fp4"), ("--draft-model", "draft@bf16"))),
+    "study create --space plans --dtype": Command(
+        ("study", "create", "--name", "plans", "--model", MODEL, "--domain", "translation", "--strategy", "random",
+         "--objective", "expected-speedup", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
+         "--storage", "studies.db", "--space", "plans"),
+        (("--dtype", "bfloat16"), ("--dtype", "float16"))),
+    "tune --report beside an unrelated picture": Command(
+        ("tune", "--model", MODEL, "--prompts", "user.jsonl", "--budget", "1", "--out", "spec_out.json", "--storage", "tune.db",
+         "--report", "{report}"), kinds={"report": "r4_report"}),
+})
+# generate runs every row: one row is no split too small (every other row is bad for it as for all)
+BAD_KINDS["r4_generate_prompts"] = {k: v for k, v in BAD_USER_PROMPTS.items() if k != "too few rows for a split"}
+BAD_KINDS["r4_folder_prefix"] = {k: v for k, v in BAD_KINDS["r4_folder"].items() if k != "an existing folder with /" and k != "/"}
+BAD_KINDS["r4_report"] = {"x.md beside a user's x.png": lambda work: (work / "mine.png").write_bytes(b"\x89PNG mine") and "mine.md"}
+GOOD.update({"plan": "plan_out.json", "report": "spec_out.md"})
+
+
 def cases():
     for command_name, command in COMMANDS.items():
         for slot in command.slots():
@@ -1257,6 +1386,8 @@ def _spec_and_user_prompts(work: Path, model_dir: Path) -> None:
     (work / "bench_report.json").write_text(json.dumps(
         {"domains": {"code": {"rows": [{"config": "plain generate", "speedup": 1.0, "decode_speedup": 1.0}]}}}))
     (work / "user.jsonl").write_text("".join(json.dumps({"prompt": f"w{i} w{i + 1}"}) + "\n" for i in range(40)))
+    assert main(["generate", "--model", str(model_dir), "--mask", "mask.json", "--profile", "profile.json", "--prompt", "w1 w2",
+                 "--max-new-tokens", "2", "--save-spec", "spec_profile.json"]) == 0  # a spec naming two files of this folder
     (work / "questions.jsonl").write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["w1 w2"]}) + "\n")  # Spec-Bench
 
 
