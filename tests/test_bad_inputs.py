@@ -1724,6 +1724,20 @@ _API_CALLS = {
     "top_p=0": (lambda ls, d, torch: d.generate("w1", 2, top_p=0), "top_p must be"),
     "seed=-1": (lambda ls, d, torch: d.generate("w1", 2, seed=-1), "seed must be"),
     "seed=2**80": (lambda ls, d, torch: d.generate("w1", 2, seed=2**80), "seed must be"),
+    # hardening round four: the API's own types, one sampling rule, one set of chat rules
+    "a streamer class": (lambda ls, d, torch: d.generate("w1", 2, streamer=__import__("transformers").TextStreamer),
+                         "streamer is the class TextStreamer: pass an instance"),
+    "do_sample=True, temperature=0": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=0),
+                                      "do_sample true needs temperature > 0"),
+    "do_sample=False, temperature=0.7": (lambda ls, d, torch: d.generate("w1", 2, do_sample=False, temperature=0.7),
+                                         "temperature 0.7 samples, but do_sample is false"),
+    "a chat role prompt files refuse": (lambda ls, d, torch: d.generate([{"role": "moderator", "content": "w1"}], 2),
+                                        "has role 'moderator' (choose from"),
+    "a chat image part": (lambda ls, d, torch: d.generate([{"role": "user", "content": [{"type": "image_url"}]}], 2),
+                          "content part 0 is one of type 'image_url'"),
+    "load_decoder(NUL)": (lambda ls, d, torch: ls.load_decoder("spec\x00.json"), "contains a NUL character"),
+    "DecoderSpec(model=None)": (lambda ls, d, torch: ls.DecoderSpec(model=None), "model must be a ModelSpec"),
+    "DecoderSpec(lookahead=3)": (lambda ls, d, torch: ls.DecoderSpec("m", lookahead=3), "lookahead must be a LookaheadSpec"),
 }
 
 

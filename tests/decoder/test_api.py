@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from pathlib import Path
 import pytest
 import torch
 
@@ -125,3 +126,22 @@ def test_import_layersearch_stays_light():
 
     code = "import sys, layersearch; layersearch.DecoderSpec; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_sampling_follows_the_temperature(decoder):
+    """One rule with the CLI and spec files: a temperature > 0 samples without do_sample (as
+    ``--temperature`` does), so two seeds differ, and the same seed repeats."""
+    first = decoder.generate(PROMPT, max_new_tokens=12, temperature=5.0, seed=1)
+    assert decoder.generate(PROMPT, max_new_tokens=12, temperature=5.0, seed=1).token_ids == first.token_ids
+    assert len({decoder.generate(PROMPT, max_new_tokens=12, temperature=5.0, seed=s).token_ids for s in range(4)}) > 1
+    assert decoder.generate(PROMPT, max_new_tokens=12, temperature=0).token_ids == decoder.generate(PROMPT, max_new_tokens=12).token_ids
+
+
+def test_the_package_exports_its_error_and_version():
+    import layersearch
+    from layersearch import LayersearchError as exported
+    from layersearch.common.errors import LayersearchError as defined
+
+    assert exported is defined
+    assert isinstance(layersearch.__version__, str) and layersearch.__version__[0].isdigit()
+    assert (Path(layersearch.__file__).parent / "py.typed").is_file()

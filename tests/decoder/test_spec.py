@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -122,3 +123,52 @@ def test_the_spec_is_immutable(tmp_path):
     swift = MaskSourceSpec("swift", swift={"window": 8})
     with pytest.raises(TypeError):
         swift.swift["window"] = 9
+
+
+@pytest.mark.parametrize("fields, says", [
+    (dict(model=None), "model must be a ModelSpec or a model name or path, got NoneType"),
+    (dict(model=3), "model must be a ModelSpec"),
+    (dict(model="m", drafter=3), "drafter must be a DrafterSpec or a drafter name"),
+    (dict(model="m", drafter="magic"), "drafter: unknown drafter 'magic'"),
+    (dict(model="m", mask_source="x.json"), "mask_source: 'x.json' is no mask source"),
+    (dict(model="m", sampling={"do_sample": True}), "sampling must be a SamplingSpec, got dict"),
+    (dict(model="m", lookahead="magic"), "lookahead: unknown lookahead 'magic'"),
+    (dict(model="m", lookahead=8), "lookahead must be a LookaheadSpec or a rule name"),
+    (lambda: ModelSpec(None), "model.ref must be a ModelRef or a model name or path"),
+    (lambda: ModelSpec("m", info="x"), "model.info must be a ModelInfo or None"),
+    (lambda: DrafterSpec(model=3), "drafter.model must be a ModelRef"),
+])
+def test_a_spec_built_in_python_checks_its_parts(fields, says):
+    """A part of the wrong type is one LayersearchError naming the field, never an AttributeError later."""
+    with pytest.raises(LayersearchError, match=re.escape(says)):
+        fields() if callable(fields) else DecoderSpec(**fields)
+
+
+def test_a_spec_takes_the_short_forms_of_its_parts():
+    """The documented short forms: a model name, a drafter or lookahead rule name, a SkipMask."""
+    spec = DecoderSpec("smollm2-135m", drafter="prompt-lookup", lookahead="static")
+    assert spec.model == ModelSpec(ModelRef("smollm2-135m", False))
+    assert spec.drafter == DrafterSpec("prompt-lookup") and spec.lookahead == LookaheadSpec("static")
+    mask = SkipMask(4, (1,))
+    assert DecoderSpec("m", mask_source=mask).mask_source == MaskSourceSpec("mask", mask=mask)
+    assert DecoderSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("do_sample, temperature, says", [
+    (True, 0.0, "sampling.do_sample true needs sampling.temperature > 0"),
+    (False, 0.7, "sampling.temperature 0.7 samples, but sampling.do_sample is false"),
+])
+def test_one_sampling_rule(do_sample, temperature, says):
+    """A temperature > 0 samples and 0 is greedy, in specs as in the API and the CLI: a contradiction is refused."""
+    with pytest.raises(LayersearchError, match=re.escape(says)):
+        SamplingSpec(do_sample, temperature)
+    assert SamplingSpec(True, 0.7).temperature_used == 0.7 and SamplingSpec(False, 0.0).temperature_used == 0.0
+
+
+@pytest.mark.parametrize("path", [None, 3, "spec\0.json"])
+def test_spec_files_take_paths(path, tmp_path):
+    with pytest.raises(LayersearchError, match="spec file"):
+        DecoderSpec.load(path)
+    if not isinstance(path, str):
+        with pytest.raises(LayersearchError, match="spec file must be a path"):
+            DecoderSpec("m").save(path)

@@ -170,3 +170,16 @@ def test_export_merges_into_an_existing_file_and_refuses_another(tmp_path):
         with pytest.raises(LayersearchError, match=needle):
             export_mask(mask, fmt, path, key)
         assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("fmt, key", [("selfsd", "m"), ("swift", "m_chat"), ("knnssd", "qa_m"), ("knapspec", None)])
+def test_a_plan_is_not_exported_to_a_format_that_drops_its_int8_parts(fmt, key, tmp_path):
+    """Every paper's format holds skips only: a plan's int8 parts are named, and nothing is written."""
+    from layersearch.common.errors import LayersearchError
+    from layersearch.masks.formats import export_mask
+    from layersearch.masks.mask import SkipMask
+
+    plan = SkipMask(4, (1,), (2,)).with_int8([0, 3], [], True)
+    with pytest.raises(LayersearchError, match=r"int8 parts \(attention 0,3, the LM head\) would be lost"):
+        export_mask(plan, fmt, tmp_path / "out.json", key)
+    assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -133,3 +134,40 @@ def test_mask_show_draws_each_sub_layers_precision():
 
     text = render_mask(SkipMask(4, (1,), (), None, {}, (0, 2), (0, 1, 2, 3), True))
     assert "attn  8 x 8 ." in text and "mlp   8 8 8 8" in text and "LM head int8" in text and "8 = int8" in text
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: SkipMask.load(None), "mask file must be a path (str or Path), got NoneType"),
+    (lambda: SkipMask.load("mask\0.json"), "contains a NUL character"),
+    (lambda: SkipMask(4).save(None), "mask file must be a path"),
+    (lambda: SkipMask.none(4).with_int8(None, [], True), "int8 attention must be a list of layer indices, got NoneType"),
+    (lambda: SkipMask.none(4).with_int8([1], 5, False), "int8 mlp must be a list of layer indices, got int"),
+    (lambda: SkipMask(4, "1"), "attention must be a list of layer indices, got str"),
+    (lambda: SkipMask(4, model="m"), "model must be a ModelInfo or None, got str"),
+    (lambda: SkipMask(4, provenance=3), "provenance must be a mapping, got int"),
+    (lambda: SkipMask.none(None), "num_layers must be an integer"),
+    (lambda: SkipMask.everything("4"), "num_layers must be an integer"),
+    (lambda: SkipMask.uniform("4", 0.5), "num_layers must be an integer"),
+    (lambda: SkipMask.from_flat(None), "a flat mask must be a list"),
+    (lambda: SkipMask.none(4).with_model("m"), "model must be a ModelInfo or None"),
+])
+def test_the_api_raises_only_layersearch_errors(call, says):
+    """SkipMask's constructors, load and save: a bad argument is one LayersearchError, never a TypeError."""
+    with pytest.raises(LayersearchError, match=re.escape(says)):
+        call()
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.__setitem__("INT8", d.pop("int8")), "unknown key 'INT8'"),
+    (lambda d: d.__setitem__("precision", {"attention.0": "fp4"}), "unknown key 'precision'"),
+    (lambda d: d["int8"].__setitem__("int4", [1]), "int8 has an unknown key 'int4'"),
+    (lambda d: json.dumps(d).replace('"mlp": [2]', '"mlp": [2], "mlp": [3]', 1), "key 'mlp' appears twice"),
+    (lambda d: d["model"].__setitem__("num_layers", 6), "num_layers is 4 but model.num_layers"),
+])
+def test_a_plan_says_nothing_we_do_not_read(tmp_path, change, says):
+    """Unknown and repeated keys are refused: a misspelt int8 section never runs as all full precision."""
+    data = SkipMask(4, (1,), (2,), ModelInfo("m", 4, 8, "f" * 16)).with_int8([0], [0], False).to_dict()
+    text = change(data)
+    (tmp_path / "plan.json").write_text(text if isinstance(text, str) else json.dumps(data))
+    with pytest.raises(LayersearchError, match=re.escape(says)):
+        SkipMask.load(tmp_path / "plan.json")

@@ -255,3 +255,52 @@ def test_a_study_on_the_users_own_prompts(workdir, cli, tiny_model_dir, tiny_pro
     status, _, err = cli("study", "create", "--name", "y", "--model", str(tiny_model_dir), "--prompts", "few.jsonl",
                          "--strategy", "random", "--objective", "time-per-token", "--samples", "2")
     assert status == 2 and "at least about" in err and not (workdir / "studies" / "y.db").exists()
+
+
+def test_tunes_own_study_is_read_by_the_study_commands(workdir, cli):
+    """A study that ``tune`` made (its attribute and each trial's spec) is listed, shown, exported
+    and plotted like any of ours, not disowned as another tool's; ``study run`` names tune."""
+    from layersearch.decoder.spec import DecoderSpec
+    from layersearch.study.settings import TUNE_ATTR, TUNE_SPEC_ATTR
+
+    plan = SkipMask(4, (1,), (2,)).with_int8([0], [], False)
+    (workdir / "studies").mkdir()
+    study = optuna.create_study(study_name="chat", storage="sqlite:///studies/tune-chat.db", direction="maximize")
+    study.set_user_attr(TUNE_ATTR, {"prompts": "file:chat.jsonl", "model": "f" * 16, "max_new_tokens": 8, "seed": 0})
+    trial = study.ask()
+    trial.set_user_attr(TUNE_SPEC_ATTR, DecoderSpec("m", mask_source=plan).to_dict())
+    study.tell(trial, 1.5)
+    storage = "sqlite:///studies/tune-chat.db"
+    status, out, err = cli("study", "list", "--storage", storage)
+    assert status == 0 and "tune" in out and "not layersearch" not in out, err
+    status, out, err = cli("study", "show", "--name", "chat", "--storage", storage)
+    assert status == 0 and "strategy tune" in out and "1.5" in out, err
+    status, out, err = cli("study", "export", "--name", "chat", "--storage", storage, "--out", "plan.json")
+    assert status == 0, err
+    assert SkipMask.load(workdir / "plan.json") == plan
+    status, out, err = cli("plot", "history", "--name", "chat", "--storage", storage, "--out", "h.png")
+    assert status == 0 and (workdir / "h.png").stat().st_size > 0, err
+    status, out, err = cli("study", "run", "--name", "chat", "--storage", storage, "--trials", "1", "--quiet")
+    assert status == 2 and "is a tune study: tune resumes it" in err
+
+
+def test_two_creators_of_one_new_storage_both_open_it(monkeypatch, tmp_path):
+    """Two processes creating Optuna's tables at once: the loser's "already exists" is the winner's
+    tables, opened on a retry, never a SQL error shown to the user."""
+    from layersearch.study import storage
+
+    calls = []
+
+    def racing(url, **kwargs):
+        calls.append(url)
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.OperationalError) table studies already exists")
+        return "opened"
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    assert storage._rdb_storage("sqlite:///x.db", {}, {}) == "opened" and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(optuna.storages, "RDBStorage", lambda url, **kw: (_ for _ in ()).throw(RuntimeError("disk I/O error")))
+    with pytest.raises(RuntimeError, match="disk I/O"):
+        storage._rdb_storage("sqlite:///x.db", {}, {})
