@@ -18,7 +18,7 @@ from typing import Any
 from layersearch.decoder.build import (build_decoder, encode_prompts, format_run, load_or_measure_profile,  # noqa: F401
                                read_spec_files)
 from layersearch.commands.args import QUANT_CHOICES, draft_args, model_args, swift_args
-from layersearch.commands.common import load, note_full_draft, positive_int
+from layersearch.commands.common import load, note_full_draft, positive_int, spec_inputs
 from layersearch.commands.renamed import renamed_option
 from layersearch.common.outputs import check_output
 from layersearch.decoder.spec import DrafterSpec, registry_names
@@ -141,6 +141,4 @@ def _option_defaults() -> dict[str, Any]:
 
 def input_paths(args: Any) -> list[tuple[str, str]]:
     """The files a ``--spec`` file names (its profile, mask file...): inputs no output may replace."""
-    from layersearch.commands.common import spec_inputs
-
     return spec_inputs(args.spec, "--spec")

@@ -26,7 +26,9 @@ def test_an_unknown_drafter_item_is_one_error_naming_the_choices(item):
 
 def test_a_draft_model_option_takes_the_same_quantization_suffix(tmp_path):
     assert draft_model_item("small@int8") == (ModelRef("small"), "int8")
-    assert draft_model_item("small@int4") == (ModelRef("small@int4"), None)  # not a scheme: part of the name
+    with pytest.raises(LayersearchError, match="unknown precision 'int4' in 'small@int4'"):  # a precision we lack
+        draft_model_item("small@int4")
+    assert draft_model_item("small@v2") == (ModelRef("small@v2"), None)  # no precision: part of the name
     folder = tmp_path / "draft@int8"
     folder.mkdir()
     assert draft_model_item(str(folder)) == (ModelRef(str(folder), True), None)  # an existing path is taken whole
