@@ -69,7 +69,7 @@ def split_quant(name: str) -> tuple[str, str | None]:
     from layersearch.models.quantize import QUANT_SCHEMES
 
     ref, sep, quant = name.rpartition("@")
-    if sep and ref and quant not in QUANT_SCHEMES and re.fullmatch(r"[A-Za-z]+[0-9]+", quant) \
+    if sep and ref and quant not in QUANT_SCHEMES and re.fullmatch(r"(?i)(u?int|fp|float|bf|bfloat|nf|q)[0-9]+", quant) \
             and not os.path.exists(os.path.expanduser(name)):  # a precision we lack: refused before any model loads
         raise LayersearchError(f"unknown precision {quant!r} in {name!r} (a draft model's weights: "
                                f"{', '.join(QUANT_SCHEMES)}; none for its own)")
