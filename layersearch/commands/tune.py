@@ -52,7 +52,7 @@ def output_paths(args: Any) -> dict[str, str]:
     from layersearch.tune.report import report_paths
 
     from layersearch.commands.study import default_storage_file
-    from layersearch.tune.options import default_name
+    from layersearch.commands.tune_options import default_name
 
     md, png = report_paths(args.out, args.report)
     paths = {"--report": md, "--report's picture": png}

@@ -134,18 +134,19 @@ def _hold_fifo(real: Path, given: str, what: str) -> None:
         raise LayersearchError(f"cannot write {what} {given}: {exc.strerror}") from None
 
 
-def check_file_name(path: "str | Path", what: str = "--out", *, prefix: bool = False) -> str:
-    """``path`` when it can name a file; raises LayersearchError when it names a folder: an existing
-    directory, a name ending in a separator, or ``.``, ``..``, ``/`` (no file name to write, nor to
-    derive another name from, such as a report's ``.md`` and ``.png``). A ``prefix`` (of
-    ``PREFIX.csv``) may be an existing folder's name: the files go beside it."""
+def check_file_name(path: "str | Path", what: str = "output", *, prefix: bool = False) -> str:
+    """``path`` when it can name a file; raises LayersearchError (naming the argument ``what``, which
+    its fields carry) when it names a folder: an existing directory, a name ending in a separator,
+    or ``.``, ``..``, ``/`` (no file name to write, nor to derive another name from, such as a
+    report's ``.md`` and ``.png``). A ``prefix`` (of ``PREFIX.csv``) may be an existing folder's
+    name: the files go beside it."""
     given = os.fspath(path)
     if given == STDOUT or _is_stream(Path(given)):
         return given
     if os.path.isdir(given) and not prefix:
-        raise LayersearchError(f"{what} {given} is a directory: give a file name inside it")
+        raise LayersearchError(f"{what} {given} is a directory: give a file name inside it", fields=what)
     if given.endswith(("/", os.sep)) or Path(given).name in ("", ".", ".."):
-        raise LayersearchError(f"{what} {given} names a folder, not a file: give a file name inside it")
+        raise LayersearchError(f"{what} {given} names a folder, not a file: give a file name inside it", fields=what)
     return given
 
 

@@ -161,7 +161,7 @@ def table_paths(out_prefix: Any) -> dict[str, str]:
 
     if not isinstance(out_prefix, str) or out_prefix == "-":
         return {}
-    path = Path(check_file_name(out_prefix, "--out-prefix", prefix=True))
+    path = Path(check_file_name(out_prefix, "out_prefix", prefix=True))
     path = path.with_suffix("") if path.suffix in (".csv", ".json") else path
     return {"out_prefix's CSV": f"{path}.csv", "out_prefix's JSON": f"{path}.json"}
 

@@ -18,10 +18,10 @@ def report_paths(out: str, report: str | None) -> tuple[str, str]:
     from layersearch.common.errors import LayersearchError
     from layersearch.common.outputs import STDOUT, check_file_name
 
-    for given, what in ((out, "--out"), (report, "--report")):
+    for given, what in ((out, "out"), (report, "report")):
         if given == STDOUT:  # the spec and its report are files that name each other
             raise LayersearchError(f"{what} -: tune writes its spec and report as files (the report shows the "
-                                   "search curve's PNG beside it); give a file name")
+                                   "search curve's PNG beside it); give a file name", fields=what)
         if given:
             check_file_name(given, what)
     markdown = report if report else str(Path(out).with_suffix(".md"))
