@@ -418,7 +418,7 @@ BAD_STEERING: dict[str, Maker] = {
     "binary": _file("bin.safetensors", bytes(range(256)) * 4),
     "a mask": _value("mask.json"),
     "another model's": _steering_of_another_model("other.safetensors"),
-    # issue 26: every dtype but float32, non-finite values, layers, sizes, hostile metadata
+    # every dtype but float32, non-finite values, layers, sizes, hostile metadata
     "float16 tensors": _steering_as("f16.safetensors", "float16"),
     "bfloat16 tensors": _steering_as("bf16.safetensors", "bfloat16"),
     "float8 tensors": _steering_as("f8.safetensors", "float8_e4m3fn"),
@@ -580,7 +580,7 @@ BAD_MODEL_DIRS: dict[str, Maker] = {
     "name too long": _value("x" * 300),
 }
 
-# ----- issue 26, round two: GGUF files, decoder specs, prompt files with chat rows -------------------
+# ----- GGUF files, decoder specs, prompt files with chat rows -------------------
 def _gguf_bytes(arch: str = "llama", tensors: int = 1, layers: int = 1, complete: bool = True) -> bytes:
     """A small GGUF file written by the gguf package's own writer: ``arch``, ``layers`` claimed,
     ``tensors`` layer tensors and (``complete``) the width, vocabulary and embedding a model needs.
@@ -783,7 +783,7 @@ BAD_KINDS: dict[str, dict[str, Maker]] = {
 
 
 
-# ----- issue 33, harden-io: outputs onto inputs, non-journal .log files, FIFOs, empty values ---------
+# ----- outputs onto inputs, non-journal .log files, FIFOs, empty values ---------
 # Its own block (other helpers append theirs): rows of COMMANDS, and variants added to the kinds above.
 def _fifo(name: str) -> Maker:
     """A FIFO that nothing writes to or reads from: opening it the usual way would wait forever."""
@@ -793,7 +793,7 @@ def _fifo(name: str) -> Maker:
     return make
 
 
-# ----- issue 33: models whose config and weights disagree, generic fallbacks (harden-models) --------
+# ----- models whose config and weights disagree, generic fallbacks -----------------------
 # Each variant is one more row of the table above; the tests after the table check what a
 # message must name (the spec file, the option) and the cases that must now work.
 def _hm_model(name: str, config: dict | None = None, weights=None, files: dict | None = None) -> Maker:
@@ -1024,7 +1024,7 @@ BAD_KINDS["hm_paper"] = {
     "layer index past the model": _file("farpaper.json", '{"m": {"attention": [4], "mlp": [2]}}'),
 }
 COMMANDS["mask import paper"] = Command(COMMANDS["mask import"].argv, kinds={"paper": "hm_paper"})
-# ----- issue 33, harden-values: context, plot bench, Unicode, threads, infinities, the API, Ctrl-C -----
+# ----- context, plot bench, Unicode, threads, infinities, the API, Ctrl-C -----
 # Kept in one block (other helpers add theirs): new commands and bad values for the classes of
 # values a user types or a file holds. The tiny model's context is 2048 positions.
 _LONG = "w" * 2100  # one character is one token: a prompt longer than the context by itself
@@ -1177,7 +1177,7 @@ BAD_ROWS.update({
 BAD_KINDS["mask"]["NaN layers"] = _file("mnan.json", '{"schema_version": 1, "num_layers": NaN, "attention": [], "mlp": []}')
 
 
-# ----- hardening round four: files named inside files, plans that say more than we read, folders as files -----
+# ----- files named inside files, plans that say more than we read, folders as files -----
 # Its own block (other helpers add theirs). The base folder holds spec_profile.json: a spec naming
 # profile.json and mask.json (written by generate --profile --mask --save-spec).
 def _r4_plan(name: str, change) -> Maker:
@@ -1534,7 +1534,7 @@ def test_real_entry_point_prints_one_line(argv, work):
     assert proc.stdout == "" and snapshot(work) == before
 
 
-# ----- issue 33, harden-models: what the messages name, and what must now work ---------------------
+# ----- what the messages name, and what must now work ---------------------
 @pytest.mark.parametrize("bad_name", ["SWIFT setting unknown", "SWIFT window zero", "device tpu", "dtype float8", "device empty",
                                       "another model's", "vocab enormous", "knapsack reselect_every zero",
                                       "inline mask with a negative layer", "model folder missing"])
@@ -1690,7 +1690,7 @@ def test_hm_a_damaged_conversion_is_named(base, work, capsys):
     assert_one_line(status, err)
     assert str(target) in err and "delete" in err and "damaged" in err, err
     assert snapshot(work) == before
-# ----- issue 33, harden-values: the Python API refuses as the CLI does (LayersearchError, one line) ----
+# ----- the Python API refuses as the CLI does (LayersearchError, one line) ----
 _API_CALLS = {
     "load_decoder(123)": (lambda ls, d, torch: ls.load_decoder(123), "load_decoder takes a DecoderSpec"),
     "load_decoder(None)": (lambda ls, d, torch: ls.load_decoder(None), "load_decoder takes a DecoderSpec"),

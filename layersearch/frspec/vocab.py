@@ -155,7 +155,7 @@ def check_draft_vocab(loaded, n: int, what: str = "draft_vocab") -> int:
     vocab_size = loaded.model.get_output_embeddings().weight.shape[0]
     if n >= vocab_size:
         raise LayersearchError(f"{what}: the draft vocabulary size must be below the model's vocabulary ({vocab_size}), "
-                               f"got {n}; 0 means the full vocabulary")
+                               f"got {n}; 0 means the full vocabulary", fields=what)
     return vocab_size
 
 

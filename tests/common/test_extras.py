@@ -121,7 +121,7 @@ def test_the_runtime_runs_without_the_extras(base_env, tiny_word_models, tmp_pat
     # --kernels auto without numba: the profile times stock only, a profile that chose numba runs stock
     assert result["profile_kernels"] == "stock" and result["auto_with_numba_profile"] == "stock"
     notes = [line for line in done.stderr.splitlines() if "numba is not installed" in line]
-    assert len([n for n in notes if "--kernels auto" in n]) == 1, done.stderr  # said once
+    assert len([n for n in notes if "kernels 'auto'" in n]) == 1, done.stderr  # said once
     assert result["knapsack"] == result["knapsack_reference"]  # KnapSpec chooses the same without numba
 
 

@@ -60,7 +60,7 @@ def test_a_bom_is_accepted_and_size_is_bounded(tmp_path):
         read_text(path, "mask", max_bytes=1000)
 
 
-# ----- issue 33: one input opener; what is not a regular file is refused, never waited on -------------------
+# ----- one input opener; what is not a regular file is refused, never waited on -------------------
 @pytest.mark.parametrize("make, needle", [
     (lambda p: os.mkfifo(p), "is a FIFO"),
     (lambda p: p.mkdir(), "is a directory"),

@@ -115,7 +115,7 @@ def test_profile_checks_out_before_loading_the_model(tmp_path, monkeypatch, caps
     assert status == 2 and "is a directory" in capsys.readouterr().err
 
 
-# ----- issue 33: outputs never block on a FIFO, never replace an input, get the umask's modes -------------
+# ----- outputs never block on a FIFO, never replace an input, get the umask's modes -------------
 def test_a_fifo_nobody_reads_is_refused_at_once(tmp_path):
     fifo = tmp_path / "out.json"
     os.mkfifo(fifo)

@@ -236,7 +236,7 @@ def test_file_round_trip(tmp_path):
     (lambda d: d.update(tau=3), r"tau must be a finite number in \[0, 1\]"),
     (lambda d: d.update(sl_max=0), r"sl_max must be an integer in \[1, 64\]"),
     (lambda d: d["classifier"].update(b1=[0.0]), "shapes"),
-    # issue 26: non-finite values and strings where numbers belong
+    # non-finite values and strings where numbers belong
     (lambda d: d.update(tau=float("nan")), "tau must be a finite number"),
     (lambda d: d.update(sl_max=10**20), "sl_max must be an integer"),
     (lambda d: d["classifier"].update(b2=float("inf")), "(b2 holds inf|Infinity is not a finite number)"),

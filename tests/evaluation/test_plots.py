@@ -107,7 +107,7 @@ def test_plot_mask_returns_path_and_never_creates_folders(tmp_path):
     out = tmp_path / "m.png"
     assert plots.plot_mask(SkipMask.uniform(32, 0.4), out, title="custom") == out
     read_png(out)
-    with pytest.raises(LayersearchError, match="does not exist"):  # issue 26: --out alike in every command
+    with pytest.raises(LayersearchError, match="does not exist"):  # --out alike in every command
         plots.plot_mask(SkipMask.uniform(32, 0.4), tmp_path / "deep" / "er" / "m.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.png"]
 

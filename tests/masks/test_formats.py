@@ -147,7 +147,7 @@ def test_cli_import_then_export_round_trip(tmp_path, capsys):
     assert "give --key" in capsys.readouterr().err
 
 
-# ----- issue 33: an export onto a file of the format merges into it ---------------------------------------
+# ----- an export onto a file of the format merges into it ---------------------------------------
 def test_export_merges_into_an_existing_file_and_refuses_another(tmp_path):
     mask = SkipMask(4, (1,), (2,))
     out = tmp_path / "selfsd.json"

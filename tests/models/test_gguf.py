@@ -227,7 +227,7 @@ def test_an_int8_copy_of_a_real_model_drafts_for_it_losslessly() -> None:
     assert ours.token_ids == plain and ours.stats.accepted >= 0.7 * ours.stats.drafted
 
 
-# ----- the whole layout, before any conversion (issue 26, round two) -------------------------------
+# ----- the whole layout, before any conversion --------------------------------------------------
 
 
 def write_complete_gguf(path: Path) -> Path:

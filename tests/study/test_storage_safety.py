@@ -74,7 +74,7 @@ def test_list_does_not_turn_an_empty_file_into_a_database(workdir, cli):
     assert empty.stat().st_size == 0
 
 
-# ----- issue 33: a .log that is no Optuna journal is never opened (nor "repaired") as one -------------
+# ----- a .log that is no Optuna journal is never opened (nor "repaired") as one -------------
 @pytest.mark.parametrize("data", [b"app started\nready\n", bytes(range(256)) * 4, b'{"level": "info"}\n',
                                   b'{"op_code":0,"worker_id":"x', b'app started\n{"op_code":0,"worker_id":"x"}\n'],
                          ids=["text", "binary", "foreign JSON lines", "a cut-off record only", "text, then a record"])
