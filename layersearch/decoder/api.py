@@ -73,11 +73,13 @@ class Decoder:
         the prompt and the new tokens against the model's context included."""
         import torch
 
-        from layersearch.models.context import check_fits
+        from layersearch.models.context import check_fits, check_text_fits
 
         max_new = self.spec.max_new_tokens if max_new_tokens is None else check_int(max_new_tokens, "max_new_tokens")
         sampling = self._built.sampling(*_sampling_args(do_sample, temperature, top_p, seed))
         _check_streamer(streamer)
+        if isinstance(prompt_or_ids, str):  # certainly too long: refused before tokenizing
+            check_text_fits(self._built.loaded, check_text(prompt_or_ids, "the prompt"), max_new, "the prompt")
         ids = self.encode(prompt_or_ids)  # [1, n]
         check_fits(self._built.loaded, ids.shape[1], max_new, "the prompt", "max_new_tokens")
         on_tokens = None

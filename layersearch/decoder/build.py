@@ -131,6 +131,10 @@ def encode_prompts(loaded: Any, prompts: Sequence[str], max_new_tokens: int, whe
     where the number of new tokens comes from)."""
     from layersearch.models.context import check_context
 
+    from layersearch.models.context import check_text_fits
+
+    for index, text in enumerate(prompts):  # a prompt that certainly overflows is refused before tokenizing
+        check_text_fits(loaded, text, max_new_tokens, where(index), length)
     encoded = [loaded.tokenizer(text, return_tensors="pt").input_ids for text in prompts]
     for index, ids in enumerate(encoded):
         check_context(loaded, ids.shape[1] + max_new_tokens, f"{where(index)} ({ids.shape[1]} tokens) + {length}", (length,))

@@ -39,3 +39,39 @@ def check_all_fit(loaded: Any, lengths: Iterable[tuple[str, int]], new_tokens: i
     check_context(loaded, 1 + new_tokens, f"{option} {new_tokens} (after a prompt of at least one token)", (option,))
     for where, tokens in lengths:
         check_fits(loaded, tokens, new_tokens, where, option)
+
+
+def fewest_tokens(tokenizer: Any, text: str) -> int:
+    """A certain lower bound on how many tokens ``text`` encodes to, found without encoding it:
+    its UTF-8 bytes over the most bytes one token covers. That is certain for a byte-level
+    tokenizer without a normalizer (GPT-2-style BPE: SmolLM2, Qwen2, Llama 3), whose every token,
+    added ones included, covers a known number of bytes; elsewhere (a normalizer may delete
+    characters) there is no such bound and this is 0."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None or "ByteLevel" not in repr(backend.pre_tokenizer):
+        return 0
+    per_token = _bytes_per_token(tokenizer)
+    return -(-len(text.encode("utf-8", "surrogatepass")) // per_token) if per_token else 0
+
+
+_BYTES_PER_TOKEN: dict[int, int] = {}
+
+
+def _bytes_per_token(tokenizer: Any) -> int:
+    """The most bytes one token of a byte-level ``tokenizer`` covers (a byte is one character of
+    its vocabulary; an added token counts its UTF-8 bytes); computed once per tokenizer."""
+    key = id(tokenizer)
+    if key not in _BYTES_PER_TOKEN:
+        longest = max((len(token) for token in tokenizer.get_vocab()), default=0)
+        added = max((len(token.encode("utf-8", "surrogatepass")) for token in tokenizer.get_added_vocab()), default=0)
+        _BYTES_PER_TOKEN[key] = max(longest, added)
+    return _BYTES_PER_TOKEN[key]
+
+
+def check_text_fits(loaded: Any, text: str, new_tokens: int, where: str, option: str = "max_new_tokens") -> None:
+    """Refuse a prompt text that certainly overflows the context with ``new_tokens`` more, before
+    it is tokenized (a 10 MB prompt would take half a minute to tokenize only to be refused)."""
+    fewest = fewest_tokens(loaded.tokenizer, text)
+    limit = context_limit(loaded)
+    if fewest and limit is not None and fewest + new_tokens > limit:
+        check_context(loaded, fewest + new_tokens, f"{where} (at least {fewest} tokens) + {option} {new_tokens}", (option,))
