@@ -17,7 +17,7 @@ def test_a_run_whose_trials_all_score_the_same_says_what_to_change(workdir, cli,
     assert cli(*create_args("flat", "random", "matchness", "--skip-ratio", "1"))[0] == 0
     status, out, err = cli("study", "run", "--name", "flat", "--trials", "5", "--quiet")
     assert status == 0, err
-    assert "all 5 completed trials scored" in out and "lower --skip-ratio (now 1; try 0.5)" in out
+    assert "all 5 completed trials scored" in out and "lower the skip ratio (now 1; try 0.5)" in out
 
 
 def test_a_run_with_signal_gives_no_advice(workdir, cli, create_args):

@@ -25,7 +25,7 @@ def check_one_error_line(status: int, out: str, err: str, *needles: str) -> None
         ({"--objective": "speed"}, ("unknown objective", "matchness", "time-per-token")),
         ({"--domain": "poetry"}, ("unknown domain", "summarization")),
         ({"--strategy": "selfsd-bo", "--skip-ratio": "0.3"}, ("takes no skip ratio",)),
-        ({"--skip-ratio": "1.5"}, ("skip ratio",)),
+        ({"--skip-ratio": "1.5"}, ("--skip-ratio",)),
         ({"--samples": "0"}, ("samples",)),
         ({"--name": "no/slash"}, ("invalid study name",)),
         ({"--storage": "postgresql://nobody@127.0.0.1:1/x"}, ("cannot open storage postgresql://nobody@127.0.0.1:1/x",)),
