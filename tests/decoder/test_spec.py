@@ -172,3 +172,18 @@ def test_spec_files_take_paths(path, tmp_path):
     if not isinstance(path, str):
         with pytest.raises(LayersearchError, match="spec file must be a path"):
             DecoderSpec("m").save(path)
+
+
+def test_compile_is_part_of_the_spec(tmp_path):
+    """``compile`` round-trips; a file without it (older specs) means auto; auto is on for CUDA only."""
+    from layersearch.decoder.spec import compile_wanted
+
+    spec = DecoderSpec(model=ModelSpec(ModelRef("smollm2-135m")), compile="on")
+    assert DecoderSpec.load(spec.save(tmp_path / "s.json")).compile == "on"
+    data = spec.to_dict()
+    del data["compile"]
+    assert DecoderSpec.from_dict(data).compile == "auto"
+    with pytest.raises(LayersearchError, match="unknown compile 'yes'"):
+        DecoderSpec(model=ModelSpec(ModelRef("smollm2-135m")), compile="yes")
+    assert [compile_wanted("auto", d) for d in ("cuda", "cpu")] == [True, False]
+    assert compile_wanted("on", "cpu") and not compile_wanted("off", "cuda")

@@ -155,3 +155,15 @@ def test_bench_rows_with_a_reduced_draft_head_are_identical_to_plain(tiny_llama)
     measured = run_domain(cfgs, [torch.tensor([[5, 9, 11, 3]])], 12, 1, lambda message: None)
     for name in names[1:]:
         assert measured[name].identical, name
+
+
+def test_bench_rows_run_captured_when_asked(tiny_llama):
+    """``compile``: every row of ours builds a captured decoder; on a CPU the baseline stays plain generate."""
+    from layersearch.evaluation.bench import baseline_name
+    from layersearch.runtime.loop import SpeculativeDecoder
+
+    rows = configs(tiny_llama, [SkipMask.none(4), SkipMask.uniform(4, 0.5)], DraftPolicy(), peers=False,
+                   drafters=("prompt-lookup", "hybrid"), compile=True)
+    ours = [row.generate.__self__ for row in rows if isinstance(getattr(row.generate, "__self__", None), SpeculativeDecoder)]
+    assert len(ours) == 4 and all(decoder.compile for decoder in ours)
+    assert baseline_name(rows) == PLAIN
