@@ -74,7 +74,9 @@ class CapturedForwards:
     def __init__(self, model: PreTrainedModel, max_entries: int = MAX_ENTRIES,
                  compiler: Callable[[torch.device], Callable[..., torch.Tensor]] | None = None) -> None:
         """``compiler(device)`` makes one compiled forward (default: torch.compile of :func:`_forward`)."""
-        self.model = model
+        # A weak reference: the table is kept per model in a WeakKeyDictionary, so a strong one
+        # would keep every model alive that a decoder was ever made for.
+        self._model = weakref.ref(model)
         self.max_entries = max_entries
         self._compiler = compiler or _compile
         self._compiled: OrderedDict[Hashable, Callable[..., torch.Tensor]] = OrderedDict()
@@ -82,6 +84,14 @@ class CapturedForwards:
         self._compile_seconds = 0.0
         self._views: dict[SkipMask, PreTrainedModel] = {}
         self._cache: Any = None
+
+    @property
+    def model(self) -> PreTrainedModel:
+        """The model these forwards run."""
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of these captured forwards was freed")  # a bug: decoders hold their model
+        return model
 
     def view(self, plan: SkipMask | None) -> PreTrainedModel:
         """The model with ``plan`` applied (None: the model), built once per plan and kept."""

@@ -185,3 +185,15 @@ def test_a_token_tree_runs_eagerly_and_says_why(llama):
     result = decoder.generate(prompt, NEW)
     assert result.stats.path == "eager" and "tree" in result.stats.path_reason
     assert list(result.token_ids) == plain_generate(llama, prompt)
+
+
+def test_the_shared_table_does_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    model = build_tiny_model("llama", num_layers=2, seed=4)
+    SpeculativeDecoder(model, compile=True)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
