@@ -32,25 +32,29 @@ def build(shape: str, device: str, dtype: torch.dtype, *, vocab: int | None = No
     if vocab is not None:
         options.update(vocab_size=vocab, tie_word_embeddings=False)
     config = LlamaConfig(**options)
-    # Built on the meta device and initialised in place on the target device: transformers'
-    # own initialisation of 8B parameters would take minutes.
+    model = random_model(config, device, dtype, seed)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(head_scale)
+    model.eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def random_model(config, device: str, dtype: torch.dtype, seed: int = 0):
+    """A model of ``config`` with random weights (norms 1, the rest N(0, 0.02)), built on the meta
+    device and initialised in place on ``device``: transformers' own initialisation of 8B
+    parameters would take minutes."""
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.to_empty(device=device)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, 0.02, generator=gen)
-        model.lm_head.weight.mul_(head_scale)
+            param.fill_(1.0) if name.endswith("norm.weight") else param.normal_(0.0, 0.02, generator=gen)
     # to_empty() leaves buffers uninitialised: rebuild the rotary frequencies.
     with torch.device(device):
         model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
-    model.eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
     return model
 
 

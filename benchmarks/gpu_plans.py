@@ -27,13 +27,13 @@ import time
 
 import torch
 import torch._dynamo
-from transformers import AutoModelForCausalLM, Qwen2Config
+from transformers import Qwen2Config
 
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.precision import Int8Linear, weight_only_int8
 from layersearch.profiling.profiler import measure_profile
 
-from gpu_common import sync, write  # the GPU scripts' shared helpers (benchmarks/ is on sys.path when run)
+from gpu_common import random_model, sync, write  # the GPU scripts' shared helpers (benchmarks/ is on sys.path when run)
 
 # (in, out) of every distinct Linear; "tiny" for smoke tests.
 LINEAR_SHAPES = {
@@ -98,16 +98,7 @@ def linear_section(shapes: str, device: str, dtype: torch.dtype, repeats: int, b
 def build(shape: str, device: str, dtype: torch.dtype, seed: int = 0):
     """A randomly initialised Qwen2 of ``shape`` on ``device`` (initialised in place: fast for big shapes)."""
     config = Qwen2Config(**MODEL_SHAPES[shape], max_position_embeddings=4096)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.fill_(1.0) if name.endswith("norm.weight") else param.normal_(0.0, 0.02, generator=gen)
-    with torch.device(device):
-        model.model.rotary_emb = type(model.model.rotary_emb)(config=config)  # to_empty() left it uninitialised
-    return model.eval()
+    return random_model(config, device, dtype, seed).eval()
 
 
 def profile_section(shape: str, device: str, dtype: torch.dtype, repeats: int, bandwidth: float, alpha: float,
