@@ -204,14 +204,11 @@ def build_decoder(
 
 
 def _kernels(requested: str, profile: Any, compiled: bool) -> str:
-    """The CPU kernels to run: the numba kernels cannot be traced, so compiled forwards run
-    inductor's own code (``auto`` then means ``stock``; asking for numba is one error line)."""
+    """The CPU kernels to run (``auto``: the profile's choice). Compiled forwards run the numba
+    kernels as custom ops, so the choice is the same with compile on or off."""
     from layersearch.kernels.select import choose_kernels
 
-    if compiled and requested == "numba":
-        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels 'stock' or 'auto'")
-    chosen = choose_kernels(requested, profile)
-    return "stock" if compiled else chosen
+    return choose_kernels(requested, profile)
 
 
 def _self_int8(spec: DecoderSpec, draft: Any) -> bool:

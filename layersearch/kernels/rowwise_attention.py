@@ -10,7 +10,8 @@ in an order fixed by that key count and the head width only.
 
 It is registered with transformers' ``AttentionInterface`` as :data:`NAME` (masks built as for
 SDPA), so :mod:`layersearch.kernels.select` switches a model to it with
-``set_attn_implementation`` and back.
+``set_attn_implementation`` and back. Compiled forwards call it as the custom op
+``torch.ops.layersearch.rowwise_attention``: one opaque node, the same kernel.
 """
 
 from __future__ import annotations
@@ -40,7 +41,14 @@ def _attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cove
         head = job // t
         i = job % t
         kv = head // group
-        seen = n - t + i + 1
+        # The query's causal prefix; its own position is the last key it sees. Without a mask,
+        # transformers means SDPA's is_causal: one query sees every key, several see keys 0..i
+        # (the prefill, also over a static cache's longer key tensor).
+        seen = n if t == 1 else i + 1
+        if use_mask:  # a static cache holds keys past the queries: the prefix ends at the last visible key
+            seen = allowed.shape[1]
+            while seen > 1 and not allowed[i, seen - 1]:
+                seen -= 1
         scores = np.empty(seen, np.float32)
         top = np.float32(-np.inf)
         for j in range(seen):
@@ -95,21 +103,44 @@ def rowwise_attention(
     """transformers attention function: query [1, h, t, d], key/value [1, hkv, n, d] -> [1, t, h, d].
 
     The mask (boolean, or additive with large negative values) may hide keys inside each query's
-    causal prefix (sliding windows, token trees); keys after the prefix are never read.
+    causal prefix (sliding windows, token trees) and the keys after it (a static cache's free
+    positions); keys after the prefix are never read.
     """
     if query.shape[0] != 1:
         raise ValueError("rowwise attention runs one sequence (batch 1)")
     _, heads, t, d = query.shape
-    n = key.shape[2]
     scale = float(scaling) if scaling is not None else d ** -0.5
-    allowed = _allowed(attention_mask, t, n)
+    allowed = _allowed(attention_mask, t, key.shape[2])  # [t, n] or None
+    if torch.compiler.is_compiling():  # a captured forward: the same kernel as one traceable op
+        return torch.ops.layersearch.rowwise_attention(query, key, value, allowed, scale, float(softcap or 0.0)), None
+    return _attention(query, key, value, allowed, scale, float(softcap or 0.0)), None
+
+
+def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None,
+               scale: float, softcap: float) -> torch.Tensor:
+    # query [1, h, t, d], key/value [1, hkv, n, d], allowed [t, n] bool or None -> [1, t, h, d]
+    _, heads, t, d = query.shape
     out = torch.empty(t, heads, d, dtype=torch.float32)  # [t, h, d]
     (attend if numba.get_num_threads() > 1 else attend_serial)(
         _array(query[0]), _array(key[0]), _array(value[0]),
         allowed.numpy() if allowed is not None else np.ones((1, 1), np.bool_), allowed is not None,
-        np.float32(scale), np.float32(softcap or 0.0), out.numpy(),
+        np.float32(scale), np.float32(softcap), out.numpy(),
     )
-    return out.unsqueeze(0), None
+    return out.unsqueeze(0)
+
+
+@torch.library.custom_op("layersearch::rowwise_attention", mutates_args=())
+def rowwise_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None,
+                         scale: float, softcap: float) -> torch.Tensor:
+    """The kernel as a torch custom op (what compiled forwards call): query [1, h, t, d],
+    key/value [1, hkv, n, d], allowed [t, n] (None: plain causal) -> [1, t, h, d]."""
+    return _attention(query, key, value, allowed, scale, softcap)
+
+
+@rowwise_attention_op.register_fake
+def _rowwise_attention_shape(query, key, value, allowed, scale, softcap) -> torch.Tensor:
+    _, heads, t, d = query.shape
+    return query.new_empty((1, t, heads, d))
 
 
 def supported(query: torch.Tensor) -> bool:

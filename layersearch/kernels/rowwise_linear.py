@@ -15,6 +15,11 @@ last row block repeats its last row. So a token's result is bitwise independent 
 tokens share the call (``tests/kernels/test_kernels.py`` checks it), and greedy speculative
 output equals our plain loop run with the same kernels token by token
 (:mod:`layersearch.kernels.select` routes a model's layers through it).
+
+Captured forwards. numba's functions are opaque to ``torch.compile``, so the kernel is also the
+custom op ``torch.ops.layersearch.rowwise_linear`` (:func:`rowwise_linear_op`, with a fake
+implementation giving the output's shape): a compiled forward calls it as one node, the same
+kernel the eager forward calls, so captured and eager verification give the same bits.
 """
 
 from __future__ import annotations
@@ -197,3 +202,14 @@ def prepared_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, *, t
         return y.view(*x.shape[:-1], m)
 
     return apply
+
+
+@torch.library.custom_op("layersearch::rowwise_linear", mutates_args=())
+def rowwise_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """:func:`rowwise_linear` as a torch custom op (what compiled forwards call): x [..., n] -> [..., m]."""
+    return prepared_linear(weight, bias, threads=numba.get_num_threads())(x)
+
+
+@rowwise_linear_op.register_fake
+def _rowwise_linear_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))  # [..., m]

@@ -139,6 +139,15 @@ def _routed_forward(module: torch.nn.Linear):
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)
         if needs_grad or tokens > MAX_TOKENS or x.dtype != torch.float32 or x.device.type != "cpu":
             return stock(x)
+        if torch.compiler.is_compiling():  # a captured forward: the same kernel as one traceable op
+            return torch.ops.layersearch.rowwise_linear(x, module.weight, module.bias)
         return kernel(x)
 
+    forward.traceable = True  # type: ignore[attr-defined]  # captured forwards may run it (see is_traceable)
     return forward
+
+
+def is_traceable(forward: object) -> bool:
+    """Whether an instance ``forward`` set on a module can run inside a captured forward
+    (the kernels' routed forwards can; a skip or a foreign override cannot)."""
+    return getattr(forward, "traceable", False) is True

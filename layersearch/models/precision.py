@@ -23,11 +23,16 @@ cheap: on an H200 one-token bf16 Linears are launch-bound (25-50 us against a 1-
 bandwidth floor), and the twin's dequantize-then-multiply takes about twice as long; a
 ``torch.compile``-d twin measured slower still (benchmarks/gpu_plans.py, docs/results.md). An int8
 plan pays on a GPU only with a fused low-bit GEMV inside a CUDA-graph-captured step.
+
+Captured forwards (CPU). fbgemm's packed weights are opaque to ``torch.compile``, so inside a
+compiled forward a CPU twin calls the custom op ``torch.ops.layersearch.int8_linear`` with its
+Linear's number (:data:`_LIVE` maps it back, weakly): one opaque node running the same kernel.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 import weakref
 from dataclasses import dataclass
@@ -39,6 +44,9 @@ from layersearch.common.errors import LayersearchError
 from layersearch.models.quantize import is_quantized_linear, quantized_like
 
 _TWINS: "weakref.WeakKeyDictionary[nn.Module, Int8Twins]" = weakref.WeakKeyDictionary()
+# CPU int8 Linears by number, for the custom op (a compiled graph holds the number, not the module).
+_LIVE: "weakref.WeakValueDictionary[int, Int8Linear]" = weakref.WeakValueDictionary()
+_NUMBERS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class Int8Linear(nn.Module):
             weight_only = linear.weight.device.type != "cpu"
         if not weight_only:
             self.kernel = quantized_like(linear)
+            self.number = next(_NUMBERS)
+            _LIVE[self.number] = self
             return
         weight = linear.weight.detach().float()  # [out, in]
         scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0  # [out]: one scale per output channel
@@ -86,6 +96,13 @@ class Int8Linear(nn.Module):
         """``x`` [..., in] -> [..., out]."""
         if self.kernel is None:  # CUDA: weight-only int8
             return weight_only_int8(x, self.qweight, self.scale, self.bias)
+        if torch.compiler.is_compiling():  # a captured forward: fbgemm as one traceable op
+            return torch.ops.layersearch.int8_linear(x, self.number, self.out_features)
+        return self.quantized(x)
+
+    def quantized(self, x: torch.Tensor) -> torch.Tensor:
+        """The CPU int8 product (fbgemm for one token, per-token scales for several)."""
+        assert self.kernel is not None
         if x.numel() == x.shape[-1]:  # one token: the decode path
             return self.kernel(x)
         scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0  # [..., 1]: one scale per token
@@ -99,6 +116,17 @@ def weight_only_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor
     """``x`` [..., in] times int8 ``qweight`` [out, in] scaled per row by ``scale`` [out] (+ ``bias``)."""
     out = torch.nn.functional.linear(x, qweight.to(x.dtype)) * scale
     return out if bias is None else out + bias
+
+
+@torch.library.custom_op("layersearch::int8_linear", mutates_args=())
+def int8_linear(x: torch.Tensor, number: int, out_features: int) -> torch.Tensor:
+    """CPU int8 Linear ``number`` (:class:`Int8Linear`) on ``x`` [..., in] -> [..., out_features]."""
+    return _LIVE[number].quantized(x)
+
+
+@int8_linear.register_fake
+def _int8_linear_shape(x: torch.Tensor, number: int, out_features: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
 
 
 class Int8Head:

@@ -27,7 +27,7 @@ move nothing: every forward writes from its first position and the causal mask h
 beyond. Tokens stay on the device from draft to verdict, so a step whose lookahead reads no
 confidence makes one host read: the verdict (:func:`~layersearch.runtime.verification.verify_chain`).
 A part that cannot run captured (a token tree's per-step mask, a drafter reading hidden
-states, a sliding-window cache, traced-through kernel overrides) makes the generation run
+states, a sliding-window cache, a module forward replaced by untraceable code) makes the generation run
 eagerly, with the same output; ``stats.path`` and ``stats.path_reason`` say which ran and why.
 """
 
@@ -40,6 +40,7 @@ import torch
 from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
+from layersearch.kernels.select import is_traceable
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.runtime.cache import has_sliding_window, new_cache, seat_static_cache, truncate_cache
@@ -127,8 +128,9 @@ class SpeculativeDecoder:
             return "the drafter reads the verifier's hidden states"
         if has_sliding_window(self.model):
             return "sliding-window attention keeps a ring cache that cannot roll back"
-        if any("forward" in vars(module) for module in self.model.modules()):
-            return "a module's forward is overridden (the numba kernels cannot be traced)"
+        overrides = [vars(module)["forward"] for module in self.model.modules() if "forward" in vars(module)]
+        if not all(is_traceable(forward) for forward in overrides):  # the kernels' routed forwards are traceable
+            return "a module's forward is overridden by code that cannot be traced"
         return ""
 
     def capture_stats(self) -> CaptureStats:
@@ -309,10 +311,11 @@ class _Run:
                 logits, self.captured_hidden = forward_tokens(
                     model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, head=head, **options
                 )
-            elif self.captured and not options and start > 0 and self._traceable(plan):  # the prefill's length varies: eager
+            elif self.captured and not options and start > 0:  # the prefill's length varies: eager
                 ids = torch.as_tensor(tokens, device=self.model.device).view(-1)  # [n]
                 n = ids.shape[0]
-                key = (plan, n, n if keep is None else keep, id(head), self.cache.get_max_length())
+                kernels = getattr(self.model, "_layersearch_kernels", None)  # a graph traced with numba's ops differs
+                key = (plan, n, n if keep is None else keep, id(head), self.cache.get_max_length(), kernels)
                 logits = self.decoder.compiled.forward(model, key, self.cache, ids, start, n if keep is None else keep, head)
             else:
                 if self.captured:
@@ -323,16 +326,6 @@ class _Run:
     def _observe_hidden(self, states: torch.Tensor) -> None:
         # Optional on the drafter protocol: only a drafter with ``hidden_layers`` has it.
         getattr(self.drafter, "observe_hidden")(states)  # states [len(hidden_layers), hidden]
-
-    def _traceable(self, plan: SkipMask | None) -> bool:
-        # fbgemm's int8 kernels (CPU) are opaque to dynamo: such a draft forward runs eagerly, on the
-        # same static cache, and the generation says so. On CUDA the int8 twins are traceable.
-        if plan is None or not plan.has_int8 or self.model.device.type != "cpu":
-            return True
-        note = "int8 draft forwards ran eagerly (fbgemm's CPU kernels cannot be traced)"
-        if note not in self.path_reason:
-            self.path_reason = f"{self.path_reason}; {note}" if self.path_reason else note
-        return False
 
     def _choose(self, logits: torch.Tensor) -> torch.Tensor:
         # The next token as a [1] device tensor: the argmax, or a draw from the warped law.

@@ -158,3 +158,44 @@ def test_profile_records_the_kernels_it_timed(tmp_path, tiny_llama):
     one = measure_profile(tiny_llama, info, contexts=(8,), max_verify=2, repeats=1, kernels="numba")
     assert one.kernels == "numba" and [t.kernels for t in one.kernel_timings] == ["numba"]
     assert one.kernel_timings[0].verify_ratios == one.verify_ratios
+
+
+# ----- the kernels as custom ops (what captured forwards call) ---------------------------------
+def test_the_linear_op_is_the_kernel():
+    generator = torch.Generator().manual_seed(5)
+    weight, bias, x = torch.randn(37, 70, generator=generator), torch.randn(37, generator=generator), torch.randn(1, 5, 70, generator=generator)
+    assert torch.equal(torch.ops.layersearch.rowwise_linear(x, weight, bias), rowwise_linear(x, weight, bias))
+    assert torch.ops.layersearch.rowwise_linear(x, weight, None).shape == (1, 5, 37)
+
+
+def test_attention_over_a_static_cache_reads_only_each_querys_prefix():
+    """A static cache's key tensor runs past the queries (stale or zero entries); the mask ends
+    each query's prefix there, and the result is bitwise the exact-length call's."""
+    from layersearch.kernels.rowwise_attention import rowwise_attention
+
+    generator = torch.Generator().manual_seed(6)
+    query = torch.randn(1, 4, 3, 8, generator=generator)  # [1, h, t, d]: positions 10, 11, 12
+    keys, values = (torch.randn(1, 2, 13, 8, generator=generator) for _ in range(2))  # [1, hkv, n, d]
+    exact, _ = rowwise_attention(None, query, keys, values, torch.ones(3, 13, dtype=torch.bool).tril(10)[None, None])
+    stale = torch.randn(1, 2, 51, 8, generator=generator) * 1e6  # what a static cache holds past position 12
+    mask = torch.ones(3, 64, dtype=torch.bool).tril(10)[None, None]  # [1, 1, t, capacity]
+    padded, _ = rowwise_attention(None, query, torch.cat([keys, stale], 2), torch.cat([values, stale], 2), mask)
+    assert torch.equal(padded, exact)
+    op = torch.ops.layersearch.rowwise_attention(query, torch.cat([keys, stale], 2), torch.cat([values, stale], 2), mask[0, 0], 8 ** -0.5, 0.0)
+    assert torch.equal(op, exact)
+    # Without a mask transformers means SDPA's is_causal: a prefill sees keys 0..i of a longer cache.
+    prefill, _ = rowwise_attention(None, query, torch.cat([keys[:, :, :3], stale], 2), torch.cat([values[:, :, :3], stale], 2), None)
+    alone, _ = rowwise_attention(None, query, keys[:, :, :3], values[:, :, :3], None)
+    assert torch.equal(prefill, alone)
+
+
+def test_routed_forwards_trace_without_a_graph_break(tiny_llama):
+    from layersearch.kernels.select import is_traceable
+
+    ids = torch.tensor([[3, 5, 7, 9]])
+    with torch.inference_mode(), model_kernels(tiny_llama, "numba"):
+        assert all(is_traceable(vars(m)["forward"]) for m in tiny_llama.modules() if "forward" in vars(m))
+        expected = tiny_llama(ids).logits
+        traced = torch.compile(lambda i: tiny_llama(i).logits, fullgraph=True, backend="eager")  # a break would raise
+        assert torch.equal(traced(ids), expected)
+    assert not is_traceable(lambda x: x)  # any other instance forward keeps a decoder eager

@@ -197,3 +197,21 @@ def test_the_shared_table_does_not_keep_a_model_alive():
     del model
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.slow
+def test_the_numba_kernels_and_cpu_int8_run_captured(llama):
+    """The CPU kernels and fbgemm's int8 run inside compiled forwards as custom ops: the same
+    bits as eager decoding with the kernels, one host read per step."""
+    from layersearch.kernels.select import model_kernels
+
+    plan = random_plan(4, 1)  # int8 sub-layers and skips
+    assert plan.has_int8
+    prompt = repetitive_prompt(7)
+    with model_kernels(llama, "numba"):
+        eager = SpeculativeDecoder(llama, plan, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+        captured = SpeculativeDecoder(llama, plan, lookahead=StaticLookahead(3), compile=True).generate(prompt, NEW)
+        plain = SpeculativeDecoder(llama).generate(prompt, NEW)
+    assert captured.stats.path == "captured" and captured.stats.path_reason == ""
+    assert captured.token_ids == eager.token_ids == plain.token_ids
+    assert [s.host_reads for s in captured.stats.steps] == [1] * len(captured.stats.steps)
