@@ -293,12 +293,12 @@ def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=ran
 
 
 def capture_section(model, label: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6),
-                    speculative: bool = False) -> dict:
+                    speculative: bool = False, prompt_tokens: int = 128) -> dict:
     """Our plain loop (captured, and eager) against HF static and eager generate; on a CPU also our
-    eager loop with the numba kernels (which cannot be traced). With ``parts``, the captured parts
+    loop with the numba kernels, eager and captured. With ``parts``, the captured parts
     and the exact-mask model's realized vs predicted speedups (random weights only: it zeroes some);
     with ``speculative``, the model as its own int8 draft (static 3) captured and eager."""
-    ids = prompts(model.config.vocab_size, 1, 128)[0]
+    ids = prompts(model.config.vocab_size, 1, prompt_tokens)[0]
     plain = SpeculativeDecoder(model, compile=True)
     eager = SpeculativeDecoder(model)
     t0 = time.perf_counter()
@@ -306,28 +306,32 @@ def capture_section(model, label: str, device: str, new_tokens: int, repeats: in
     compile_s = time.perf_counter() - t0
     runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "ours_captured": lambda: plain.generate(ids, new_tokens),
             "hf_eager": lambda: hf_eager(model, ids, new_tokens), "ours_eager": lambda: eager.generate(ids, new_tokens)}
-    if device == "cpu" and has_module("numba"):
+    numba = device == "cpu" and has_module("numba")
+    if numba:  # the numba kernels, eager and captured (as custom ops inside the compiled forwards)
         runs["ours_eager_numba"] = lambda: _with_numba(model, lambda: eager.generate(ids, new_tokens))
-    if speculative:  # the model as its own int8 draft, static drafts of 3: captured, eager, eager with numba
+        runs["ours_captured_numba"] = lambda: _with_numba(model, lambda: plain.generate(ids, new_tokens))
+    if speculative:  # the model as its own int8 draft, static drafts of 3: captured, eager, each also with numba
         plan = SkipMask.none(model.config.num_hidden_layers).kept_in_int8()
         drafts = {c: SpeculativeDecoder(model, plan, lookahead=StaticLookahead(3), compile=c) for c in (True, False)}
         drafts[True].generate(ids, new_tokens)  # compile its shapes before the timed runs
         runs["int8_draft_captured"] = lambda: drafts[True].generate(ids, new_tokens)
         runs["int8_draft_eager"] = lambda: drafts[False].generate(ids, new_tokens)
-        if device == "cpu" and has_module("numba"):
+        if numba:
             runs["int8_draft_eager_numba"] = lambda: _with_numba(model, lambda: drafts[False].generate(ids, new_tokens))
+            runs["int8_draft_captured_numba"] = lambda: _with_numba(model, lambda: drafts[True].generate(ids, new_tokens))
     seconds = interleaved(device, runs, repeats)
     tps = {name: new_tokens / s for name, s in seconds.items()}
-    out = {"shape": label, "new_tokens": new_tokens, "prompt": 128, "repeats": repeats, "tokens_per_s": tps,
+    out = {"shape": label, "new_tokens": new_tokens, "prompt": prompt_tokens, "repeats": repeats, "tokens_per_s": tps,
            "ours_over_hf_static": tps["ours_captured"] / tps["hf_static"], "first_generation_s": compile_s,
            "path": first.stats.path, "host_reads_per_step": statistics.mean(s.host_reads for s in first.stats.steps)}
-    numba = f" | ours eager numba {tps['ours_eager_numba']:.1f}" if "ours_eager_numba" in tps else ""
+    numba = (f" | numba kernels: ours eager {tps['ours_eager_numba']:.1f}, captured {tps['ours_captured_numba']:.1f}"
+             if "ours_eager_numba" in tps else "")
     print(f"  {label}: HF static {tps['hf_static']:.1f} tok/s | ours captured {tps['ours_captured']:.1f} "
           f"({out['ours_over_hf_static']:.3f}x HF static) | HF eager {tps['hf_eager']:.1f} | ours eager {tps['ours_eager']:.1f}{numba}"
           f" | first generation {compile_s:.0f} s, host reads/step {out['host_reads_per_step']:.2f}", flush=True)
     if not parts:
         return out
-    out["parts"] = parts_section(plain, device, 128 + new_tokens // 2)
+    out["parts"] = parts_section(plain, device, prompt_tokens + new_tokens // 2)
     p = out["parts"]
     print(f"  {label} parts at context {p['context']}: one token {p['one_token_ms']:.2f} ms; draft cost "
           + ", ".join(f"{k} {v:.3f}" for k, v in p["draft_cost"].items()) + "; verify(k)/verify(1) "
@@ -400,10 +404,13 @@ def table(report: dict) -> str:
         tps = row["tokens_per_s"]
         lines.append(f"{row['shape']:>6} | plain loop, captured: {tps['ours_captured']:7.1f} tok/s = {row['ours_over_hf_static']:.3f}x "
                      f"HF static ({tps['hf_static']:.1f}) | eager: ours {tps['ours_eager']:.1f}, HF generate {tps['hf_eager']:.1f}"
-                     + (f", ours with numba kernels {tps['ours_eager_numba']:.1f}" if "ours_eager_numba" in tps else "") + " "
+                     + (f", ours with numba kernels {tps['ours_eager_numba']:.1f}" if "ours_eager_numba" in tps else "")
+                     + (f"; captured with numba kernels {tps['ours_captured_numba']:.1f}" if "ours_captured_numba" in tps else "") + " "
                      f"| host reads/step {row['host_reads_per_step']:.2f} | first generation (compiling) {row['first_generation_s']:.0f} s")
         if "int8_draft_captured" in tps:
             numba = f", eager with numba kernels {tps['int8_draft_eager_numba']:.1f}" if "int8_draft_eager_numba" in tps else ""
+            if "int8_draft_captured_numba" in tps:
+                numba += f", captured with numba kernels {tps['int8_draft_captured_numba']:.1f}"
             lines.append(f"{row['shape']:>6} | the int8 self-draft, static 3: captured {tps['int8_draft_captured']:.1f} tok/s, "
                          f"eager {tps['int8_draft_eager']:.1f}{numba}")
         parts = row.get("parts")
@@ -480,7 +487,7 @@ def captured_report(args, report: dict) -> None:
         loaded = load_model(args.model, device=args.device, dtype="float32" if args.device == "cpu" else "bfloat16")
         loaded.model.generation_config.eos_token_id = None  # every run decodes all its tokens
         report["captured"].append(capture_section(loaded.model, os.path.basename(args.model), args.device, args.new_tokens, args.repeats, parts=False,
-                                                  speculative=True))
+                                                  speculative=True, prompt_tokens=args.prompt_tokens))
         write(report, args.out)
         return
     for shape in shapes:
@@ -510,6 +517,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model", help="the captured section on this model (embedded name, .gguf, HF id or folder) "
                         "instead of random shapes: the plain rows only, fp32 on a CPU")
     parser.add_argument("--threads", type=int, help="torch (and numba) CPU threads")
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of the --model rows")
     parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
     if args.table:

@@ -437,10 +437,7 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(settings.skip_ratios, settings.masks, loaded.info)
     profile = _bench_profile(settings, loaded, say)
     compiled = compile_wanted(settings.compile or "auto", loaded.model.device.type)
-    if compiled and settings.kernels == "numba":
-        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels "
-                               "'stock' or 'auto'", fields=("kernels", "compile"))
-    kernels = "stock" if compiled else choose_kernels(settings.kernels, profile)
+    kernels = choose_kernels(settings.kernels, profile)  # compiled forwards run the numba kernels as custom ops
     say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     from layersearch.common.jsonfile import BENCH_SCHEMA_VERSION
 

@@ -159,9 +159,7 @@ def tune(
     profile = _profile(loaded, say, kernels) if pool is None or kernels == "auto" else None
     compile = compile or "auto"
     compiled = compile_wanted(compile, loaded.model.device.type)
-    if compiled and kernels == "numba":
-        raise LayersearchError("kernels 'numba' cannot run inside compiled forwards: with compile 'on' use kernels 'stock' or 'auto'")
-    kernels = "stock" if compiled else choose_kernels(kernels, profile)
+    kernels = choose_kernels(kernels, profile)  # compiled forwards run the numba kernels as custom ops
     say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
     deadline = start + settings.budget
