@@ -1,14 +1,21 @@
 """The speculative decode loop: a short fixed core with four plug-in points.
 
-One step, with ``pos`` = number of positions in the cache and ``last`` the newest token (not
-yet in the cache)::
+One step (:meth:`_Run._step`, read top to bottom), with ``pos`` = number of positions in the
+cache and ``last`` the newest token (not yet in the cache)::
 
-    control  controller.select(view)         maybe a new mask / draft-length cap
-    draft    drafter.propose(request)         d1..dk (the lookahead rule decides k)
-    cut      every cache layer back to pos    a layer-skip draft's entries are not the target's
-    verify   verifier.verify(request)         one target forward over [last, d1..dk] -> a, next
+    control  controller.select(view)             maybe a new mask / draft-length cap (before the step)
+    draft    drafter.propose(request)             d1..dk (the lookahead rule decides k)
+    cut      every cache layer back to pos        a layer-skip draft's entries are not the target's
+    verify   verifier.verify(request, proposal)   one target forward over [last, d1..dk] -> a, next
     cut      the cache back to pos + a + 1
+    emit     the a accepted tokens and next
     feed     lookahead.update / drafter.observe / controller.observe with the StepOutcome
+
+The drafter and the verifier read one :class:`~layersearch.runtime.drafters.base.StepRequest`;
+four values cross per step (request, Proposal, Verdict, StepOutcome). What does not change
+within a generation is worked out once, not per step: which cache layers slide (the cut),
+the layers' kinds (the attention mask's sizing), the draft plan and its view of the model
+(once per mask).
 
 A step whose drafter proposes nothing (an empty mask, no n-gram match, no room left) is a
 plain decoding step: the verification forward over ``[last]`` is exactly the target's forward.
