@@ -231,9 +231,11 @@ class _Run:
         room = self.max_new - len(self.tokens) - 1  # never draft past max_new: verification adds a token of its own
         # One request for the whole step: the drafter and the verifier read the same value.
         request = StepRequest(
-            self.model, self.cache, self.ids[: position + 1], position,  # sequence [position + 1], the last not cached
-            max(0, min(self.lookahead.max_draft, room)), self.mask, self.lookahead, self.sampling, self.generator,
-            self._forward, self.forward_timer.region, self.last_ids,  # last_ids [1]: the newest token, on the device
+            model=self.model, cache=self.cache, position=position,
+            sequence=self.ids[: position + 1],  # [position + 1] on the CPU, the newest not cached
+            limit=max(0, min(self.lookahead.max_draft, room)), mask=self.mask, lookahead=self.lookahead,
+            sampling=self.sampling, generator=self.generator, forward=self._forward, timed=self.forward_timer.region,
+            last_ids=self.last_ids,  # [1] the newest token, on the device
         )
 
         # draft: d1..dk (k <= limit; the lookahead rule may stop sooner), ids [k] on the device
