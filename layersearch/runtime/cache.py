@@ -37,6 +37,11 @@ class SkipAwareCache(DynamicCache):
     offsets are therefore read from the longest layer of the asked layer's kind.
     """
 
+    # Planned once per cache (:func:`new_cache`, or on first use): per layer, the indices of
+    # the layers of its kind, and each layer's window for :func:`truncate_cache`.
+    _alike_groups: dict[int, tuple[int, ...]]
+    _cut_windows: tuple[int | None, ...]
+
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
         return super().get_mask_sizes(query_length, self._longest_alike(layer_idx))
 
@@ -44,22 +49,26 @@ class SkipAwareCache(DynamicCache):
         return super().get_query_offset(self._longest_alike(layer_idx))
 
     def _longest_alike(self, layer_idx: int) -> int:
-        if layer_idx >= len(self.layers):
-            return layer_idx
-        alike = self._alike().get(layer_idx, (layer_idx,))
-        layers: list[Any] = list(self.layers)  # transformers types them as a union of layer kinds
-        lengths = [layers[i].get_seq_length() for i in alike]
-        return alike[lengths.index(max(lengths))]
+        # Runs twice per forward: the groups are made once, the lengths read in a plain loop.
+        groups = self.__dict__.get("_alike_groups")
+        if groups is None or len(groups) != len(self.layers):
+            groups = self._alike()
+        longest, length = layer_idx, -1
+        layer: Any
+        for index in groups.get(layer_idx, ()):  # a layer index past the cache's layers: itself
+            layer = self.layers[index]
+            held = layer.get_seq_length()
+            if held > length:  # the first of the longest
+                longest, length = index, held
+        return longest
 
     def _alike(self) -> dict[int, tuple[int, ...]]:
-        # Layer kinds never change once the cache exists: group the indices once (per-forward cost).
-        groups = getattr(self, "_alike_groups", None)
-        if groups is None or len(groups) != len(self.layers):
-            by_kind: dict[tuple, list[int]] = {}
-            for index, layer in enumerate(self.layers):
-                by_kind.setdefault(_kind(layer), []).append(index)
-            groups = {index: tuple(indices) for indices in by_kind.values() for index in indices}
-            self._alike_groups = groups
+        # Layer kinds never change once the cache exists: group the indices once.
+        by_kind: dict[tuple, list[int]] = {}
+        for index, layer in enumerate(self.layers):
+            by_kind.setdefault(_kind(layer), []).append(index)
+        groups = {index: tuple(indices) for indices in by_kind.values() for index in indices}
+        self._alike_groups = groups
         return groups
 
 
@@ -70,6 +79,8 @@ def new_cache(model: PreTrainedModel) -> Cache:
     """
     cache = SkipAwareCache(config=model.config)
     cache.activate_past_recording()
+    cache._alike()  # the layer kinds and windows are known now: plan the mask sizing and the cut once
+    cache._cut_windows = tuple(_window(layer) for layer in cache.layers)
     return cache
 
 
@@ -79,17 +90,27 @@ def truncate_cache(cache: Cache, length: int) -> None:
     Positions before ``length`` can never be rolled back afterwards: sliding-window layers
     drop the entries they kept for a rollback. Raises ``RuntimeError`` (a bug, never user
     input) if a layer no longer holds what the cut needs.
+
+    The decode loop cuts twice per step, so the layers' windows are read once per cache (the
+    cut plan) and a full-attention layer costs one length read and at most one crop.
     """
+    windows = cache.__dict__.get("_cut_windows")
+    if windows is None or len(windows) != len(cache.layers):
+        windows = cache.__dict__["_cut_windows"] = tuple(_window(layer) for layer in cache.layers)
     layer: Any
-    for layer in cache.layers:
-        if not _can_truncate_layer(layer, length):
+    for layer, window in zip(cache.layers, windows):
+        excess = layer.get_seq_length() - length
+        if window is None:  # full attention: every entry is kept, cropping is a slice
+            if excess > 0:
+                layer.crop(-excess)  # transformers 5: a negative count removes that many tokens
+            continue
+        if excess > 0 and not _can_truncate_layer(layer, length):
             raise RuntimeError(
                 f"cannot roll a sliding-window cache layer back to {length} positions: "
                 "its older entries were already committed and evicted"
             )
-        excess = layer.get_seq_length() - length
         if excess > 0:
-            layer.crop(-excess)  # transformers 5: a negative count removes that many tokens
+            layer.crop(-excess)
         elif _holds_history(layer):
             layer.crop(0)  # a sliding layer with nothing to remove: trim it back to its window
 

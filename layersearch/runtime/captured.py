@@ -81,7 +81,7 @@ class CapturedForwards:
         self._compiler = compiler or _compile
         self._compiled: OrderedDict[Hashable, Callable[..., torch.Tensor]] = OrderedDict()
         self._hits = self._misses = self._evictions = 0
-        self._compile_seconds = 0.0
+        self.compile_seconds = 0.0  # the compiling calls so far (a plain attribute: the loop reads it per step)
         self._views: dict[SkipMask, PreTrainedModel] = {}
         self._cache: Any = None
 
@@ -132,17 +132,12 @@ class CapturedForwards:
         t0 = time.perf_counter()
         logits = self._run(compiled, model, cache, ids, positions, keep, head)
         _sync(device)
-        self._compile_seconds += time.perf_counter() - t0
+        self.compile_seconds += time.perf_counter() - t0
         return logits
-
-    @property
-    def compile_seconds(self) -> float:
-        """Seconds the compiling calls took so far."""
-        return self._compile_seconds
 
     def stats(self) -> CaptureStats:
         """The table's counters so far."""
-        return CaptureStats(len(self._compiled), self._hits, self._misses, self._evictions, self._compile_seconds)
+        return CaptureStats(len(self._compiled), self._hits, self._misses, self._evictions, self.compile_seconds)
 
     @staticmethod
     def _run(compiled, model, cache, ids, positions, keep, head) -> torch.Tensor:

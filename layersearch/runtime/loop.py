@@ -1,14 +1,21 @@
 """The speculative decode loop: a short fixed core with four plug-in points.
 
-One step, with ``pos`` = number of positions in the cache and ``last`` the newest token (not
-yet in the cache)::
+One step (:meth:`_Run._step`, read top to bottom), with ``pos`` = number of positions in the
+cache and ``last`` the newest token (not yet in the cache)::
 
-    control  controller.select(view)         maybe a new mask / draft-length cap
-    draft    drafter.propose(request)         d1..dk (the lookahead rule decides k)
-    cut      every cache layer back to pos    a layer-skip draft's entries are not the target's
-    verify   verifier.verify(request)         one target forward over [last, d1..dk] -> a, next
+    control  controller.select(view)             maybe a new mask / draft-length cap (before the step)
+    draft    drafter.propose(request)             d1..dk (the lookahead rule decides k)
+    cut      every cache layer back to pos        a layer-skip draft's entries are not the target's
+    verify   verifier.verify(request, proposal)   one target forward over [last, d1..dk] -> a, next
     cut      the cache back to pos + a + 1
+    emit     the a accepted tokens and next
     feed     lookahead.update / drafter.observe / controller.observe with the StepOutcome
+
+The drafter and the verifier read one :class:`~layersearch.runtime.drafters.base.StepRequest`;
+four values cross per step (request, Proposal, Verdict, StepOutcome). What does not change
+within a generation is worked out once, not per step: which cache layers slide (the cut),
+the layers' kinds (the attention mask's sizing), the draft plan and its view of the model
+(once per mask).
 
 A step whose drafter proposes nothing (an empty mask, no n-gram match, no room left) is a
 plain decoding step: the verification forward over ``[last]`` is exactly the target's forward.
@@ -46,7 +53,7 @@ from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.runtime.cache import has_sliding_window, new_cache, seat_static_cache, truncate_cache
 from layersearch.runtime.captured import CaptureStats, captured_forwards
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
-from layersearch.runtime.drafters import DraftRequest, Drafter, LayerSkipDrafter, Proposal
+from layersearch.runtime.drafters import Drafter, LayerSkipDrafter, StepRequest
 from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.host import host_reads, to_host
@@ -55,7 +62,7 @@ from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 from layersearch.runtime.stats import DecodeStats
 from layersearch.runtime.timing import Clock, Marks, RegionTimer
-from layersearch.runtime.verification import ChainVerifier, Verdict, Verifier, VerifyRequest
+from layersearch.runtime.verification import ChainVerifier, Verifier
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,8 @@ class _Run:
         self.capturing = False
         self.captured_hidden: torch.Tensor | None = None  # [n, len(hidden_layers), hidden] of the last verification
         self.stop_now = False
+        self.plan: SkipMask | None = None  # the last draft plan a forward ran, and its view of the model
+        self.plan_model: PreTrainedModel = self.model
 
     def lookahead_ceiling(self) -> int:
         """The longest draft any rule state may ask for (the static cache must hold it)."""
@@ -215,51 +224,54 @@ class _Run:
 
     # ----- the step ---------------------------------------------------------------------
     def _step(self) -> None:
+        """One draft-and-verify step, top to bottom: draft, cut, verify, cut, emit, feed back."""
         reads_before, compiled = host_reads(), self.decoder.compiled
         c0 = compiled.compile_seconds  # a first call's compiling is its own phase, not the step's
-        position = self._position()
+        position = self.prompt_length + len(self.tokens) - 1  # cached positions: every emitted token but the newest
+        room = self.max_new - len(self.tokens) - 1  # never draft past max_new: verification adds a token of its own
+        # One request for the whole step: the drafter and the verifier read the same value.
+        request = StepRequest(
+            model=self.model, cache=self.cache, position=position,
+            sequence=self.ids[: position + 1],  # [position + 1] on the CPU, the newest not cached
+            limit=max(0, min(self.lookahead.max_draft, room)), mask=self.mask, lookahead=self.lookahead,
+            sampling=self.sampling, generator=self.generator, forward=self._forward, timed=self.forward_timer.region,
+            last_ids=self.last_ids,  # [1] the newest token, on the device
+        )
+
+        # draft: d1..dk (k <= limit; the lookahead rule may stop sooner), ids [k] on the device
         m0 = self.marks.mark()
-        proposal = self.drafter.propose(self._draft_request(position))
-        if not self.captured:
+        proposal = self.drafter.propose(request)
+        # cut: a layer-skip draft appended entries at position.. in the layers it ran; they are not the target's
+        if not self.captured:  # captured: the verification writes over them, the causal mask hides the rest
             truncate_cache(self.cache, position)
-        m1 = self.marks.mark()
-        c1 = compiled.compile_seconds
-        request = VerifyRequest(proposal, self.tokens[-1], position, self.sampling, self.generator, self._forward,
-                                self.cache, self.last_ids)
+        m1, c1 = self.marks.mark(), compiled.compile_seconds
+
+        # verify: one target forward over [last, d1..dk] at position -> a accepted, the target's next token
         self.capturing = bool(self.hidden_layers)
-        verdict = self.verifier.verify(request)
+        verdict = self.verifier.verify(request, proposal)
         self.capturing = False
+        # cut: keep last and the a accepted tokens (positions position..position + a)
         if not self.captured:
             truncate_cache(self.cache, position + verdict.num_accepted + 1)
         if self.hidden_layers and self.captured_hidden is not None:  # the states at the input whose output gave the token
             self._observe_hidden(self.captured_hidden[verdict.source_node])
-        self.last_ids = verdict.next_ids
+        self.last_ids = verdict.next_ids  # [1] on the device: the next step drafts from it without a host read
         m2 = self.marks.mark()
+
+        # emit: the accepted tokens (a tree's branch, or the draft's prefix) and the target's own
+        accepted = verdict.path if verdict.path is not None else proposal.tokens[: verdict.num_accepted]
+        emitted = self._emit([*accepted, verdict.next_token])
+
+        # feed back: one StepOutcome to the lookahead rule, the drafter and the controller
         self.seconds["draft_prefill"] += proposal.prefill_seconds
-        emitted = self._emit([*verdict.accepted_tokens(proposal.tokens if verdict.path is None else ()), verdict.next_token])
-        draft_s = max(self.marks.seconds(m0, m1) - (c1 - c0), 0.0)
-        verify_s = max(self.marks.seconds(m1, m2) - (compiled.compile_seconds - c1), 0.0)
-        self._feed_back(proposal, verdict, position, emitted, draft_s, verify_s, host_reads() - reads_before)
-
-    def _draft_request(self, position: int) -> DraftRequest:
-        # Never draft past max_new: the verify step always adds one token of its own.
-        room = self.max_new - len(self.tokens) - 1
-        limit = max(0, min(self.lookahead.max_draft, room))
-        sequence = self.ids[: position + 1]  # [position + 1]
-        return DraftRequest(
-            self.model, self.cache, sequence, position, limit, self.mask, self.lookahead,
-            self.sampling, self.generator, self._forward, self.forward_timer.region, self.last_ids,
-        )
-
-    def _feed_back(self, proposal: Proposal, verdict: Verdict, position: int, emitted: int, draft_s: float, verify_s: float,
-                   reads: int) -> None:
         rule = type(self.lookahead).__name__.removesuffix("Lookahead").lower()
         outcome = StepOutcome(
-            step=len(self.outcomes), position=position, drafted=proposal.size, accepted=verdict.num_accepted,
+            step=len(self.outcomes), position=position, drafted=int(proposal.ids.shape[0]), accepted=verdict.num_accepted,
             emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or self.mask,  # the plan the draft really ran
-            lookahead=f"{rule}:{self.lookahead.max_draft}",
-            draft_forwards=proposal.forwards, draft_seconds=draft_s, verify_seconds=verify_s,
-            confidences=proposal.confidences, host_reads=reads,
+            lookahead=f"{rule}:{self.lookahead.max_draft}", draft_forwards=proposal.forwards,
+            draft_seconds=max(self.marks.seconds(m0, m1) - (c1 - c0), 0.0),
+            verify_seconds=max(self.marks.seconds(m1, m2) - (compiled.compile_seconds - c1), 0.0),
+            confidences=proposal.confidences, host_reads=host_reads() - reads_before,
         )
         self.outcomes.append(outcome)
         self.lookahead = self.lookahead.update(outcome)
@@ -268,7 +280,7 @@ class _Run:
 
     def _consult_controller(self, step: int) -> None:
         t0 = self.marks.mark()
-        position = self._position()
+        position = self.prompt_length + len(self.tokens) - 1
         view = DecodeView(
             self.model, self.cache, self.ids[: position + 1].unsqueeze(0), position, step, self.prompt_length,
             self.mask, self.lookahead.max_draft, self.prompt_hidden,
@@ -303,7 +315,13 @@ class _Run:
     def _forward(self, tokens, start: int, keep: int | None = None, *, plan: SkipMask | None = None,
                  head: Any = None, **options) -> torch.Tensor:
         # Every target forward goes through here, so time outside them is measurable bookkeeping.
-        model = self.decoder.view(plan)
+        if plan is None:
+            model = self.model
+        elif plan is self.plan:  # the drafter's plan is one object until the controller changes the mask
+            model = self.plan_model
+        else:
+            self.plan, self.plan_model = plan, self.decoder.view(plan)
+            model = self.plan_model
         with self.forward_timer.region():
             if self.capturing:
                 if self.captured:
@@ -348,10 +366,6 @@ class _Run:
             if kept:
                 self.on_tokens(tuple(self.tokens[len(self.tokens) - emitted : len(self.tokens) - emitted + kept]))
         return emitted
-
-    def _position(self) -> int:
-        # Every emitted token but the newest is in the cache.
-        return self.prompt_length + len(self.tokens) - 1
 
     def _finished(self) -> bool:
         return self.stop_now or len(self.tokens) >= self.max_new

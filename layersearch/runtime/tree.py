@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.drafters.base import Proposal
+from layersearch.runtime.drafters.base import Proposal, StepRequest
 from layersearch.runtime.lookahead import DraftPosition
-from layersearch.runtime.verification import ChainVerifier, Verdict, VerifyRequest
+from layersearch.runtime.verification import ChainVerifier, Verdict
 
 # SWIFT's (upper confidence bound, k) pairs.
 SWIFT_TOP_K = ((0.5, 10), (0.8, 5), (0.95, 3), (1.0, 1))
@@ -146,11 +146,10 @@ class TreeVerifier:
         """Refuse a model whose attention the tree mask would get wrong."""
         refuse_sliding_window(model)
 
-    def verify(self, request: VerifyRequest) -> Verdict:
+    def verify(self, request: StepRequest, proposal: Proposal) -> Verdict:
         """Tree verification when the proposal has branches and decoding is greedy, else chain."""
-        proposal: Proposal = request.proposal
         if not request.sampling.greedy or not proposal.branches or not any(proposal.branches):
-            return self._chain.verify(request)
+            return self._chain.verify(request, proposal)
         layout = TreeLayout.build(request.last_token, proposal.tokens, proposal.branches)
         positions = torch.tensor([request.position + d for d in layout.depths])  # [nodes]
         cache: Any = request.cache  # a transformers Cache

@@ -20,7 +20,7 @@ from layersearch.runtime.host import to_host
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 
 if TYPE_CHECKING:
-    from layersearch.runtime.drafters.base import Forward, Proposal
+    from layersearch.runtime.drafters.base import Proposal, StepRequest
 
 
 @dataclass(frozen=True)
@@ -114,32 +114,20 @@ def _verdict(accepted: torch.Tensor, next_token: torch.Tensor, draft: torch.Tens
     return Verdict(count, values[1], tuple(values[2 : 2 + count]), next_ids=next_token.view(1))
 
 
-@dataclass(frozen=True)
-class VerifyRequest:
-    """One verification: the proposal after ``last_token``, which sits at ``position``."""
-
-    proposal: "Proposal"
-    last_token: int
-    position: int
-    sampling: SamplingConfig
-    generator: torch.Generator | None
-    forward: "Forward"  # forward(tokens, start) -> logits [n, vocab], in the shared cache
-    cache: object = None  # the shared cache (a tree verifier moves the accepted branch into place)
-    last_ids: torch.Tensor | None = None  # [1] last_token on the model's device (no host round trip)
-
-
 @runtime_checkable
 class Verifier(Protocol):
     """Runs the target over a proposal and says how much of it to keep.
 
-    Afterwards the cache must hold the target's entries for ``last_token`` and the accepted
-    tokens at positions ``position..position + num_accepted`` (the loop cuts anything beyond).
+    It gets the step's :class:`~layersearch.runtime.drafters.base.StepRequest` (the one the
+    drafter got) and the drafter's proposal. Afterwards the cache must hold the target's
+    entries for ``request.last_token`` and the accepted tokens at positions
+    ``position..position + num_accepted`` (the loop cuts anything beyond).
     """
 
     name: str
 
-    def verify(self, request: VerifyRequest) -> Verdict:
-        """The verdict on ``request.proposal``."""
+    def verify(self, request: "StepRequest", proposal: "Proposal") -> Verdict:
+        """The verdict on ``proposal``."""
         ...
 
 
@@ -150,14 +138,10 @@ class ChainVerifier:
 
     capturable = True  # one fixed-shape forward per draft length: it runs captured
 
-    def verify(self, request: VerifyRequest) -> Verdict:
+    def verify(self, request: "StepRequest", proposal: "Proposal") -> Verdict:
         """Forward ``[last, d1..dk]`` at ``position`` and apply the greedy or sampling rule,
         on the device, with one host read."""
-        proposal = request.proposal
-        last = request.last_ids
-        if last is None:
-            last = torch.tensor([request.last_token], dtype=torch.long)
-        device = last.device
-        draft = proposal.ids.to(device)  # [k]
+        last = request.last_ids if request.last_ids is not None else torch.tensor([request.last_token], dtype=torch.long)
+        draft = proposal.ids.to(last.device)  # [k]
         logits = request.forward(torch.cat([last, draft]), request.position)  # [k + 1, vocab]
         return verify_chain(draft.to(logits.device), proposal.probs, logits, request.sampling, request.generator)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from layersearch.runtime.drafters.base import Drafter, DraftRequest, Proposal
+from layersearch.runtime.drafters.base import Drafter, StepRequest, Proposal
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.steer.hooks import intermediate_size, steered
 from layersearch.steer.params import SteeringParams
@@ -58,7 +58,7 @@ class SteeredDrafter:
         """Keep the verifier's states ``[len(hidden_layers), d]`` at the newest token's input."""
         self._states = states
 
-    def propose(self, request: DraftRequest) -> Proposal:
+    def propose(self, request: StepRequest) -> Proposal:
         """The inner drafter's proposal, drafted with the bias W_s g (computed once per stage)."""
         if self._states is None or request.limit <= 0:
             return self.inner.propose(request)

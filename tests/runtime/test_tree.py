@@ -40,9 +40,9 @@ class Spy:
     def __init__(self, inner):
         self.inner, self.calls = inner, []
 
-    def verify(self, request):
-        verdict = self.inner.verify(request)
-        self.calls.append((request.proposal, verdict))
+    def verify(self, request, proposal):
+        verdict = self.inner.verify(request, proposal)
+        self.calls.append((proposal, verdict))
         return verdict
 
 

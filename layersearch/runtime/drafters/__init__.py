@@ -152,7 +152,7 @@ def make_drafter(name: str, *, draft_model: DraftModel | None = None, branching:
 # Public name -> the module defining it, imported on first access (PEP 562).
 _LAZY = {
     "DraftHead": "base",
-    "DraftRequest": "base",
+    "StepRequest": "base",
     "Drafter": "base",
     "Proposal": "base",
     "StatelessDrafter": "base",

@@ -1,5 +1,6 @@
-"""The drafter plug-in point: what a drafter gets (:class:`DraftRequest`) and returns
-(:class:`Proposal`), and the chain-drafting loop the model-based drafters share.
+"""The drafter plug-in point: what a drafter gets (:class:`StepRequest`, which the verifier
+gets too) and returns (:class:`Proposal`), and the chain-drafting loop the model-based drafters
+share.
 
 A drafter proposes up to ``request.limit`` tokens to follow ``request.last_token``. It may run
 the target model with a mask in the shared cache (its entries are cut away by the loop before
@@ -57,19 +58,20 @@ class DraftHead(Protocol):
 
 
 @dataclass(frozen=True)
-class DraftRequest:
-    """Everything a drafter may read for one step (the cache is the target's: append only)."""
+class StepRequest:
+    """Everything the step's drafter and verifier may read, built once per step (the cache is
+    the target's: a drafter only appends to it, the verifier writes the verified entries)."""
 
     model: torch.nn.Module
     cache: object  # transformers Cache holding ``position`` committed entries
     sequence: torch.Tensor  # [position + 1] prompt and emitted ids (CPU); the last is not cached
     position: int
     limit: int  # at most this many tokens (lookahead cap and room left before max_new_tokens)
-    mask: SkipMask  # the controller's current mask
+    mask: SkipMask  # the controller's current mask (the same object until the controller changes it)
     lookahead: Lookahead
     sampling: SamplingConfig
     generator: torch.Generator | None
-    forward: Forward
+    forward: Forward  # forward(tokens, start) -> logits [n, vocab], in the shared cache
     # A drafter running its own model times each of its forwards in this region, so the loop's
     # clock counts them as model time, not bookkeeping (the target's forwards are timed already).
     timed: Callable[[], ContextManager] = contextlib.nullcontext
@@ -137,7 +139,7 @@ class Drafter(Protocol):
         """A new generation starts with ``prompt`` ([n] ids); drop per-generation state."""
         ...
 
-    def propose(self, request: DraftRequest) -> Proposal:
+    def propose(self, request: StepRequest) -> Proposal:
         """Up to ``request.limit`` draft tokens after ``request.last_token``."""
         ...
 
@@ -164,7 +166,7 @@ class StatelessDrafter:
 
 
 def draft_chain(
-    request: DraftRequest,
+    request: StepRequest,
     next_logits: Callable[[torch.Tensor, int], torch.Tensor],
     name: str,
     branching: Branching | None = None,
@@ -178,18 +180,26 @@ def draft_chain(
     tokens: list[torch.Tensor] = []  # [1] each, on the device
     probs: list[torch.Tensor] = []
     branches: list[tuple[int, ...]] = []
-    branching = branching if request.sampling.greedy else None
+    greedy = request.sampling.greedy
+    branching = branching if greedy else None
     reads_confidence = getattr(request.lookahead, "reads_confidence", True)
-    token = request.last_on_device
+    # Greedy under a rule that reads no confidence and without branches: the argmax is all a
+    # position needs, so no DraftPosition is built (the same tokens, no host read).
+    argmax_only = greedy and not reads_confidence and branching is None
+    token = request.last_ids if request.last_ids is not None else request.last_on_device
     forwards = 0
     confidences: list[float] = []  # top-1 probability at each drafted position (rules learn from them)
     for index in range(request.limit):
         logits = next_logits(token, index)  # [vocab]
         forwards += 1
+        if argmax_only:
+            token = logits.argmax(-1, keepdim=True)  # [1]
+            tokens.append(token)
+            continue
         view = DraftPosition(index, logits, request.sampling, confidences[-1] if confidences else 1.0)
         if reads_confidence and not request.lookahead.keep_drafting(view):
             break
-        if request.sampling.greedy:
+        if greedy:
             token = logits.argmax(-1, keepdim=True)  # [1]
             if branching is not None:
                 branches.append(branching(view, to_host(token)[0]))

@@ -20,7 +20,7 @@ Each step's statistics say which arm drafted it.
 
 from __future__ import annotations
 
-from layersearch.runtime.drafters.base import Drafter, DraftRequest, Proposal
+from layersearch.runtime.drafters.base import Drafter, StepRequest, Proposal
 from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
 from layersearch.runtime.outcome import StepOutcome
@@ -92,7 +92,7 @@ class HybridDrafter:
         if check is not None:
             check(target)
 
-    def propose(self, request: DraftRequest) -> Proposal:
+    def propose(self, request: StepRequest) -> Proposal:
         """The chosen arm's proposal (lookup when it matches, unless another arm pays better)."""
         lookup = self.lookup.propose(request)
         if not self.adaptive:

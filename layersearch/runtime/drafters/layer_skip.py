@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from layersearch.masks.mask import SkipMask
-from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, draft_chain
+from layersearch.runtime.drafters.base import DraftHead, StepRequest, Proposal, StatelessDrafter, draft_chain
 
 
 class LayerSkipDrafter(StatelessDrafter):
@@ -36,17 +36,24 @@ class LayerSkipDrafter(StatelessDrafter):
         self.branching = branching
         self.head = head
         self.quant = quant
+        # What a draft runs for one (mask, model), worked out when either changes, not per step:
+        # (mask, model, plan, whether the plan drafts at all, the forward's head option).
+        self._resolved: tuple[SkipMask, object, SkipMask, bool, dict] | None = None
 
     def plan(self, mask: SkipMask) -> SkipMask:
         """The plan a draft runs for the controller's ``mask`` (its kept sub-layers int8 with ``quant``)."""
         return mask if self.quant is None else mask.kept_in_int8()
 
-    def propose(self, request: DraftRequest) -> Proposal:
+    def propose(self, request: StepRequest) -> Proposal:
         """Chain draft with the plan applied to the model, stopped by the lookahead rule."""
-        plan = self.plan(request.mask)
-        if plan.is_empty or request.limit <= 0:
+        resolved = self._resolved
+        if resolved is None or resolved[0] is not request.mask or resolved[1] is not request.model:
+            plan = self.plan(request.mask)
+            resolved = self._resolved = (request.mask, request.model, plan, not plan.is_empty,
+                                         self._head_option(request.model, plan))
+        _, _, plan, drafts, options = resolved
+        if not drafts or request.limit <= 0:
             return Proposal.empty(self.name)
-        options = self._head_option(request.model, plan)
 
         def next_logits(token, index: int):  # token [1] on the device
             return request.forward(token, request.position + index, keep=1, plan=plan, **options)[-1]  # [vocab]

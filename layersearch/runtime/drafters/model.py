@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
-from layersearch.runtime.drafters.base import DraftHead, DraftRequest, Proposal, StatelessDrafter, device_of, draft_chain, vocab_of
+from layersearch.runtime.drafters.base import DraftHead, StepRequest, Proposal, StatelessDrafter, device_of, draft_chain, vocab_of
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.host import to_host
 from layersearch.runtime.outcome import StepOutcome
@@ -59,7 +59,7 @@ class ModelDrafter(StatelessDrafter):
         if outcome.drafter == self.name:
             self._accepted = outcome.accepted
 
-    def propose(self, request: DraftRequest) -> Proposal:
+    def propose(self, request: StepRequest) -> Proposal:
         """Chain draft with the small model, stopped by the lookahead rule."""
         if request.limit <= 0:
             return Proposal.empty(self.name)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.drafters.base import DraftRequest, Proposal, StatelessDrafter, device_of, point_mass, vocab_of
+from layersearch.runtime.drafters.base import StepRequest, Proposal, StatelessDrafter, device_of, point_mass, vocab_of
 
 
 def lookup_continuation(sequence: torch.Tensor, limit: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[int, ...]:
@@ -54,7 +54,7 @@ class PromptLookupDrafter(StatelessDrafter):
         self.min_ngram = min_ngram
         self.max_draft = max_draft  # a cap of its own below the lookahead's (None: the lookahead's)
 
-    def propose(self, request: DraftRequest) -> Proposal:
+    def propose(self, request: StepRequest) -> Proposal:
         """The continuation of the latest match, or an empty proposal."""
         if request.limit <= 0:
             return Proposal.empty(self.name)

@@ -1,0 +1,106 @@
+"""The speculative step stays flat: what one default Self-SD step crosses is counted, not guessed.
+
+A default step (layer-skip drafter, static rule, chain verifier, fixed mask, eager path) is
+profiled with ``sys.setprofile``: the layersearch functions it calls, the files they live in,
+and the layersearch value objects it builds. The budgets are what the flattened step reaches;
+a change that adds per-step work or another hop fails here and has to say why.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import layersearch
+import layersearch.runtime.loop as loop
+from layersearch.masks.mask import SkipMask
+from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.lookahead import StaticLookahead
+from layersearch.runtime.loop import SpeculativeDecoder
+
+PACKAGE = layersearch.__file__.rsplit("/", 1)[0] + "/"
+
+#: A step after the first: everything planned once per generation or per mask is in place.
+STEADY_FUNCTIONS, STEADY_FILES = 25, 12
+#: The first step also builds the mask's plan view and resolves the drafter's plan (once per mask).
+FIRST_FUNCTIONS, FIRST_FILES = 36, 16
+#: StepRequest, Proposal, Verdict, StepOutcome.
+VALUE_OBJECTS = 4
+
+
+@dataclass
+class Crossing:
+    """What one step crossed: calls per (file, function) and layersearch objects built, by type."""
+
+    calls: Counter = field(default_factory=Counter)
+    built: Counter = field(default_factory=Counter)
+
+    @property
+    def files(self) -> set[str]:
+        return {path for path, _ in self.calls}
+
+    def profile(self, frame, event, arg) -> None:
+        if event != "call":
+            return
+        path = frame.f_code.co_filename
+        if path.startswith(PACKAGE):
+            self.calls[(path[len(PACKAGE):], frame.f_code.co_name)] += 1
+        if frame.f_code.co_name == "__init__" and frame.f_code.co_argcount:
+            made = frame.f_locals.get(frame.f_code.co_varnames[0])
+            module = type(made).__module__
+            if module.startswith("layersearch.") and not isinstance(made, torch.nn.Module):
+                self.built[type(made).__name__] += 1
+
+
+def crossings(steps: int = 3, compile: bool = False) -> list[Crossing]:
+    """The crossings of the first ``steps`` steps of a default Self-SD generation."""
+    model = build_tiny_model("llama", num_layers=4, seed=0)
+    model.generation_config.eos_token_id = None
+    decoder = SpeculativeDecoder(model, SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3), compile=compile)
+    seen: list[Crossing] = []
+    step = loop._Run._step
+
+    def profiled(run) -> None:
+        crossing = Crossing()
+        if len(seen) < steps:
+            seen.append(crossing)
+            sys.setprofile(crossing.profile)
+        try:
+            step(run)
+        finally:
+            sys.setprofile(None)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop._Run, "_step", profiled)
+        result = decoder.generate(torch.tensor([1, 2, 3, 4, 5]), 16)
+    assert result.stats.path == "eager" and all(s.drafted == 3 for s in result.stats.steps[:steps])
+    return seen
+
+
+def test_a_steady_step_crosses_few_functions_in_few_files():
+    first, *steady = crossings()
+    for crossing in steady:
+        assert len(crossing.calls) <= STEADY_FUNCTIONS, sorted(crossing.calls)
+        assert len(crossing.files) <= STEADY_FILES, sorted(crossing.files)
+    assert len(first.calls) <= FIRST_FUNCTIONS, sorted(first.calls)
+    assert len(first.files) <= FIRST_FILES, sorted(first.files)
+
+
+def test_per_generation_work_is_not_done_per_step():
+    _, *steady = crossings()
+    for crossing in steady:
+        called = {name for _, name in crossing.calls}
+        # The cut is one call; which layers slide, the plan's view and the mask's properties are known already.
+        assert crossing.calls[("runtime/cache.py", "truncate_cache")] == 2
+        assert not called & {"_can_truncate_layer", "_window", "_holds_history", "_alike", "plan_view", "view",
+                             "layout_for", "is_empty", "num_skipped", "num_int8"}
+
+
+def test_a_step_builds_one_request_and_three_answers():
+    for crossing in crossings():
+        assert sum(crossing.built.values()) <= VALUE_OBJECTS, crossing.built
+        assert set(crossing.built) == {"StepRequest", "Proposal", "Verdict", "StepOutcome"}
