@@ -31,6 +31,7 @@ import pytest
 import torch
 
 from layersearch.models.tiny import build_tiny_model
+from tests.capture import PATHS, cheap_capture
 
 # Tiny models run fastest on one thread; several threads only contend on a shared 2-core box.
 torch.set_num_threads(1)
@@ -119,14 +120,21 @@ def _slow_rule_holds(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny_llama() -> torch.nn.Module:
-    """A 4-layer random Llama (vocab 128) with no EOS, so generation runs to max_new_tokens."""
-    return _without_eos(build_tiny_model("llama", num_layers=4, seed=0))
+    """A 4-layer random Llama (vocab 128) with no EOS, so generation runs to max_new_tokens;
+    its captured forwards compile cheaply (tests/capture.py), once per shape per session."""
+    return cheap_capture(_without_eos(build_tiny_model("llama", num_layers=4, seed=0)))
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen2() -> torch.nn.Module:
-    """A 4-layer random Qwen2 (vocab 128) with no EOS."""
-    return _without_eos(build_tiny_model("qwen2", num_layers=4, seed=1))
+    """A 4-layer random Qwen2 (vocab 128) with no EOS; captured forwards as :func:`tiny_llama`'s."""
+    return cheap_capture(_without_eos(build_tiny_model("qwen2", num_layers=4, seed=1)))
+
+
+@pytest.fixture(params=PATHS)
+def decode_path(request) -> str:
+    """The decode path a lossless suite runs on: eagerly, then captured (tests/capture.py)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,9 @@ from layersearch.runtime.cache import new_static_cache, seat_static_cache
 #: Compiled forwards kept per decoder; the least recently used goes first.
 MAX_ENTRIES = 32
 
+#: ``compiler(device)`` makes one compiled forward of :func:`_forward`'s signature.
+Compiler = Callable[[torch.device], Callable[..., torch.Tensor]]
+
 
 def _forward(model: PreTrainedModel, cache: Any, ids: torch.Tensor, positions: torch.Tensor, keep: int, head: Any) -> torch.Tensor:
     # ids, positions [1, n] -> logits [keep, vocab]; every cache layer writes from positions[0, 0].
@@ -72,13 +75,13 @@ class CapturedForwards:
     of one model must not run at the same time."""
 
     def __init__(self, model: PreTrainedModel, max_entries: int = MAX_ENTRIES,
-                 compiler: Callable[[torch.device], Callable[..., torch.Tensor]] | None = None) -> None:
-        """``compiler(device)`` makes one compiled forward (default: torch.compile of :func:`_forward`)."""
+                 compiler: Compiler | None = None) -> None:
+        """``compiler(device)`` makes one compiled forward (default: :func:`dynamo_compiler`'s inductor)."""
         # A weak reference: the table is kept per model in a WeakKeyDictionary, so a strong one
         # would keep every model alive that a decoder was ever made for.
         self._model = weakref.ref(model)
         self.max_entries = max_entries
-        self._compiler = compiler or _compile
+        self._compiler = compiler or dynamo_compiler()
         self._compiled: OrderedDict[Hashable, Callable[..., torch.Tensor]] = OrderedDict()
         self._hits = self._misses = self._evictions = 0
         self.compile_seconds = 0.0  # the compiling calls so far (a plain attribute: the loop reads it per step)
@@ -159,12 +162,26 @@ def captured_forwards(model: PreTrainedModel) -> CapturedForwards:
     return shared
 
 
-def _compile(device: torch.device) -> Callable[..., torch.Tensor]:
-    """A fresh compiled copy of :func:`_forward` (its own code object, so its own dynamo cache)."""
-    code = _forward.__code__.replace(co_name=f"captured_forward_{next(_COUNTER)}")
-    function = types.FunctionType(code, _forward.__globals__, code.co_name)
-    mode = "reduce-overhead" if device.type == "cuda" else None
-    return torch.compile(function, fullgraph=True, dynamic=False, mode=mode)
+def compile_with(model: PreTrainedModel, compiler: Compiler) -> CapturedForwards:
+    """Give ``model`` a fresh shared table compiling with ``compiler``; decoders made from now on
+    use it. Tests pass ``dynamo_compiler("eager")``: the same full-graph capture, without
+    inductor's code generation (tens of seconds per shape on a CPU)."""
+    shared = _SHARED[model] = CapturedForwards(model, compiler=compiler)
+    return shared
+
+
+def dynamo_compiler(backend: str = "inductor") -> Compiler:
+    """A compiler of fresh copies of :func:`_forward` (each its own code object, so its own dynamo
+    cache) by ``torch.compile(fullgraph=True, dynamic=False)`` with ``backend``; with inductor on
+    CUDA, ``mode="reduce-overhead"`` (a CUDA graph)."""
+
+    def compile_forward(device: torch.device) -> Callable[..., torch.Tensor]:
+        code = _forward.__code__.replace(co_name=f"captured_forward_{next(_COUNTER)}")
+        function = types.FunctionType(code, _forward.__globals__, code.co_name)
+        mode = "reduce-overhead" if device.type == "cuda" and backend == "inductor" else None
+        return torch.compile(function, fullgraph=True, dynamic=False, backend=backend, mode=mode)
+
+    return compile_forward
 
 
 def _sync(device: torch.device) -> None:

@@ -32,6 +32,7 @@ from layersearch.runtime.lookahead import (
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.verification import ChainVerifier
+from tests.capture import assert_path, captured
 
 NEW = 32
 
@@ -97,12 +98,14 @@ LOOKAHEADS = [
 @pytest.mark.parametrize("drafter_name", ["layer-skip", "prompt-lookup", "hybrid", "model"])
 @pytest.mark.parametrize("lookahead", LOOKAHEADS, ids=lambda r: type(r).__name__)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_every_drafter_and_lookahead_is_lossless(tiny_llama, draft_model, drafter_name, lookahead, seed):
+def test_every_drafter_and_lookahead_is_lossless(tiny_llama, draft_model, drafter_name, lookahead, seed, decode_path):
     prompt = repetitive_prompt(seed)
     drafter = all_drafters(draft_model)[drafter_name]
-    decoder = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=lookahead)
+    decoder = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=lookahead,
+                                 compile=captured(decode_path))
     result = decoder.generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    assert_path(result, decode_path)
     stats = result.stats
     assert sum(stats.accept_lengths) == NEW - 1  # every token but the prefill's came from a step
     assert stats.drafted == sum(s.drafted for s in stats.steps) and stats.target_forwards == len(stats.steps)
@@ -110,12 +113,14 @@ def test_every_drafter_and_lookahead_is_lossless(tiny_llama, draft_model, drafte
 
 
 @pytest.mark.parametrize("drafter_name", ["layer-skip", "hybrid", "model"])
-def test_controller_switching_every_step_is_lossless(tiny_llama, draft_model, drafter_name):
+def test_controller_switching_every_step_is_lossless(tiny_llama, draft_model, drafter_name, decode_path):
     controller = EveryStepController(SkipMask(4, (1, 2), ()), SkipMask(4, (), (0, 3)))
     drafter = all_drafters(draft_model)[drafter_name]
     prompt = repetitive_prompt(3)
-    result = SpeculativeDecoder(tiny_llama, drafter=drafter, controller=controller, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    result = SpeculativeDecoder(tiny_llama, drafter=drafter, controller=controller, lookahead=StaticLookahead(3),
+                                compile=captured(decode_path)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    assert_path(result, decode_path)
     assert controller.hidden_shapes == [(prompt.shape[1], tiny_llama.config.hidden_size)]
     masks = [s.mask for s in result.stats.steps]
     assert masks[:4] == [controller.masks[0], controller.masks[1]] * 2
@@ -185,11 +190,13 @@ def test_adaptive_hybrid_keeps_to_the_arm_that_pays():
     assert rates.choose(("prompt-lookup", "layer-skip", PLAIN)) == "prompt-lookup"
 
 
-def test_adaptive_hybrid_credits_steps_to_arms_and_stays_lossless(tiny_llama):
+def test_adaptive_hybrid_credits_steps_to_arms_and_stays_lossless(tiny_llama, decode_path):
     drafter = HybridDrafter()
     prompt = repetitive_prompt(2)
-    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=StaticLookahead(3),
+                                compile=captured(decode_path)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    assert_path(result, decode_path)
     counts = drafter.rates.counts
     assert sum(counts.values()) == len(result.stats.steps)
     assert counts["layer-skip"] >= 2 and counts["plain"] >= 2  # every arm was tried
@@ -303,7 +310,7 @@ class HiddenRecorder(LayerSkipDrafter):
 
 
 @pytest.mark.parametrize("tree", [False, True])
-def test_verifier_hidden_states_reach_the_drafter(tiny_llama, tree):
+def test_verifier_hidden_states_reach_the_drafter(tiny_llama, tree, decode_path):
     """After the prefill and every verification the drafter gets the target's layer outputs at the
     input whose output gave the newest token: the same as a plain forward over the final text."""
     from layersearch.runtime.tree import TopKBranching, TreeVerifier
@@ -312,8 +319,9 @@ def test_verifier_hidden_states_reach_the_drafter(tiny_llama, tree):
     drafter = HiddenRecorder(TopKBranching(levels=((1.0, 4),)) if tree else None)
     verifier = TreeVerifier() if tree else ChainVerifier()
     result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, verifier=verifier,
-                                lookahead=StaticLookahead(3)).generate(prompt, NEW)
+                                lookahead=StaticLookahead(3), compile=captured(decode_path)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    assert_path(result, decode_path, "tree" if tree else "hidden states")  # the tree blocks first
     full = torch.cat([prompt[0], torch.tensor(result.token_ids)])
     with torch.no_grad():
         states = tiny_llama(full[None], output_hidden_states=True).hidden_states
