@@ -37,10 +37,12 @@ from layersearch.common.errors import LayersearchError
 CHARS_PER_TOKEN = 4.7
 
 
-def knapspec_decoder(model: Any, profile: Any, *, policy: Any = None, sampling: Any = None, **controller_options: Any) -> Any:
+def knapspec_decoder(model: Any, profile: Any, *, policy: Any = None, sampling: Any = None, compile: bool | None = None,
+                     **controller_options: Any) -> Any:
     """The decode loop with a :class:`~layersearch.knapspec.controller.KnapSpecController` whose
     gamma grid goes up to the policy's cap (``policy``: a DraftPolicy, default its defaults;
-    ``sampling``: a SamplingSpec, default greedy), built by :func:`layersearch.decoder.build.assemble`."""
+    ``sampling``: a SamplingSpec, default greedy; ``compile``: captured forwards, None as the
+    spec's default), built by :func:`layersearch.decoder.build.assemble`."""
     from layersearch.decoder.build import assemble
     from layersearch.knapspec.controller import DEFAULT_INTERVAL, KnapSpecController
     from layersearch.runtime.draft_policy import DraftPolicy
@@ -52,7 +54,7 @@ def knapspec_decoder(model: Any, profile: Any, *, policy: Any = None, sampling: 
     controller = KnapSpecController(model, profile, **controller_options)
     source = MaskSourceSpec("knapsack", reselect_every=controller_options.get("interval", DEFAULT_INTERVAL))
     spec = loaded_spec(mask_source=source, lookahead=policy_lookahead(policy), sampling=sampling or SamplingSpec())
-    return assemble(model, spec, controller=controller)
+    return assemble(model, spec, controller=controller, compile=compile)
 
 
 @dataclass(frozen=True)

@@ -225,10 +225,12 @@ def fixed_mask_on_train(loaded: Any, domain: str, config: Any, *, prompts: int, 
                              trials=trials, seed=seed, bo_interval=config.bo_interval, kappa=config.kappa)
 
 
-def swift_decoder(model: Any, config: Any = None, *, policy: Any = None, sampling: Any = None, verifier: str = "chain") -> Any:
+def swift_decoder(model: Any, config: Any = None, *, policy: Any = None, sampling: Any = None, verifier: str = "chain",
+                  compile: bool | None = None) -> Any:
     """The decode loop driven by a new :class:`~layersearch.swift.controller.SwiftController`
     (``config``: its SwiftConfig; ``policy``: a DraftPolicy; ``sampling``: a SamplingSpec;
-    ``verifier``: chain or tree), built by :func:`layersearch.decoder.build.assemble`. Reuse the decoder,
+    ``verifier``: chain or tree; ``compile``: captured forwards, None as the spec's default),
+    built by :func:`layersearch.decoder.build.assemble`. Reuse the decoder,
     or its ``controller``, for every input of a stream: the optimizer's state carries across them."""
     from dataclasses import asdict
 
@@ -244,7 +246,7 @@ def swift_decoder(model: Any, config: Any = None, *, policy: Any = None, samplin
     spec = loaded_spec(mask_source=MaskSourceSpec("swift", swift=asdict(config)), verifier=verifier,
                        lookahead=policy_lookahead(policy) if policy is not None else LookaheadSpec(),
                        sampling=sampling or SamplingSpec())
-    return assemble(model, spec, controller=controller)
+    return assemble(model, spec, controller=controller, compile=compile)
 
 
 def method_decoder(method: str, loaded: Any, fixed: SkipMask, config: Any, policy: Any) -> Any:

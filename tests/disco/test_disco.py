@@ -20,6 +20,7 @@ from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
+from tests.capture import assert_path, captured
 
 MASK = SkipMask(4, attention=(1,), mlp=(3,))  # mixed acceptance on these prompts
 # Skips only the last layer's sub-layers: the draft's keys and values equal the target's, so
@@ -128,14 +129,15 @@ def test_f1_and_bad_weights():
 
 
 # ----- the lookahead is lossless ------------------------------------------------------------------
-def test_disco_greedy_equals_plain_and_varies_the_draft_length(tiny_llama):
+def test_disco_greedy_equals_plain_and_varies_the_draft_length(tiny_llama, decode_path):
     classifier = random_classifier()
     for prompt in PROMPTS:
         rows = prompt_rows(tiny_llama, MASK, prompt, 30)
         tau = float(np.median(classifier.scores(rows.x).numpy()))  # some positions on each side
-        decoder = SpeculativeDecoder(tiny_llama, MASK, lookahead=DiscoLookahead(classifier, tau, 6))
+        decoder = SpeculativeDecoder(tiny_llama, MASK, lookahead=DiscoLookahead(classifier, tau, 6), compile=captured(decode_path))
         result = decoder.generate(prompt, 30)
         assert list(result.token_ids) == plain(tiny_llama, prompt, 30)
+        assert_path(result, decode_path)
         lengths = set(result.stats.draft_lengths)
         assert len(lengths) > 1, lengths
 

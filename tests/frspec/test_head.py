@@ -18,6 +18,7 @@ from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.frspec.head import DraftHeads, SubsetHead, VocabSubset
+from tests.capture import assert_path, captured
 
 NEW = 24
 
@@ -102,9 +103,11 @@ def repetitive_prompt(seed: int) -> torch.Tensor:
     return torch.cat([chunk, torch.randint(0, 128, (3,), generator=g), chunk]).unsqueeze(0)
 
 
-@pytest.mark.parametrize("size", [1, 8, 64])
-@pytest.mark.parametrize("kind", ["layer-skip", "hybrid", "model"])
-def test_greedy_output_equals_generate_for_any_subset(tiny_llama, draft_model, size, kind):
+@pytest.mark.parametrize("decode_path, kind, size", [
+    *[("eager", kind, size) for kind in ("layer-skip", "hybrid", "model") for size in (1, 8, 64)],
+    *[("captured", kind, 8) for kind in ("layer-skip", "hybrid", "model")],  # each reduced head: its own compiled drafts
+])
+def test_greedy_output_equals_generate_for_any_subset(tiny_llama, draft_model, size, kind, decode_path):
     """Drafts come only from the subset; the full verifier keeps the output exact."""
     plain = plain_generate(tiny_llama, repetitive_prompt(size))
     # The subset: the first tokens of the plain output (so drafts can be accepted) and others.
@@ -116,9 +119,11 @@ def test_greedy_output_equals_generate_for_any_subset(tiny_llama, draft_model, s
     }[kind]
     drafter = Recording(inner)
     for lookahead in (StaticLookahead(4), ConfidenceLookahead(6, 0.05)):
-        decoder = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=lookahead)
+        decoder = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), drafter=drafter, lookahead=lookahead,
+                                     compile=captured(decode_path))
         result = decoder.generate(repetitive_prompt(size), NEW)
         assert list(result.token_ids) == plain
+        assert_path(result, decode_path)
     assert drafter.proposed
     if kind != "hybrid":  # the hybrid's lookup arm copies tokens from the text, which may lie outside
         assert set(drafter.proposed) <= set(chosen.token_ids)

@@ -18,6 +18,7 @@ from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.decoder.spec import SamplingSpec
+from tests.capture import assert_path, captured
 
 INFO = ModelInfo("tiny-llama", 4, 64, "fp")
 
@@ -39,18 +40,20 @@ def recomputed_greedy(model, prompt, new):
     return ids[0, prompt.shape[1] :].tolist()
 
 
-@pytest.mark.parametrize(
-    "method, bound, alpha_window", [("hidden", False, None), ("hidden", False, 16), ("hidden", True, 16), ("items", False, 16)]
-)
-def test_dynamic_is_lossless_and_records_selections(tiny_llama, method, bound, alpha_window):
+@pytest.mark.parametrize("decode_path, method, bound, alpha_window", [
+    *[("eager", *case) for case in (("hidden", False, None), ("hidden", False, 16), ("hidden", True, 16), ("items", False, 16))],
+    ("captured", "hidden", False, 16),
+])
+def test_dynamic_is_lossless_and_records_selections(tiny_llama, method, bound, alpha_window, decode_path):
     prompt = prompt_for(3)
     config = KnapSpecConfig(method=method, bound=bound, max_draft=6, tau=0.0)
     decoder = knapspec_decoder(
         tiny_llama, tiny_profile(), policy=DraftPolicy(6, 0.0), interval=3, window=5, alpha_window=alpha_window,
-        config=config,
+        config=config, compile=captured(decode_path),
     )
     result = decoder.generate(prompt, 40)
     assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 40)
+    assert_path(result, decode_path)
     selections = result.stats.selections
     steps = [s["step"] for s in selections]
     assert steps[0] == 0 and steps == list(range(0, 3 * len(steps), 3))  # right after the prefill, then every 3
@@ -100,14 +103,15 @@ class Alternating:
         self.observed.append(outcome)
 
 
-def test_controller_switches_masks_losslessly(tiny_llama):
+def test_controller_switches_masks_losslessly(tiny_llama, decode_path):
     """The controller point alone: alternating masks and draft lengths keeps greedy output exact."""
     masks = [SkipMask(4, (0, 1), ()), SkipMask.none(4), SkipMask(4, (), (2,)), SkipMask.everything(4)]
     controller = Alternating(masks)
     prompt = prompt_for(8)
-    decoder = SpeculativeDecoder(tiny_llama, policy=DraftPolicy(4, 0.0), controller=controller)
+    decoder = SpeculativeDecoder(tiny_llama, policy=DraftPolicy(4, 0.0), controller=controller, compile=captured(decode_path))
     result = decoder.generate(prompt, 36)
     assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 36)
+    assert_path(result, decode_path)
     assert all(position + 1 == length for _, position, length, _ in controller.seen)
     assert [s["n"] for s in result.stats.selections] == list(range(1, len(controller.seen) + 1))
     assert controller.observed == list(result.stats.steps)

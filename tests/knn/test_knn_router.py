@@ -17,6 +17,7 @@ from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
+from tests.capture import assert_path, captured
 
 # Synthetic domains: each draws its prompt tokens from its own slice of the 128-token vocabulary.
 VOCAB_SLICES = {"low": (0, 8), "mid": (60, 68), "high": (120, 128)}
@@ -86,8 +87,10 @@ def recomputed_greedy(model, prompt, new):
     return ids[0, prompt.numel():].tolist()
 
 
-@pytest.mark.parametrize("domain", [*VOCAB_SLICES, "ood"])
-def test_generation_is_lossless_and_records_the_route(tiny_llama, router, masks, domain):
+@pytest.mark.parametrize("decode_path, domain", [
+    *[("eager", domain) for domain in (*VOCAB_SLICES, "ood")], ("captured", "low"), ("captured", "ood"),
+])
+def test_generation_is_lossless_and_records_the_route(tiny_llama, router, masks, domain, decode_path):
     if domain == "ood":
         # A threshold of 0 sends everything to the fallback (plain decoding).
         router = Router(router.model, router.domains, router.anchors, router.anchor_domains, 0.0)
@@ -95,9 +98,10 @@ def test_generation_is_lossless_and_records_the_route(tiny_llama, router, masks,
     else:
         prompt = synthetic_prompts(domain, 1, seed=7)[0]
     controller = KnnController(router)
-    decoder = SpeculativeDecoder(tiny_llama, policy=DraftPolicy(4, 0.0), controller=controller)
+    decoder = SpeculativeDecoder(tiny_llama, policy=DraftPolicy(4, 0.0), controller=controller, compile=captured(decode_path))
     result = decoder.generate(prompt, 24)
     assert list(result.token_ids) == recomputed_greedy(tiny_llama, prompt, 24)
+    assert_path(result, decode_path)
     (selection,) = result.stats.selections
     assert selection["step"] == 0 and selection["router"] == "knn"
     if domain == "ood":

@@ -18,6 +18,7 @@ from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
+from tests.capture import assert_path, captured
 from tests.runtime.test_plugins import NEW, plain_generate, repetitive_prompt
 
 
@@ -30,15 +31,20 @@ def random_plan(num_layers: int, seed: int) -> SkipMask:
                     pick("attention", "int8"), pick("mlp", "int8"), rng.random() < 0.5)
 
 
-@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2"])
-@pytest.mark.parametrize("seed", range(6))
-def test_random_plans_keep_greedy_output(request, family, seed):
+@pytest.mark.parametrize("decode_path, seed, family", [
+    *[("eager", seed, family) for seed in range(6) for family in ("tiny_llama", "tiny_qwen2")],
+    *[("captured", seed, family) for seed in range(3) for family in ("tiny_llama", "tiny_qwen2")],
+])
+def test_random_plans_keep_greedy_output(request, family, seed, decode_path):
     model = request.getfixturevalue(family)
     plan = random_plan(4, seed)
     prompt = repetitive_prompt(seed)
     lookahead = StaticLookahead(3) if seed % 2 else ConfidenceLookahead(5, 0.05)
-    result = SpeculativeDecoder(model, plan, lookahead=lookahead).generate(prompt, NEW)
+    result = SpeculativeDecoder(model, plan, lookahead=lookahead, compile=captured(decode_path)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(model, prompt)
+    assert_path(result, decode_path)
+    if captured(decode_path):  # fbgemm's int8 kernels cannot be traced: such drafts run eagerly and say so
+        assert ("int8" in result.stats.path_reason) == plan.has_int8, result.stats.path_reason
     if not plan.is_empty:
         assert result.stats.draft_forwards > 0  # the plan really ran draft forwards
     assert {s.mask for s in result.stats.steps} == {plan}
@@ -46,13 +52,15 @@ def test_random_plans_keep_greedy_output(request, family, seed):
 
 @pytest.mark.parametrize("skip_ratio", [0.0, 0.25])
 @pytest.mark.parametrize("drafter_name", ["layer-skip", "hybrid"])
-def test_int8_self_draft_keeps_greedy_output_and_agrees(tiny_llama, skip_ratio, drafter_name):
+def test_int8_self_draft_keeps_greedy_output_and_agrees(tiny_llama, skip_ratio, drafter_name, decode_path):
     """``--draft-quant int8`` without a draft model: every kept sub-layer and the head in int8."""
     prompt = repetitive_prompt(7)
     drafter = make_drafter(drafter_name, quant="int8")
     mask = SkipMask.uniform(4, skip_ratio)
-    result = SpeculativeDecoder(tiny_llama, mask, drafter=drafter, lookahead=StaticLookahead(3)).generate(prompt, NEW)
+    decoder = SpeculativeDecoder(tiny_llama, mask, drafter=drafter, lookahead=StaticLookahead(3), compile=captured(decode_path))
+    result = decoder.generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt)
+    assert_path(result, decode_path)
     if skip_ratio == 0.0 and drafter_name == "layer-skip":
         stats = result.stats
         assert stats.drafted > 0 and stats.accepted / stats.drafted > 0.8  # int8 agrees with its full model

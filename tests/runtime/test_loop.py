@@ -12,6 +12,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
+from tests.capture import assert_path, captured
 
 NEW = 40
 
@@ -37,14 +38,22 @@ MASKS = {
 }
 
 
-@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2"])
-@pytest.mark.parametrize("mask_name", sorted(MASKS))
-@pytest.mark.parametrize("policy", [DraftPolicy(4, 0.0), DraftPolicy(8, 0.05), DraftPolicy(1, 0.0)], ids=str)
-def test_greedy_equals_generate(request, family, mask_name, policy):
+POLICIES = [DraftPolicy(4, 0.0), DraftPolicy(8, 0.05), DraftPolicy(1, 0.0)]
+# Captured: every mask on the Llama, drafts of up to 4 (each draft length and mask is a compiled
+# shape; test_draft_plans.py runs the Qwen2 captured).
+CAPTURED_CASES = [("captured", POLICIES[0], name, "tiny_llama") for name in sorted(MASKS)]
+
+
+@pytest.mark.parametrize("decode_path, policy, mask_name, family", [
+    *[("eager", policy, name, family) for policy in POLICIES for name in sorted(MASKS) for family in ("tiny_llama", "tiny_qwen2")],
+    *CAPTURED_CASES,
+], ids=str)
+def test_greedy_equals_generate(request, family, mask_name, policy, decode_path):
     model = request.getfixturevalue(family)
     prompt = prompt_for(7)
-    result = SpeculativeDecoder(model, MASKS[mask_name], policy=policy).generate(prompt, NEW)
+    result = SpeculativeDecoder(model, MASKS[mask_name], policy=policy, compile=captured(decode_path)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(model, prompt)
+    assert_path(result, decode_path)
     assert result.stats.new_tokens == NEW
 
 
@@ -59,6 +68,7 @@ def test_greedy_equals_generate_for_random_masks(tiny_llama, flat, seed, k):
 
 @pytest.mark.parametrize("family", ["mistral", "qwen3"])
 def test_other_families_are_lossless(family):
+    # Eager only: a fresh model compiles every shape anew (some 15 s for these two).
     model = build_tiny_model(family, num_layers=4, seed=3)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
@@ -67,14 +77,15 @@ def test_other_families_are_lossless(family):
     assert list(result.token_ids) == plain_generate(model, prompt, 30)
 
 
-def test_stops_after_eos_like_generate(tiny_llama):
+def test_stops_after_eos_like_generate(tiny_llama, decode_path):
     prompt = prompt_for(11)
     reference = plain_generate(tiny_llama, prompt)
     eos = reference[17]  # some token the model really emits mid-way
-    decoder = SpeculativeDecoder(tiny_llama, MASKS["mixed"], policy=DraftPolicy(4, 0.0))
+    decoder = SpeculativeDecoder(tiny_llama, MASKS["mixed"], policy=DraftPolicy(4, 0.0), compile=captured(decode_path))
     result = decoder.generate(prompt, NEW, eos_token_ids=[eos])
     first = reference.index(eos)
     assert list(result.token_ids) == reference[: first + 1]
+    assert_path(result, decode_path)
 
 
 def test_statistics_add_up(tiny_llama):
@@ -98,10 +109,12 @@ def test_empty_mask_is_plain_decoding(tiny_llama):
     assert stats.acceptance_rate is None
 
 
-def test_draft_never_overshoots_max_new_tokens(tiny_llama):
+def test_draft_never_overshoots_max_new_tokens(tiny_llama, decode_path):
     for new in (1, 2, 3, 7):
-        result = SpeculativeDecoder(tiny_llama, MASKS["mixed"], policy=DraftPolicy(8, 0.0)).generate(prompt_for(4), new)
+        decoder = SpeculativeDecoder(tiny_llama, MASKS["mixed"], policy=DraftPolicy(8, 0.0), compile=captured(decode_path))
+        result = decoder.generate(prompt_for(4), new)
         assert list(result.token_ids) == plain_generate(tiny_llama, prompt_for(4), new)
+        assert_path(result, decode_path)
 
 
 def test_batch_larger_than_one_is_an_error(tiny_llama):
@@ -114,14 +127,18 @@ def test_mask_for_other_layer_count_is_an_error(tiny_llama):
         SpeculativeDecoder(tiny_llama, SkipMask.uniform(6, 0.5))
 
 
-def test_high_threshold_still_lossless(tiny_llama):
+def test_high_threshold_still_lossless(tiny_llama, decode_path):
     # A threshold no random-model draft reaches means zero drafts: every step is a plain target step.
-    result = SpeculativeDecoder(tiny_llama, MASKS["mixed"], policy=DraftPolicy(4, 0.99)).generate(prompt_for(5), 20)
+    decoder = SpeculativeDecoder(tiny_llama, MASKS["mixed"], policy=DraftPolicy(4, 0.99), compile=captured(decode_path))
+    result = decoder.generate(prompt_for(5), 20)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt_for(5), 20)
+    assert_path(result, decode_path)
     assert result.stats.drafted == 0
 
 
-def test_adaptive_threshold_run_is_lossless(tiny_llama):
+def test_adaptive_threshold_run_is_lossless(tiny_llama, decode_path):
     adaptive = DraftPolicy(6, 0.02).lookahead("adaptive")
-    result = SpeculativeDecoder(tiny_llama, MASKS["attention-only"], lookahead=adaptive).generate(prompt_for(6), NEW)
+    decoder = SpeculativeDecoder(tiny_llama, MASKS["attention-only"], lookahead=adaptive, compile=captured(decode_path))
+    result = decoder.generate(prompt_for(6), NEW)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt_for(6))
+    assert_path(result, decode_path)

@@ -95,9 +95,16 @@ LOOKAHEADS = [
 ]
 
 
-@pytest.mark.parametrize("drafter_name", ["layer-skip", "prompt-lookup", "hybrid", "model"])
-@pytest.mark.parametrize("lookahead", LOOKAHEADS, ids=lambda r: type(r).__name__)
-@pytest.mark.parametrize("seed", [0, 1])
+DRAFTER_NAMES = ["layer-skip", "prompt-lookup", "hybrid", "model"]
+# Captured: every drafter under the static and the confidence rule (the compiled shapes are the
+# draft lengths; test_captured.py runs the other rules compiled by inductor).
+CAPTURED_CASES = [("captured", 0, lookahead, name) for lookahead in LOOKAHEADS[:2] for name in DRAFTER_NAMES]
+
+
+@pytest.mark.parametrize("decode_path, seed, lookahead, drafter_name", [
+    *[("eager", seed, lookahead, name) for seed in (0, 1) for lookahead in LOOKAHEADS for name in DRAFTER_NAMES],
+    *CAPTURED_CASES,
+], ids=lambda v: type(v).__name__ if hasattr(v, "max_draft") else str(v))
 def test_every_drafter_and_lookahead_is_lossless(tiny_llama, draft_model, drafter_name, lookahead, seed, decode_path):
     prompt = repetitive_prompt(seed)
     drafter = all_drafters(draft_model)[drafter_name]

@@ -15,6 +15,7 @@ from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 from layersearch.runtime.verification import verify_sampling
+from tests.capture import assert_path, captured, cheap_capture
 
 P_MIN = 1e-3  # fixed seeds make these tests deterministic; the bound only says "consistent"
 
@@ -69,8 +70,8 @@ def exact_sequence_probs(model, prompt, config, length=3):
 
 
 @pytest.mark.parametrize("top_p", [0.8])
-def test_generated_sequences_follow_the_target_distribution(top_p):
-    model = peaked_tiny_model()
+def test_generated_sequences_follow_the_target_distribution(top_p, decode_path):
+    model = cheap_capture(peaked_tiny_model())
     prompt = [1, 4, 2]
     base = SamplingConfig(temperature=1.0, top_p=top_p)
     sequences, exact = exact_sequence_probs(model, prompt, base)
@@ -84,10 +85,11 @@ def test_generated_sequences_follow_the_target_distribution(top_p):
     drafted = 0
     for seed in range(1500):
         config = SamplingConfig(temperature=1.0, top_p=top_p, seed=seed)
-        decoder = SpeculativeDecoder(model, mask, policy=DraftPolicy(2, 0.0), sampling=config)
+        decoder = SpeculativeDecoder(model, mask, policy=DraftPolicy(2, 0.0), sampling=config, compile=captured(decode_path))
         result = decoder.generate(prompt, 3)
         observed[pairs[result.token_ids[1:]]] += 1
         drafted += result.stats.drafted
+    assert_path(result, decode_path)
     assert drafted == 1500  # every run drafted its one token
     assert pooled_chisquare(observed, exact_pairs) > P_MIN
 
@@ -101,3 +103,15 @@ def test_sampling_is_reproducible_for_a_seed(tiny_llama):
         for _ in range(2)
     ]
     assert runs[0] == runs[1]
+
+
+def test_seeded_sampling_is_the_same_captured_or_not(tiny_llama):
+    """The captured loop draws from the same device-side generator at the same points."""
+    config = SamplingConfig(temperature=0.8, top_p=0.9, seed=1)
+    prompt = [5, 6, 7, 5, 6, 7]
+    eager, compiled = (SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), policy=DraftPolicy(4, 0.0), sampling=config,
+                                          compile=c).generate(prompt, 24) for c in (False, True))
+    assert_path(eager, "eager")
+    assert_path(compiled, "captured")
+    assert compiled.token_ids == eager.token_ids
+    assert compiled.stats.drafted == eager.stats.drafted and compiled.stats.accepted == eager.stats.accepted

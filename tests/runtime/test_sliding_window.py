@@ -15,6 +15,7 @@ from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.sampling import SamplingConfig
+from tests.capture import assert_path, captured
 from test_sampling import P_MIN, exact_sequence_probs, pooled_chisquare  # same folder (pytest's rootdir-less import)
 
 WINDOW = 3
@@ -69,12 +70,14 @@ def test_greedy_equals_generate_beyond_the_window(sliding_model, mask_name):
         assert result.stats.drafted > 0  # drafts were made and rolled back past the window
 
 
-def test_long_drafts_roll_back_more_than_a_window(sliding_model):
+def test_long_drafts_roll_back_more_than_a_window(sliding_model, decode_path):
     # Drafts of 8 tokens are longer than the window: a rejection rolls back past evicted entries
     # unless the cache recorded them.
     prompt = prompt_for(3)
-    result = SpeculativeDecoder(sliding_model, MASKS["mixed"], policy=DraftPolicy(8, 0.0)).generate(prompt, NEW)
+    decoder = SpeculativeDecoder(sliding_model, MASKS["mixed"], policy=DraftPolicy(8, 0.0), compile=captured(decode_path))
+    result = decoder.generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(sliding_model, prompt)
+    assert_path(result, decode_path, blocked_by="sliding-window")  # asked to run captured, a ring cache runs eagerly
     assert result.stats.drafted > result.stats.accepted  # some drafts were rejected
 
 

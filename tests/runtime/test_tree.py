@@ -16,6 +16,7 @@ from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.tree import TopKBranching, TreeLayout, TreeVerifier, verify_tree_greedy
+from tests.capture import assert_path, captured
 
 WIDE = TopKBranching(levels=((1.0, 6),))  # six candidates at every position: many branches
 
@@ -26,9 +27,10 @@ def plain_generate(model, prompt, new):
     return out[0, prompt.shape[1] :].tolist()
 
 
-def tree_decoder(model, mask, branching=WIDE, lookahead=StaticLookahead(5), verifier=None):
+def tree_decoder(model, mask, branching=WIDE, lookahead=StaticLookahead(5), verifier=None, compile=False):
     return SpeculativeDecoder(
-        model, mask, drafter=LayerSkipDrafter(branching), verifier=verifier or TreeVerifier(), lookahead=lookahead
+        model, mask, drafter=LayerSkipDrafter(branching), verifier=verifier or TreeVerifier(), lookahead=lookahead,
+        compile=compile,
     )
 
 
@@ -76,12 +78,13 @@ def test_branching_widths_follow_swift():
 
 @pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2"])
 @pytest.mark.parametrize("mask", [SkipMask.uniform(4, 0.5), SkipMask.everything(4), SkipMask(4, (0, 1, 2), ()), SkipMask(4, (), (1, 2))], ids=str)
-def test_tree_greedy_equals_generate(request, family, mask):
+def test_tree_greedy_equals_generate(request, family, mask, decode_path):
     model = request.getfixturevalue(family)
     prompt = torch.randint(0, 128, (1, 11), generator=torch.Generator().manual_seed(5))
     spy = Spy(TreeVerifier())
-    result = tree_decoder(model, mask, verifier=spy).generate(prompt, 40)
+    result = tree_decoder(model, mask, verifier=spy, compile=captured(decode_path)).generate(prompt, 40)
     assert list(result.token_ids) == plain_generate(model, prompt, 40)
+    assert_path(result, decode_path, blocked_by="tree")  # asked to run captured, a tree runs eagerly
     assert any(any(p.branches) for p, _ in spy.calls)  # trees were really verified
     assert all(v.num_accepted <= len(p.tokens) for p, v in spy.calls)  # a path never outgrows its chain
     assert sum(result.stats.accept_lengths) == 39 and result.stats.accepted <= result.stats.drafted
@@ -131,13 +134,15 @@ def _first_branch_index(tokens, calls, token) -> int:
     return -1
 
 
-def test_tree_with_hybrid_drafter_and_confidence_is_lossless(tiny_llama):
+def test_tree_with_hybrid_drafter_and_confidence_is_lossless(tiny_llama, decode_path):
     prompt = torch.tensor([[3, 4, 5, 6, 3, 4, 5, 9, 3, 4]])
     decoder = SpeculativeDecoder(
         tiny_llama, SkipMask.uniform(4, 0.5), drafter=HybridDrafter(fallback=LayerSkipDrafter(TopKBranching())),
-        verifier=TreeVerifier(), lookahead=ConfidenceLookahead(25, 0.05),
+        verifier=TreeVerifier(), lookahead=ConfidenceLookahead(25, 0.05), compile=captured(decode_path),
     )
-    assert list(decoder.generate(prompt, 36).token_ids) == plain_generate(tiny_llama, prompt, 36)
+    result = decoder.generate(prompt, 36)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt, 36)
+    assert_path(result, decode_path, blocked_by="tree")
 
 
 def test_tree_verifier_refuses_sliding_window_models():

@@ -16,6 +16,7 @@ from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.steer import SteeredDrafter, SteeringParams, default_layers, steered
 from layersearch.steer.hooks import intermediate_size
+from tests.capture import assert_path, captured
 
 
 def random_steering(verifier, drafter=None, scale=0.5, seed=0) -> SteeringParams:
@@ -117,12 +118,14 @@ def steered_drafters(verifier, draft_model):
 
 @pytest.mark.parametrize("kind", ["layer-skip", "model"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_steered_greedy_equals_generate(tiny_llama, draft_model, kind, seed):
+def test_steered_greedy_equals_generate(tiny_llama, draft_model, kind, seed, decode_path):
     prompt = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(seed))
     mask = SkipMask.uniform(4, 0.5)
     drafter = Recording(steered_drafters(tiny_llama, draft_model)[kind])
-    result = SpeculativeDecoder(tiny_llama, mask, drafter=drafter, lookahead=StaticLookahead(4)).generate(prompt, 32)
+    decoder = SpeculativeDecoder(tiny_llama, mask, drafter=drafter, lookahead=StaticLookahead(4), compile=captured(decode_path))
+    result = decoder.generate(prompt, 32)
     assert list(result.token_ids) == plain_generate(tiny_llama, prompt, 32)
+    assert_path(result, decode_path, blocked_by="hidden states")  # a steered drafter reads the verifier's states
     assert result.stats.drafted > 0
     # Steering really took part: unsteered, the same drafter proposes other first drafts.
     plain = Recording(drafter.inner.inner)

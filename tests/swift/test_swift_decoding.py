@@ -17,11 +17,12 @@ from layersearch.runtime.tree import TopKBranching, TreeVerifier
 from layersearch.runtime.drafters import LayerSkipDrafter
 from layersearch.swift import SwiftConfig, optimization_seconds, phase_counts
 from layersearch.experiments.swift import swift_decoder
+from tests.capture import assert_path, captured, cheap_capture
 
 
 @pytest.fixture(scope="module")
 def tiny8():
-    model = build_tiny_model("llama", num_layers=8, seed=4)
+    model = cheap_capture(build_tiny_model("llama", num_layers=8, seed=4))
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
@@ -53,10 +54,19 @@ def test_in_loop_matchness_forward_equals_the_offline_one_and_leaves_the_cache_e
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
 
 
-@pytest.mark.parametrize("verification", ["chain", "tree"])
-def test_on_the_fly_swift_is_lossless_over_a_stream(tiny8, verification):
+# Captured chain decoding: SWIFT's controller scores masks by forwards in the decode loop's
+# cache (teacher.draft_logits_in_cache), which does not handle the captured run's static cache.
+SCORES_IN_A_STATIC_CACHE = pytest.mark.xfail(
+    reason="draft_logits_in_cache builds a mask over the dynamic cache's length; the static cache holds its capacity",
+    raises=RuntimeError, strict=True)
+
+
+@pytest.mark.parametrize("decode_path, verification", [
+    ("eager", "chain"), ("eager", "tree"), pytest.param("captured", "chain", marks=SCORES_IN_A_STATIC_CACHE), ("captured", "tree"),
+])
+def test_on_the_fly_swift_is_lossless_over_a_stream(tiny8, verification, decode_path):
     config = SwiftConfig(window=4, bo_interval=3, seed=0, tolerance=0.0)
-    decoder = swift_decoder(tiny8, config, policy=DraftPolicy(6, 0.0), verifier=verification)
+    decoder = swift_decoder(tiny8, config, policy=DraftPolicy(6, 0.0), verifier=verification, compile=captured(decode_path))
     if verification == "tree":  # the tree verifier checks the layer-skip drafter's top-k token trees
         assert isinstance(decoder.verifier, TreeVerifier) and isinstance(decoder.drafter, LayerSkipDrafter)
         assert isinstance(decoder.drafter.branching, TopKBranching)
@@ -65,6 +75,7 @@ def test_on_the_fly_swift_is_lossless_over_a_stream(tiny8, verification):
         prompt = prompt_for(seed, 8 + seed)
         result = decoder.generate(prompt, 24)
         assert list(result.token_ids) == hf_greedy(tiny8, prompt, 24)
+        assert_path(result, decode_path, blocked_by="tree" if verification == "tree" else None)
         phases = phase_counts(result.stats.selections)
         assert sum(phases.values()) == result.stats.target_forwards  # one record per decoding step
         optimized += phases["optimize"]
