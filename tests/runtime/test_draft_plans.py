@@ -43,8 +43,6 @@ def test_random_plans_keep_greedy_output(request, family, seed, decode_path):
     result = SpeculativeDecoder(model, plan, lookahead=lookahead, compile=captured(decode_path)).generate(prompt, NEW)
     assert list(result.token_ids) == plain_generate(model, prompt)
     assert_path(result, decode_path)
-    if captured(decode_path):  # fbgemm's int8 kernels cannot be traced: such drafts run eagerly and say so
-        assert ("int8" in result.stats.path_reason) == plan.has_int8, result.stats.path_reason
     if not plan.is_empty:
         assert result.stats.draft_forwards > 0  # the plan really ran draft forwards
     assert {s.mask for s in result.stats.steps} == {plan}
