@@ -17,7 +17,7 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.plan_view import plan_view
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.captured import CapturedForwards, _forward
+from layersearch.runtime.captured import CapturedForwards, _forward, captured_forwards, compile_with
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead
@@ -81,6 +81,23 @@ def test_the_compiled_forward_table_is_bounded_and_counts_hits(tiny_llama):
     stats = table.stats()
     assert (stats.entries, stats.hits, stats.misses, stats.evictions) == (2, 2, 4, 2)  # b went first, then c
     assert len(built) == 4 and stats.hit_rate == pytest.approx(2 / 6)
+
+
+def test_a_model_given_a_compiler_compiles_its_decoders_forwards_with_it():
+    """``compile_with``: the seam the lossless suites use to trace with a cheap dynamo backend."""
+    model = build_tiny_model("llama", num_layers=2, seed=6)
+    model.generation_config.eos_token_id = None
+    built = []
+
+    def compiler(device):
+        built.append(device)
+        return _forward
+
+    table = compile_with(model, compiler)
+    assert captured_forwards(model) is table
+    result = SpeculativeDecoder(model, SkipMask.uniform(2, 0.5), lookahead=StaticLookahead(2), compile=True).generate(
+        repetitive_prompt(1), 8)
+    assert result.stats.path == "captured" and len(built) == table.stats().misses > 0
 
 
 # ----- compiled (slow) --------------------------------------------------------------------------
