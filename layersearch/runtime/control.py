@@ -52,7 +52,9 @@ class Selection:
 
 @runtime_checkable
 class Controller(Protocol):
-    """Chooses the mask the drafter uses."""
+    """Chooses the mask the drafter uses. A controller that runs forwards of its own in the
+    decode loop's cache sets ``forwards_in_cache = True``: its generations run eagerly (the
+    captured path's static cache is not the cache it appends to and cuts)."""
 
     wants_prompt_hidden: bool
 

@@ -115,6 +115,7 @@ class SwiftController:
     """SWIFT's optimizer: context accumulation, random + GP-UCB candidates scored by matchness."""
 
     wants_prompt_hidden = False
+    forwards_in_cache = True  # matchness is scored by draft forwards appended to the decode cache
 
     def __init__(self, num_layers: int, config: SwiftConfig = SwiftConfig(), *, matchness: Matchness | None = None) -> None:
         self.num_layers = num_layers
