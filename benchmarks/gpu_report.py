@@ -490,7 +490,7 @@ def captured_report(args, report: dict) -> None:
                                                   speculative=True, prompt_tokens=args.prompt_tokens))
         write(report, args.out)
         return
-    for shape in shapes:
+    for shape in shapes if args.checks != "only" else ():
         model = build(shape, args.device, torch.bfloat16)
         report["captured"].append(capture_section(model, shape, args.device, 16 if small else args.new_tokens, args.repeats,
                                                   parts=shape == ("8b" if "8b" in shapes else shapes[-1]),
@@ -498,6 +498,8 @@ def captured_report(args, report: dict) -> None:
         del model
         write(report, args.out)
         print(f"  (at {time.perf_counter() - start:.0f} s)", flush=True)
+    if args.checks == "none":
+        return
     report["captured_greedy"] = captured_greedy_section(args.device, 8 if small else 32, 2 if small else 4)
     write(report, args.out)
     report["captured_sampling"] = captured_sampling_section(args.device, 200 if small else args.sampling_runs)
@@ -517,6 +519,9 @@ def main(argv=None) -> int:
     parser.add_argument("--model", help="the captured section on this model (embedded name, .gguf, HF id or folder) "
                         "instead of random shapes: the plain rows only, fp32 on a CPU")
     parser.add_argument("--threads", type=int, help="torch (and numba) CPU threads")
+    parser.add_argument("--checks", choices=("all", "none", "only"), default="all",
+                        help="the captured section's fp32 greedy and sampling checks: with the shapes' rows, without, or alone "
+                             "(to split a run in two)")
     parser.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of the --model rows")
     parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
