@@ -121,7 +121,9 @@ def _note_full_drafts(args: Any) -> None:
     for path in _items(args.masks):
         note_full_draft(path, SkipMask.load(path))
     for path in _items(args.specs):
-        note_full_draft(path, DecoderSpec.load(path).mask_source.mask)
+        spec = DecoderSpec.load(path)
+        if spec.drafter.quant is None:  # an int8 draft (the model's own or a draft model's) is not the full model
+            note_full_draft(path, spec.mask_source.mask)
 
 
 def _items(text: str) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ def test_the_model_drafts_for_itself_in_int8(tiny_with_embedded_tokenizer, capsy
                                   "--save-spec", spec, "--json")])
     out, err = capsys.readouterr()
     assert code == 0 and "int8 twins:" in err and "MiB, built in" in err  # their memory and build time reported
+    assert "drafts with the full model" not in err  # the plan skips nothing, but the draft is int8
     result = json.loads(out)
     assert result["token_ids"] == baseline
     stats = result["stats"]
