@@ -101,3 +101,22 @@ def test_bench_on_the_users_own_prompts(capsys, tiny_with_embedded_tokenizer, tm
     domains = json.loads(out.read_text())["domains"]
     assert list(domains) == [f"file:{prompts}"]
     assert all(r["identical_to_plain"] for r in domains[f"file:{prompts}"]["rows"])
+
+
+def test_captured_rows_are_timed_after_their_compiling(capsys, tiny_with_embedded_tokenizer, tmp_path, monkeypatch):
+    """``--compile on``: one untimed generation per configuration compiles its shapes first, so
+    the measured runs hold no compiling (dynamo's cheap backend stands in for inductor here)."""
+    from layersearch.runtime import captured
+
+    real = captured.dynamo_compiler
+    monkeypatch.setattr(captured, "dynamo_compiler", lambda backend="inductor": real("eager"))
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    out = tmp_path / "bench.json"
+    code, _, err = run_cli(capsys, "bench", "--model", folder, "--domains", "code", "--prompts-per-domain", 1,
+                           "--max-new-tokens", 6, "--repeats", 1, "--skip-ratios", "0.25", "--peers", "", "--drafters", "",
+                           "--lookaheads", "static", "--compile", "on", "--threads", 1, "--out", out)
+    assert code == 0, err
+    assert "compiling: one untimed generation per configuration" in err
+    ours = [r for r in json.loads(out.read_text())["domains"]["code"]["rows"] if r["config"].startswith("ours")]
+    assert len(ours) == 2 and all(r["path"] == "captured" and r["identical_to_plain"] for r in ours), ours
+    assert all(r["compile_seconds"] == 0 for r in ours), [r["compile_seconds"] for r in ours]
