@@ -187,11 +187,19 @@ def _short(name: str) -> str:
 
 
 def run_domain(
-    configs_: list[Configuration], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu"
+    configs_: list[Configuration], prompts: list[torch.Tensor], new_tokens: int, repeats: int, progress, device="cpu",
+    compiled: bool = False,
 ) -> dict[str, Measurement]:
     """Measure every configuration on ``prompts``, interleaved prompt by prompt, with speedups
     against the fastest plain path present: transformers' static-cache ``generate`` on CUDA,
-    plain ``generate`` elsewhere (:func:`layersearch.evaluation.measure.compare`)."""
+    plain ``generate`` elsewhere (:func:`layersearch.evaluation.measure.compare`). ``compiled``:
+    one untimed generation per configuration first, so compiling (paid once per shape) stays out
+    of the timed repeats."""
+    if compiled:
+        progress(f"compiling: one untimed generation per configuration ({len(configs_)})")
+        for config in configs_:
+            with contextlib.suppress(Exception):  # one that fails is reported by its measured runs
+                config.generate(prompts[0], new_tokens)
     return compare(configs_, prompts, repeats, new_tokens=new_tokens, baseline=baseline_name(configs_), progress=progress,
                    device=device)
 
@@ -454,12 +462,8 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
             context = int(sum(i.shape[1] for i in ids) / len(ids)) + settings.max_new_tokens // 2
             cfgs = configs(loaded.model, masks, settings.policy, **options) + list(prepared.spec_rows)
             say(f"{domain}: {len(ids)} prompts x {len(cfgs)} configurations x {settings.repeats} repeats")
-            if compiled:  # compiling is paid once per shape: not inside the first repeat's timing
-                say(f"{domain}: compiling: one untimed generation per configuration")
-                for config in cfgs:
-                    with contextlib.suppress(Exception):  # one that fails is reported by its measured runs
-                        config.generate(ids[0], settings.max_new_tokens)
-            measured = run_domain(cfgs, ids, settings.max_new_tokens, settings.repeats, say, device=loaded.model.device)
+            measured = run_domain(cfgs, ids, settings.max_new_tokens, settings.repeats, say, device=loaded.model.device,
+                                  compiled=compiled)
             baseline = baseline_name(cfgs)
             loop, plain = measured.get(LOOP), measured.get(baseline)
             eager = measured.get(PLAIN) if baseline != PLAIN else None

@@ -85,8 +85,11 @@ def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: 
     both with ``kernels``."""
     from layersearch.evaluation.bench import PLAIN, run_domain, summarize
 
+    from layersearch.decoder.spec import compile_wanted
+
     configs = [plain_config(loaded, kernels), spec_config(loaded, spec, CANDIDATE, drafts, kernels)]
-    measured = run_domain(configs, list(prompts), new_tokens, repeats, lambda message: None, device=loaded.model.device)
+    measured = run_domain(configs, list(prompts), new_tokens, repeats, lambda message: None, device=loaded.model.device,
+                          compiled=compile_wanted(spec.compile, loaded.model.device.type))
     for name in (PLAIN, CANDIDATE):
         if measured[name].error:
             raise LayersearchError(f"{name} failed: {measured[name].error}")

@@ -88,7 +88,10 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
     base = [with_kernels(c, loaded.model, kernels) for c in configs(loaded.model, [], DraftPolicy(), peers=peers, draft_models=named)]
     ours = [spec_config(loaded, f.spec, f.label, drafts, kernels) for f in chosen]
     say(f"held-out: {len(prompts)} test prompts x {len(base) + len(ours)} configurations x {repeats} repeats")
-    measured = run_domain(base + ours, list(prompts), new_tokens, repeats, say, device=loaded.model.device)
+    from layersearch.decoder.spec import compile_wanted
+
+    compiled = any(compile_wanted(f.spec.compile, loaded.model.device.type) for f in chosen)
+    measured = run_domain(base + ours, list(prompts), new_tokens, repeats, say, device=loaded.model.device, compiled=compiled)
     summary = {c.name: summarize(c.name, measured[c.name], None, 0, None, plain=measured[PLAIN]) for c in base + ours}
     peer_rows = {c.name: summary[c.name] for c in base[1:]}
     rows = [_row(PLAIN, summary[PLAIN], {})]
