@@ -72,3 +72,23 @@ def test_bad_draft_quant_is_one_error_line(capsys, tmp_path, argv, message):
     code = main([str(a) for a in ("generate", "--model", tmp_path / "nowhere", "--prompt", "x", *argv)])
     _, err = capsys.readouterr()
     assert code == 2 and err.strip().count("\n") == 0 and message in err, err
+
+
+def test_the_int8_self_draft_runs_captured_with_the_numba_kernels(tiny_with_embedded_tokenizer, capsys, monkeypatch):
+    """``--compile on --kernels numba``: the kernels and the int8 twins run inside the compiled
+    forwards (as custom ops), the output is plain decoding's, and the spec keeps ``compile``
+    (dynamo's cheap backend stands in for inductor)."""
+    pytest.importorskip("numba")
+    from layersearch.runtime import captured
+
+    real = captured.dynamo_compiler
+    monkeypatch.setattr(captured, "dynamo_compiler", lambda backend="inductor": real("eager"))
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--threads", 1,
+              "--kernels", "numba")
+    baseline = generated(capsys, *common, "--baseline")["token_ids"]
+    result = generated(capsys, *common, "--draft-quant", "int8", "--lookahead", "static", "--max-draft", 3, "--compile", "on")
+    stats = result["stats"]
+    assert result["token_ids"] == baseline
+    assert stats["path"] == "captured" and not stats.get("path_reason"), stats
+    assert stats["drafted"] and stats["compile_seconds"] > 0
