@@ -190,6 +190,14 @@ def new_static_cache(model: PreTrainedModel, capacity: int) -> Cache:
     return cache
 
 
+def is_static_cache(cache: Any) -> bool:
+    """Whether ``cache`` is a static cache (:func:`new_static_cache`): tensors of its whole
+    capacity, entries past the valid positions stale and hidden by the causal mask."""
+    from transformers import StaticCache
+
+    return isinstance(cache, StaticCache)
+
+
 def seat_static_cache(cache: Cache, start: torch.Tensor | int) -> None:
     """Make every layer of a static ``cache`` write its next entries from position ``start``
     (a 0-d device tensor inside a captured step, where it is a graph op; an int eagerly)."""

@@ -53,8 +53,9 @@ class Selection:
 @runtime_checkable
 class Controller(Protocol):
     """Chooses the mask the drafter uses. A controller that runs forwards of its own in the
-    decode loop's cache sets ``forwards_in_cache = True``: its generations run eagerly (the
-    captured path's static cache is not the cache it appends to and cuts)."""
+    decode loop's cache (SWIFT's matchness) goes through
+    :func:`~layersearch.runtime.teacher.draft_logits_in_cache` with ``valid=view.position``,
+    which handles the captured loop's static cache."""
 
     wants_prompt_hidden: bool
 

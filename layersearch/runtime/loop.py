@@ -131,8 +131,6 @@ class SpeculativeDecoder:
         """Why this decoder's forwards cannot run captured ("" when they can)."""
         if getattr(self.verifier, "capturable", False) is not True:
             return f"the {self.verifier.name!r} verifier masks a token tree per step"
-        if getattr(self.controller, "forwards_in_cache", False):
-            return "the controller scores masks by forwards of its own in the decode cache"
         if getattr(self.drafter, "hidden_layers", None):
             return "the drafter reads the verifier's hidden states"
         if has_sliding_window(self.model):

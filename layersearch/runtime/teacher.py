@@ -17,7 +17,7 @@ from transformers import Cache, PreTrainedModel
 
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import skipping
-from layersearch.runtime.cache import cache_length, new_cache, truncate_cache
+from layersearch.runtime.cache import cache_length, is_static_cache, new_cache, seat_static_cache, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 
 
@@ -67,7 +67,7 @@ def draft_logits(model: PreTrainedModel, mask: SkipMask, run: TargetRun) -> torc
 
 @torch.inference_mode()
 def draft_logits_in_cache(
-    model: PreTrainedModel, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int
+    model: PreTrainedModel, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int, *, valid: int | None = None
 ) -> torch.Tensor:
     """The masked draft's logits ``[n, vocab]`` for ``inputs`` at positions ``start..start+n-1``,
     attending to the cache's first ``start`` positions and causally to each other.
@@ -80,7 +80,14 @@ def draft_logits_in_cache(
     ``start`` is short of the cache's length: a sliding window would need its own mask). A plan
     with int8 parts runs one forward per token instead (per-token activation scales, as drafting
     has them), with its int8 head where it has one.
+
+    A static cache (a captured decode loop's) holds ``valid`` positions in tensors of its whole
+    capacity: see :func:`_draft_logits_in_static_cache`.
     """
+    if is_static_cache(cache):
+        if valid is None:
+            raise ValueError("a static cache needs the number of its valid positions")
+        return _draft_logits_in_static_cache(model, mask, cache, inputs, start, valid)
     cached = cache_length(cache)
     if not 0 <= start <= cached:
         raise ValueError(f"start {start} is outside the cache's {cached} positions")
@@ -114,6 +121,49 @@ def draft_logits_in_cache(
             return _logits(model, list(inputs), start, cache, **options, **head)  # [n, vocab]
     finally:
         truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
+
+
+def _draft_logits_in_static_cache(
+    model: PreTrainedModel, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int, cached: int
+) -> torch.Tensor:
+    """:func:`draft_logits_in_cache` over a static cache holding ``cached`` valid positions: the
+    draft's entries are written after them (where the loop's next forward writes over them, and
+    its causal mask hides them until then), so nothing is cut; the plan runs as a plan view,
+    never patched into the model that the loop's compiled forwards share."""
+    from layersearch.models.plan_view import plan_view
+
+    n = len(inputs)
+    capacity = cache.get_max_length()
+    if not 0 <= start <= cached or cached + n > capacity:
+        raise ValueError(f"start {start} and {n} draft tokens do not fit {cached} of {capacity} positions")
+    view = plan_view(model, mask)
+    head: dict[str, Any] = {}
+    if mask.int8_head:
+        from layersearch.models.precision import int8_twins
+
+        head = {"head": int8_twins(model).head}
+    dtype = next(model.parameters()).dtype
+    # One call over all n tokens, or (int8 parts: one activation scale per token, as drafting has
+    # them) one per token; the call's first token sits in slot cached + first.
+    calls = [(j, inputs[j : j + 1]) for j in range(n)] if mask.has_int8 else [(0, list(inputs))]
+    rows = []
+    for first, tokens in calls:
+        seat_static_cache(cache, cached + first)
+        span = _static_span_mask(start, cached, first, len(tokens), capacity, dtype)  # [1, 1, k, capacity]
+        positions = torch.arange(start + first, start + first + len(tokens))  # [k]
+        rows.append(_logits(view, list(tokens), start + first, cache, positions=positions, attention_mask=span, **head))
+    return torch.cat(rows)  # [n, vocab]
+
+
+def _static_span_mask(start: int, cached: int, first: int, k: int, capacity: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask ``[1, 1, k, capacity]`` for draft tokens first..first+k-1, stored from slot
+    ``cached``: each sees cache positions ``0..start-1`` and the draft tokens up to itself."""
+    allowed = torch.zeros(k, capacity, dtype=torch.bool)
+    allowed[:, :start] = True
+    for i in range(k):
+        allowed[i, cached : cached + first + i + 1] = True
+    mask = torch.zeros(k, capacity, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, k, capacity)
 
 
 def _hidden_span_mask(start: int, cached: int, total: int, model: PreTrainedModel) -> torch.Tensor:

@@ -115,7 +115,6 @@ class SwiftController:
     """SWIFT's optimizer: context accumulation, random + GP-UCB candidates scored by matchness."""
 
     wants_prompt_hidden = False
-    forwards_in_cache = True  # matchness is scored by draft forwards appended to the decode cache
 
     def __init__(self, num_layers: int, config: SwiftConfig = SwiftConfig(), *, matchness: Matchness | None = None) -> None:
         self.num_layers = num_layers
@@ -261,7 +260,7 @@ def model_matchness(mask: SkipMask, view: DecodeView, start: int, tokens: Sequen
     (at their positions, seeing only the cache before ``start``) against ``tokens[1:]``."""
     from layersearch.runtime.teacher import draft_logits_in_cache, matched_tokens
 
-    logits = draft_logits_in_cache(view.model, mask, view.cache, tokens[:-1], start)  # [γ, vocab]
+    logits = draft_logits_in_cache(view.model, mask, view.cache, tokens[:-1], start, valid=view.position)  # [γ, vocab]
     return matched_tokens(logits, tokens[1:]) / (len(tokens) - 1)
 
 

@@ -53,6 +53,28 @@ def test_in_a_decode_loops_cache_it_drafts_as_offline(tiny, plan):
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
 
 
+@pytest.mark.parametrize("plan", [*PLANS, SkipMask(4, attention=(1, 3), mlp=(2,))], ids=["all-int8", "skips-and-int8", "skips"])
+def test_in_a_captured_loops_static_cache_it_drafts_as_offline(tiny, plan):
+    """A captured loop's static cache holds its valid positions in tensors of its whole capacity:
+    the draft goes after them, sees only what it should, and leaves the valid entries alone."""
+    from layersearch.runtime.cache import new_static_cache, seat_static_cache
+
+    prompt = torch.randint(0, 128, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    run = target_continuation(tiny, prompt, 7)
+    offline = draft_logits(tiny, plan, run)
+    cache = new_static_cache(tiny, 64)
+    valid = len(prompt) + len(run.tokens) - 1
+    with torch.inference_mode():
+        seat_static_cache(cache, 0)
+        forward_tokens(tiny, prompt + list(run.tokens[:-1]), 0, cache)
+    before = [(layer.keys[:, :, :valid].clone(), layer.values[:, :, :valid].clone()) for layer in cache.layers]
+    in_loop = draft_logits_in_cache(tiny, plan, cache, list(run.tokens[:-1]), len(prompt), valid=valid)
+    torch.testing.assert_close(in_loop, offline, rtol=1e-4, atol=1e-4)
+    for layer, (keys, values) in zip(cache.layers, before):
+        assert torch.equal(layer.keys[:, :, :valid], keys) and torch.equal(layer.values[:, :, :valid], values)
+    assert not any("forward" in vars(m) for m in tiny.modules())  # the plan ran as a view, not patched in
+
+
 def test_the_int8_head_is_the_one_that_drafts(tiny):
     prompt = torch.randint(0, 128, (9,), generator=torch.Generator().manual_seed(4)).tolist()
     run = target_continuation(tiny, prompt, 6)

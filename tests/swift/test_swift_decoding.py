@@ -68,9 +68,9 @@ def test_on_the_fly_swift_is_lossless_over_a_stream(tiny8, verification, decode_
         prompt = prompt_for(seed, 8 + seed)
         result = decoder.generate(prompt, 24)
         assert list(result.token_ids) == hf_greedy(tiny8, prompt, 24)
-        # Captured, SWIFT runs eagerly: a tree is masked per step, and matchness is scored by the
-        # controller's own forwards in the decode cache.
-        assert_path(result, decode_path, blocked_by="tree" if verification == "tree" else "controller")
+        # Captured, the tree runs eagerly (a mask per step); chain decoding runs captured, the
+        # controller scoring matchness in the loop's static cache.
+        assert_path(result, decode_path, blocked_by="tree" if verification == "tree" else None)
         phases = phase_counts(result.stats.selections)
         assert sum(phases.values()) == result.stats.target_forwards  # one record per decoding step
         optimized += phases["optimize"]
