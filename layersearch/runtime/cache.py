@@ -100,18 +100,15 @@ def truncate_cache(cache: Cache, length: int) -> None:
     layer: Any
     for layer, window in zip(cache.layers, windows):
         excess = layer.get_seq_length() - length
-        if window is None:  # full attention: every entry is kept, cropping is a slice
-            if excess > 0:
-                layer.crop(-excess)  # transformers 5: a negative count removes that many tokens
-            continue
-        if excess > 0 and not _can_truncate_layer(layer, length):
+        # Full attention (window None) keeps every entry: only sliding layers are checked and trimmed.
+        if window is not None and excess > 0 and not _can_truncate_layer(layer, length):
             raise RuntimeError(
                 f"cannot roll a sliding-window cache layer back to {length} positions: "
                 "its older entries were already committed and evicted"
             )
         if excess > 0:
-            layer.crop(-excess)
-        elif _holds_history(layer):
+            layer.crop(-excess)  # transformers 5: a negative count removes that many tokens
+        elif window is not None and _holds_history(layer):
             layer.crop(0)  # a sliding layer with nothing to remove: trim it back to its window
 
 

@@ -16,7 +16,6 @@ import torch
 from transformers import Cache, PreTrainedModel
 
 from layersearch.masks.mask import SkipMask
-from layersearch.models.skipping import skipping
 from layersearch.runtime.cache import cache_length, is_static_cache, new_cache, seat_static_cache, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 
@@ -73,115 +72,67 @@ def draft_logits_in_cache(
     attending to the cache's first ``start`` positions and causally to each other.
 
     The cache may hold more than ``start`` positions (a decode loop's cache holds every
-    generated token): the draft's entries are then appended after them with explicit positions
+    generated token): the draft's entries are then stored after them with explicit positions
     and a 4-D attention mask that hides positions ``start..`` of the cache, the way a token tree
     is verified (:mod:`layersearch.runtime.tree`). Either way one forward reuses the cached
-    prefix, and the cache is cut back to exactly what it held (full-attention models only when
-    ``start`` is short of the cache's length: a sliding window would need its own mask). A plan
-    with int8 parts runs one forward per token instead (per-token activation scales, as drafting
-    has them), with its int8 head where it has one.
+    prefix (full-attention models only when ``start`` is short of the cache's length: a sliding
+    window would need its own mask). A plan with int8 parts runs one forward per token instead
+    (per-token activation scales, as drafting has them), with its int8 head where it has one.
+    The plan runs as a plan view, never patched into the model.
 
-    A static cache (a captured decode loop's) holds ``valid`` positions in tensors of its whole
-    capacity: see :func:`_draft_logits_in_static_cache`.
+    A dynamic cache is cut back to exactly what it held. A static cache (a captured decode
+    loop's) holds ``valid`` positions in tensors of its whole capacity: the draft's entries go
+    after them, where the loop's next forward writes over them and its causal mask hides them
+    until then, so nothing is cut.
     """
-    if is_static_cache(cache):
-        if valid is None:
-            raise ValueError("a static cache needs the number of its valid positions")
-        return _draft_logits_in_static_cache(model, mask, cache, inputs, start, valid)
-    cached = cache_length(cache)
-    if not 0 <= start <= cached:
-        raise ValueError(f"start {start} is outside the cache's {cached} positions")
+    from layersearch.models.plan_view import plan_view
+
+    static = is_static_cache(cache)
+    if static and valid is None:
+        raise ValueError("a static cache needs the number of its valid positions")
+    cached = valid if static else cache_length(cache)
+    assert cached is not None
     n = len(inputs)
+    if not 0 <= start <= cached or (static and cached + n > cache.get_max_length()):
+        raise ValueError(f"start {start} and {n} draft tokens do not fit the cache's {cached} positions")
+    view = plan_view(model, mask)
     head: dict[str, Any] = {}
     if mask.int8_head:  # a plan's int8 head drafts here as in the decode loop (its drafter passes the same)
         from layersearch.models.precision import int8_twins
 
         head = {"head": int8_twins(model).head}
-    try:
-        with skipping(model, mask):
-            if mask.has_int8:
-                # torch's int8 Linears quantize activations with one scale per call: one forward over
-                # n tokens would give them one scale between them, which no draft step ever sees (and
-                # agrees far less). Token by token, each has its own scale, as when drafting.
-                rows: list[torch.Tensor] = []
-                for j, token in enumerate(inputs):
-                    options: dict[str, Any] = {}
-                    if start < cached:
-                        options = dict(positions=torch.arange(start + j, start + j + 1),
-                                       attention_mask=_hidden_span_mask(start, cached, cached + j + 1, model))
-                    rows.append(_logits(model, [token], start + j, cache, **options, **head))
-                return torch.cat(rows) if rows else torch.empty(0, 0)
-            options = {}
-            if start < cached:
-                dtype = next(model.parameters()).dtype
-                options = dict(
-                    positions=torch.arange(start, start + n),  # [n]
-                    attention_mask=hidden_suffix_mask(start, cached, n, dtype),  # [1, 1, n, cached + n]
-                )
-            return _logits(model, list(inputs), start, cache, **options, **head)  # [n, vocab]
-    finally:
-        truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
-
-
-def _draft_logits_in_static_cache(
-    model: PreTrainedModel, mask: SkipMask, cache: Cache, inputs: Sequence[int], start: int, cached: int
-) -> torch.Tensor:
-    """:func:`draft_logits_in_cache` over a static cache holding ``cached`` valid positions: the
-    draft's entries are written after them (where the loop's next forward writes over them, and
-    its causal mask hides them until then), so nothing is cut; the plan runs as a plan view,
-    never patched into the model that the loop's compiled forwards share."""
-    from layersearch.models.plan_view import plan_view
-
-    n = len(inputs)
-    capacity = cache.get_max_length()
-    if not 0 <= start <= cached or cached + n > capacity:
-        raise ValueError(f"start {start} and {n} draft tokens do not fit {cached} of {capacity} positions")
-    view = plan_view(model, mask)
-    head: dict[str, Any] = {}
-    if mask.int8_head:
-        from layersearch.models.precision import int8_twins
-
-        head = {"head": int8_twins(model).head}
     dtype = next(model.parameters()).dtype
-    # One call over all n tokens, or (int8 parts: one activation scale per token, as drafting has
-    # them) one per token; the call's first token sits in slot cached + first.
-    calls = [(j, inputs[j : j + 1]) for j in range(n)] if mask.has_int8 else [(0, list(inputs))]
-    rows = []
-    for first, tokens in calls:
-        seat_static_cache(cache, cached + first)
-        span = _static_span_mask(start, cached, first, len(tokens), capacity, dtype)  # [1, 1, k, capacity]
-        positions = torch.arange(start + first, start + first + len(tokens))  # [k]
-        rows.append(_logits(view, list(tokens), start + first, cache, positions=positions, attention_mask=span, **head))
-    return torch.cat(rows)  # [n, vocab]
+    # One call over all n tokens, or (int8 parts: torch's int8 Linears quantize activations with
+    # one scale per call, which no draft step ever sees) one per token; a call's first token is
+    # stored at slot cached + first.
+    calls = [(j, list(inputs[j : j + 1])) for j in range(n)] if mask.has_int8 else [(0, list(inputs))]
+    rows: list[torch.Tensor] = []
+    try:
+        for first, tokens in calls:
+            options: dict[str, Any] = {}
+            if static:
+                seat_static_cache(cache, cached + first)
+            if static or start < cached:
+                width = cache.get_max_length() if static else cached + first + len(tokens)
+                options = dict(positions=torch.arange(start + first, start + first + len(tokens)),  # [k]
+                               attention_mask=draft_span_mask(start, cached, first, len(tokens), width, dtype))
+            rows.append(_logits(view, tokens, start + first, cache, **options, **head))
+    finally:
+        if not static:
+            truncate_cache(cache, cached)  # the cache stays exact for the next call (or the decode loop)
+    return torch.cat(rows) if rows else torch.empty(0, 0)  # [n, vocab]
 
 
-def _static_span_mask(start: int, cached: int, first: int, k: int, capacity: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask ``[1, 1, k, capacity]`` for draft tokens first..first+k-1, stored from slot
-    ``cached``: each sees cache positions ``0..start-1`` and the draft tokens up to itself."""
-    allowed = torch.zeros(k, capacity, dtype=torch.bool)
+def draft_span_mask(start: int, cached: int, first: int, k: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask ``[1, 1, k, width]`` for draft tokens first..first+k-1 of a span stored from
+    cache slot ``cached``: each sees cache positions ``0..start-1`` and the span up to itself;
+    positions ``start..cached-1`` and everything after it are hidden."""
+    allowed = torch.zeros(k, width, dtype=torch.bool)
     allowed[:, :start] = True
     for i in range(k):
         allowed[i, cached : cached + first + i + 1] = True
-    mask = torch.zeros(k, capacity, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask.view(1, 1, k, capacity)
-
-
-def _hidden_span_mask(start: int, cached: int, total: int, model: PreTrainedModel) -> torch.Tensor:
-    """Additive mask ``[1, 1, 1, total]`` for one new token: cache positions ``start..cached-1`` hidden."""
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros(1, total, dtype=dtype)
-    mask[:, start:cached] = torch.finfo(dtype).min
-    return mask.view(1, 1, 1, total)
-
-
-def hidden_suffix_mask(start: int, cached: int, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask ``[1, 1, n, cached + n]``: n new tokens see cache positions ``0..start-1``
-    and themselves causally; cache positions ``start..cached-1`` are hidden."""
-    allowed = torch.zeros(n, cached + n, dtype=torch.bool)
-    allowed[:, :start] = True
-    allowed[:, cached:] = torch.ones(n, n, dtype=torch.bool).tril()
-    mask = torch.zeros(n, cached + n, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask.view(1, 1, n, cached + n)
+    mask = torch.zeros(k, width, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, k, width)
 
 
 def matched_tokens(logits: torch.Tensor, targets: Sequence[int]) -> int:
