@@ -122,8 +122,7 @@ def _note_full_drafts(args: Any) -> None:
         note_full_draft(path, SkipMask.load(path))
     for path in _items(args.specs):
         spec = DecoderSpec.load(path)
-        if spec.drafter.quant is None:  # an int8 draft (the model's own or a draft model's) is not the full model
-            note_full_draft(path, spec.mask_source.mask)
+        note_full_draft(path, spec.mask_source.mask, spec.drafter.quant)
 
 
 def _items(text: str) -> tuple[str, ...]:

@@ -94,9 +94,10 @@ def spec_inputs(paths: Any, option: str) -> list[tuple[str, str]]:
     return found
 
 
-def note_full_draft(what: str, mask: Any) -> None:
+def note_full_draft(what: str, mask: Any, draft_quant: str | None = None) -> None:
     """One notice line on stderr when the plan ``mask`` (of ``what``: a file, a spec) changes nothing:
-    no sub-layer skipped, none in int8, so its draft is the full model (correct, but no faster)."""
-    if mask is not None and mask.is_empty:
+    no sub-layer skipped, none in int8, so its draft is the full model (correct, but no faster).
+    A quantized draft (``draft_quant``: the model's own int8 twins or a draft model's) is not."""
+    if mask is not None and mask.is_empty and draft_quant is None:
         print(f"layersearch: note: {what} skips no sub-layer and runs none in int8: it drafts with the full model",
               file=sys.stderr, flush=True)

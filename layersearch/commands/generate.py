@@ -120,8 +120,8 @@ def run(args: Any) -> int:
         decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
     if decoder.twins is not None:
         print(decoder.twins.describe(), file=sys.stderr)
-    if decoder.spec.mask_source.kind == "mask" and decoder.spec.drafter.quant is None:  # int8 drafts are not the full model
-        note_full_draft(args.spec or args.mask or "the plan", decoder.spec.mask_source.mask)
+    if decoder.spec.mask_source.kind == "mask":
+        note_full_draft(args.spec or args.mask or "the plan", decoder.spec.mask_source.mask, decoder.spec.drafter.quant)
     for index, ids in enumerate(encoded):
         result = decoder.run(ids, max_new)
         text, stats = loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), decoder.run_stats(result)

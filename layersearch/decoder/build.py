@@ -192,7 +192,10 @@ def build_decoder(
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
     resolved = _resolved(spec, info, kind, source.get("mask"))
     compiled = compile_wanted(spec.compile, loaded.model.device.type)
-    chosen = _kernels(kernels, _profile(spec.profile, info), compiled)  # after every check that names an option
+    from layersearch.kernels.select import choose_kernels
+
+    # After every check that names an option; compiled forwards run the numba kernels as custom ops.
+    chosen = choose_kernels(kernels, _profile(spec.profile, info))
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen, compile=compiled)
     twins = None
@@ -201,14 +204,6 @@ def build_decoder(
     speculative = _speculative(loaded, spec, files, source, steering, draft, compiled)
     profile = _profile(spec.profile, info) if "mask" in source else None
     return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen, twins=twins, compile=compiled)
-
-
-def _kernels(requested: str, profile: Any, compiled: bool) -> str:
-    """The CPU kernels to run (``auto``: the profile's choice). Compiled forwards run the numba
-    kernels as custom ops, so the choice is the same with compile on or off."""
-    from layersearch.kernels.select import choose_kernels
-
-    return choose_kernels(requested, profile)
 
 
 def _self_int8(spec: DecoderSpec, draft: Any) -> bool:

@@ -10,7 +10,6 @@ against predicted speedup, and peak memory against weights + KV cache.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import statistics
 from dataclasses import dataclass, field
