@@ -24,6 +24,17 @@ PLANS = [
 ]
 
 
+def assert_drafts_as(in_loop: torch.Tensor, offline: torch.Tensor, plan: SkipMask) -> None:
+    """The same drafts: SWIFT's matchness reads the argmax, so that is equal token for token.
+    The logits agree to float rounding; with int8 parts, attention over another key layout (a
+    static cache's whole capacity against exactly the prefix) differs by ~1e-7, which may move
+    an activation across an int8 rounding boundary (a different code on one CPU, the same on
+    another), so there the bound is one int8 step of the logits' range."""
+    assert torch.equal(in_loop.argmax(-1), offline.argmax(-1))
+    atol = offline.abs().max().item() / 127 if plan.has_int8 else 1e-4
+    torch.testing.assert_close(in_loop, offline, rtol=0, atol=atol)
+
+
 @pytest.mark.parametrize("plan", PLANS, ids=["all-int8", "skips-and-int8"])
 def test_a_position_is_drafted_the_same_whatever_follows_it(tiny, plan):
     # With one activation scale for the whole teacher-forced pass, the tokens after a position
@@ -48,7 +59,7 @@ def test_in_a_decode_loops_cache_it_drafts_as_offline(tiny, plan):
         forward_tokens(tiny, prompt + list(run.tokens[:-1]), 0, cache)
     before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
     in_loop = draft_logits_in_cache(tiny, plan, cache, list(run.tokens[:-1]), len(prompt))
-    torch.testing.assert_close(in_loop, offline, rtol=1e-4, atol=1e-4)
+    assert_drafts_as(in_loop, offline, plan)
     for layer, (keys, values) in zip(cache.layers, before):
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
 
@@ -69,7 +80,7 @@ def test_in_a_captured_loops_static_cache_it_drafts_as_offline(tiny, plan):
         forward_tokens(tiny, prompt + list(run.tokens[:-1]), 0, cache)
     before = [(layer.keys[:, :, :valid].clone(), layer.values[:, :, :valid].clone()) for layer in cache.layers]
     in_loop = draft_logits_in_cache(tiny, plan, cache, list(run.tokens[:-1]), len(prompt), valid=valid)
-    torch.testing.assert_close(in_loop, offline, rtol=1e-4, atol=1e-4)
+    assert_drafts_as(in_loop, offline, plan)
     for layer, (keys, values) in zip(cache.layers, before):
         assert torch.equal(layer.keys[:, :, :valid], keys) and torch.equal(layer.values[:, :, :valid], values)
     assert not any("forward" in vars(m) for m in tiny.modules())  # the plan ran as a view, not patched in
