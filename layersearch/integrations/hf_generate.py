@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -28,10 +27,12 @@ from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec
 from layersearch.integrations.arguments import GenerateRequest, caller_arguments, read_request, refuse
 
-__all__ = ["Decoding", "LayersearchGenerateOutput", "decoding"]
+__all__ = ["Decoding", "LayersearchGenerateOutput", "decoding", "folder_decoding"]
 
 #: model -> {(spec JSON, kernels, tokenizer id): BuiltDecoder}; an entry goes with its model.
 _BUILT: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
+#: The exported folders' decodings, by their spec's JSON (transformers loads the folder's module per call).
+_FOLDERS: dict[str, "Decoding"] = {}
 
 
 @dataclass
@@ -195,3 +196,13 @@ def _stop_when(prompt: Any, criteria: Sequence[Any]) -> Any:
         return any(bool(criterion(sequence, None).any()) for criterion in criteria)
 
     return stop
+
+
+def folder_decoding(spec_data: Any) -> Decoding:
+    """The decoding of an exported folder's embedded spec (a spec file's JSON object), made once."""
+    import json
+
+    key = json.dumps(spec_data, sort_keys=True)
+    if key not in _FOLDERS:
+        _FOLDERS[key] = Decoding(DecoderSpec.from_dict(spec_data))
+    return _FOLDERS[key]
