@@ -132,6 +132,7 @@ def read_request(
         value = getattr(config, name, None)
         if value not in neutral:
             raise refuse(f"{name}={value!r}", WHY[name])
+    _check_prompt_inputs(model_kwargs)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         raise refuse("inputs", f"layersearch decodes token ids [1, n], got {type(input_ids).__name__}")
     if input_ids.shape[0] != 1:
@@ -139,9 +140,8 @@ def read_request(
                      "(as transformers' assisted generation does)")
     if input_ids.shape[1] == 0:
         raise refuse("inputs", "the prompt is empty (layersearch needs at least one token)")
-    _check_prompt_inputs(model_kwargs)
     user_processors = list(caller.get("logits_processor") or ())
-    temperature, top_k, top_p = _warps(logits_processor or (), user_processors)
+    temperature, top_k, top_p = _warps(logits_processor or (), user_processors, config)
     max_length, eos, stop = _stops(config, stopping_criteria or ())
     if stop_strings_criterion is not None:
         stop = (*stop, stop_strings_criterion())
@@ -170,7 +170,7 @@ def _check_prompt_inputs(model_kwargs: dict[str, Any]) -> None:
             raise refuse(f"{name} (filled)", "layersearch fills its own cache from the prompt")
 
 
-def _warps(processors: Sequence[Any], user: list[Any]) -> tuple[float, int, float]:
+def _warps(processors: Sequence[Any], user: list[Any], config: Any) -> tuple[float, int, float]:
     """Temperature, top-k and top-p of the prepared processors (1.0, 0, 1.0 where absent); any
     other processor, and every one the user passed, refused by its argument's name."""
     temperature, top_k, top_p = 1.0, 0, 1.0
@@ -188,6 +188,8 @@ def _warps(processors: Sequence[Any], user: list[Any]) -> tuple[float, int, floa
             top_p = float(processor.top_p)
         elif name not in HARMLESS:
             argument = PROCESSOR_ARGUMENTS.get(name)
+            if argument == "min_length" and getattr(config, "min_new_tokens", None):  # both make this processor
+                argument = "min_new_tokens"
             raise refuse(argument if argument else f"logits_processor ({name})",
                          "the loop applies only temperature, top_k and top_p")
     return temperature, top_k, top_p

@@ -106,9 +106,13 @@ class Decoding:
                  stop_strings: Any = None, **model_kwargs: Any) -> Any:
         caller = caller_arguments()
         criterion = None if stop_strings is None else (lambda: self._stop_strings(stop_strings))
-        request = read_request(model, input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs,
-                               caller, streamer=streamer, synced_gpus=synced_gpus, stop_strings_criterion=criterion)
-        built = self.built(model)  # the spec checked against the model: before any token
+        try:
+            request = read_request(model, input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs,
+                                   caller, streamer=streamer, synced_gpus=synced_gpus, stop_strings_criterion=criterion)
+            built = self.built(model)  # the spec checked against the model: before any token
+        except BaseException:
+            _end(streamer if streamer is not None else caller.get("streamer"))  # generate has put the prompt
+            raise
         if built.speculative is None:  # a plain spec: transformers' own decoding, every argument as generate gave it
             return type(model)._sample(model, input_ids, logits_processor, stopping_criteria, generation_config,
                                        synced_gpus=bool(synced_gpus), streamer=request.streamer, **model_kwargs)
@@ -206,3 +210,9 @@ def folder_decoding(spec_data: Any) -> Decoding:
     if key not in _FOLDERS:
         _FOLDERS[key] = Decoding(DecoderSpec.from_dict(spec_data))
     return _FOLDERS[key]
+
+
+def _end(streamer: Any) -> None:
+    """End a streamer of a refused call, so a thread reading it (TextIteratorStreamer) is not left waiting."""
+    if streamer is not None and callable(getattr(streamer, "end", None)):
+        streamer.end()

@@ -95,7 +95,7 @@ def test_a_spec_for_another_model_is_refused_before_decoding(tiny_llama, tmp_pat
         tiny_llama.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=layersearch.decoding(path),
                             streamer=Watch())
     assert "\n" not in str(error.value)
-    assert len(seen) == 1  # the prompt generate put itself: no token decoded, no end before the refusal
+    assert len(seen) == 2 and seen[1] == "end"  # the prompt generate put itself, then the end: no token decoded
 
 
 def test_sampling_matches_our_decoder_with_the_same_seed(tiny_word_models):
