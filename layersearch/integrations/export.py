@@ -75,7 +75,8 @@ def export_hf(spec_or_path: DecoderSpec | str | os.PathLike, folder: str | os.Pa
 
     if not isinstance(spec_or_path, (DecoderSpec, str, os.PathLike)):
         raise LayersearchError(f"export_hf takes a DecoderSpec or a spec file, got {type(spec_or_path).__name__}")
-    spec = portable_spec(spec_or_path if isinstance(spec_or_path, DecoderSpec) else DecoderSpec.load(spec_or_path))
+    spec = portable_spec(spec_or_path if isinstance(spec_or_path, DecoderSpec) else
+                         DecoderSpec.load(spec_or_path if isinstance(spec_or_path, str) else Path(spec_or_path)))
     root = Path(folder).expanduser()
     if root.exists() and not root.is_dir():
         raise LayersearchError(f"{root} is a file: give the folder to write custom_generate/ into")

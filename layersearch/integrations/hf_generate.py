@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Sequence, cast
 
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
@@ -62,7 +63,7 @@ def decoding(spec_or_path: DecoderSpec | str | os.PathLike, *, kernels: str = "a
     elif isinstance(spec_or_path, (str, os.PathLike)):
         if isinstance(spec_or_path, str) and not spec_or_path.strip():
             raise LayersearchError("the spec path is empty: give a spec file (as DecoderSpec.save writes)")
-        spec = DecoderSpec.load(spec_or_path)
+        spec = DecoderSpec.load(spec_or_path if isinstance(spec_or_path, str) else Path(spec_or_path))
     else:
         raise LayersearchError(f"decoding takes a DecoderSpec or the path of a spec file (str or Path), "
                                f"got {type(spec_or_path).__name__}")
@@ -156,7 +157,7 @@ class Decoding:
                 streamer.end()  # also on failure, so a consuming thread is never left waiting
         self.last_stats = result.stats
         new = torch.tensor([list(result.token_ids)], dtype=ids.dtype, device=ids.device)  # [1, new]
-        sequences = torch.cat([ids, new], dim=1)  # [1, n + new]
+        sequences = cast(Any, torch.cat([ids, new], dim=1))  # [1, n + new] (a LongTensor to transformers' types)
         if request.return_dict:
             return LayersearchGenerateOutput(sequences=sequences, decode_stats=result.stats)
         return sequences

@@ -78,6 +78,23 @@ def test_the_decoder_is_built_once_per_model(tiny_llama):
     assert tiny_llama in _BUILT
 
 
+def test_a_captured_spec_compiles_each_shape_once_across_calls(tiny_llama):
+    ids = torch.tensor([PROMPT])
+    tiny_llama.generate(ids, max_new_tokens=10, custom_generate=layersearch.decoding(spec_of("skip", "captured")))
+    method = layersearch.decoding(spec_of("skip", "captured"))
+    tiny_llama.generate(ids, max_new_tokens=10, custom_generate=method)
+    assert method.last_stats.path == "captured" and method.last_stats.compile_seconds == 0.0  # the model's table, reused
+
+
+def test_a_plain_spec_runs_transformers_own_decoding(tiny_llama):
+    ids = torch.tensor([PROMPT])
+    plain_spec = DecoderSpec(ModelSpec(ModelRef("tiny")), plain=True)
+    plain = tiny_llama.generate(ids, max_new_tokens=8, do_sample=False)
+    assert tiny_llama.generate(ids, max_new_tokens=8, custom_generate=layersearch.decoding(plain_spec)).tolist() == plain.tolist()
+    with pytest.raises(LayersearchError, match="num_beams=2"):
+        tiny_llama.generate(ids, max_new_tokens=8, num_beams=2, custom_generate=layersearch.decoding(plain_spec))
+
+
 def test_a_spec_for_another_model_is_refused_before_decoding(tiny_llama, tmp_path):
     other = build_tiny_model("llama", num_layers=2, seed=3)
     bound = layersearch.load_decoder(spec_of("skip"), model=(other, lambda text: text)).spec
