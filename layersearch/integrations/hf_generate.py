@@ -4,7 +4,7 @@
 ``generate`` prepares the prompt, the generation config, the logits processors and the stopping
 criteria; :class:`Decoding` reads them (:mod:`.arguments`: honoured, or refused by name) and runs
 the spec's decode loop on the caller's own model: no second load, no copy of the weights. The
-decoder built for a model is kept for the model's lifetime (:data:`_BUILT`), so the int8 twins
+decoder built for a model is kept for the model's lifetime (:data:`BUILT_ATTRIBUTE`), so the int8 twins
 and the compiled-forward table are made once, not per call.
 
 What it returns is what ``generate`` returns: the token tensor ``[1, prompt + new]``, or with
@@ -16,7 +16,6 @@ What it returns is what ``generate`` returns: the token tensor ``[1, prompt + ne
 from __future__ import annotations
 
 import os
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, cast
@@ -30,8 +29,10 @@ from layersearch.integrations.arguments import GenerateRequest, caller_arguments
 
 __all__ = ["Decoding", "LayersearchGenerateOutput", "decoding", "folder_decoding"]
 
-#: model -> {(spec JSON, kernels, tokenizer id): BuiltDecoder}; an entry goes with its model.
-_BUILT: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
+#: The model attribute holding its decoders: {(spec JSON, kernels, tokenizer id): BuiltDecoder}. On the
+#: model, not in a module-level weak map, because a decoder refers to its model: a weak map's entry
+#: would keep its own key alive, while an attribute makes a cycle the garbage collector frees.
+BUILT_ATTRIBUTE = "_layersearch_decoders"
 #: The exported folders' decodings, by their spec's JSON (transformers loads the folder's module per call).
 _FOLDERS: dict[str, "Decoding"] = {}
 
@@ -130,7 +131,7 @@ class Decoding:
             raise LayersearchError("the spec's drafter.vocab reduces the draft head with the tokenizer's frequencies: "
                                    "pass it as layersearch.decoding(spec, tokenizer=tokenizer)")
         key = (repr(self.spec.to_dict()), self.kernels, id(self.tokenizer) if self.spec.drafter.vocab else None)
-        per_model = _BUILT.setdefault(model, {})
+        per_model = vars(model).setdefault(BUILT_ATTRIBUTE, {})
         if key not in per_model:
             name = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "") or type(model).__name__
             loaded = LoadedModel(model, self.tokenizer, describe_model(model, name))

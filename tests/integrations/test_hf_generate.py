@@ -14,7 +14,7 @@ import torch
 import layersearch
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
-from layersearch.integrations.hf_generate import LayersearchGenerateOutput, _BUILT
+from layersearch.integrations.hf_generate import LayersearchGenerateOutput
 from layersearch.models.tiny import build_tiny_model
 from tests.capture import captured
 
@@ -75,7 +75,19 @@ def test_the_decoder_is_built_once_per_model(tiny_llama):
     built = method.built(tiny_llama)
     tiny_llama.generate(ids, max_new_tokens=4, custom_generate=layersearch.decoding(spec_of("int8")))
     assert method.built(tiny_llama) is built and built.loaded.model is tiny_llama  # no copy of the model
-    assert tiny_llama in _BUILT
+
+
+
+def test_a_model_and_its_decoders_are_freed_together():
+    import gc
+    import weakref
+
+    model = build_tiny_model("llama", num_layers=2, seed=5)
+    model.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=layersearch.decoding(spec_of("int8")))
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None  # the decoder kept for the model does not keep the model alive
 
 
 def test_a_captured_spec_compiles_each_shape_once_across_calls(tiny_llama):
