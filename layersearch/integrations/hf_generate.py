@@ -112,6 +112,10 @@ class Decoding:
             request = read_request(model, input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs,
                                    caller, streamer=streamer, synced_gpus=synced_gpus, stop_strings_criterion=criterion)
             built = self.built(model)  # the spec checked against the model: before any token
+            if built.speculative is not None:  # the loop's caches are sized by it: the context must hold it
+                from layersearch.models.context import check_fits
+
+                check_fits(built.loaded, request.input_ids.shape[1], request.max_new_tokens, "the prompt", "max_new_tokens")
         except BaseException:
             _end(streamer if streamer is not None else caller.get("streamer"))  # generate has put the prompt
             raise

@@ -85,6 +85,12 @@ def test_a_filled_cache_and_other_inputs_are_refused(tiny_llama):
         tiny_llama.generate(inputs_embeds=embeds, max_new_tokens=3, custom_generate=layersearch.decoding(SPEC))
 
 
+def test_more_tokens_than_the_context_holds_are_refused(tiny_llama):
+    with pytest.raises(LayersearchError, match="max_new_tokens") as error:
+        tiny_llama.generate(torch.tensor(PROMPT), max_new_tokens=600, custom_generate=layersearch.decoding(SPEC))
+    assert "\n" not in str(error.value) and "512" in str(error.value)  # the tiny model's context
+
+
 def test_greedy_warpers_change_no_token_and_top_k_samples(tiny_llama):
     """Temperature, top-k and top-p are read, not refused: greedy ignores them as plain generate does."""
     ids = torch.tensor(PROMPT)
