@@ -125,6 +125,15 @@ def test_a_spec_for_another_model_is_refused_before_decoding(tiny_llama, tmp_pat
                             streamer=Watch())
     assert "\n" not in str(error.value)
     assert len(seen) == 2 and seen[1] == "end"  # the prompt generate put itself, then the end: no token decoded
+    qwen = build_tiny_model("qwen2", num_layers=4, seed=1)  # another architecture, the same sizes
+    for_qwen = layersearch.load_decoder(spec_of("skip", ref="tiny-qwen2"), model=(qwen, lambda text: text)).spec
+    with pytest.raises(LayersearchError, match="spec was made for model 'tiny-qwen2'"):
+        tiny_llama.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=layersearch.decoding(for_qwen))
+    from layersearch.masks.mask import SkipMask
+
+    two_layers = DecoderSpec(ModelSpec(ModelRef("tiny")), mask_source=MaskSourceSpec("mask", mask=SkipMask(2, (1,), ())))
+    with pytest.raises(LayersearchError, match="mask is for 2 layers but model .* has 4"):
+        tiny_llama.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=layersearch.decoding(two_layers))
 
 
 def test_sampling_matches_our_decoder_with_the_same_seed(tiny_word_models):
