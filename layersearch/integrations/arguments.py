@@ -123,6 +123,8 @@ def read_request(
     import torch
 
     config = generation_config if generation_config is not None else model.generation_config
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise refuse(f"an encoder-decoder model ({type(model).__name__})", "layersearch decodes causal language models")
     streamer = streamer if streamer is not None else caller.get("streamer")
     if caller.get("assistant_model") is not None:
         raise refuse("assistant_model", "the spec's drafter drafts (an assistant model would be a second one)")

@@ -85,6 +85,15 @@ def test_a_filled_cache_and_other_inputs_are_refused(tiny_llama):
         tiny_llama.generate(inputs_embeds=embeds, max_new_tokens=3, custom_generate=layersearch.decoding(SPEC))
 
 
+def test_an_encoder_decoder_model_is_refused():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8,
+                                             decoder_start_token_id=0))
+    with pytest.raises(LayersearchError, match="generate argument an encoder-decoder model .T5ForConditionalGeneration."):
+        t5.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, custom_generate=layersearch.decoding(SPEC))
+
+
 def test_more_tokens_than_the_context_holds_are_refused(tiny_llama):
     with pytest.raises(LayersearchError, match="max_new_tokens") as error:
         tiny_llama.generate(torch.tensor(PROMPT), max_new_tokens=600, custom_generate=layersearch.decoding(SPEC))
