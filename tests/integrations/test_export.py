@@ -71,3 +71,16 @@ def test_the_command_writes_the_folder_and_refuses_in_one_line(tiny_llama, tmp_p
     assert main(["export-hf", str(tmp_path / "bad.json"), str(tmp_path / "other")]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "other").exists()
     layersearch.decoding(spec)  # the spec file the command read stays a valid spec
+
+
+def test_the_folder_honours_stop_strings_with_generates_tokenizer(tiny_with_embedded_tokenizer, tmp_path):
+    """The folder gets generate's own arguments, the tokenizer included: stop strings need nothing more."""
+    model, tokenizer, _ = tiny_with_embedded_tokenizer(seed=4)
+    export_hf(SPEC, tmp_path / "repo")
+    ids = tokenizer("The quick brown fox jumps over the lazy dog. The quick", return_tensors="pt").input_ids
+    free = model.generate(ids, max_new_tokens=14)[0, ids.shape[1]:].tolist()
+    stop = next(text for text in (tokenizer.decode([t]).strip() for t in free[5:]) if text)
+    plain = model.generate(ids, max_new_tokens=14, stop_strings=[stop], tokenizer=tokenizer)
+    ours = model.generate(ids, max_new_tokens=14, stop_strings=[stop], tokenizer=tokenizer,
+                          custom_generate=str(tmp_path / "repo"), trust_remote_code=True)
+    assert ours.tolist() == plain.tolist() and plain.shape[1] < ids.shape[1] + 14
