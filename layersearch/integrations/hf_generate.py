@@ -120,7 +120,10 @@ class Decoding:
             _end(streamer if streamer is not None else caller.get("streamer"))  # generate has put the prompt
             raise
         if built.speculative is None:  # a plain spec: transformers' own decoding, every argument as generate gave it
-            return type(model)._sample(model, input_ids, logits_processor, stopping_criteria, generation_config,
+            from transformers import StoppingCriteriaList
+
+            criteria = StoppingCriteriaList([*(stopping_criteria or ()), *(request.stop_criteria[-1:] if stop_strings else ())])
+            return type(model)._sample(model, input_ids, logits_processor, criteria, generation_config,
                                        synced_gpus=bool(synced_gpus), streamer=request.streamer, **model_kwargs)
         return self._run(built, request)
 

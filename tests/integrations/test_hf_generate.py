@@ -222,6 +222,9 @@ def test_stop_strings_end_where_plain_generate_ends(tiny_with_embedded_tokenizer
     ours = model.generate(ids, max_new_tokens=14, stop_strings=[stop],
                           custom_generate=layersearch.decoding(spec, tokenizer=tokenizer))
     assert ours.tolist() == plain.tolist() and plain.shape[1] < ids.shape[1] + 14
+    plain_spec = DecoderSpec(ModelSpec(ModelRef("tiny")), plain=True)  # transformers' own loop, with our stop rule
+    assert model.generate(ids, max_new_tokens=14, stop_strings=[stop], custom_generate=layersearch.decoding(
+        plain_spec, tokenizer=tokenizer)).tolist() == plain.tolist()
     with pytest.raises(LayersearchError, match="stop_strings without a tokenizer"):
         model.generate(ids, max_new_tokens=4, stop_strings=[stop], custom_generate=layersearch.decoding(spec))
 
