@@ -19,6 +19,7 @@ from typing import Any
 from layersearch.commands.args import model_args
 
 DEMO_PROMPTS = 40  # code prompts written to the demo's prompt file (about 8 land in the test split)
+DEMO_BUDGET = 90.0  # seconds of search: the mask pool and the trials
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -26,18 +27,21 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="short demo on the embedded model: tune on code prompts, held-out speedup, a spec")
     model_args(p, threads=1)
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--budget", type=float, default=60.0, help="search seconds (default 60)")
-    p.add_argument("--out-dir", default="demo", help="folder for the prompt file, spec and report (default demo/)")
+    p.add_argument("--budget", type=float, default=DEMO_BUDGET,
+                   help=f"search seconds: the mask pool and the trials (default {DEMO_BUDGET:g}; the latency profile "
+                        "before and the held-out measurement after come on top)")
+    p.add_argument("--out-dir", default="demo", help="folder for the prompt files, spec and report (default demo/)")
     p.set_defaults(command="demo")
 
 
 def run(args: Any) -> int:
-    """Write code prompts to a file, tune on them with a small budget, print the held-out table."""
+    """Write code prompts to a file, tune on them with a small budget, print the held-out tables
+    and the fastest measured configuration as the command to run next."""
     from layersearch.commands import tune
     from layersearch.commands.common import load, positive_int
     from layersearch.data import write_prompt_file
     from layersearch.tune import TuneSettings
-    from layersearch.tune.demo import PLAN_MAX_DRAFT, plan_lines, shipped_plan
+    from layersearch.tune.demo import plan_table, suggestion
     from layersearch.tune.report import held_out_table
 
     TuneSettings("-", args.budget, "demo", max_new_tokens=args.max_new_tokens)  # checks the numbers before any work
@@ -45,20 +49,40 @@ def run(args: Any) -> int:
         positive_int(args.threads, "--threads")
     folder = Path(args.out_dir)
     prompts = folder / "code_prompts.jsonl"
+    spec = folder / "spec.json"
     write_prompt_file(prompts, "code", DEMO_PROMPTS)  # HumanEval-style prompts from the built-in code set
-    quick = tune_args("--prompts", str(prompts), "--budget", str(args.budget), "--out", str(folder / "spec.json"),
+    quick = tune_args("--prompts", str(prompts), "--budget", str(args.budget), "--out", str(spec),
                       "--name", "demo", "--storage", f"sqlite:///{folder / 'demo.db'}", "--train-prompts", "2",
-                      "--test-prompts", "3", "--repeats", "1", "--finalists", "2")
+                      "--test-prompts", "3", "--repeats", "1", "--finalists", "3")
     for name in ("model", "device", "dtype", "threads", "max_new_tokens"):
         setattr(quick, name, getattr(args, name))
-    print(f"tuning on {prompts} for {args.budget:g} s (layersearch tune --prompts FILE does this on yours)", file=sys.stderr)
+    say(f"tuning on {prompts} (layersearch tune --prompts FILE does this on yours): a latency profile, then a "
+        f"{args.budget:g} s search budget for the mask pool and the trials, then the held-out measurement")
     result = tune.tune_from_args(quick)
     print(held_out_table(result), flush=True)
-    print("\n".join(plan_lines(load(args), args.max_new_tokens, result.kernels, say)), flush=True)
-    print(f"run it: layersearch generate --spec {folder / 'spec.json'} --prompt \"def fib(n):\"", flush=True)
-    print(f"the plan: layersearch generate --mask {shipped_plan()} --lookahead static --max-draft {PLAN_MAX_DRAFT} "
-          "--prompt \"def fib(n):\"", flush=True)
+    plans = plan_table(load(args), args.max_new_tokens, result.kernels, say)
+    print("\n".join(plans.lines), flush=True)
+    tune_held_out, plan_held_out = folder / "held_out.jsonl", folder / "plan_held_out.jsonl"
+    write_prompts(tune_held_out, result.test_texts)
+    write_prompts(plan_held_out, plans.texts)
+    chosen = suggestion(result, plans, str(spec), str(tune_held_out), str(plan_held_out))
+    if chosen is None:
+        print("run next: nothing measured faster than plain generate here; plain decoding: "
+              f"layersearch generate --baseline --prompts {tune_held_out}", flush=True)
+    else:
+        print(f"run next (the fastest measured, {chosen.label}: {chosen.end_to_end:.2f}x plain generate end to end, "
+              f"{chosen.decode:.2f}x in the decode phase, on the prompts of {chosen.prompts}; --baseline decodes them "
+              f"plain):\n  {chosen.command}", flush=True)
     return 0
+
+
+def write_prompts(path: Path, texts: Any) -> None:
+    """A prompt file (``{"prompt": ...}`` per line) of ``texts``, written atomically (the demo's own folder)."""
+    import json
+
+    from layersearch.common.outputs import write_output
+
+    write_output(path, "".join(json.dumps({"prompt": text}) + "\n" for text in texts), "--out-dir")
 
 
 def say(message: str) -> None:

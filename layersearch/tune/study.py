@@ -126,11 +126,25 @@ def trial_records(study: Any) -> list[TrialRecord]:
     return records
 
 
-def run_trials(study: Any, objective: Callable[[Any], float], seconds: float, on_trial: Callable[[Any, Any], None]) -> None:
-    """Optimize until ``seconds`` of wall time have passed (Optuna's timeout: the trial running
-    then finishes); ``on_trial(study, trial)`` after each."""
+def run_trials(study: Any, objective: Callable[[Any], float], deadline: float, on_trial: Callable[[Any, Any], None]) -> None:
+    """Optimize until the ``time.monotonic()`` ``deadline``; ``on_trial(study, trial)`` after each.
+    A trial starts only while the time left holds one more trial as long as the longest so far,
+    so the search ends within its budget rather than one trial past it (Optuna's timeout lets the
+    trial running at the deadline finish)."""
+    import time
+
     from layersearch.study.interrupts import no_interrupt_tracebacks
+
+    longest = 0.0
+
+    def after(study: Any, trial: Any) -> None:
+        nonlocal longest
+        if trial.datetime_start and trial.datetime_complete:
+            longest = max(longest, (trial.datetime_complete - trial.datetime_start).total_seconds())
+        on_trial(study, trial)
+        if deadline - time.monotonic() < longest:
+            study.stop()
 
     # Ctrl-C: Optuna logs the trial it fails with a KeyboardInterrupt traceback; the CLI says "interrupted" once.
     with quiet_warnings(), no_interrupt_tracebacks():
-        study.optimize(objective, timeout=max(seconds, 1e-3), callbacks=[on_trial], gc_after_trial=False)
+        study.optimize(objective, timeout=max(deadline - time.monotonic(), 1e-3), callbacks=[after], gc_after_trial=False)
