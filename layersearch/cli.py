@@ -108,7 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         read = getattr(module, "input_paths", None)  # files named inside its inputs (a spec's profile, mask file)
         check_overwrites(vars(args), derived(args) if derived is not None else {},  # no output onto an input
                          read(args) if read is not None else ())
-        return int(module.run(args) or 0)
+        if not hasattr(args, "compile"):
+            return int(module.run(args) or 0)
+        from layersearch.common.progress import say
+        from layersearch.runtime.captured import compile_notes
+
+        with compile_notes(lambda note: say(note.line())):  # --compile on: each forward compiling is a line on stderr
+            return int(module.run(args) or 0)
     except LayersearchError as exc:
         from layersearch.commands.wording import cli_message, option_words
 
