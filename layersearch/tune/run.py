@@ -22,6 +22,9 @@ from layersearch.tune.study import TrialRecord
 PRESEARCH_SHARE = 0.1  # of the budget, for the mask pool's matchness searches
 PROFILE_MAX_VERIFY = 16
 PROFILE_CONTEXTS = (64, 512)
+#: Enqueued trials (the starting points, the profile's best first) measured together, interleaved
+#: with one plain generate, before the search samples one trial at a time.
+FIRST_BATCH = 3
 PLAIN_SKIPPED = "plain decoding is the reference every trial measures: not searched"
 
 
@@ -138,9 +141,9 @@ def tune(
 
     from layersearch.data import load_prompts
     from layersearch.tune import select
-    from layersearch.tune.objective import measure
+    from layersearch.tune.objective import measure, measure_together
     from layersearch.tune.space import PLAIN, Space, starting_points, suggest_spec
-    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, study_choices, trial_records
+    from layersearch.tune.study import SPEC_ATTR, open_study, run_batch, run_trials, store_pool, stored_pool, study_choices, trial_records
 
     settings = prepared.settings
     drafts = dict(drafts or {})
@@ -180,20 +183,32 @@ def tune(
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)
 
-    def objective(trial: Any) -> float:
+    def spec_of(trial: Any) -> DecoderSpec:
         spec = replace(suggest_spec(trial, space), compile=compile)
         trial.set_user_attr(SPEC_ATTR, spec.to_dict())
         if spec.plain:  # the reference every trial measures beside its candidate: no budget for it
             trial.set_user_attr("error", PLAIN_SKIPPED)
             raise optuna.TrialPruned(PLAIN_SKIPPED)
-        try:
-            figures = measure(loaded, spec, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
-        except LayersearchError as exc:  # a configuration this model cannot run: recorded, not fatal
-            trial.set_user_attr("error", str(exc))
-            raise optuna.TrialPruned(str(exc)) from None
+        return spec
+
+    def score(trial: Any, figures: Any) -> float:
+        if isinstance(figures, str):  # a configuration this model cannot run: recorded, not fatal
+            trial.set_user_attr("error", figures)
+            raise optuna.TrialPruned(figures)
         for key, value in figures.to_dict().items():
             trial.set_user_attr(key, value)
         return figures.speedup if figures.identical else 0.0  # never happens for greedy: a bug, never a winner
+
+    def objective(trial: Any) -> float:
+        spec = spec_of(trial)
+        try:
+            figures: Any = measure(loaded, spec, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
+        except LayersearchError as exc:
+            figures = str(exc)
+        return score(trial, figures)
+
+    def measure_all(specs: list[DecoderSpec]) -> list[Any]:
+        return measure_together(loaded, specs, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
 
     done = 0
 
@@ -207,8 +222,13 @@ def tune(
                           str(trial.params.get("drafter", "?"))))
 
     left = max(0.0, deadline - time.monotonic())
-    say(f"trials: {left:.0f} s of the {settings.budget:g} s budget left after the mask pool ({len(pool)} masks in it)")
-    run_trials(study, objective, deadline, after_trial)
+    say(f"trials: {left:.0f} s of the {settings.budget:g} s budget left after the mask pool ({len(pool)} masks in it); "
+        f"the first {FIRST_BATCH} enqueued measured together")
+    batch_start = time.monotonic()
+    batch = run_batch(study, FIRST_BATCH, spec_of, measure_all, score, after_trial)
+    # A later trial decodes plain generate and one candidate: about two of the batch's configurations.
+    per_trial = 2 * (time.monotonic() - batch_start) / (batch + 1) if batch else 0.0
+    run_trials(study, objective, deadline, after_trial, expected=per_trial)
     new_trials = done
     search_seconds = time.monotonic() - start
     chosen = select.finalists(study, settings.finalists)

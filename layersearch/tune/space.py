@@ -163,18 +163,17 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
     """Params enqueued before the search, so even a short budget measures them, likeliest first
     and never plain decoding (every trial measures plain ``generate`` beside its candidate): each
     drafter that runs no model with static drafts of :data:`LOOKUP_DRAFT` (transformers' prompt
-    lookup) and of the profile's cheap length; each drafter drafting with the draft model alone at
-    transformers' assisted defaults; then the pool's masks in the profile's order (best predicted
-    first), each with static drafts of the cheap length for every drafter taking a plan, the
-    mixing drafters (prompt lookup first) before the others; last each drafter that mixes in the
-    draft model with the heuristic rule."""
+    lookup); each drafter drafting with the draft model alone at transformers' assisted defaults;
+    then the pool's masks in the profile's order (best predicted first), each with static drafts
+    of the profile's cheap length for every drafter taking a plan, the mixing drafters (prompt
+    lookup first) before the others, and after the first mask the lookup drafters at the cheap
+    length; last each drafter that mixes in the draft model with the heuristic rule."""
     quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
     kinds = [(kind, with_model, drafter_entry(name)) for kind, (name, with_model) in space.kinds.items()]
-    points: list[dict[str, Any]] = []
-    for kind, _, entry in kinds:
-        if not entry.runs_model:
-            points += [{"drafter": kind, "lookahead": "static", "max_draft": n}
-                       for n in dict.fromkeys((LOOKUP_DRAFT, space.cheap_draft))]
+    lookups = [kind for kind, _, entry in kinds if not entry.runs_model]
+    points: list[dict[str, Any]] = [{"drafter": kind, "lookahead": "static", "max_draft": LOOKUP_DRAFT} for kind in lookups]
+    cheap = [{"drafter": kind, "lookahead": "static", "max_draft": space.cheap_draft} for kind in lookups
+             if space.cheap_draft != LOOKUP_DRAFT]
     for kind, _, entry in (k for k in kinds if k[1] and not k[2].mixes):
         head = _head(space, entry)
         points.append({"drafter": kind, "lookahead": "static", "max_draft": space.cheap_draft, **head, **quant})
@@ -183,11 +182,15 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
         points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **head,
                        **({"draft_quant": "none"} if quant else {})})
     planned = sorted((k for k in kinds if not k[1] and k[2].takes_plan), key=lambda k: not k[2].mixes)
-    for candidate in space.masks:  # the profile's order: best predicted speedup first
+    for rank, candidate in enumerate(space.masks):  # the profile's order: best predicted speedup first
         for kind, _, entry in planned:
             tree = {"verifier": "chain"} if entry.branches else {}
             points.append({"drafter": kind, "mask": candidate.label, **tree, "lookahead": "static",
                            "max_draft": space.cheap_draft, **_head(space, entry)})
+        if rank == 0:
+            points += cheap
+    if not space.masks:
+        points += cheap
     for kind, _, entry in (k for k in kinds if k[1] and k[2].mixes):
         points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **_head(space, entry), **quant})
     return points
