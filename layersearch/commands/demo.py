@@ -6,17 +6,20 @@ spec that ``generate --spec`` runs.
 
 Beside it, the model as its own draft (:mod:`layersearch.tune.demo`): the uniform int8
 self-draft, the searched draft plan shipped with the package, and prompt lookup falling back to
-it, on held-out code prompts.
+it, on held-out code prompts. Last the command to run next, chosen from what the demo measured
+(:func:`suggestion`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from layersearch.commands.args import model_args
+from layersearch.tune.demo import INT8_LABEL, PLAN_MAX_DRAFT, PlanTable, shipped_plan
 
 DEMO_PROMPTS = 40  # code prompts written to the demo's prompt file (about 8 land in the test split)
 DEMO_BUDGET = 90.0  # seconds of search: the mask pool and the trials
@@ -41,7 +44,7 @@ def run(args: Any) -> int:
     from layersearch.commands.common import load, positive_int
     from layersearch.data import write_prompt_file
     from layersearch.tune import TuneSettings
-    from layersearch.tune.demo import plan_table, suggestion
+    from layersearch.tune.demo import plan_table
     from layersearch.tune.report import held_out_table
 
     TuneSettings("-", args.budget, "demo", max_new_tokens=args.max_new_tokens)  # checks the numbers before any work
@@ -74,6 +77,49 @@ def run(args: Any) -> int:
               f"{chosen.decode:.2f}x in the decode phase, on the prompts of {chosen.prompts}; --baseline decodes them "
               f"plain):\n  {chosen.command}", flush=True)
     return 0
+
+
+#: The plan rows' ``generate`` options, by the start of their labels (bench's "ours: ..." rows).
+PLAN_OPTIONS = {
+    "ours: prompt-lookup": "--drafter prompt-lookup",
+    f"ours: {INT8_LABEL}": "--draft-quant int8",
+    "ours: searched plan": "--mask {plan}",
+    "ours: hybrid (searched plan)": "--drafter hybrid --mask {plan}",
+}
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The command to run next: the fastest configuration measured, on the prompts it was measured on."""
+
+    command: str
+    label: str
+    end_to_end: float  # its measured speedup over plain generate, prefill included
+    decode: float  # the same, decode phase
+    prompts: str  # the prompt file the command reads
+
+
+def suggestion(result: Any, plans: PlanTable, spec: str, tune_prompts: str, plan_prompts: str) -> Suggestion | None:
+    """The fastest lossless configuration the demo measured, faster than plain generate end to end
+    and in the decode phase on its prompts, as a ``generate`` command on those prompts
+    (``spec``: the file ``result``'s spec was written to; ``tune_prompts``, ``plan_prompts``: files
+    holding ``result``'s and ``plans``' held-out prompts); None when nothing was faster."""
+    options = []
+    kernels = f"--kernels {result.kernels}"
+    if not result.selection.plain_chosen:
+        row = next(r for r in result.selection.rows if r.label == result.selection.winner)
+        options.append((row, f"--spec {spec} --prompts {tune_prompts} {kernels}", tune_prompts))
+    for row in plans.rows:
+        for start, words in PLAN_OPTIONS.items():
+            if row.label.startswith(start):
+                options.append((row, f"{words.format(plan=shipped_plan())} --lookahead static --max-draft {PLAN_MAX_DRAFT} "
+                                     f"--prompts {plan_prompts} {kernels}", plan_prompts))
+    fast = [(row, words, prompts) for row, words, prompts in options if row.identical and row.speedup is not None
+            and row.end_to_end is not None and row.speedup > 1.0 and row.end_to_end > 1.0]
+    if not fast:
+        return None
+    row, words, prompts = max(fast, key=lambda item: item[0].end_to_end)
+    return Suggestion(f"layersearch generate {words}", row.label, row.end_to_end, row.speedup, prompts)
 
 
 def write_prompts(path: Path, texts: Any) -> None:

@@ -4,8 +4,7 @@ The uniform int8 self-draft (every sub-layer and the head in int8), the best dra
 found for SmolLM2-135M on the train split of the built-in code prompts (shipped as package data,
 :data:`PLAN_FILE`; how it was searched is in its provenance and docs/results.md), and prompt
 lookup falling back to that plan, measured side by side with plain ``generate`` and our prompt
-lookup on the code domain's test split (held out from the plan's search); and the command to
-run next, chosen from what the demo measured (:func:`suggestion`).
+lookup on the code domain's test split (held out from the plan's search).
 """
 
 from __future__ import annotations
@@ -79,44 +78,3 @@ def measure_plan_rows(loaded: Any, plan: Any, texts: Sequence[str], new_tokens: 
 
 
 INT8_LABEL = "int8 self-draft (all, head)"
-#: The plan rows' ``generate`` options, by the start of their labels (bench's "ours: ..." rows).
-PLAN_OPTIONS = {
-    "ours: prompt-lookup": "--drafter prompt-lookup",
-    f"ours: {INT8_LABEL}": "--draft-quant int8",
-    "ours: searched plan": "--mask {plan}",
-    "ours: hybrid (searched plan)": "--drafter hybrid --mask {plan}",
-}
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """The command to run next: the fastest configuration measured, on the prompts it was measured on."""
-
-    command: str
-    label: str
-    end_to_end: float  # its measured speedup over plain generate, prefill included
-    decode: float  # the same, decode phase
-    prompts: str  # the prompt file the command reads
-
-
-def suggestion(result: Any, plans: PlanTable, spec: str, tune_prompts: str, plan_prompts: str) -> Suggestion | None:
-    """The fastest lossless configuration the demo measured, faster than plain generate end to end
-    and in the decode phase on its prompts, as a ``generate`` command on those prompts
-    (``spec``: the file ``result``'s spec was written to; ``tune_prompts``, ``plan_prompts``: files
-    holding ``result``'s and ``plans``' held-out prompts); None when nothing was faster."""
-    options = []
-    kernels = f"--kernels {result.kernels}"
-    if not result.selection.plain_chosen:
-        row = next(r for r in result.selection.rows if r.label == result.selection.winner)
-        options.append((row, f"--spec {spec} --prompts {tune_prompts} {kernels}", tune_prompts))
-    for row in plans.rows:
-        for start, words in PLAN_OPTIONS.items():
-            if row.label.startswith(start):
-                options.append((row, f"{words.format(plan=shipped_plan())} --lookahead static --max-draft {PLAN_MAX_DRAFT} "
-                                     f"--prompts {plan_prompts} {kernels}", plan_prompts))
-    fast = [(row, words, prompts) for row, words, prompts in options if row.identical and row.speedup is not None
-            and row.end_to_end is not None and row.speedup > 1.0 and row.end_to_end > 1.0]
-    if not fast:
-        return None
-    row, words, prompts = max(fast, key=lambda item: item[0].end_to_end)
-    return Suggestion(f"layersearch generate {words}", row.label, row.end_to_end, row.speedup, prompts)
