@@ -13,6 +13,7 @@ it, on held-out code prompts. Last the command to run next, chosen from what the
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ def run(args: Any) -> int:
     chosen = suggestion(result, plans, str(spec), str(tune_held_out), str(plan_held_out))
     if chosen is None:
         print("run next: nothing measured faster than plain generate here; plain decoding: "
-              f"layersearch generate --baseline --prompts {tune_held_out}", flush=True)
+              f"layersearch generate --baseline --prompts {shlex.quote(str(tune_held_out))}", flush=True)
     else:
         print(f"run next (the fastest measured, {chosen.label}: {chosen.end_to_end:.2f}x plain generate end to end, "
               f"{chosen.decode:.2f}x in the decode phase, on the prompts of {chosen.prompts}; --baseline decodes them "
@@ -80,11 +81,11 @@ def run(args: Any) -> int:
 
 
 #: The plan rows' ``generate`` options, by the start of their labels (bench's "ours: ..." rows).
-PLAN_OPTIONS = {
-    "ours: prompt-lookup": "--drafter prompt-lookup",
-    f"ours: {INT8_LABEL}": "--draft-quant int8",
-    "ours: searched plan": "--mask {plan}",
-    "ours: hybrid (searched plan)": "--drafter hybrid --mask {plan}",
+PLAN_OPTIONS = {  # the rules bench gave them: prompt lookup HF's schedule, the hybrid the policy's confidence rule
+    "ours: prompt-lookup": "--drafter prompt-lookup --lookahead heuristic --max-draft 4",
+    f"ours: {INT8_LABEL}": f"--draft-quant int8 --lookahead static --max-draft {PLAN_MAX_DRAFT}",
+    "ours: searched plan": f"--mask {{plan}} --lookahead static --max-draft {PLAN_MAX_DRAFT}",
+    "ours: hybrid (searched plan)": f"--drafter hybrid --mask {{plan}} --lookahead confidence --max-draft {PLAN_MAX_DRAFT}",
 }
 
 
@@ -104,16 +105,17 @@ def suggestion(result: Any, plans: PlanTable, spec: str, tune_prompts: str, plan
     and in the decode phase on its prompts, as a ``generate`` command on those prompts
     (``spec``: the file ``result``'s spec was written to; ``tune_prompts``, ``plan_prompts``: files
     holding ``result``'s and ``plans``' held-out prompts); None when nothing was faster."""
+    quote = shlex.quote
     options = []
     kernels = f"--kernels {result.kernels}"
     if not result.selection.plain_chosen:
         row = next(r for r in result.selection.rows if r.label == result.selection.winner)
-        options.append((row, f"--spec {spec} --prompts {tune_prompts} {kernels}", tune_prompts))
+        options.append((row, f"--spec {quote(spec)} --prompts {quote(tune_prompts)} {kernels}", tune_prompts))
     for row in plans.rows:
         for start, words in PLAN_OPTIONS.items():
             if row.label.startswith(start):
-                options.append((row, f"{words.format(plan=shipped_plan())} --lookahead static --max-draft {PLAN_MAX_DRAFT} "
-                                     f"--prompts {plan_prompts} {kernels}", plan_prompts))
+                options.append((row, f"{words.format(plan=quote(str(shipped_plan())))} --prompts {quote(plan_prompts)} {kernels}", plan_prompts))
+                break
     fast = [(row, words, prompts) for row, words, prompts in options if row.identical and row.speedup is not None
             and row.end_to_end is not None and row.speedup > 1.0 and row.end_to_end > 1.0]
     if not fast:

@@ -65,7 +65,7 @@ def test_the_faster_of_tunes_pick_and_the_plan_rows_is_suggested_on_its_prompts(
                                    _row("ours: searched plan", 2.5, 1.6, identical=False)), ("p",))
     chosen = suggestion(tuned, plans, "d/spec.json", "d/held_out.jsonl", "d/plan.jsonl")
     assert chosen.label == "ours: hybrid (searched plan)" and chosen.prompts == "d/plan.jsonl"  # the non-identical row is out
-    assert chosen.command == (f"layersearch generate --drafter hybrid --mask {shipped_plan()} --lookahead static "
+    assert chosen.command == (f"layersearch generate --drafter hybrid --mask {shipped_plan()} --lookahead confidence "
                               "--max-draft 3 --prompts d/plan.jsonl --kernels numba")
     plans = PlanTable(("table",), (_row("ours: hybrid (searched plan)", 1.9, 1.1),))
     chosen = suggestion(tuned, plans, "d/spec.json", "d/held_out.jsonl", "d/plan.jsonl")
