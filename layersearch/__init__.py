@@ -1,5 +1,5 @@
-"""layersearch: lossless self-speculative decoding of Hugging Face causal LMs, and the search for
-the sub-layers its draft skips.
+"""layersearch: lossless speculative decoding of Hugging Face causal LMs, and the search for the
+draft that pays (draft plans of sub-layers skipped or in int8, prompt lookup, draft models).
 
 ``layersearch.load_decoder(spec_or_path, model=None)`` is the Python API (:mod:`layersearch.decoder.api`);
 ``layersearch.decoding(spec_or_path)`` makes transformers' ``model.generate(..., custom_generate=...)``
@@ -50,3 +50,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = sorted([*_LAZY, "LayersearchError", "__version__"])
+
+
+def __dir__() -> list[str]:
+    """The public API and the module's own dunder names (no helper, import or subpackage)."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})

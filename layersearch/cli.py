@@ -15,6 +15,7 @@ import sys
 from typing import Sequence
 
 from layersearch.common.errors import LayersearchError
+from layersearch import __version__
 
 #: The commands, one module each under layersearch/commands/ with ``add_parser(sub,
 #: parser_class)`` and ``run(args)``; the order is the order of ``--help`` (``export_hf``: the
@@ -62,9 +63,15 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
+#: What ``layersearch --help`` says the tool is (pyproject.toml's description says the same).
+DESCRIPTION = ("Lossless speculative decoding for Hugging Face causal LMs: search and run draft plans (sub-layers "
+               "skipped or in int8), prompt lookup and draft models, and tune them on your prompts.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``layersearch`` argument parser."""
-    parser = Parser(prog="layersearch", description="Search and run layer-skip masks for self-speculative decoding.")
+    parser = Parser(prog="layersearch", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"layersearch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"layersearch.commands.{name}").add_parser(sub, Parser)
@@ -102,7 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         read = getattr(module, "input_paths", None)  # files named inside its inputs (a spec's profile, mask file)
         check_overwrites(vars(args), derived(args) if derived is not None else {},  # no output onto an input
                          read(args) if read is not None else ())
-        return int(module.run(args) or 0)
+        if not hasattr(args, "compile"):
+            return int(module.run(args) or 0)
+        from layersearch.common.progress import say
+        from layersearch.runtime.captured import compile_notes
+
+        with compile_notes(lambda note: say(note.line())):  # --compile on: each forward compiling is a line on stderr
+            return int(module.run(args) or 0)
     except LayersearchError as exc:
         from layersearch.commands.wording import cli_message, option_words
 

@@ -172,3 +172,29 @@ def test_an_unforeseen_runtime_error_is_one_line(tiny_dir, capsys, monkeypatch):
     monkeypatch.setenv("LAYERSEARCH_DEBUG", "1")
     with pytest.raises(RuntimeError):
         main(["generate", "--model", str(tiny_dir), "--prompt", "w1"])
+
+
+def test_version_prints_the_package_version(capsys):
+    import layersearch
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"layersearch {layersearch.__version__}"
+
+
+def test_help_names_every_kind_of_draft(capsys):
+    """``--help`` and pyproject.toml's description say what the tool drafts with, not only layer skips."""
+    import re
+    from pathlib import Path
+
+    from layersearch.cli import DESCRIPTION
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert " ".join(DESCRIPTION.split()) in text
+    pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8")
+    described = re.search(r'^description = "([^"]*)"', pyproject, re.MULTILINE).group(1)
+    for words in ("draft plans", "int8", "prompt lookup", "draft models"):
+        assert words in DESCRIPTION and words in described

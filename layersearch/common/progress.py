@@ -1,4 +1,5 @@
-"""A progress bar for long study runs: trials done, best value and elapsed time, on stderr.
+"""A progress bar for long study runs: trials done, best value and elapsed time, on stderr; and
+:func:`say`, one progress line (e.g. a forward compiling).
 
 The bar is drawn with tqdm only when it is wanted and can be seen: not with ``--quiet``, and
 only when the stream is a terminal. Otherwise nothing is printed per trial (logs and pipes
@@ -70,6 +71,17 @@ class TrialProgress:
             self._bar.close()
             self._bar = None
         _OPEN.discard(self)
+
+
+def say(message: str, stream: IO[str] | None = None) -> None:
+    """One progress line on stderr (flushed; above a bar that is drawn): what long work does now."""
+    stream = sys.stderr if stream is None else stream
+    if _OPEN:
+        from tqdm import tqdm
+
+        tqdm.write(message, file=stream)
+    else:
+        print(message, file=stream, flush=True)
 
 
 def _is_terminal(stream: IO[str]) -> bool:

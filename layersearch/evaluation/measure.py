@@ -79,7 +79,7 @@ def speedup(base_seconds: float, base_tokens: int, seconds: float, tokens: int) 
 
 def stats_speedup(base: "DecodeStats", run: "DecodeStats") -> float | None:
     """:func:`speedup` of two (pooled) generations' statistics."""
-    return speedup(base.total_seconds, base.new_tokens, run.total_seconds, run.new_tokens)
+    return speedup(base.run_seconds, base.new_tokens, run.run_seconds, run.new_tokens)
 
 
 def decode_speedup(base: "DecodeStats", run: "DecodeStats") -> float | None:
@@ -210,7 +210,7 @@ def compare(
             if config.name == base_name:
                 reference = reference or tokens
             measurement.outputs = tokens
-            measurement.totals.append(pooled[config.name].total_seconds)
+            measurement.totals.append(pooled[config.name].run_seconds)
             measurement.stats.append(pooled[config.name])
             known = [p for p in peaks[config.name] if p is not None]
             measurement.peak_ratio = max(known) if known else None

@@ -214,7 +214,7 @@ def answer_question(
         stats = result.stats
         accept = (1,) * stats.new_tokens if vanilla else tuple(stats.accept_lengths)
         steps = stats.new_tokens if vanilla else stats.target_forwards + 1  # + the prefill's forward
-        turns.append(Turn(text, stats.new_tokens, stats.total_seconds, steps, accept))
+        turns.append(Turn(text, stats.new_tokens, stats.run_seconds, steps, accept))
         messages.append({"role": "assistant", "content": text})
     return tuple(turns)
 

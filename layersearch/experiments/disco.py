@@ -145,7 +145,7 @@ def table_rows(configs: list[Configuration], measured, best_static: str, steps: 
             pooled = combine(m.stats)
             row["wasted_draft_tokens"] = (pooled.drafted - pooled.accepted) / len(m.stats)
             row["stop_forwards"] = (pooled.draft_forwards - pooled.drafted) / len(m.stats)
-            row["ms_per_token"] = 1000 * statistics.median(s.total_seconds / s.new_tokens for s in m.stats)
+            row["ms_per_token"] = 1000 * statistics.median(s.run_seconds / s.new_tokens for s in m.stats)
             row["modelled_ms_per_token"] = (
                 modelled_ms(steps[config.name], costs) if config.name in steps else 1000 * costs.verify_seconds(0)
             )

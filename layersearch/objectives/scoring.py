@@ -37,7 +37,7 @@ class Score:
 # ----- rules ------------------------------------------------------------------------------------
 def seconds_per_token(run: "DecodeStats") -> float:
     """Self-SD's objective: wall-clock seconds per generated token (prefill included)."""
-    return run.total_seconds / run.new_tokens if run.new_tokens else float("inf")
+    return run.run_seconds / run.new_tokens if run.new_tokens else float("inf")
 
 
 def drafts_per_cycle(run: "DecodeStats") -> float | None:

@@ -14,12 +14,13 @@ of :func:`_forward`'s code: entries never evict each other from dynamo's per-cod
 
 from __future__ import annotations
 
+import contextlib
 import time
 import types
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, cast
+from typing import Any, Callable, Hashable, Iterator, cast
 
 import torch
 from transformers import PreTrainedModel
@@ -65,6 +66,41 @@ class CaptureStats:
         """JSON-ready."""
         return {"entries": self.entries, "hits": self.hits, "misses": self.misses, "evictions": self.evictions,
                 "hit_rate": self.hit_rate, "compile_seconds": round(self.compile_seconds, 3)}
+
+
+@dataclass(frozen=True)
+class CompileNote:
+    """A forward about to compile: its number among the generation's compiles, at most how many
+    the generation can compile (None: unknown), and what it computes."""
+
+    number: int
+    bound: int | None
+    what: str  # e.g. "verify 4 tokens"
+
+    def line(self) -> str:
+        """The progress line (``compiling forward 2/5 (verify 4 tokens)...``)."""
+        count = f"{self.number}/{self.bound}" if self.bound is not None and self.number <= self.bound else str(self.number)
+        return f"compiling forward {count} ({self.what})..."
+
+
+_WATCHERS: list[Callable[[CompileNote], None]] = []
+
+
+@contextlib.contextmanager
+def compile_notes(watch: Callable[[CompileNote], None]) -> Iterator[None]:
+    """Inside, ``watch`` is told of every forward about to compile (compiling takes 20-40 s a shape
+    on a CPU: a command shows it as progress; the runtime prints nothing itself)."""
+    _WATCHERS.append(watch)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(watch)
+
+
+def note_compile(note: CompileNote) -> None:
+    """Tell the watchers of :func:`compile_notes` that ``note``'s forward compiles now."""
+    for watch in list(_WATCHERS):
+        watch(note)
 
 
 class CapturedForwards:
@@ -137,6 +173,10 @@ class CapturedForwards:
         _sync(device)
         self.compile_seconds += time.perf_counter() - t0
         return logits
+
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether the forward of ``key`` is compiled (a call runs it without compiling)."""
+        return key in self._compiled
 
     def stats(self) -> CaptureStats:
         """The table's counters so far."""

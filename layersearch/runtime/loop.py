@@ -51,7 +51,7 @@ from layersearch.kernels.select import is_traceable
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.runtime.cache import has_sliding_window, new_cache, seat_static_cache, truncate_cache
-from layersearch.runtime.captured import CaptureStats, captured_forwards
+from layersearch.runtime.captured import CaptureStats, CompileNote, captured_forwards, note_compile
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
 from layersearch.runtime.drafters import Drafter, LayerSkipDrafter, StepRequest
 from layersearch.runtime.draft_policy import DraftPolicy
@@ -191,7 +191,8 @@ class _Run:
         self.captured = decoder.compile and not self.path_reason
         capacity = self.prompt_length + max_new + self.lookahead_ceiling() + 2
         self.cache = decoder.static_cache(capacity) if self.captured else new_cache(self.model)
-        self.compile_before = decoder.compiled.stats().compile_seconds
+        before = decoder.compiled.stats()
+        self.compile_before, self.misses_before = before.compile_seconds, before.misses
         self.last_ids: torch.Tensor | None = None  # [1] the newest token, on the device
         # Prompt and emitted ids on the CPU; views of it are what drafters and controllers read.
         self.ids = torch.zeros(self.prompt_length + max_new + 1, dtype=torch.long)  # [capacity]
@@ -339,12 +340,21 @@ class _Run:
                 n = ids.shape[0]
                 kernels = getattr(self.model, "_layersearch_kernels", None)  # a graph traced with numba's ops differs
                 key = (plan, n, n if keep is None else keep, id(head), self.cache.get_max_length(), kernels)
+                if key not in self.decoder.compiled:
+                    self._note_compile(plan, n)
                 logits = self.decoder.compiled.forward(model, key, self.cache, ids, start, n if keep is None else keep, head)
             else:
                 if self.captured:
                     seat_static_cache(self.cache, start)
                 logits = forward_tokens(model, tokens, start, self.cache, keep, head=head, **options)
         return logits
+
+    def _note_compile(self, plan: SkipMask | None, n: int) -> None:
+        # Bound: verifications of 1..max_draft + 1 tokens and a one-token draft forward under the plan.
+        number = self.decoder.compiled.stats().misses - self.misses_before + 1
+        what = f"draft {n} token{'s' if n > 1 else ''} under the plan" if plan is not None else \
+            "one token" if n == 1 else f"verify {n} tokens"
+        note_compile(CompileNote(number, self.lookahead.max_draft + 2, what))
 
     def _observe_hidden(self, states: torch.Tensor) -> None:
         # Optional on the drafter protocol: only a drafter with ``hidden_layers`` has it.

@@ -46,6 +46,11 @@ class DecodeStats:
     compile_seconds: float = 0.0  # first calls of forwards compiled in this generation (in neither phase)
 
     @property
+    def run_seconds(self) -> float:
+        """Wall-clock seconds of the generation with compiling taken out (what tokens/s divides by)."""
+        return max(self.total_seconds - self.compile_seconds, 0.0)
+
+    @property
     def decode_seconds(self) -> float:
         """Seconds after the first delivery, the draft model's prefill and compiling taken out."""
         return max(self.total_seconds - self.prefill_seconds - self.draft_prefill_seconds - self.compile_seconds, 0.0)
@@ -95,13 +100,13 @@ class DecodeStats:
 
     @property
     def tokens_per_second(self) -> float:
-        """Generated tokens per wall-clock second, prefill included."""
-        return self.new_tokens / self.total_seconds if self.total_seconds > 0 else 0.0
+        """Generated tokens per wall-clock second, prefill included, compiling excluded (its own figure)."""
+        return self.new_tokens / self.run_seconds if self.run_seconds > 0 else 0.0
 
     @property
     def other_seconds(self) -> float:
-        """Time outside the prefill, draft and verify forwards (bookkeeping)."""
-        return max(0.0, self.total_seconds - self.prefill_seconds - self.draft_seconds - self.verify_seconds)
+        """Time outside the prefill, draft and verify forwards and compiling (bookkeeping)."""
+        return max(0.0, self.run_seconds - self.prefill_seconds - self.draft_seconds - self.verify_seconds)
 
     @property
     def bookkeeping_seconds(self) -> float | None:

@@ -83,14 +83,43 @@ def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: 
             drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock") -> Figures:
     """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each),
     both with ``kernels``."""
+    (figures,) = measure_together(loaded, [spec], prompts, new_tokens, repeats=repeats, drafts=drafts, kernels=kernels)
+    if isinstance(figures, str):
+        raise LayersearchError(figures)
+    return figures
+
+
+def measure_together(loaded: Any, specs: Sequence[DecoderSpec], prompts: Sequence[Any], new_tokens: int, *,
+                     repeats: int = 1, drafts: Mapping[str | None, Any] | None = None,
+                     kernels: str = "stock") -> list[Figures | str]:
+    """Each of ``specs``' decoders against one plain ``generate``, all interleaved on ``prompts``
+    (one plain run serves them all, and the machine's load drifts alike for every one); per spec its
+    Figures, or the error that stopped it (a spec this model cannot build or run). A failing plain
+    ``generate`` raises."""
     from layersearch.evaluation.bench import PLAIN, run_domain, summarize
 
     from layersearch.decoder.spec import compile_wanted
 
-    configs = [plain_config(loaded, kernels), spec_config(loaded, spec, CANDIDATE, drafts, kernels)]
+    labels = [f"{CANDIDATE} {i}" for i in range(len(specs))]
+    built: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for label, spec in zip(labels, specs):
+        try:
+            built[label] = spec_config(loaded, spec, label, drafts, kernels)
+        except LayersearchError as exc:
+            errors[label] = str(exc)
+    configs = [plain_config(loaded, kernels), *built.values()]
+    compiled = any(compile_wanted(spec.compile, loaded.model.device.type) for spec in specs)
     measured = run_domain(configs, list(prompts), new_tokens, repeats, lambda message: None, device=loaded.model.device,
-                          compiled=compile_wanted(spec.compile, loaded.model.device.type))
-    for name in (PLAIN, CANDIDATE):
-        if measured[name].error:
-            raise LayersearchError(f"{name} failed: {measured[name].error}")
-    return figures_of(summarize(CANDIDATE, measured[CANDIDATE], None, 0, None, plain=measured[PLAIN]))
+                          compiled=compiled)
+    if measured[PLAIN].error:
+        raise LayersearchError(f"{PLAIN} failed: {measured[PLAIN].error}")
+    results: list[Figures | str] = []
+    for label in labels:
+        if label in errors:
+            results.append(errors[label])
+        elif measured[label].error:
+            results.append(f"{CANDIDATE} failed: {measured[label].error}")
+        else:
+            results.append(figures_of(summarize(label, measured[label], None, 0, None, plain=measured[PLAIN])))
+    return results

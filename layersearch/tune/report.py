@@ -124,7 +124,9 @@ def markdown(result: Any, png_name: str) -> str:
         "## What was tried",
         "",
         f"{len(records)} trials ({result.new_trials} in this run, {failed} failed or pruned) over "
-        f"{result.search_seconds:.0f} s of search: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ".",
+        f"{result.search_seconds:.0f} s of search" + (f" (budget {result.budget:g} s: the mask pool and the trials)"
+                                                      if result.budget else "") + ": "
+        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ". Trials are numbered as the study numbers them, from 0.",
         f"Mask pool: {len(result.pool)} masks after the profile's pruning"
         + (": " + ", ".join(f"{c.label} (matchness {c.matchness:.2f}, predicted {c.predicted:.2f}x)" for c in result.pool)
            if result.pool else "") + ".",
@@ -171,7 +173,11 @@ def _num(value: float | None, suffix: str = "") -> str:
 
 
 #: The header of :func:`held_out_table` (and of rows added below it, :func:`held_out_lines`).
-HELD_OUT_HEADER = f"{'config':48} {'train':>7} {'speedup':>8} {'M':>5} {'alpha':>6} identical"
+HELD_OUT_HEADER = f"{'config':48} {'train':>7} {'decode':>8} {'M':>5} {'alpha':>6} identical"
+#: What the header's columns measure, the line under it.
+HELD_OUT_NOTE = ("train / decode: decode-phase speedup (prefill excluded) over plain generate on the train prompts "
+                 "(the search) / the held-out prompts; M: tokens per verification; alpha: drafted tokens accepted; "
+                 "-: not measured (plain generate and transformers' peers count no drafts)")
 
 
 def held_out_lines(rows: Any) -> list[str]:
@@ -190,7 +196,7 @@ def held_out_lines(rows: Any) -> list[str]:
 
 def held_out_table(result: Any) -> str:
     """The held-out rows as aligned text, and the choice."""
-    lines = [HELD_OUT_HEADER, *held_out_lines(result.selection.rows)]
+    lines = [HELD_OUT_NOTE, HELD_OUT_HEADER, *held_out_lines(result.selection.rows)]
     chosen = "plain decoding (nothing beat it on held-out prompts)" if result.selection.plain_chosen else \
         f"{result.selection.winner}: {describe(result.spec)}"
     lines.append(f"chosen: {chosen}")

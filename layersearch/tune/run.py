@@ -22,6 +22,10 @@ from layersearch.tune.study import TrialRecord
 PRESEARCH_SHARE = 0.1  # of the budget, for the mask pool's matchness searches
 PROFILE_MAX_VERIFY = 16
 PROFILE_CONTEXTS = (64, 512)
+#: Enqueued trials (the starting points, the profile's best first) measured together, interleaved
+#: with one plain generate, before the search samples one trial at a time.
+FIRST_BATCH = 3
+PLAIN_SKIPPED = "plain decoding is the reference every trial measures: not searched"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class TuneResult:
     repeats: int
     kernels: str = "stock"  # the CPU kernels every measurement ran with
     quants: tuple[str, ...] = ()  # the draft model's quantizations searched beside its own weights
+    budget: float | None = None  # the search's seconds (the mask pool and the trials)
+    test_ids: tuple[Any, ...] = ()  # the held-out prompts' token ids ``[1, n]`` each
+    test_texts: tuple[str, ...] = ()  # the held-out prompts, as the finalists decoded them
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ class Progress:
     best: float | None
     last: float | None
     seconds_left: float
+    number: int | None = None  # the trial's number in the study (Optuna's, from 0, as the report and spec name it)
+    kind: str | None = None  # its drafter kind
 
 
 #: Train and test prompts when not given: fewer when the file's split holds fewer.
@@ -132,9 +141,9 @@ def tune(
 
     from layersearch.data import load_prompts
     from layersearch.tune import select
-    from layersearch.tune.objective import measure
-    from layersearch.tune.space import Space, starting_points, suggest_spec
-    from layersearch.tune.study import SPEC_ATTR, open_study, run_trials, store_pool, stored_pool, study_choices, trial_records
+    from layersearch.tune.objective import measure, measure_together
+    from layersearch.tune.space import PLAIN, Space, starting_points, suggest_spec
+    from layersearch.tune.study import SPEC_ATTR, open_study, run_batch, run_trials, store_pool, stored_pool, study_choices, trial_records
 
     settings = prepared.settings
     drafts = dict(drafts or {})
@@ -174,31 +183,52 @@ def tune(
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)
 
-    def objective(trial: Any) -> float:
+    def spec_of(trial: Any) -> DecoderSpec:
         spec = replace(suggest_spec(trial, space), compile=compile)
         trial.set_user_attr(SPEC_ATTR, spec.to_dict())
-        if spec.plain and _plain_measured(study):  # plain decoding has no parameters: once is enough
-            trial.set_user_attr("error", "plain decoding was measured already")
-            raise optuna.TrialPruned("plain decoding was measured already")
-        try:
-            figures = measure(loaded, spec, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
-        except LayersearchError as exc:  # a configuration this model cannot run: recorded, not fatal
-            trial.set_user_attr("error", str(exc))
-            raise optuna.TrialPruned(str(exc)) from None
+        if spec.plain:  # the reference every trial measures beside its candidate: no budget for it
+            trial.set_user_attr("error", PLAIN_SKIPPED)
+            raise optuna.TrialPruned(PLAIN_SKIPPED)
+        return spec
+
+    def score(trial: Any, figures: Any) -> float:
+        if isinstance(figures, str):  # a configuration this model cannot run: recorded, not fatal
+            trial.set_user_attr("error", figures)
+            raise optuna.TrialPruned(figures)
         for key, value in figures.to_dict().items():
             trial.set_user_attr(key, value)
         return figures.speedup if figures.identical else 0.0  # never happens for greedy: a bug, never a winner
+
+    def objective(trial: Any) -> float:
+        spec = spec_of(trial)
+        try:
+            figures: Any = measure(loaded, spec, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
+        except LayersearchError as exc:
+            figures = str(exc)
+        return score(trial, figures)
+
+    def measure_all(specs: list[DecoderSpec]) -> list[Any]:
+        return measure_together(loaded, specs, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
 
     done = 0
 
     def after_trial(study: Any, trial: Any) -> None:
         nonlocal done
+        if trial.params.get("drafter") == PLAIN:
+            return  # skipped unmeasured: not a trial of the search's progress
         done += 1
         best = _best(study)
-        on_trial(Progress(done, best, trial.value, max(0.0, deadline - time.monotonic())))
+        on_trial(Progress(done, best, trial.value, max(0.0, deadline - time.monotonic()), trial.number,
+                          str(trial.params.get("drafter", "?"))))
 
-    say(f"searching for {max(0.0, deadline - time.monotonic()):.0f} s ({len(pool)} masks in the pool)")
-    run_trials(study, objective, deadline - time.monotonic(), after_trial)
+    left = max(0.0, deadline - time.monotonic())
+    say(f"trials: {left:.0f} s of the {settings.budget:g} s budget left after the mask pool ({len(pool)} masks in it); "
+        f"the first {FIRST_BATCH} enqueued measured together")
+    batch_start = time.monotonic()
+    batch = run_batch(study, FIRST_BATCH, spec_of, measure_all, score, after_trial)
+    # A later trial decodes plain generate and one candidate: about two of the batch's configurations.
+    per_trial = 2 * (time.monotonic() - batch_start) / (batch + 1) if batch else 0.0
+    run_trials(study, objective, deadline, after_trial, expected=per_trial)
     new_trials = done
     search_seconds = time.monotonic() - start
     chosen = select.finalists(study, settings.finalists)
@@ -210,7 +240,8 @@ def tune(
     return TuneResult(selection.spec, selection, tuple(trial_records(study)), pool, new_trials, search_seconds,
                       settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,
                       settings.name, prepared.location.url, settings.train_prompts, settings.test_prompts,
-                      settings.max_new_tokens, settings.repeats, kernels, quants[1:])
+                      settings.max_new_tokens, settings.repeats, kernels, quants[1:], settings.budget, tuple(test),
+                      tuple(test_texts))
 
 
 def cheap_draft(profile: Any, tolerance: float = 1.1) -> int:
@@ -248,13 +279,6 @@ def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, setting
 def _ids(loaded: Any, texts: list[str]) -> list[Any]:
     """Token ids ``[1, n]`` of each prompt, on the model's device (as ``bench`` tokenizes them)."""
     return [loaded.tokenizer(text, return_tensors="pt").input_ids.to(loaded.model.device) for text in texts]
-
-
-def _plain_measured(study: Any) -> bool:
-    """Whether a complete trial of the study decoded plain."""
-    import optuna
-
-    return any(t.params.get("drafter") == "plain" for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
 def _best(study: Any) -> float | None:
@@ -306,6 +330,7 @@ class TrialLines:
         """One trial finished (a :class:`layersearch.tune.run.Progress`)."""
         self.bar.update(best=p.best, last=p.last, left=p.seconds_left)
         if not self.quiet and not self.bar.enabled:
-            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x"
+            last = "no score (failed or skipped)" if p.last is None else f"{p.last:.2f}x train decode-phase speedup"
             best = "-" if p.best is None else f"{p.best:.2f}x"
-            self.say(f"trial {p.done}: {last} (best {best}, {p.seconds_left:.0f} s left)")
+            name = f"trial {p.done if p.number is None else p.number}" + (f" ({p.kind})" if p.kind else "")
+            self.say(f"{name}: {last} (best {best}, {p.seconds_left:.0f} s of the budget left)")

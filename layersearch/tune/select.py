@@ -94,27 +94,30 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
     measured = run_domain(base + ours, list(prompts), new_tokens, repeats, say, device=loaded.model.device, compiled=compiled)
     summary = {c.name: summarize(c.name, measured[c.name], None, 0, None, plain=measured[PLAIN]) for c in base + ours}
     peer_rows = {c.name: summary[c.name] for c in base[1:]}
-    rows = [_row(PLAIN, summary[PLAIN], {})]
-    rows += [_row(name, row, {}) for name, row in peer_rows.items()]
+    rows = [_row(PLAIN, summary[PLAIN], {}, drafts=False)]  # transformers' generate: no drafts counted, M and alpha "-"
+    rows += [_row(name, row, {}, drafts=False) for name, row in peer_rows.items()]
     for finalist in chosen:
         rows.append(_row(finalist.label, summary[finalist.label], peer_rows, finalist))
     return rows
 
 
-def held_out_row(label: str, row: Mapping[str, Any]) -> HeldOutRow:
-    """A row of :func:`layersearch.evaluation.bench.summarize` as a HeldOutRow (no spec, no peers)."""
-    return _row(label, row, {})
+def held_out_row(label: str, row: Mapping[str, Any], *, drafts: bool = True) -> HeldOutRow:
+    """A row of :func:`layersearch.evaluation.bench.summarize` as a HeldOutRow (no spec, no peers;
+    ``drafts``: whether its decoder counts drafts, else M and alpha are None: transformers' own
+    ``generate`` and its peers report no acceptance)."""
+    return _row(label, row, {}, drafts=drafts)
 
 
-def _row(label: str, row: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]], finalist: Finalist | None = None) -> HeldOutRow:
+def _row(label: str, row: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]], finalist: Finalist | None = None,
+         *, drafts: bool = True) -> HeldOutRow:
     spec = finalist.spec if finalist else None
     train = finalist.train_speedup if finalist else None
     if "error" in row:
         return HeldOutRow(label, None, None, None, None, False, spec=spec, train_speedup=train, error=row["error"])
     speedup = float(row.get("decode_speedup", row["speedup"]))
     vs = {name: speedup / float(p.get("decode_speedup", p["speedup"])) for name, p in peers.items() if "error" not in p}
-    return HeldOutRow(label, speedup, float(row["speedup"]), row["M"], row["alpha"], bool(row["identical_to_plain"]),
-                      vs, spec, train)
+    return HeldOutRow(label, speedup, float(row["speedup"]), row["M"] if drafts else None, row["alpha"] if drafts else None,
+                      bool(row["identical_to_plain"]), vs, spec, train)
 
 
 def choose(rows: Sequence[HeldOutRow], plain_spec: DecoderSpec) -> Selection:

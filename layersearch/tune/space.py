@@ -40,7 +40,7 @@ from typing import Any, Mapping
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
-from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
+from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.drafters import DEFAULT_DRAFTER, DrafterEntry, drafter_entry
 from layersearch.tune.pool import Candidate
 
@@ -155,17 +155,25 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
                        max_new_tokens=space.max_new_tokens)
 
 
+#: transformers' prompt lookup length (``prompt_lookup_num_tokens=10``): a lookup draft costs no forward.
+LOOKUP_DRAFT = 10
+
+
 def starting_points(space: Space) -> list[dict[str, Any]]:
-    """Params enqueued before the search, so even a short budget measures them, cheapest and
-    likeliest first: each drafter that runs no model with HF's heuristic length rule (prompt
-    lookup's), each drafter drafting with the draft model alone at transformers' assisted
-    defaults, plain decoding (the noise level of a train score), then the best predicted mask
-    with the confidence rule for each drafter taking a plan, and each drafter that mixes in the
-    draft model with the heuristic rule."""
+    """Params enqueued before the search, so even a short budget measures them, likeliest first
+    and never plain decoding (every trial measures plain ``generate`` beside its candidate): each
+    drafter that runs no model with static drafts of :data:`LOOKUP_DRAFT` (transformers' prompt
+    lookup); each drafter drafting with the draft model alone at transformers' assisted defaults;
+    then the pool's masks in the profile's order (best predicted first), each with static drafts
+    of the profile's cheap length for every drafter taking a plan, the mixing drafters (prompt
+    lookup first) before the others, and after the first mask the lookup drafters at the cheap
+    length; last each drafter that mixes in the draft model with the heuristic rule."""
     quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
     kinds = [(kind, with_model, drafter_entry(name)) for kind, (name, with_model) in space.kinds.items()]
-    points: list[dict[str, Any]] = [{"drafter": kind, "lookahead": "heuristic", "max_draft": 4}
-                                    for kind, _, entry in kinds if not entry.runs_model]
+    lookups = [kind for kind, _, entry in kinds if not entry.runs_model]
+    points: list[dict[str, Any]] = [{"drafter": kind, "lookahead": "static", "max_draft": LOOKUP_DRAFT} for kind in lookups]
+    cheap = [{"drafter": kind, "lookahead": "static", "max_draft": space.cheap_draft} for kind in lookups
+             if space.cheap_draft != LOOKUP_DRAFT]
     for kind, _, entry in (k for k in kinds if k[1] and not k[2].mixes):
         head = _head(space, entry)
         points.append({"drafter": kind, "lookahead": "static", "max_draft": space.cheap_draft, **head, **quant})
@@ -173,11 +181,16 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
         points.append({"drafter": kind, "lookahead": "confidence", "max_draft": 12, "threshold": 0.4, **head, **quant})
         points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **head,
                        **({"draft_quant": "none"} if quant else {})})
-    points.append({"drafter": PLAIN})
-    for kind, _, entry in (k for k in kinds if not k[1] and k[2].takes_plan):
-        tree = {"verifier": "chain"} if entry.branches else {}
-        points.append({"drafter": kind, "mask": space.masks[0].label, **tree, "lookahead": "confidence", "max_draft": MAX_DRAFT,
-                       "threshold": DRAFT_THRESHOLD, **_head(space, entry)})
+    planned = sorted((k for k in kinds if not k[1] and k[2].takes_plan), key=lambda k: not k[2].mixes)
+    for rank, candidate in enumerate(space.masks):  # the profile's order: best predicted speedup first
+        for kind, _, entry in planned:
+            tree = {"verifier": "chain"} if entry.branches else {}
+            points.append({"drafter": kind, "mask": candidate.label, **tree, "lookahead": "static",
+                           "max_draft": space.cheap_draft, **_head(space, entry)})
+        if rank == 0:
+            points += cheap
+    if not space.masks:
+        points += cheap
     for kind, _, entry in (k for k in kinds if k[1] and k[2].mixes):
         points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **_head(space, entry), **quant})
     return points

@@ -126,11 +126,75 @@ def trial_records(study: Any) -> list[TrialRecord]:
     return records
 
 
-def run_trials(study: Any, objective: Callable[[Any], float], seconds: float, on_trial: Callable[[Any, Any], None]) -> None:
-    """Optimize until ``seconds`` of wall time have passed (Optuna's timeout: the trial running
-    then finishes); ``on_trial(study, trial)`` after each."""
+def run_batch(study: Any, count: int, spec_of: Callable[[Any], Any], measure_all: Callable[[list[Any]], list[Any]],
+              score: Callable[[Any, Any], float], on_trial: Callable[[Any, Any], None]) -> int:
+    """Measure up to ``count`` of the study's enqueued (waiting) trials together: ask each, take its
+    spec (``spec_of(trial)``; raising ``optuna.TrialPruned`` skips it), measure every spec in one
+    interleaved run (``measure_all(specs)``, one result each), and tell each trial
+    ``score(trial, result)`` (raising ``optuna.TrialPruned``: pruned); ``on_trial(study, trial)``
+    after each. A trial left open by a fault is failed; by Ctrl-C failed and enqueued again, so a
+    resumed study measures it. Returns how many trials it asked."""
+    import optuna
+
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    asked: list[Any] = []
+    kept: list[tuple[Any, Any]] = []
+    told: set[int] = set()
+
+    def tell(trial: Any, **how: Any) -> None:
+        study.tell(trial, **how)
+        told.add(trial.number)
+        on_trial(study, study.get_trials(deepcopy=False)[trial.number])
+
+    interrupted = False
+    try:
+        for _ in waiting[:count]:
+            trial = study.ask()
+            asked.append(trial)
+            try:
+                kept.append((trial, spec_of(trial)))
+            except optuna.TrialPruned:
+                tell(trial, state=optuna.trial.TrialState.PRUNED)
+        results = measure_all([spec for _, spec in kept]) if kept else []
+        for (trial, _), result in zip(kept, results):
+            try:
+                tell(trial, values=score(trial, result))
+            except optuna.TrialPruned:
+                tell(trial, state=optuna.trial.TrialState.PRUNED)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        for trial in asked:
+            if trial.number not in told:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                if interrupted:
+                    study.enqueue_trial(dict(trial.params))
+    return len(asked)
+
+
+def run_trials(study: Any, objective: Callable[[Any], float], deadline: float, on_trial: Callable[[Any, Any], None],
+               expected: float = 0.0) -> None:
+    """Optimize until the ``time.monotonic()`` ``deadline``; ``on_trial(study, trial)`` after each.
+    A trial starts only while the time left holds one more trial as long as the longest so far
+    (or ``expected`` seconds, before any), so the search ends within its budget rather than one
+    trial past it (Optuna's timeout lets the trial running at the deadline finish)."""
+    import time
+
     from layersearch.study.interrupts import no_interrupt_tracebacks
+
+    longest = expected
+    if deadline - time.monotonic() < longest:
+        return
+
+    def after(study: Any, trial: Any) -> None:
+        nonlocal longest
+        if trial.datetime_start and trial.datetime_complete:
+            longest = max(longest, (trial.datetime_complete - trial.datetime_start).total_seconds())
+        on_trial(study, trial)
+        if deadline - time.monotonic() < longest:
+            study.stop()
 
     # Ctrl-C: Optuna logs the trial it fails with a KeyboardInterrupt traceback; the CLI says "interrupted" once.
     with quiet_warnings(), no_interrupt_tracebacks():
-        study.optimize(objective, timeout=max(seconds, 1e-3), callbacks=[on_trial], gc_after_trial=False)
+        study.optimize(objective, timeout=max(deadline - time.monotonic(), 1e-3), callbacks=[after], gc_after_trial=False)

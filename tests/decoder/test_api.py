@@ -145,3 +145,15 @@ def test_the_package_exports_its_error_and_version():
     assert exported is defined
     assert isinstance(layersearch.__version__, str) and layersearch.__version__[0].isdigit()
     assert (Path(layersearch.__file__).parent / "py.typed").is_file()
+
+
+def test_dir_shows_the_public_api_only():
+    """``dir(layersearch)`` lists what a user may call (no typing helper, future import or subpackage)."""
+    import layersearch
+    import layersearch.common.errors  # noqa: F401 (binds the subpackage as an attribute)
+
+    public = [name for name in dir(layersearch) if not name.startswith("_")]
+    assert public == sorted(name for name in layersearch.__all__ if not name.startswith("_"))
+    for name in public:
+        assert getattr(layersearch, name) is not None
+    assert layersearch.common.errors.LayersearchError is layersearch.LayersearchError  # attribute access still works

@@ -43,8 +43,10 @@ def test_every_starting_point_and_kind_decodes_like_plain_generate(word_models):
     loaded, draft, draft_path = word_models
     drafts = {None: draft, "int8": replace(draft, model=quantize_draft(copy.deepcopy(draft.model)))}
     space = _space(loaded, ModelRef(draft_path, True), ("none", "int8"))
-    points = starting_points(space) + [{"drafter": "layer-skip", "mask": "uniform 0.25", "lookahead": "static", "max_draft": 3,
-                                        "verifier": "tree"}]
+    starts = starting_points(space)
+    assert all(p["drafter"] != "plain" for p in starts)  # every trial measures plain beside its candidate already
+    points = starts + [{"drafter": "layer-skip", "mask": "uniform 0.25", "lookahead": "static", "max_draft": 3,
+                        "verifier": "tree"}, {"drafter": "plain"}]
     assert {p["drafter"] for p in points} == set(space.drafters)
     assert any(p.get("draft_quant") == "int8" for p in points)  # the cheap int8 drafts are measured first
     prompt = [[5, 9, 5, 9, 5, 9, 5, 7, 3]]
@@ -116,3 +118,23 @@ def test_the_cheap_draft_length_follows_the_verification_curve():
     assert cheap_draft(profile) == 3  # 3 drafted + 1 verified = 4 tokens, before the step
     assert cheap_draft(SimpleNamespace(verify_ratio=lambda k: 1.0)) == 16  # a GPU-like flat curve
     assert cheap_draft(None) == 4
+
+
+def test_starting_points_take_the_pools_masks_in_the_profiles_order(word_models):
+    """Every mask of the pool is a starting point, best predicted first, the mixing drafter
+    (prompt lookup, else the mask) before the plain layer-skip draft; prompt lookup first of all,
+    at transformers' length."""
+    from layersearch.tune.space import LOOKUP_DRAFT
+
+    from dataclasses import replace
+
+    loaded, _, _ = word_models
+    space = _space(loaded, None, ("none",))
+    info = loaded.info
+    second = Candidate("uniform 0.5", SkipMask.uniform(info.num_layers, 0.5, info).with_provenance(label="uniform 0.5"),
+                       0.3, 1.8, 1.05)
+    space = replace(space, masks=(*space.masks, second))  # the pool's order: best predicted first
+    starts = starting_points(space)
+    assert starts[0] == {"drafter": "prompt-lookup", "lookahead": "static", "max_draft": LOOKUP_DRAFT}
+    planned = [(p["mask"], p["drafter"]) for p in starts if "mask" in p]
+    assert planned == [(c.label, kind) for c in space.masks for kind in ("hybrid", "layer-skip")]
