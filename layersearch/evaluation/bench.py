@@ -20,6 +20,7 @@ import torch
 
 from layersearch.decoder.build import assemble
 from layersearch.common.errors import LayersearchError
+from layersearch.common.modelfile import naming
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import SkipMask
 from layersearch.evaluation.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
@@ -255,6 +256,7 @@ def summarize(
         row["expected_speedup"] = profile.expected_speedup(M, alpha, mask, context, drafts=drafts)
     if profile is not None and pooled.steps and name != LOOP:
         row.update(_step_prediction(profile, pooled.steps))
+        row["predicted_on"] = profile.predicts_for  # the device the profile's costs were measured on
         if row.get("predicted_speedup") and "decode_speedup_vs_loop" in row:
             row["realized_over_predicted"] = row["decode_speedup_vs_loop"] / row["predicted_speedup"]
     return row
@@ -287,7 +289,8 @@ def _cell(value: float | None, width: int, decimals: int = 2) -> str:
 
 
 def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
-    """A plain-text table of one domain's rows."""
+    """A plain-text table of one domain's rows (``pred.`` names the device the profile predicts for)."""
+    devices = sorted({r["predicted_on"] for r in rows if r.get("predicted_on")})
     head = (f"{'config':<36}{'path':>5}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}"
             f"{'same':>6}{'ovh%':>6}{'mem':>6}{'TTFT':>7}{'TPOT':>7}{'dpre':>6}")
     lines = [f"== {domain}", head]
@@ -307,7 +310,7 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
         "speedup: time of the baseline (plain generate; on CUDA its static-cache path) / this, same repeat (median); decode: the same for the decode phase (after the "
         "first delivered tokens, which are left out with their time, and without a draft model's prompt forward); vs loop, dec/loop: the same against our loop with nothing skipped; pred.: what the latency "
         "profile predicts for the dec/loop "
-        "ratio from the run's own steps; "
+        f"ratio from the run's own steps{' on ' + ', '.join(devices) if devices else ''}; "
         "same: tokens identical to plain; ovh%: time outside model forwards; mem: (weights + peak growth) / (weights + KV cache); "
         "TTFT, TPOT: time to first token and per output token after it (ms, vLLM's definitions); dpre: the draft model's prompt "
         "forward (ms)"
@@ -568,6 +571,14 @@ def _bench_profile(settings: BenchSettings, loaded, say: Callable[[str], None]) 
     from layersearch.profiling.profiler import quick_profile
 
     if settings.profile:
-        return LatencyProfile.load(settings.profile, model=loaded.info)
+        from layersearch.profiling.profiler import model_architecture
+
+        profile = LatencyProfile.load(settings.profile)
+        with naming(settings.profile):
+            profile.check_model(loaded.info, model_architecture(loaded.model))  # the architecture; the device may be another
+        if profile.predicts_for.split(":")[0] != loaded.model.device.type:
+            say(f"{settings.profile}: costs measured on {profile.predicts_for}; acceptance measured here on "
+                f"{loaded.model.device.type}: pred. is the speedup predicted on {profile.predicts_for}")
+        return profile
     say("measuring a quick latency profile (give a saved profile to reuse one)")
     return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=say, kernels=settings.kernels)

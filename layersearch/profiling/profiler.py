@@ -166,11 +166,11 @@ def model_architecture(model: torch.nn.Module) -> dict:
 def loop_overhead(model: torch.nn.Module, backend: str | None = None, tokens: int = OVERHEAD_TOKENS) -> float:
     """Seconds per step our decode loop spends outside its forwards, decoding plainly (nothing
     skipped) ``tokens`` tokens; captured with ``backend`` (its compiles in a first, untimed run)."""
-    from layersearch.runtime.captured import compile_with, dynamo_compiler
+    from layersearch.runtime.captured import compile_with
     from layersearch.runtime.loop import SpeculativeDecoder
 
     if backend is not None:
-        compile_with(model, dynamo_compiler(backend))
+        compile_with(model, _compiler(model, backend))
     decoder = SpeculativeDecoder(model, SkipMask.none(len(decoder_layers(model))), compile=backend is not None)
     vocab = model.get_input_embeddings().num_embeddings
     prompt = torch.randint(vocab, (16,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -242,10 +242,8 @@ def _measure_captured(
     backend: str,
 ) -> LatencyProfile:
     """The profile's timings through forwards compiled by ``backend`` over one static cache."""
-    from layersearch.runtime.captured import CapturedForwards, dynamo_compiler
-
     masks = _setting_masks(len(decoder_layers(model)))
-    forwards = CapturedForwards(model, max_entries=len(masks) + max_verify + 1, compiler=dynamo_compiler(backend))
+    forwards = CapturedForwards(model, max_entries=len(masks) + max_verify + 1, compiler=_compiler(model, backend))
     clock = Clock(model.device)
     timings: dict[int, dict[str, float]] = {}
     ratios: tuple[float, ...] = ()
@@ -260,6 +258,15 @@ def _measure_captured(
                 report(f"verify 1..{max_verify} tokens at context {n}, captured: x{ratios[-1]:.2f} for {max_verify}")
     report(f"compiled {forwards.stats().entries} forwards in {forwards.stats().compile_seconds:.1f} s (outside the timings)")
     return _profile(model, info, timings, ratios, ())
+
+
+def _compiler(model: torch.nn.Module, backend: str):
+    """The compiler of ``model``'s shared captured forwards where it uses ``backend`` (so whatever
+    counts or configures that compiler sees the profile's compiles too), else a fresh one."""
+    from layersearch.runtime.captured import captured_forwards, dynamo_compiler
+
+    shared = captured_forwards(model)
+    return shared.compiler if shared.backend == backend else dynamo_compiler(backend)
 
 
 def _prefill_static(model: torch.nn.Module, cache, length: int) -> None:

@@ -68,7 +68,9 @@ def create_study(
     info = loaded.info
     strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
     if profile is not None:
-        profile.check_model(info)
+        from layersearch.profiling.profiler import model_architecture
+
+        profile.check_model(info, model_architecture(loaded.model))  # the architecture: the device may be another
     else:
         say(f"measuring a quick latency profile of {info.name} ...")
         profile = _quick_profile(loaded, settings)

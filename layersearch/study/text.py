@@ -42,7 +42,15 @@ def created_text(result: Any) -> str:
     if not result.created:
         return f"study {result.name} already exists in {result.url} with the same settings"
     extra = f", {result.enqueued} mask(s) enqueued" if result.enqueued else ""
+    device = (result.settings.profile or {}).get("device")
+    if device and result.settings.objective in ("expected-speedup", "tpt"):
+        extra += f", costs predicted for {_predicts_for(device)}"
     return f"created study {result.name} in {result.url} ({describe_settings(result.settings.identity())}{extra})"
+
+
+def _predicts_for(device: str) -> str:
+    """A profile's device as its predictions name it (older files' ``cuda (<name>)`` as ``cuda: <name>``)."""
+    return f"cuda: {device[6:-1]}" if device.startswith("cuda (") and device.endswith(")") else device
 
 
 def list_text(rows: Sequence[dict[str, Any]], storage: str | None) -> str:

@@ -26,6 +26,8 @@ class Figures:
     alpha: float | None  # draft acceptance rate
     identical: bool  # greedy output equal to plain generate's, token for token
     tokens_per_second: float
+    predicted: float | None = None  # the latency profile's speedup for the run's own steps (over our plain loop)
+    predicted_on: str | None = None  # the device that prediction is for
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (trial user attributes)."""
@@ -76,13 +78,14 @@ def figures_of(row: dict[str, Any]) -> Figures:
     """A :func:`layersearch.evaluation.bench.summarize` row as Figures (the decode-phase speedup where the
     prefill was timed, else the end-to-end one)."""
     return Figures(float(row.get("decode_speedup", row["speedup"])), float(row["speedup"]), row["M"], row["alpha"],
-                   bool(row["identical_to_plain"]), float(row["tokens_per_second"]))
+                   bool(row["identical_to_plain"]), float(row["tokens_per_second"]), row.get("predicted_speedup"),
+                   row.get("predicted_on"))
 
 
 def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: int, *, repeats: int = 1,
-            drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock") -> Figures:
+            drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock", profile: Any = None) -> Figures:
     """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each),
-    both with ``kernels``."""
+    both with ``kernels``; with ``profile``, also its prediction for the run's own steps."""
     from layersearch.evaluation.bench import PLAIN, run_domain, summarize
 
     from layersearch.decoder.spec import compile_wanted
@@ -93,4 +96,4 @@ def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: 
     for name in (PLAIN, CANDIDATE):
         if measured[name].error:
             raise LayersearchError(f"{name} failed: {measured[name].error}")
-    return figures_of(summarize(CANDIDATE, measured[CANDIDATE], None, 0, None, plain=measured[PLAIN]))
+    return figures_of(summarize(CANDIDATE, measured[CANDIDATE], profile, 0, None, plain=measured[PLAIN]))
