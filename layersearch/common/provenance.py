@@ -6,7 +6,6 @@ Nothing here imports torch: versions come from the installed distributions' meta
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,22 +22,40 @@ def package_version(name: str) -> str:
 
 
 def layersearch_commit() -> str:
-    """The git commit of the layersearch checkout this code runs from (with ``+dirty`` when its
-    tracked files differ from it), else ``layersearch <version>`` for an installed copy."""
+    """The git commit of the layersearch checkout this code runs from (read from its ``.git``, no
+    git process), else ``layersearch <version>`` for an installed copy."""
     root = Path(__file__).resolve().parents[2]
-    if (root / ".git").exists():
-        try:
-            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                  timeout=10, check=True).stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            if head:
-                return head + ("+dirty" if dirty else "")
-        except (OSError, subprocess.SubprocessError):
-            pass
+    try:
+        head = _git_head(root / ".git")
+    except (OSError, ValueError):
+        head = None
+    if head:
+        return head
     from layersearch import __version__
 
     return f"layersearch {__version__}"
+
+
+def _git_head(git: Path) -> str | None:
+    """The commit ``HEAD`` names in the git folder ``git`` (a worktree's ``.git`` file is followed)."""
+    if git.is_file():  # a worktree: "gitdir: <path>"
+        git = Path(git.read_text(encoding="utf-8").split("gitdir:", 1)[1].strip())
+    if not git.is_dir():
+        return None
+    head = (git / "HEAD").read_text(encoding="utf-8").strip()
+    if not head.startswith("ref:"):
+        return head or None
+    ref = head.split(":", 1)[1].strip()
+    common = git / (git / "commondir").read_text(encoding="utf-8").strip() if (git / "commondir").is_file() else git
+    for folder in (git, common):
+        if (folder / ref).is_file():
+            return (folder / ref).read_text(encoding="utf-8").strip()
+    packed = common / "packed-refs"
+    if packed.is_file():
+        for line in packed.read_text(encoding="utf-8").splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    return None
 
 
 def cpu_name() -> str:

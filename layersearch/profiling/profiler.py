@@ -242,6 +242,8 @@ def _measure_captured(
     backend: str,
 ) -> LatencyProfile:
     """The profile's timings through forwards compiled by ``backend`` over one static cache."""
+    from layersearch.runtime.captured import CapturedForwards
+
     masks = _setting_masks(len(decoder_layers(model)))
     forwards = CapturedForwards(model, max_entries=len(masks) + max_verify + 1, compiler=_compiler(model, backend))
     clock = Clock(model.device)
