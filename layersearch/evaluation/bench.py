@@ -212,7 +212,11 @@ def run_domain(
     plain ``generate`` elsewhere (:func:`layersearch.evaluation.measure.compare`). ``compiled``:
     one untimed generation per configuration first, so compiling (paid once per shape) stays out
     of the timed repeats."""
-    for config, prompt in warm_ups(configs_, prompts, compiled):
+    runs = warm_ups(configs_, prompts, compiled)
+    if runs:
+        progress(f"compiling: one untimed generation per configuration ({len(configs_)}) on the longest prompt"
+                 + (f", {len(runs) - len(configs_)} more of transformers' static-cache rows" if len(runs) > len(configs_) else ""))
+    for config, prompt in runs:
         with contextlib.suppress(Exception):  # one that fails is reported by its measured runs
             config.generate(prompt, new_tokens)
     return compare(configs_, prompts, repeats, new_tokens=new_tokens, baseline=baseline_name(configs_), progress=progress,
