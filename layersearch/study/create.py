@@ -55,6 +55,10 @@ def create_study(
         profile = LatencyProfile.load(profile_path)
     existing = _existing(name, location, settings)
     if existing is not None:
+        if profile is not None and existing.settings.model_info:  # a profile for another architecture is refused here too
+            from layersearch.common.modelfile import ModelInfo
+
+            profile.check_model(ModelInfo.from_dict(existing.settings.model_info))
         return existing
     location.check_creatable()
     check_prompts(settings)  # the domain's packages or prompt file, before the model loads
