@@ -43,8 +43,8 @@ verified length, each compiled in the warm-up round, outside the timings). A sta
 attention reads its whole capacity, so the attention slope there is the mask's small share; the
 capacity is the longest context plus the verified tokens, rounded up as the runtime rounds it.
 Tests pass the ``eager`` backend (the same full-graph capture without code generation); on CUDA
-the default ``inductor`` backend makes each forward a CUDA graph. int8 twins are not timed
-captured (they are a CPU, eager path).
+the default ``inductor`` backend makes each forward a CUDA graph. Where the model runs int8 twins,
+the int8 settings are timed captured as well, as the runtime runs int8 plans.
 
 Both modes also time the decode loop's own per-step overhead: our loop's plain decoding (nothing
 skipped, in the profile's mode) for a few tokens, the time outside its forwards per step.
@@ -244,7 +244,7 @@ def _measure_captured(
     """The profile's timings through forwards compiled by ``backend`` over one static cache."""
     from layersearch.runtime.captured import CapturedForwards
 
-    masks = _setting_masks(len(decoder_layers(model)))
+    masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model))
     forwards = CapturedForwards(model, max_entries=len(masks) + max_verify + 1, compiler=_compiler(model, backend))
     clock = Clock(model.device)
     timings: dict[int, dict[str, float]] = {}
@@ -283,12 +283,18 @@ def _prefill_static(model: torch.nn.Module, cache, length: int) -> None:
 
 def _captured_seconds(forwards, cache, plan: SkipMask | None, tokens: list[int], n: int, clock: Clock) -> float:
     """Seconds of one compiled forward of ``tokens`` at position ``n`` under ``plan`` (None: the
-    model), all logits kept as verification keeps them (one for one token)."""
+    model; a plan with the int8 head ends in the int8 twins' head), all logits kept as
+    verification keeps them (one for one token)."""
+    head = None
+    if plan is not None and plan.int8_head:
+        from layersearch.models.precision import int8_twins
+
+        head = int8_twins(forwards.model).head
     ids = torch.as_tensor(tokens, device=forwards.model.device)  # [k]
-    key = (plan, len(tokens), len(tokens), None, cache.get_max_length(), None)  # the decode loop's key layout
+    key = (plan, len(tokens), len(tokens), id(head), cache.get_max_length(), None)  # the decode loop's key layout
     view = forwards.view(plan)
     start = clock.now()
-    forwards.forward(view, key, cache, ids, n, len(tokens), None)
+    forwards.forward(view, key, cache, ids, n, len(tokens), head)
     return clock.now() - start
 
 

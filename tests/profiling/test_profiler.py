@@ -198,10 +198,10 @@ def test_captured_profile_compiles_each_setting_and_length_once(model, info):
     messages: list[str] = []
     profile = measure_profile(model, info, contexts=(8, 32), max_verify=3, repeats=1, compile_mode="captured:eager",
                               progress=messages.append)
-    # four settings (full, no attention, no MLP, nothing) + verify 2 and 3 (verify 1 is the full setting),
-    # then the loop's plain decode for its per-step overhead (prefill eager, one compiled step)
-    assert 6 <= len(built) <= 8
-    assert profile.compile_mode == "captured:eager" and profile.int8_mlp_seconds is None  # int8 is an eager CPU path
+    # eight settings (full, no attention, no MLP, nothing, and their int8 twins' four) + verify 2 and 3
+    # (verify 1 is the full setting), then the loop's plain decode for its per-step overhead (one compiled step)
+    assert 10 <= len(built) <= 12
+    assert profile.compile_mode == "captured:eager" and profile.has_int8  # int8 plans run captured too
     assert len(profile.verify_ratios) == 3 and profile.verify_ratios[0] == 1.0
     assert profile.target_seconds(8) > 0 and any("captured" in m for m in messages)
     assert LatencyProfile.from_dict(profile.to_dict()) == profile
