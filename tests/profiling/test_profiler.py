@@ -51,7 +51,7 @@ def measured(model, info) -> tuple[LatencyProfile, list[str]]:
 def test_profile_fields_are_valid(measured, info):
     profile, _ = measured
     assert profile.model == info
-    assert profile.device == "cpu" and profile.dtype == "float32"
+    assert profile.device.startswith("cpu: ") and profile.dtype == "float32"
     assert profile.torch_version == torch.__version__
     assert profile.contexts == CONTEXTS and profile.created
     assert profile.attention_slope >= 0 and math.isfinite(profile.attention_slope)

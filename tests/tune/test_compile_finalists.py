@@ -8,6 +8,7 @@ from dataclasses import replace
 import optuna
 import pytest
 
+from layersearch.common.provenance import cpu_name
 from layersearch.decoder.spec import ModelRef, ModelSpec
 from layersearch.models.loading import load_model
 from layersearch.profiling.profiler import measure_profile
@@ -29,7 +30,8 @@ def _gpu_profile(loaded):
     return replace(profile, device=H100, compile_mode="captured:inductor")
 
 
-def test_trials_run_eager_scored_on_the_profiles_device_and_only_finalists_compile(prompt_file, loaded, tmp_path):
+@pytest.mark.parametrize("given", [True, False], ids=["a profile from an H100", "a captured profile measured first"])
+def test_trials_run_eager_scored_on_the_profiles_device_and_only_finalists_compile(given, prompt_file, loaded, tmp_path):
     compiles: list[int] = []
     eager = dynamo_compiler("eager")
 
@@ -39,7 +41,8 @@ def test_trials_run_eager_scored_on_the_profiles_device_and_only_finalists_compi
 
     setattr(counting, "backend", "eager")
     compile_with(loaded.model, counting)
-    profile = _gpu_profile(loaded)
+    profile = _gpu_profile(loaded) if given else None
+    device = H100 if given else f"cpu: {cpu_name()}"
     seen_at_trials: list[int] = []
     settings = TuneSettings(str(prompt_file), 3.0, "gpu", f"sqlite:///{tmp_path / 'tune.db'}", train_prompts=2,
                             test_prompts=1, max_new_tokens=6, repeats=1, finalists=2)
@@ -48,19 +51,21 @@ def test_trials_run_eager_scored_on_the_profiles_device_and_only_finalists_compi
     result = tune(loaded, prepared, model, kernels="stock", compile="on", profile=profile,
                   on_trial=lambda progress: seen_at_trials.append(len(compiles)))
 
-    assert seen_at_trials and set(seen_at_trials) == {0}  # no trial compiled anything
-    assert result.scored_by == f"predicted on {H100}"
+    before_trials = seen_at_trials[0] if seen_at_trials else None
+    assert seen_at_trials and set(seen_at_trials) == {before_trials}  # no trial compiled anything
+    assert (before_trials == 0) == given  # without a profile, a captured one was measured (and compiled) first
+    assert result.scored_by == f"predicted on {device}"
     finalists = [row for row in result.selection.rows if row.spec is not None]
     assert 1 <= len(finalists) <= 2 and all(row.spec.compile == "on" for row in finalists)
-    assert result.compiled_forwards == len(compiles) > 0  # the finalists' held-out run compiled, and only it
+    assert result.compiled_forwards == len(compiles) - before_trials > 0  # the finalists' held-out run compiled, and only it
     study = optuna.load_study(study_name="gpu", storage=settings.storage)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert done and all(t.user_attrs["scored_by"] == f"predicted on {H100}" for t in done)
+    assert done and all(t.user_attrs["scored_by"] == f"predicted on {device}" for t in done)
     drafting = [t for t in done if t.user_attrs.get("predicted") is not None]
-    assert all(t.user_attrs["predicted_on"] == H100 and t.value == pytest.approx(t.user_attrs["predicted"]) for t in drafting)
+    assert all(t.user_attrs["predicted_on"] == device and t.value == pytest.approx(t.user_attrs["predicted"]) for t in drafting)
     from layersearch.tune.report import scoring_text
 
-    assert f"predicted on {H100}" in scoring_text(result) and "Only the finalists were compiled" in scoring_text(result)
+    assert f"predicted on {device}" in scoring_text(result) and "Only the finalists were compiled" in scoring_text(result)
 
 
 def test_a_profile_for_another_architecture_is_refused_naming_both(prompt_file, tiny_model_dir, tmp_path, capsys):
