@@ -236,14 +236,17 @@ def hf_eager(model, ids, new_tokens):
                           max_new_tokens=new_tokens, do_sample=False)
 
 
-def interleaved(device: str, runs: dict, repeats: int) -> dict:
-    """Median seconds of each named run, the runs interleaved ``repeats`` times after two warm-ups each."""
+def interleaved(device: str, runs: dict, repeats: int, raw: dict | None = None) -> dict:
+    """Median seconds of each named run, the runs interleaved ``repeats`` times after two warm-ups
+    each; ``raw`` (a dict) receives every run's min / median / max and raw seconds."""
     for fn in runs.values():
         fn(), fn()
     seconds = {name: [] for name in runs}
     for _ in range(repeats):
         for name, fn in runs.items():
             seconds[name].append(timed(device, fn)[0])
+    if raw is not None:
+        raw.update({name: spread(values) for name, values in seconds.items()})
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
@@ -285,11 +288,12 @@ def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=ran
         key = (plan, n, n, id(None), cache.get_max_length())  # the runtime's own key: generations reuse these
         return lambda: decoder.compiled.forward(view, key, cache, ids[:n], context, n, None)
 
-    one = replay_ms(device, forward(None, 1))
+    verify_ms = {k: replay_ms(device, forward(None, k)) for k in ks}
+    one = verify_ms[1]  # every ratio over verify(1) of this same sweep, not a separately timed forward
     drafts = {name: replay_ms(device, forward(mask, 1)) / one
               for name, mask in (("uniform-0.25", SkipMask.uniform(layers, 0.25)), ("uniform-0.5", half_mask(layers)))}
-    verify = {k: replay_ms(device, forward(None, k)) / one for k in ks}
-    return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify}
+    verify = {k: value / one for k, value in verify_ms.items()}
+    return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify, "verify_ms": verify_ms}
 
 
 def capture_section(model, label: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6),
@@ -319,9 +323,11 @@ def capture_section(model, label: str, device: str, new_tokens: int, repeats: in
         if numba:
             runs["int8_draft_eager_numba"] = lambda: _with_numba(model, lambda: drafts[False].generate(ids, new_tokens))
             runs["int8_draft_captured_numba"] = lambda: _with_numba(model, lambda: drafts[True].generate(ids, new_tokens))
-    seconds = interleaved(device, runs, repeats)
+    raw: dict = {}
+    seconds = interleaved(device, runs, repeats, raw)
     tps = {name: new_tokens / s for name, s in seconds.items()}
     out = {"shape": label, "new_tokens": new_tokens, "prompt": prompt_tokens, "repeats": repeats, "tokens_per_s": tps,
+           "seconds": raw,
            "ours_over_hf_static": tps["ours_captured"] / tps["hf_static"], "first_generation_s": compile_s,
            "path": first.stats.path, "host_reads_per_step": statistics.mean(s.host_reads for s in first.stats.steps)}
     numba = (f" | numba kernels: ours eager {tps['ours_eager_numba']:.1f}, captured {tps['ours_captured_numba']:.1f}"
@@ -376,7 +382,8 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
         decoder.generate(ids, new_tokens)  # compile
     runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "plain": lambda: plain.generate(ids, new_tokens)}
     runs.update({f"k={k}": (lambda d=d: d.generate(ids, new_tokens)) for k, d in decoders.items()})
-    seconds = interleaved(device, runs, repeats)
+    raw: dict = {}
+    seconds = interleaved(device, runs, repeats, raw)
     rows = []
     for k, decoder in decoders.items():
         stats = decoder.generate(ids, new_tokens).stats
@@ -386,7 +393,8 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
                "over_hf_static": seconds["hf_static"] / seconds[f"k={k}"], "over_plain": realized_plain,
                "predicted_over_plain": predicted_plain,
                "realized_over_predicted": realized_plain / predicted_plain if predicted_plain else None,
-               "host_reads_per_step": statistics.mean(s.host_reads for s in stats.steps)}
+               "host_reads_per_step": statistics.mean(s.host_reads for s in stats.steps), "label": CEILING,
+               "seconds": {name: raw[name] for name in ("hf_static", "plain", f"k={k}")}}
         rows.append(row)
         print(f"  exact mask k={k} [{CEILING}]: M={row['M']:.2f} alpha={row['alpha']:.3f} | {row['over_hf_static']:.3f}x HF static | "
               f"{realized_plain:.3f}x our plain loop, parts predict {predicted_plain and round(predicted_plain, 3)}x "
