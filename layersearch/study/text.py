@@ -75,11 +75,19 @@ def show_text(info: dict[str, Any]) -> str:
         lines.append("best       no completed trial yet")
     else:
         lines += [
-            f"best       trial {best['trial']}: {settings['objective']} = {best['value']:.6g} ({info['direction']})",
+            f"best       trial {best['trial']}: {settings['objective']} = {best['value']:.6g} ({info['direction']})"
+            + _predicted_for(settings, info.get("profile_device")),
             f"mask       {best['mask']}  (skip ratio {fmt(best['skip_ratio'])})",
             f"M, alpha   {fmt(best['M'])}, {fmt(best['alpha'])}   tokens/s {fmt(best['tokens_per_second'])}",
         ]
     return "\n".join(lines)
+
+
+def _predicted_for(settings: dict[str, Any], device: str | None) -> str:
+    """``, predicted on <device>`` for an objective the latency profile costs ("" otherwise)."""
+    if not device or settings.get("objective") not in ("expected-speedup", "tpt"):
+        return ""
+    return f", predicted on {_predicts_for(device)}"
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

@@ -127,6 +127,7 @@ def markdown(result: Any, png_name: str) -> str:
         f"{result.search_seconds:.0f} s of search: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ".",
         f"Mask pool: {len(result.pool)} masks after the profile's pruning"
         + (": " + ", ".join(f"{c.label} (matchness {c.matchness:.2f}, predicted {c.predicted:.2f}x)" for c in result.pool)
+           + (f" (predictions on {result.predicted_on})" if getattr(result, "predicted_on", "") else "")
            if result.pool else "") + ".",
         f"Each trial decoded {result.train_prompts} train prompts x {result.max_new_tokens} new tokens beside plain generate, "
         f"every run with the {result.kernels} CPU kernels (run the spec with them: kernels {result.kernels!r})"

@@ -58,6 +58,7 @@ class TuneResult:
     scored_by: str = "measured"  # how trials were scored: "measured", or "predicted on <device>" (eager runs, profile costs)
     compile_seconds: float = 0.0  # compiling the captured profile's and the finalists' forwards (outside every score)
     compiled_forwards: int = 0  # forwards compiled for the finalists' held-out run
+    predicted_on: str = ""  # the device the latency profile's predictions (pool, scores) are for
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ def tune(
                       settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,
                       settings.name, prepared.location.url, settings.train_prompts, settings.test_prompts,
                       settings.max_new_tokens, settings.repeats, kernels, quants[1:], scored_by,
-                      profile_compile_seconds + finalist_compile, compiled_forwards)
+                      profile_compile_seconds + finalist_compile, compiled_forwards,
+                      profile.predicts_for if profile is not None else "")
 
 
 def given_profile(profile: Any, loaded: Any) -> bool:

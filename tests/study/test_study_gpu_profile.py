@@ -28,6 +28,8 @@ def test_a_gpu_profile_costs_the_study_and_names_its_device(workdir, cli, create
     study = optuna.load_study(study_name="gpu", storage="sqlite:///studies/gpu.db")
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert done and all(t.user_attrs["predicted_on"] == H100 for t in done)
+    status, out, err = cli("study", "show", "--name", "gpu")
+    assert status == 0 and f"predicted on {H100}" in out
 
 
 def test_a_profile_for_another_architecture_is_refused_naming_both(workdir, cli, create_args, tiny_profile, listing):
