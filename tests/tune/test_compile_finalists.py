@@ -57,7 +57,10 @@ def test_trials_run_eager_scored_on_the_profiles_device_and_only_finalists_compi
     assert result.scored_by == f"predicted on {device}"
     finalists = [row for row in result.selection.rows if row.spec is not None]
     assert 1 <= len(finalists) <= 2 and all(row.spec.compile == "on" for row in finalists)
-    assert result.compiled_forwards == len(compiles) - before_trials > 0  # the finalists' held-out run compiled, and only it
+    # the finalists' held-out run compiled what they needed, and nothing else did (without a profile
+    # given, the profile's loop already compiled the one-token forward the finalists may share)
+    assert result.compiled_forwards == len(compiles) - before_trials
+    assert result.compiled_forwards > 0 or not given
     study = optuna.load_study(study_name="gpu", storage=settings.storage)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert done and all(t.user_attrs["scored_by"] == f"predicted on {device}" for t in done)
