@@ -576,11 +576,15 @@ def validate_profile(
     :meth:`LatencyProfile.draft_seconds`, and a full forward over ``k`` tokens against
     ``target_seconds(n) * verify_ratio(k)``. Rows: ``{"kind", "what", "context", "measured",
     "predicted", "ratio"}`` with seconds and ratio = measured / predicted. The caller checks
-    that ``profile`` belongs to ``model`` (:meth:`LatencyProfile.check_model`).
+    that ``profile`` belongs to ``model`` (:meth:`LatencyProfile.check_model`). A captured profile
+    is validated captured, with its own dynamo backend (compiles in the warm-up rounds).
     """
     contexts = tuple(contexts or profile.contexts)
     report = progress or (lambda message: None)
     clock = Clock(model.device)
+    backend = _captured_backend(profile.compile_mode)
+    if backend is not None:
+        return _validate_captured(model, profile, masks, contexts, verify_lengths, repeats, report, backend)
     vocab = model.get_input_embeddings().num_embeddings
     rows: list[dict] = []
     with torch.inference_mode():
@@ -599,6 +603,35 @@ def validate_profile(
                 seconds = _median_forward(model, cache, n, tokens[:k], clock, repeats, None)
                 rows.append(_row("verify", f"{k} tokens", n, seconds, profile.target_seconds(n) * profile.verify_ratio(k)))
             report(f"validated context {n}")
+    return rows
+
+
+def _validate_captured(model, profile: LatencyProfile, masks: Sequence[SkipMask], contexts, verify_lengths, repeats: int,
+                       report, backend: str) -> list[dict]:
+    """:func:`validate_profile`'s rows through forwards compiled by ``backend`` over one static cache."""
+    from layersearch.runtime.captured import CapturedForwards
+
+    clock = Clock(model.device)
+    vocab = model.get_input_embeddings().num_embeddings
+    forwards = CapturedForwards(model, max_entries=len(masks) + len(verify_lengths) + 1, compiler=_compiler(model, backend))
+    rows: list[dict] = []
+    with torch.inference_mode():
+        cache = forwards.static_cache(max(contexts) + max(verify_lengths))
+        _prefill_static(model, cache, max(contexts))
+        for n in sorted(contexts, reverse=True):
+            def median(plan, tokens):
+                samples = [_captured_seconds(forwards, cache, plan, tokens, n, clock) for _ in range(repeats + 1)]
+                return statistics.median(samples[1:])  # the first compiles and warms up
+
+            for mask in masks:
+                seconds = median(None if mask.is_empty else mask, [n % vocab])
+                rows.append(_row("draft forward", mask.short_string() if not mask.is_empty else "full (target)", n,
+                                 seconds, profile.draft_seconds(mask, n)))
+            tokens = [(n + i) % vocab for i in range(max(verify_lengths))]
+            for k in verify_lengths:
+                rows.append(_row("verify", f"{k} tokens", n, median(None, tokens[:k]),
+                                 profile.target_seconds(n) * profile.verify_ratio(k)))
+            report(f"validated context {n} (captured, {backend})")
     return rows
 
 

@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from layersearch.common.errors import LayersearchError
-from layersearch.masks.mask import ModelInfo
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.profiling.profile import LatencyProfile
 from layersearch.profiling.profiler import _sublayer_seconds, fit_line, measure_profile, quick_profile
 
@@ -207,3 +207,16 @@ def test_captured_profile_compiles_each_setting_and_length_once(model, info):
     assert LatencyProfile.from_dict(profile.to_dict()) == profile
     with pytest.raises(LayersearchError, match="compile_mode"):
         measure_profile(model, info, contexts=(8,), max_verify=2, repeats=1, compile_mode="captured:tvm-ish")
+
+
+def test_a_captured_profile_is_validated_captured(model, info):
+    from layersearch.profiling.profiler import validate_profile
+    from layersearch.runtime.captured import compile_with, dynamo_compiler
+
+    compile_with(model, dynamo_compiler("eager"))
+    profile = measure_profile(model, info, contexts=(8,), max_verify=2, repeats=1, compile_mode="captured:eager")
+    messages: list[str] = []
+    rows = validate_profile(model, profile, [SkipMask.none(4), SkipMask.uniform(4, 0.5)], verify_lengths=(1, 2), repeats=1,
+                            progress=messages.append)
+    assert [r["kind"] for r in rows] == ["draft forward", "draft forward", "verify", "verify"]
+    assert all(r["measured"] > 0 and r["predicted"] > 0 for r in rows) and "captured, eager" in messages[-1]
