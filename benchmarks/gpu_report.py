@@ -236,14 +236,17 @@ def hf_eager(model, ids, new_tokens):
                           max_new_tokens=new_tokens, do_sample=False)
 
 
-def interleaved(device: str, runs: dict, repeats: int) -> dict:
-    """Median seconds of each named run, the runs interleaved ``repeats`` times after two warm-ups each."""
+def interleaved(device: str, runs: dict, repeats: int, raw: dict | None = None) -> dict:
+    """Median seconds of each named run, the runs interleaved ``repeats`` times after two warm-ups
+    each; ``raw`` (a dict) receives every run's min / median / max and raw seconds."""
     for fn in runs.values():
         fn(), fn()
     seconds = {name: [] for name in runs}
     for _ in range(repeats):
         for name, fn in runs.items():
             seconds[name].append(timed(device, fn)[0])
+    if raw is not None:
+        raw.update({name: spread(values) for name, values in seconds.items()})
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
@@ -285,11 +288,12 @@ def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=ran
         key = (plan, n, n, id(None), cache.get_max_length())  # the runtime's own key: generations reuse these
         return lambda: decoder.compiled.forward(view, key, cache, ids[:n], context, n, None)
 
-    one = replay_ms(device, forward(None, 1))
+    verify_ms = {k: replay_ms(device, forward(None, k)) for k in ks}
+    one = verify_ms[1]  # every ratio over verify(1) of this same sweep, not a separately timed forward
     drafts = {name: replay_ms(device, forward(mask, 1)) / one
               for name, mask in (("uniform-0.25", SkipMask.uniform(layers, 0.25)), ("uniform-0.5", half_mask(layers)))}
-    verify = {k: replay_ms(device, forward(None, k)) / one for k in ks}
-    return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify}
+    verify = {k: value / one for k, value in verify_ms.items()}
+    return {"context": context, "one_token_ms": one, "draft_cost": drafts, "verify_ratio": verify, "verify_ms": verify_ms}
 
 
 def capture_section(model, label: str, device: str, new_tokens: int, repeats: int, parts: bool, exact_ks=(2, 4, 6),
@@ -319,9 +323,11 @@ def capture_section(model, label: str, device: str, new_tokens: int, repeats: in
         if numba:
             runs["int8_draft_eager_numba"] = lambda: _with_numba(model, lambda: drafts[False].generate(ids, new_tokens))
             runs["int8_draft_captured_numba"] = lambda: _with_numba(model, lambda: drafts[True].generate(ids, new_tokens))
-    seconds = interleaved(device, runs, repeats)
+    raw: dict = {}
+    seconds = interleaved(device, runs, repeats, raw)
     tps = {name: new_tokens / s for name, s in seconds.items()}
     out = {"shape": label, "new_tokens": new_tokens, "prompt": prompt_tokens, "repeats": repeats, "tokens_per_s": tps,
+           "seconds": raw,
            "ours_over_hf_static": tps["ours_captured"] / tps["hf_static"], "first_generation_s": compile_s,
            "path": first.stats.path, "host_reads_per_step": statistics.mean(s.host_reads for s in first.stats.steps)}
     numba = (f" | numba kernels: ours eager {tps['ours_eager_numba']:.1f}, captured {tps['ours_captured_numba']:.1f}"
@@ -376,7 +382,8 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
         decoder.generate(ids, new_tokens)  # compile
     runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "plain": lambda: plain.generate(ids, new_tokens)}
     runs.update({f"k={k}": (lambda d=d: d.generate(ids, new_tokens)) for k, d in decoders.items()})
-    seconds = interleaved(device, runs, repeats)
+    raw: dict = {}
+    seconds = interleaved(device, runs, repeats, raw)
     rows = []
     for k, decoder in decoders.items():
         stats = decoder.generate(ids, new_tokens).stats
@@ -386,9 +393,10 @@ def exact_mask_rows(model, plain, ids, device, new_tokens, repeats, ks, plain_tp
                "over_hf_static": seconds["hf_static"] / seconds[f"k={k}"], "over_plain": realized_plain,
                "predicted_over_plain": predicted_plain,
                "realized_over_predicted": realized_plain / predicted_plain if predicted_plain else None,
-               "host_reads_per_step": statistics.mean(s.host_reads for s in stats.steps)}
+               "host_reads_per_step": statistics.mean(s.host_reads for s in stats.steps), "label": CEILING,
+               "seconds": {name: raw[name] for name in ("hf_static", "plain", f"k={k}")}}
         rows.append(row)
-        print(f"  exact mask k={k}: M={row['M']:.2f} alpha={row['alpha']:.3f} | {row['over_hf_static']:.3f}x HF static | "
+        print(f"  exact mask k={k} [{CEILING}]: M={row['M']:.2f} alpha={row['alpha']:.3f} | {row['over_hf_static']:.3f}x HF static | "
               f"{realized_plain:.3f}x our plain loop, parts predict {predicted_plain and round(predicted_plain, 3)}x "
               f"(realized/predicted {row['realized_over_predicted'] and round(row['realized_over_predicted'], 3)})", flush=True)
     return rows
@@ -424,7 +432,7 @@ def table(report: dict) -> str:
         for exact in row.get("exact_mask", []):
             predicted = predicted_over_plain(exact["M"], exact["k"], parts, plain_ms)
             realized = exact["over_plain"]
-            lines.append(f"{row['shape']:>6} | exact mask k={exact['k']}: M={exact['M']:.2f} alpha={exact['alpha']:.3f} | "
+            lines.append(f"{row['shape']:>6} | exact mask k={exact['k']} [{CEILING}]: M={exact['M']:.2f} alpha={exact['alpha']:.3f} | "
                          f"{exact['over_hf_static']:.3f}x HF static | {realized:.3f}x our plain loop, parts predict "
                          f"{predicted:.3f}x (realized/predicted {realized / predicted:.3f})")
     for name, result in (report.get("captured_greedy") or {}).items():
@@ -434,6 +442,23 @@ def table(report: dict) -> str:
         lines.append(f"  bf16 | sampling law, captured: p(target law) = {sampling['p_target']:.3f}, "
                      f"p(draft's law) = {sampling['p_draft_law']:.2g}, {sampling['runs']} runs")
     return "\n".join(lines)
+
+
+def use_backend(backend: str) -> None:
+    """Compile every model :func:`gpu_common.build` makes from now on with dynamo's ``backend``."""
+    import gpu_common
+
+    from layersearch.runtime.captured import compile_with, dynamo_compiler
+
+    inner = gpu_common.build
+
+    def build_with_backend(*args, **kwargs):
+        model = inner(*args, **kwargs)
+        compile_with(model, dynamo_compiler(backend))
+        return model
+
+    gpu_common.build = build_with_backend
+    globals()["build"] = build_with_backend
 
 
 def captured_greedy_section(device: str, new_tokens: int, count: int) -> dict:
@@ -506,6 +531,291 @@ def captured_report(args, report: dict) -> None:
     write(report, args.out)
     print(f"  (done at {time.perf_counter() - start:.0f} s)", flush=True)
 
+
+# ----- int4: low-bit drafts on a GPU, in two runs of at most 5 minutes each ----------------------
+#: Labels of the synthetic models: their acceptance is a property of how they were built.
+CEILING = "ceiling (α by construction)"
+#: The plan of the exact-int4 model: a quarter of the sub-layers skipped, the rest in int4.
+INT4_SKIP = 0.25
+
+
+def int4_missing() -> str:
+    """Why int4 rows cannot run here ("" when they can): plans need int4 (SkipMask.kept_in_int4 and
+    the packed twins of layersearch.models.precision)."""
+    from layersearch.models import precision
+
+    if not hasattr(SkipMask, "kept_in_int4") or not hasattr(precision, "int4_twins"):
+        return "int4 plans are not in this layersearch (SkipMask.kept_in_int4 / precision.int4_twins absent)"
+    return ""
+
+
+def int4_plan(layers: int, skip: float = 0.0) -> SkipMask:
+    """Every kept sub-layer and the head in int4, ``skip`` of the sub-layers skipped (spread evenly)."""
+    base = SkipMask.uniform(layers, skip) if skip else SkipMask.none(layers)
+    return base.kept_in_int4(head=True)
+
+
+def spread(values: list[float]) -> dict:
+    """min / median / max of raw timings, with the raw values (seconds)."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "raw": list(values)}
+
+
+def interleaved_raw(device: str, runs: dict, repeats: int) -> dict:
+    """Every named run ``repeats`` times, interleaved in a rotating order after one warm-up each
+    (the compile, where a run compiles): name -> :func:`spread` of its seconds."""
+    for fn in runs.values():
+        fn()
+    names = list(runs)
+    seconds: dict = {name: [] for name in names}
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            seconds[name].append(timed(device, runs[name])[0])
+    return {name: spread(values) for name, values in seconds.items()}
+
+
+def hf_static_per_call(model, ids, new_tokens):
+    """transformers' static-cache generate with a fresh StaticCache each call (not the model-held one)."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + new_tokens)
+    return model.generate(ids.to(model.device), attention_mask=torch.ones_like(ids).to(model.device),
+                          max_new_tokens=new_tokens, do_sample=False, cache=cache)
+
+
+@torch.inference_mode()
+def int4_parts(decoder: SpeculativeDecoder, device: str, context: int, plans: dict, repeats: int, ks=range(1, 9)) -> dict:
+    """One captured sweep at ``context``: a one-token bf16 forward, each plan's draft token, and
+    forwards over k = 1..8 tokens, all interleaved ``repeats`` times (min / median / max). Ratios
+    divide by this sweep's own verify(1)."""
+    cache = decoder.static_cache(context + 64)
+    vocab = decoder.model.config.vocab_size
+    ids = torch.randint(3, vocab, (16,), device=device)
+
+    def forward(plan, n):
+        view = decoder.view(plan)
+        key = (plan, n, n, id(None), cache.get_max_length(), None)  # the decode loop's key layout
+        return lambda: decoder.compiled.forward(view, key, cache, ids[:n], context, n, None)
+
+    runs = {f"verify {k}": forward(None, k) for k in ks}
+    runs.update({f"draft {name}": forward(plan, 1) for name, plan in plans.items()})
+    timings = interleaved_raw(device, runs, repeats)
+    one = timings["verify 1"]["median"]
+    return {"context": context, "one_token_s": one, "timings": timings,
+            "draft_cost": {name: timings[f"draft {name}"]["median"] / one for name in plans},
+            "verify_ratio": {k: timings[f"verify {k}"]["median"] / one for k in ks}}
+
+
+def predicted_over(M: float, k: int, parts: dict, plan: str, token_s: float, loop_s: float) -> float | None:
+    """The speedup a static draft of ``k`` tokens at ``M`` tokens per step is predicted to have over
+    a decoder taking ``token_s`` per token, from one run's parts: a step is k draft tokens of
+    ``plan``, one verification over k + 1 tokens and the loop's own ``loop_s``."""
+    ratios = parts["verify_ratio"]
+    if k + 1 not in ratios:
+        return None
+    one = parts["one_token_s"]
+    step = k * parts["draft_cost"][plan] * one + ratios[k + 1] * one + loop_s
+    return M * token_s / step
+
+
+def int4_shape_rows(shape: str, device: str, new_tokens: int, repeats: int, skip_reason: str) -> dict:
+    """Part 1, one shape: our plain loop (captured) against HF static with its persistent cache and
+    with a cache per call, the captured parts (verify(k) over the same sweep's verify(1)) and, with
+    int4, the uniform int4 draft token and the 25%-skipped int4 plan's over a captured bf16 forward."""
+    model = build(shape, device, torch.bfloat16)
+    layers = model.config.num_hidden_layers
+    ids = prompts(model.config.vocab_size, 1, 128)[0]
+    plain = SpeculativeDecoder(model, compile=True)
+    runs = {"hf_static": lambda: hf_static(model, ids, new_tokens),
+            "hf_static_per_call": lambda: hf_static_per_call(model, ids, new_tokens),
+            "ours_captured": lambda: plain.generate(ids, new_tokens)}
+    seconds = interleaved_raw(device, runs, repeats)
+    plans = {} if skip_reason else {"int4": int4_plan(layers), f"skip {INT4_SKIP:g} + int4": int4_plan(layers, INT4_SKIP)}
+    parts = int4_parts(plain, device, 128 + new_tokens // 2, plans, repeats)
+    row = {"shape": shape, "new_tokens": new_tokens, "repeats": repeats, "seconds": seconds, "parts": parts,
+           "int4": "" if not skip_reason else f"skipped: {skip_reason}"}
+    print(f"  {shape}: ours captured {seconds['ours_captured']['median']:.3f} s | HF static {seconds['hf_static']['median']:.3f} s "
+          f"(per-call cache {seconds['hf_static_per_call']['median']:.3f} s) | draft cost "
+          + (", ".join(f"{k} {v:.3f}" for k, v in parts["draft_cost"].items()) or row["int4"]), flush=True)
+    del model
+    return row
+
+
+def exact_int4_weights(model, plan: SkipMask, group_size: int = 128) -> None:
+    """Make ``model`` an exact-int4 model for ``plan`` (in place): every linear weight of the
+    decoder layers and the head rounded onto the int4 grid as the int4 twins dequantize it (the
+    GPU's single bf16 rounding of ``(q - 8) * s + z``), and the outputs of the sub-layers ``plan``
+    skips zeroed (``o_proj``, ``down_proj``), so that the plan's int4 draft equals the target up
+    to the rounding of k-token against one-token forwards: a ceiling, α by construction."""
+    from layersearch.models import precision
+
+    dequantize = getattr(precision, "int4_dequantized", None)  # the int4 module's own, where it exposes one
+    linears = [m for layer in model.model.layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for linear in [*linears, model.lm_head]:
+            weight = linear.weight
+            rounded = dequantize(weight, group_size) if dequantize is not None else int4_grid(weight, group_size)
+            weight.copy_(rounded.to(weight.dtype))
+        for i in plan.attention:
+            model.model.layers[i].self_attn.o_proj.weight.zero_()
+        for i in plan.mlp:
+            model.model.layers[i].mlp.down_proj.weight.zero_()
+
+
+def int4_grid(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``weight`` [out, in] rounded onto asymmetric int4 groups of ``group_size`` inputs: scale
+    ``s = (max - min) / 15`` and zero ``z = min + 8 s`` kept in bf16, ``q = round((w - z) / s) + 8``
+    clamped to 0..15, dequantized ``(q - 8) * s + z`` in float64 and rounded once to bf16."""
+    out, width = weight.shape
+    groups = weight.double().view(out, width // group_size, group_size)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    scale = ((high - low) / 15).clamp_min(1e-12).to(torch.bfloat16).double()
+    zero = (low + 8 * scale).to(torch.bfloat16).double()
+    q = ((groups - zero) / scale).round().add(8).clamp(0, 15)
+    return ((q - 8) * scale + zero).to(torch.bfloat16).view(out, width)
+
+
+def exact_int4_rows(shape: str, device: str, new_tokens: int, repeats: int, ks=(2, 4, 6)) -> dict:
+    """Part 2: the exact-int4 model (:func:`exact_int4_weights`), the 25%-skipped int4 plan at
+    static k = 2, 4, 6: realized speedup over HF static and over our plain loop beside what this
+    run's own parts predict (HF static's and the loop's token times, the plan's draft cost, verify(k))."""
+    model = build(shape, device, torch.bfloat16)
+    layers = model.config.num_hidden_layers
+    plan = int4_plan(layers, INT4_SKIP)
+    exact_int4_weights(model, plan)
+    ids = prompts(model.config.vocab_size, 1, 128)[0]
+    plain = SpeculativeDecoder(model, compile=True)
+    decoders = {k: SpeculativeDecoder(model, plan, lookahead=StaticLookahead(k), compile=True) for k in ks}
+    runs = {"hf_static": lambda: hf_static(model, ids, new_tokens), "plain": lambda: plain.generate(ids, new_tokens)}
+    runs.update({f"k={k}": (lambda d=d: d.generate(ids, new_tokens)) for k, d in decoders.items()})
+    seconds = interleaved_raw(device, runs, repeats)
+    parts = int4_parts(plain, device, 128 + new_tokens // 2, {"plan": plan}, repeats)
+    hf_token = seconds["hf_static"]["median"] / new_tokens
+    plain_token = seconds["plain"]["median"] / new_tokens
+    first = plain.generate(ids, new_tokens).stats
+    loop_s = max(plain_token - parts["one_token_s"], 0.0)  # the loop's own per-step time, this run
+    rows = []
+    for k, decoder in decoders.items():
+        stats = decoder.generate(ids, new_tokens).stats
+        mine = seconds[f"k={k}"]["median"]
+        predicted = predicted_over(stats.mean_accepted_length, k, parts, "plan", hf_token, loop_s)
+        row = {"k": k, "M": stats.mean_accepted_length, "alpha": stats.acceptance_rate,
+               "over_hf_static": seconds["hf_static"]["median"] / mine, "over_plain": seconds["plain"]["median"] / mine,
+               "predicted_over_hf_static": predicted,
+               "realized_over_predicted": (seconds["hf_static"]["median"] / mine) / predicted if predicted else None}
+        rows.append(row)
+        print(f"  exact-int4 {shape} k={k} [{CEILING}]: M={row['M']:.2f} alpha={row['alpha']:.3f} | "
+              f"{row['over_hf_static']:.3f}x HF static, parts predict {predicted and round(predicted, 3)}x "
+              f"(realized/predicted {row['realized_over_predicted'] and round(row['realized_over_predicted'], 3)})", flush=True)
+    del model
+    return {"shape": shape, "label": CEILING, "plan": plan.short_string(), "seconds": seconds, "parts": parts,
+            "path": first.path, "rows": rows}
+
+
+def int4_greedy_section(device: str, new_tokens: int, count: int) -> dict:
+    """Greedy equality in fp32 with int4 plans captured: the uniform int4 self-draft and the
+    25%-skipped int4 plan at k = 2, against HF generate."""
+    model = build("1b", device, torch.float32, head_scale=4.0, layers=4)
+    layers = model.config.num_hidden_layers
+    rows = {}
+    for name, plan in (("int4", int4_plan(layers)), (f"skip {INT4_SKIP:g} + int4", int4_plan(layers, INT4_SKIP))):
+        decoder = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(2), compile=True)
+        same = 0
+        for ids in prompts(model.config.vocab_size, count, 32, seed=7):
+            theirs = tuple(hf_eager(model, ids, new_tokens)[0, ids.shape[1]:].tolist())
+            result = decoder.generate(ids, new_tokens)
+            same += result.token_ids == theirs
+        rows[name] = {"identical": same, "sequences": count, "path": result.stats.path}
+        print(f"  fp32 captured {name} k=2: {same}/{count} identical to HF generate ({result.stats.path})", flush=True)
+    return rows
+
+
+def int4_sampling_section(device: str, runs: int) -> dict:
+    """The sampling law with an int4 draft, captured: 3 tokens of a 6-token vocabulary, chi-square
+    against the exact law of the target (and, for contrast, the draft's)."""
+    model = build("1b", device, torch.bfloat16, vocab=6, head_scale=3.0, seed=5, layers=4)
+    plan = int4_plan(model.config.num_hidden_layers, INT4_SKIP)
+    prompt = [1, 4, 2]
+    target = three_token_law(model, prompt)
+    observed, drafted, accepted = np.zeros(216), 0, 0
+    decoder = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(2), compile=True)
+    for seed in range(runs):
+        result = decoder.generate(prompt, 3, sampling=SamplingConfig(temperature=1.0, seed=seed))
+        a, b, c = result.token_ids
+        observed[a * 36 + b * 6 + c] += 1
+        drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
+    out = {"runs": runs, "p_target": pooled_pvalue(observed, target), "drafted": drafted, "accepted": accepted,
+           "path": result.stats.path}
+    print(f"  int4 draft sampling: p(target law) = {out['p_target']:.3f}, accepted {accepted}/{drafted} ({out['path']})", flush=True)
+    return out
+
+
+def int4_report(args, report: dict) -> None:
+    """The int4 table's measurements: ``--part 1`` the shapes' rows (loop vs HF static, parts, int4
+    draft tokens), ``--part 2`` the exact-int4 model and the fp32 greedy and sampling checks; each
+    part fits 5 minutes on an H100 with its compiles. Without int4 its rows are skipped, saying why."""
+    shapes = args.shapes.split(",")
+    small = shapes == ["tiny"]
+    new_tokens = 16 if small else args.new_tokens
+    missing = int4_missing()
+    report["int4_part"] = args.part
+    if missing:
+        print(f"  int4 rows skipped: {missing}", flush=True)
+        report["int4_skipped"] = missing
+    if args.part == 1:
+        report["int4_shapes"] = []
+        for shape in shapes:
+            report["int4_shapes"].append(int4_shape_rows(shape, args.device, new_tokens, args.repeats, missing))
+            write(report, args.out)
+        return
+    if missing:
+        return
+    last = "8b" if "8b" in shapes else shapes[-1]
+    report["exact_int4"] = exact_int4_rows(last, args.device, new_tokens, args.repeats, ks=(2, 4) if small else (2, 4, 6))
+    write(report, args.out)
+    report["int4_greedy"] = int4_greedy_section(args.device, 8 if small else 32, 2 if small else 4)
+    write(report, args.out)
+    report["int4_sampling"] = int4_sampling_section(args.device, 200 if small else args.sampling_runs)
+    write(report, args.out)
+
+
+def int4_table(report: dict) -> str:
+    """The int4 table from a report: every figure names its baseline; predictions from the same run's parts."""
+    lines = [f"device: {report['device']}; baseline: transformers generate with cache_implementation='static' = HF static "
+             f"(persistent: its model-held cache; per call: a fresh StaticCache); repeats interleaved, median [min-max]"]
+    if report.get("int4_skipped"):
+        lines.append(f"  int4 rows skipped: {report['int4_skipped']}")
+    for row in report.get("int4_shapes", []):
+        s = row["seconds"]
+        tokens = row["new_tokens"]
+
+        def tps(name):
+            v = s[name]
+            return f"{tokens / v['median']:.1f} tok/s [{tokens / v['max']:.1f}-{tokens / v['min']:.1f}]"
+
+        lines.append(f"{row['shape']:>6} | plain loop, captured: {tps('ours_captured')} = "
+                     f"{s['hf_static']['median'] / s['ours_captured']['median']:.3f}x HF static persistent ({tps('hf_static')}), "
+                     f"{s['hf_static_per_call']['median'] / s['ours_captured']['median']:.3f}x HF static per call ({tps('hf_static_per_call')})")
+        parts = row["parts"]
+        ratios = {int(k): v for k, v in parts["verify_ratio"].items()}
+        drafts = ", ".join(f"{name} {cost:.3f}" for name, cost in parts["draft_cost"].items()) or row["int4"]
+        lines.append(f"{row['shape']:>6} | captured, context {parts['context']}: bf16 forward {1e3 * parts['one_token_s']:.2f} ms; "
+                     f"draft token / bf16 forward: {drafts}; verify(k)/verify(1) of the same sweep "
+                     + " ".join(f"{k}:{v:.3f}" for k, v in sorted(ratios.items())))
+    exact = report.get("exact_int4")
+    if exact:
+        for r in exact["rows"]:
+            lines.append(f"{exact['shape']:>6} | exact-int4 {exact['plan']} k={r['k']} [{exact['label']}]: M={r['M']:.2f} "
+                         f"alpha={r['alpha']:.3f} | {r['over_hf_static']:.3f}x HF static persistent, predicted "
+                         f"{r['predicted_over_hf_static']:.3f}x from this run's parts (realized/predicted {r['realized_over_predicted']:.3f})")
+    for name, result in (report.get("int4_greedy") or {}).items():
+        lines.append(f"  fp32 | greedy, {name} captured: {result['identical']}/{result['sequences']} identical to HF generate ({result['path']})")
+    sampling = report.get("int4_sampling")
+    if sampling:
+        lines.append(f"  bf16 | sampling law, int4 draft captured: p(target law) = {sampling['p_target']:.3f}, {sampling['runs']} runs")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
@@ -523,11 +833,18 @@ def main(argv=None) -> int:
                         help="the captured section's fp32 greedy and sampling checks: with the shapes' rows, without, or alone "
                              "(to split a run in two)")
     parser.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of the --model rows")
+    parser.add_argument("--part", type=int, choices=(1, 2), default=1,
+                        help="the int4 section in two runs of at most 5 minutes on an H100: 1 the shapes' rows, "
+                             "2 the exact-int4 model and the fp32 greedy and sampling checks")
+    parser.add_argument("--backend", default="inductor",
+                        help="dynamo backend of the captured forwards (eager: the same capture without code "
+                             "generation, for a CPU smoke test)")
     parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
     if args.table:
         with open(args.table) as f:
-            print(table(json.load(f)))
+            stored = json.load(f)
+        print(int4_table(stored) if "int4_part" in stored else table(stored))
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -536,10 +853,19 @@ def main(argv=None) -> int:
     shapes = args.shapes.split(",")
     sections = args.sections.split(",")
     small = shapes == ["tiny"]
+    from layersearch.common.provenance import provenance
+
     report: dict = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-                    "torch": torch.__version__}
+                    "torch": torch.__version__, **provenance(list(sys.argv if argv is None else argv))}
     print(f"device: {report['device']}, torch {torch.__version__}", flush=True)
     start = time.perf_counter()
+    if args.backend != "inductor":  # every model built from now on compiles with it
+        use_backend(args.backend)
+    if "int4" in sections:
+        print(f"int4, part {args.part}", flush=True)
+        int4_report(args, report)
+        write(report, args.out)
+        print(int4_table(report), flush=True)
     if "captured" in sections:
         captured_report(args, report)
         print(table(report), flush=True)

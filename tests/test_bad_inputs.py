@@ -1164,6 +1164,30 @@ BAD_KINDS["mask"].update({"Infinity layers": _file("minf.json", '{"schema_versio
                               {**d, "provenance": {"label": "x"}}).replace('"label": "x"', '"label": "\\ud800"'))})
 
 
+
+# ----- profiles measured elsewhere: bound to the architecture, --random-weights, tune --profile -----
+# Its own block: a profile for another architecture is refused wherever a profile is read, naming
+# both; the new profile options and tune's --profile get their rows.
+def _other_architecture(data):
+    data["model"].update(num_layers=2, hidden_size=96, fingerprint="0123456789abcdef")
+    data["architecture"] = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 96}
+
+
+for _kind in ("profile", "existing_profile"):
+    BAD_KINDS[_kind].update({
+        "another architecture": _json_variant("profile.json", "parch.json", _other_architecture),
+        "an unknown compile mode": _json_variant("profile.json", "pmode.json", _set("compile_mode", "jit")),
+        "schema version 3": _json_variant("profile.json", "pv3.json", _set("schema_version", 3)),
+    })
+COMMANDS["profile --random-weights"] = Command(
+    ("profile", "--model", MODEL, "--random-weights", "--contexts", "8", "--repeats", "1", "--max-verify", "2", "--out", "{out}"),
+    (("--max-verify", "0"), ("--repeats", "0"), ("--model", "missing.gguf"), ("--model", "no_such_folder/model"),
+     ("--dtype", "float8"), ("--device", "tpu")))
+COMMANDS["tune --profile"] = Command(
+    ("tune", "--model", MODEL, "--prompts", "{user_prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}",
+     "--profile", "{profile}"),
+    kinds={"user_prompts": "hm_none", "out": "hm_none", "storage": "hm_none", "profile": "existing_profile"})
+
 # ----- cases carried over from the former command-line bad-input script -------------------------
 # Rows it tried that the table above did not hold yet: larger numbers on options already bounded,
 # two more malformed DISCO row files and a mask whose layer count is NaN.

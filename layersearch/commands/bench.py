@@ -37,7 +37,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--skip-ratios", default="0.1,0.2,0.3,0.45", help="uniform mask ratios to run")
     p.add_argument("--masks", default="", help="comma-separated mask files to run as well")
-    p.add_argument("--repeats", type=int, default=3, help="runs per configuration (median reported)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="interleaved runs per configuration (median reported, min and max in the report; default 5 on "
+                        "CUDA, 3 on CPU)")
     p.add_argument("--profile", help="latency profile JSON (measured if absent)")
     p.add_argument("--out", default="bench.json")
     p.add_argument("--peers", default="prompt-lookup,early-exit",
@@ -74,6 +76,15 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.set_defaults(command="bench")
 
 
+def _repeats(args: Any) -> int:
+    """``--repeats``, else 5 on CUDA (min / median / max of interleaved repeats), 3 on CPU."""
+    from layersearch.evaluation.bench import GPU_REPEATS
+
+    if args.repeats is not None:
+        return args.repeats
+    return GPU_REPEATS if str(args.device).strip().lower().startswith("cuda") else 3
+
+
 def run(args: Any) -> int:
     """Run the benchmark (:func:`layersearch.evaluation.bench.run_bench`): one table per domain, the JSON report."""
     from layersearch.evaluation.bench import BenchSettings, prepare_bench, run_bench
@@ -83,7 +94,7 @@ def run(args: Any) -> int:
     given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
     settings = BenchSettings(
         args.model, out, tuple(d for d in given.split(",") if d), args.prompts, args.prompts_per_domain,
-        args.max_new_tokens, args.repeats, args.skip_ratios, args.masks, args.profile,
+        args.max_new_tokens, _repeats(args), args.skip_ratios, args.masks, args.profile,
         _items(args.peers), _items(args.drafters), _items(args.lookaheads), args.specs,
         args.draft_vocab, args.split, args.device, args.dtype, args.kernels, args.max_draft, args.draft_threshold,
         False,  # Self-SD's adaptive rule is --lookaheads adaptive

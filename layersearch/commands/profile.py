@@ -26,6 +26,11 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    help="with --validate: masks to time, as uniform:RATIO or mask files (comma-separated)")
     p.add_argument("--contexts", help="context lengths to measure (default 64,256,512,1024; with --validate the profile's)")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--random-weights", action="store_true",
+                   help="measure the model's architecture from its config alone, with random weights (costs depend on "
+                        "shapes and dtype, not values): a profile for a machine that does not hold the weights")
+    p.add_argument("--max-verify", type=int, default=None,
+                   help="verify 1..N tokens in the verification sweep (default 16 eager, 8 captured: each length compiles)")
     p.set_defaults(command="profile")
 
 
@@ -43,14 +48,34 @@ def run(args: Any) -> int:
     out = check_output(args.out, "--out")
     contexts = _contexts(args.contexts or "64,256,512,1024")
     positive_int(args.repeats, "--repeats")
-    loaded = load(args)
+    if args.max_verify is not None:
+        positive_int(args.max_verify, "--max-verify")
+    from layersearch.decoder.spec import compile_wanted
+
+    captured = compile_wanted(args.compile or "auto", "cuda" if args.device.strip().lower().startswith("cuda") else "cpu")
+    loaded = _random_weights(args) if args.random_weights else load(args)
     profile = measure_profile(
         loaded.model, loaded.info, contexts=contexts, repeats=args.repeats,
+        max_verify=args.max_verify or (8 if captured else 16),
         progress=lambda message: print(message, file=sys.stderr, flush=True), kernels=args.kernels,
+        compile_mode="captured:inductor" if captured else "eager", random_weights=args.random_weights,
     )
     profile.save(out)
     announce(out, f"wrote {out}: {describe_profile(profile)}")
     return 0
+
+
+def _random_weights(args: Any) -> Any:
+    """``--model``'s architecture with random weights on ``--device`` / ``--dtype`` (its config alone)."""
+    import transformers
+
+    from layersearch.commands.common import set_threads
+    from layersearch.models.loading import default_dtype, random_weights_model
+
+    transformers.utils.logging.set_verbosity_error()
+    set_threads(getattr(args, "threads", None))
+    return random_weights_model(args.model, device=args.device, dtype=args.dtype or default_dtype(args.device),
+                                progress=lambda message: print(message, file=sys.stderr, flush=True))
 
 
 def _contexts(text: str) -> tuple[int, ...]:
@@ -74,7 +99,9 @@ def _validate(args: Any) -> int:
     positive_int(args.repeats, "--repeats")
     profile = LatencyProfile.load(args.validate)
     loaded = load(args)
-    profile.check_model(loaded.info)
+    from layersearch.profiling.profiler import model_architecture
+
+    profile.check_model(loaded.info, model_architecture(loaded.model))
     masks = [SkipMask.none(loaded.info.num_layers)] + [validation_mask(spec, loaded.info) for spec in args.masks.split(",") if spec]
     contexts = _contexts(args.contexts) if args.contexts is not None else profile.contexts
     check_context(loaded, max(contexts) + 8, "--contexts")  # plus the longest verification

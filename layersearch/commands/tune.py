@@ -34,6 +34,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2, help="held-out repeats (default 2)")
     p.add_argument("--finalists", type=int, default=3, help="configurations re-measured on held-out prompts (default 3)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="latency profile JSON, possibly measured on another device (layersearch profile there, "
+                        "--random-weights where the weights are not): trials decode here for their acceptance and are "
+                        "scored by the speedup it predicts on its device")
     p.add_argument("--quiet", action="store_true", help="no per-trial progress")
     p.set_defaults(command="tune")
 

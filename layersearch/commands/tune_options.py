@@ -43,15 +43,26 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
         raise LayersearchError("--draft-model is empty: name a model")
     draft_ref = _draft_ref(o.draft_model) if o.draft_model else None
     prepared = prepare(settings, draft_ref)
+    profile = None
+    if getattr(o, "profile", None) is not None:
+        from layersearch.profiling.profile import LatencyProfile
+
+        profile = LatencyProfile.load(o.profile)  # a bad file is refused before the model loads
     if note is not None and not o.quiet:
         say(note)
     loaded = load()
+    if profile is not None:
+        from layersearch.common.modelfile import naming
+        from layersearch.profiling.profiler import model_architecture
+
+        with naming(o.profile):
+            profile.check_model(loaded.info, model_architecture(loaded.model))
     drafts = load_drafts(loaded, draft_ref, o.device, o.dtype, say)
     model = ModelSpec(ModelRef.given(o.model), loaded.info, o.device, o.dtype)
     with TrialLines(o.quiet, say) as progress, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes are not the user's concern
         result = tune(loaded, prepared, model, drafts=drafts, kernels=getattr(o, "kernels", "auto"), compile=getattr(o, "compile", None),
-                      say=say if not o.quiet else (lambda m: None), on_trial=progress.update)
+                      profile=profile, say=say if not o.quiet else (lambda m: None), on_trial=progress.update)
     write_outputs([(md, markdown(result, Path(png_path).name)), (png, curve_png(result.records, f"tune: {settings.name}"))], "--report")
     result.spec.save(o.out)
     announce(out, f"wrote {out.given} ({'plain decoding' if result.selection.plain_chosen else result.selection.winner}), "

@@ -127,6 +127,7 @@ class BuiltDecoder:
             stats["swift"] = input_summary(self.controller, result.stats)
         if self.profile is not None and result.stats.steps:
             stats["predicted_speedup"] = self.profile.predicted_speedup_of_steps(result.stats.steps)
+            stats["predicted_on"] = self.profile.predicts_for  # the device whose costs the profile holds
         return stats
 
 
@@ -154,7 +155,7 @@ def format_run(index: int, text: str, stats: dict[str, Any]) -> str:
     from layersearch.swift.options import summary_text
 
     predicted = stats.get("predicted_speedup")
-    extra = f" predicted-speedup={predicted:.2f}" if predicted is not None else ""
+    extra = f" predicted-speedup={predicted:.2f} on {stats.get('predicted_on', '?')}" if predicted is not None else ""
     extra += summary_text(stats["swift"]) if "swift" in stats else ""
     return f"--- prompt {index}\n{text}\n[{format_stats(stats)}{extra}]"
 

@@ -20,6 +20,7 @@ import torch
 
 from layersearch.decoder.build import assemble
 from layersearch.common.errors import LayersearchError
+from layersearch.common.modelfile import naming
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import SkipMask
 from layersearch.evaluation.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
@@ -35,6 +36,10 @@ PLAIN = "plain generate"
 STATIC = "plain generate static"  # transformers' static cache, auto-compiled: the fastest path GPU users run
 LOOP = "ours: nothing skipped"  # our loop's plain decoding: the baseline the profile predicts against
 ASSISTED = "assisted"  # the peer "assisted:MODEL": transformers' assisted generation with a draft model
+#: Rows of transformers' static cache: each compiles per cache length, so each is warmed on every prompt.
+STATIC_CACHE_PREFIXES = (STATIC, "hf assisted static")
+#: Timed repeats by default: 5 on CUDA (min / median / max reported), 3 on CPU.
+GPU_REPEATS = 5
 
 
 def _hf_prompt_lookup(model) -> Configuration:
@@ -76,7 +81,7 @@ def configs(
     result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
     if model.device.type == "cuda":
         result.append(Configuration(STATIC, lambda ids, n: hf_generate(model, ids, n, cache_implementation="static")))
-    result += _peer_configs(model, peers, draft_models)
+    result += _peer_configs(model, peers, draft_models, static=model.device.type == "cuda")
     for mask in masks:
         label = LOOP if mask.is_empty else f"ours: {mask.provenance.get('label') or mask.short_string()}"
         if mask.is_empty:  # nothing drafts: the rule is moot, and the row is the loop's baseline
@@ -97,8 +102,11 @@ def _row(label: str, model, spec, mask: SkipMask | None, **given: Any) -> Config
     return Configuration(label, assemble(model, spec, **given).generate, mask, model)
 
 
-def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module]) -> list[Configuration]:
-    """transformers' own speculative modes, in the order given."""
+def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str, torch.nn.Module],
+                  static: bool = False) -> list[Configuration]:
+    """transformers' own speculative modes, in the order given; with ``static`` (CUDA), each
+    assisted peer also with a static cache (:func:`assisted_static_row`), the GPU peer beside
+    transformers' static-cache generate."""
     result = []
     for peer in PEERS if peers is True else tuple(peers or ()):
         kind, name = split_named(peer)
@@ -107,7 +115,17 @@ def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str,
         else:  # assisted:MODEL
             assistant = draft_models[name]
             result.append(Configuration(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
+            if static:
+                result.append(assisted_static_row(model, name, assistant))
     return result
+
+
+def assisted_static_row(model, name: str, assistant: torch.nn.Module) -> Configuration:
+    """transformers' assisted generation over a static cache (``cache_implementation="static"``
+    with ``assistant_model``): on CUDA, transformers compiles the verifier's forward over it, the
+    assistant runs uncompiled. The draft-model peer of a GPU bench."""
+    return Configuration(f"hf assisted static ({_short(name)})",
+                         lambda ids, n: hf_generate(model, ids, n, assistant_model=assistant, cache_implementation="static"))
 
 
 def _drafter_configs(
@@ -194,13 +212,30 @@ def run_domain(
     plain ``generate`` elsewhere (:func:`layersearch.evaluation.measure.compare`). ``compiled``:
     one untimed generation per configuration first, so compiling (paid once per shape) stays out
     of the timed repeats."""
-    if compiled:
-        progress(f"compiling: one untimed generation per configuration ({len(configs_)})")
-        for config in configs_:
-            with contextlib.suppress(Exception):  # one that fails is reported by its measured runs
-                config.generate(prompts[0], new_tokens)
+    runs = warm_ups(configs_, prompts, compiled)
+    if runs:
+        progress(f"compiling: one untimed generation per configuration ({len(configs_)}) on the longest prompt"
+                 + (f", {len(runs) - len(configs_)} more of transformers' static-cache rows" if len(runs) > len(configs_) else ""))
+    for config, prompt in runs:
+        with contextlib.suppress(Exception):  # one that fails is reported by its measured runs
+            config.generate(prompt, new_tokens)
     return compare(configs_, prompts, repeats, new_tokens=new_tokens, baseline=baseline_name(configs_), progress=progress,
                    device=device)
+
+
+def warm_ups(configs_: Sequence[Configuration], prompts: list[torch.Tensor], compiled: bool) -> list[tuple[Configuration, torch.Tensor]]:
+    """The untimed generations before the timed repeats: where anything compiles (``compiled``,
+    or a static-cache row of transformers', which compiles on CUDA), every configuration once on
+    the longest prompt (the largest cache and shapes), and each static-cache row of transformers'
+    on every other prompt too (it compiles per cache length): compile seconds stay out of every
+    row's timings, HF's as ours."""
+    static = [c for c in configs_ if c.name.startswith(STATIC_CACHE_PREFIXES)]
+    if not (compiled or static) or not prompts:
+        return []
+    longest = max(prompts, key=lambda ids: ids.shape[-1])
+    runs = [(config, longest) for config in configs_]
+    runs += [(config, ids) for config in static for ids in prompts if ids is not longest]
+    return runs
 
 
 def baseline_name(configs_: Sequence[Configuration]) -> str:
@@ -226,7 +261,10 @@ def summarize(
         "compile_seconds": pooled.compile_seconds,  # inside the measured runs (the untimed warm-up compiles first)
         "tokens_per_second": statistics.median(s.tokens_per_second for s in m.stats),
         "speedup": statistics.median(m.speedups),
+        "speedup_min": min(m.speedups) if m.speedups else None,
+        "speedup_max": max(m.speedups) if m.speedups else None,
         "speedup_per_repeat": list(m.speedups),
+        "seconds_per_repeat": list(m.totals),  # the raw timings: every prompt of a repeat, wall seconds
         "M": M,
         "alpha": alpha,
         "identical_to_plain": m.identical,
@@ -255,6 +293,7 @@ def summarize(
         row["expected_speedup"] = profile.expected_speedup(M, alpha, mask, context, drafts=drafts)
     if profile is not None and pooled.steps and name != LOOP:
         row.update(_step_prediction(profile, pooled.steps))
+        row["predicted_on"] = profile.predicts_for  # the device the profile's costs were measured on
         if row.get("predicted_speedup") and "decode_speedup_vs_loop" in row:
             row["realized_over_predicted"] = row["decode_speedup_vs_loop"] / row["predicted_speedup"]
     return row
@@ -287,10 +326,12 @@ def _cell(value: float | None, width: int, decimals: int = 2) -> str:
 
 
 def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
-    """A plain-text table of one domain's rows."""
+    """A plain-text table of one domain's rows (``pred.`` names the device the profile predicts for)."""
+    devices = sorted({r["predicted_on"] for r in rows if r.get("predicted_on")})
+    baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
     head = (f"{'config':<36}{'path':>5}{'tok/s':>8}{'speedup':>9}{'decode':>7}{'vs loop':>8}{'dec/loop':>9}{'pred.':>7}{'M':>6}{'alpha':>7}"
             f"{'same':>6}{'ovh%':>6}{'mem':>6}{'TTFT':>7}{'TPOT':>7}{'dpre':>6}")
-    lines = [f"== {domain}", head]
+    lines = [f"== {domain}" + (f" (speedups over {', '.join(baselines)})" if baselines else ""), head]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['config']:<36}  not run: {r['error']}")
@@ -304,10 +345,11 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
         )
     lines.append(
         "path: capt(ured: compiled forwards, static cache) or eage(r); "
-        "speedup: time of the baseline (plain generate; on CUDA its static-cache path) / this, same repeat (median); decode: the same for the decode phase (after the "
+        "speedup: time of the baseline (plain generate; on CUDA its static-cache path) / this, same repeat (median; min and "
+        "max in the report); decode: the same for the decode phase (after the "
         "first delivered tokens, which are left out with their time, and without a draft model's prompt forward); vs loop, dec/loop: the same against our loop with nothing skipped; pred.: what the latency "
         "profile predicts for the dec/loop "
-        "ratio from the run's own steps; "
+        f"ratio from the run's own steps{' on ' + ', '.join(devices) if devices else ''}; "
         "same: tokens identical to plain; ovh%: time outside model forwards; mem: (weights + peak growth) / (weights + KV cache); "
         "TTFT, TPOT: time to first token and per output token after it (ms, vLLM's definitions); dpre: the draft model's prompt "
         "forward (ms)"
@@ -451,8 +493,13 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     from layersearch.common.jsonfile import BENCH_SCHEMA_VERSION
 
+    from layersearch.common.provenance import provenance
+    from layersearch.profiling.profiler import device_name
+
     report: dict[str, Any] = {"schema_version": BENCH_SCHEMA_VERSION, "model": loaded.info.to_dict(),
-                              "profile": profile.to_dict(), "kernels": kernels, "domains": {}}
+                              "profile": profile.to_dict(), "kernels": kernels, "domains": {},
+                              "device": device_name(loaded.model.device), "repeats": settings.repeats,
+                              **provenance()}  # argv, commit and versions: what made these figures
     options = dict(peers=settings.peers, drafters=settings.drafters, draft_models=prepared.draft_models,
                    lookaheads=settings.lookaheads, vocab=prepared.vocab, compile=compiled)
     with model_kernels(loaded.model, kernels):  # every configuration, plain generate included, runs them
@@ -467,6 +514,8 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
             loop, plain = measured.get(LOOP), measured.get(baseline)
             eager = measured.get(PLAIN) if baseline != PLAIN else None
             rows = [summarize(c.name, measured[c.name], profile, context, c.mask, loop, plain, eager) for c in cfgs]
+            for row in rows:
+                row["baseline"] = baseline  # every row names what its speedup is over
             report["domains"][domain] = {"context": context, "baseline": baseline, "rows": rows}
             show(format_table(domain, rows))
             write_json_atomic(settings.out, report)
@@ -568,6 +617,14 @@ def _bench_profile(settings: BenchSettings, loaded, say: Callable[[str], None]) 
     from layersearch.profiling.profiler import quick_profile
 
     if settings.profile:
-        return LatencyProfile.load(settings.profile, model=loaded.info)
+        from layersearch.profiling.profiler import model_architecture
+
+        profile = LatencyProfile.load(settings.profile)
+        with naming(settings.profile):
+            profile.check_model(loaded.info, model_architecture(loaded.model))  # the architecture; the device may be another
+        if profile.predicts_for.split(":")[0] != loaded.model.device.type:
+            say(f"{settings.profile}: costs measured on {profile.predicts_for}; acceptance measured here on "
+                f"{loaded.model.device.type}: pred. is the speedup predicted on {profile.predicts_for}")
+        return profile
     say("measuring a quick latency profile (give a saved profile to reuse one)")
     return quick_profile(loaded.model, loaded.info, max_verify=16, repeats=3, progress=say, kernels=settings.kernels)

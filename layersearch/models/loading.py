@@ -120,6 +120,53 @@ def load_model(
     return LoadedModel(model, tokenizer, describe_model(model, name))
 
 
+def random_weights_model(
+    name: str = EMBEDDED_MODEL, *, device: str = "cpu", dtype: str = "float32", progress: Callable[[str], None] | None = None
+) -> LoadedModel:
+    """Model ``name``'s architecture with random weights, built from its config alone on ``device``
+    in ``dtype`` (no tokenizer): what a latency profile needs, since costs depend on shapes and
+    dtype, not on the values of the weights. A GGUF file's config is read from its header; the
+    embedded model's from its converted copy."""
+    torch_dtype = resolve_dtype(dtype)
+    device = resolve_device(device)
+    config = model_config(name, progress)
+    layout_for(config)  # an unsupported family is refused before anything is allocated
+    try:
+        with torch.device(device), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    except torch.OutOfMemoryError as exc:
+        raise LayersearchError(f"cannot build model {name!r} with random weights on {device}: out of memory") from exc
+    model.eval().requires_grad_(False)
+    set_greedy_generation(model)
+    return LoadedModel(model, None, describe_model(model, name))  # type: ignore[arg-type]  # no tokenizer is needed
+
+
+def model_config(name: str, progress: Callable[[str], None] | None = None) -> PretrainedConfig:
+    """The config of model ``name`` (embedded name, ``.gguf`` file, local directory or hub id), its weights unread."""
+    try:
+        if name == EMBEDDED_MODEL:
+            return AutoConfig.from_pretrained(str(embedded_model_dir(progress)), local_files_only=True)
+        if is_gguf_path(name):
+            path = Path(os.path.expanduser(name))
+            if not path.is_file():
+                raise LayersearchError(f"cannot read model {name!r}: no such GGUF file")
+            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        if os.path.exists(os.path.expanduser(name)):
+            path = Path(os.path.expanduser(name))
+            if not (path / "config.json").is_file():
+                raise LayersearchError(f"cannot read model {name!r}: {path} is not a model directory (no config.json)")
+            return AutoConfig.from_pretrained(str(path), local_files_only=True)
+        _suggest_embedded(name)
+        if not _HUB_ID.match(name):
+            raise LayersearchError(f"cannot read model {name!r}: no such local directory, and not a hub id (org/name)")
+        return AutoConfig.from_pretrained(name)
+    except LayersearchError:
+        raise
+    except Exception as exc:
+        raise LayersearchError(f"cannot read the config of model {name!r}: {_one_line(exc)}") from exc
+
+
 def _suggest_embedded(name: str) -> None:
     """A near miss of the embedded name (a case or one-letter typo) is told as such, not sent to the hub."""
     import difflib
@@ -616,7 +663,9 @@ __all__ = [
     "describe_model",
     "embedded_model_dir",
     "load_model",
+    "model_config",
     "model_fingerprint",
+    "random_weights_model",
     "resolve_device",
     "resolve_dtype",
     "set_greedy_generation",

@@ -142,7 +142,8 @@ class ExpectedSpeedup(Objective):
         run = runtime.decode(mask)
         context = runtime.context_length
         value = expected_speedup(run, mask, self.profile, context)
-        return Score(value, trial_attrs(mask, run, cost_coefficient=self.profile.cost_coefficient(mask, context)))
+        return Score(value, trial_attrs(mask, run, cost_coefficient=self.profile.cost_coefficient(mask, context),
+                                        predicted_on=self.profile.predicts_for))
 
 
 class TokensPerTime(Objective):
@@ -158,7 +159,7 @@ class TokensPerTime(Objective):
     def evaluate(self, runtime: "Runtime", mask: SkipMask) -> Score:
         run = runtime.decode(mask)
         value, gamma = tokens_per_time(run, mask, self.profile, runtime.context_length, self.max_draft)
-        return Score(value, trial_attrs(mask, run, best_gamma=gamma))
+        return Score(value, trial_attrs(mask, run, best_gamma=gamma, predicted_on=self.profile.predicts_for))
 
 
 OBJECTIVES: tuple[str, ...] = (TimePerToken.name, Matchness.name, ExpectedSpeedup.name, TokensPerTime.name)

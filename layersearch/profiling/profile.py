@@ -42,12 +42,25 @@ device runs int8 twins, the profile also holds one int8 attention sub-layer's co
 (``int8_mlp_seconds``) and what the int8 LM head saves on the base (``int8_head_saving``); all
 ``null`` where not measured (older files, GPU profiles), and a plan with int8 sub-layers then
 cannot be costed (one error line naming ``layersearch profile``).
+
+Provenance (schema_version 2; version 1 files still read, with these fields empty): a profile
+predicts for the device it was measured on, so it says which (``device``: ``"cpu: <CPU model>"``
+or ``"cuda: <GPU name>"``), with ``transformers_version``, ``commit`` (the layersearch checkout
+or version), ``compile_mode`` (``eager``, or ``captured:<dynamo backend>`` where the forwards
+were compiled over a static cache, as the runtime runs them on a GPU), ``random_weights`` (the
+model was built from its config alone: costs depend on shapes and dtype, not values),
+``step_overhead_seconds`` (the decode loop's own time per step beside its forwards; ``null``
+where not measured) and ``architecture``, the config fields that determine costs (model type,
+layers, widths, heads, head size, vocabulary, dtype). A profile is bound to the architecture,
+not to the weights: measured on a GPU from random weights, it costs the plans a search on
+another machine finds for the trained model of that architecture, and every prediction names
+the device it is for (:attr:`LatencyProfile.predicts_for`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from layersearch.common.errors import LayersearchError
@@ -55,13 +68,20 @@ from layersearch.kernels import KERNEL_NAMES
 from layersearch.masks.mask import SkipMask
 from layersearch.common.modelfile import FileKind, ModelBoundJson, ModelInfo
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this reader accepts: version 1 files predate the provenance fields.
+READ_VERSIONS = (1, 2)
 KIND = "latency-profile"
 PROFILE_FILE = FileKind(tag=KIND, called="profile", made_for="profile was measured for", schema_version=SCHEMA_VERSION)
 _TIME_FIELDS = ("attention_slope", "attention_intercept", "mlp_seconds", "base_seconds")
 #: The int8 timings (optional: None where the profile did not measure int8 twins).
 INT8_FIELDS = ("int8_attention_slope", "int8_attention_intercept", "int8_mlp_seconds", "int8_head_saving")
 _REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify_ratios")
+#: Config fields that determine a model's costs (with the dtype): what a profile is bound to.
+ARCHITECTURE_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                       "num_key_value_heads", "head_dim", "vocab_size", "dtype")
+#: Compile modes a profile records: eager forwards, or forwards captured by a dynamo backend.
+COMPILE_MODES = ("eager", "captured:inductor", "captured:eager")
 
 
 @dataclass(frozen=True)
@@ -157,11 +177,18 @@ class LatencyProfile(ModelBoundJson):
     int8_attention_intercept: float | None = None  # ... and at context 0
     int8_mlp_seconds: float | None = None  # an int8 MLP sub-layer, one token
     int8_head_saving: float | None = None  # seconds the int8 LM head saves on base_seconds, one token
+    # ----- provenance (schema 2): where and how the timings were taken ----------------------------
+    transformers_version: str = ""
+    commit: str = ""  # the layersearch checkout's commit, or "layersearch <version>"
+    compile_mode: str = "eager"  # one of COMPILE_MODES
+    random_weights: bool = False  # built from the config alone (costs depend on shapes, not values)
+    step_overhead_seconds: float | None = None  # the loop's own seconds per step beside its forwards
+    architecture: dict[str, Any] = field(default_factory=dict, hash=False)  # ARCHITECTURE_FIELDS -> value
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelInfo):
             raise LayersearchError("profile model must be a ModelInfo")
-        for name in ("device", "dtype", "torch_version", "created"):
+        for name in ("device", "dtype", "torch_version", "created", "transformers_version", "commit"):
             if not isinstance(getattr(self, name), str):
                 raise LayersearchError(f"profile {name} must be a string, got {getattr(self, name)!r}")
         for name in _TIME_FIELDS:
@@ -179,6 +206,48 @@ class LatencyProfile(ModelBoundJson):
                 object.__setattr__(self, name, _non_negative(getattr(self, name), name))
         if self.target_seconds(0) <= 0:
             raise LayersearchError("profile has zero cost for a full forward (all times are 0)")
+        self._check_provenance()
+
+    def _check_provenance(self) -> None:
+        if self.compile_mode not in COMPILE_MODES:
+            raise LayersearchError(f"profile compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
+        if not isinstance(self.random_weights, bool):
+            raise LayersearchError(f"profile random_weights must be true or false, got {self.random_weights!r}")
+        if self.step_overhead_seconds is not None:
+            object.__setattr__(self, "step_overhead_seconds", _non_negative(self.step_overhead_seconds, "step_overhead_seconds"))
+        if not isinstance(self.architecture, dict) or any(key not in ARCHITECTURE_FIELDS for key in self.architecture):
+            raise LayersearchError(f"profile architecture must be an object with the fields {', '.join(ARCHITECTURE_FIELDS)}")
+
+    # ----- what the profile is for ----------------------------------------------------------
+    @property
+    def predicts_for(self) -> str:
+        """The device its predictions are for, as the file names it ("cuda: NVIDIA H100 80GB HBM3");
+        older files' ``cuda (<name>)`` reads the same way."""
+        device = self.device
+        if device.startswith("cuda (") and device.endswith(")"):
+            return f"cuda: {device[len('cuda ('):-1]}"
+        return device
+
+    def predicted_text(self, speedup: float | None) -> str:
+        """``predicted 1.62x on cuda: NVIDIA H100 80GB HBM3`` (``predicted - on ...`` for no value)."""
+        value = "-" if speedup is None else f"{speedup:.2f}x"
+        return f"predicted {value} on {self.predicts_for}"
+
+    def check_model(self, model: ModelInfo, architecture: dict[str, Any] | None = None) -> None:
+        """Raise unless the profile was measured for ``model``'s architecture (its fingerprint covers
+        the structural config fields; the weights never matter). ``architecture``
+        (:func:`~layersearch.profiling.profiler.model_architecture` of the model at hand) adds the
+        head size to the comparison and names both architectures in the error."""
+        mine = {k: v for k, v in self.architecture.items() if k != "dtype"}
+        theirs = {k: v for k, v in (architecture or {}).items() if k != "dtype"}
+        shared = set(mine) & set(theirs)
+        differs = any(mine[k] != theirs[k] for k in shared)
+        if differs or not self.model.same_model(model):
+            raise LayersearchError(
+                f"profile was measured for architecture {architecture_text(self.architecture, self.model)}, "
+                f"not {architecture_text(architecture or {}, model)} (a profile is bound to the architecture: "
+                f"measure one for this model with `layersearch profile`, from its config alone where its weights are elsewhere)",
+                fields="profile")
 
     # ----- per-forward costs --------------------------------------------------------------
     @property
@@ -366,6 +435,13 @@ class LatencyProfile(ModelBoundJson):
             "kernels": self.kernels,
             "kernel_timings": [t.to_dict() for t in self.kernel_timings],
             **{name: getattr(self, name) for name in INT8_FIELDS},
+            # provenance (schema 2)
+            "transformers_version": self.transformers_version,
+            "commit": self.commit,
+            "compile_mode": self.compile_mode,
+            "random_weights": self.random_weights,
+            "step_overhead_seconds": self.step_overhead_seconds,
+            "architecture": dict(self.architecture),
         }
 
     @classmethod
@@ -378,7 +454,11 @@ class LatencyProfile(ModelBoundJson):
             raise LayersearchError("profile file must hold a JSON object")
         if data.get("kind", KIND) != KIND:  # files from before the tag have none
             raise LayersearchError(f"not a latency profile (kind {data.get('kind')!r})")
-        cls.FILE.check_version(data)
+        version = data.get("schema_version")
+        if isinstance(version, bool) or version not in READ_VERSIONS:
+            raise LayersearchError(f"unsupported schema_version {version!r} (expected one of {', '.join(map(str, READ_VERSIONS))})")
+        if not isinstance(data.get("architecture", {}), dict):
+            raise LayersearchError("architecture must be an object")
         missing = [key for key in _REQUIRED if key not in data]
         if missing:
             raise LayersearchError(f"profile file is missing {', '.join(repr(k) for k in missing)}")
@@ -398,6 +478,12 @@ class LatencyProfile(ModelBoundJson):
             kernels=data.get("kernels", "stock"),
             kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
             **{name: data.get(name) for name in INT8_FIELDS},
+            transformers_version=data.get("transformers_version", ""),
+            commit=data.get("commit", ""),
+            compile_mode=data.get("compile_mode", "eager"),
+            random_weights=data.get("random_weights", False),
+            step_overhead_seconds=data.get("step_overhead_seconds"),
+            architecture=dict(data.get("architecture", {})),
         )
 
     # ----- helpers ------------------------------------------------------------------------
@@ -462,6 +548,20 @@ def _checked_contexts(contexts: Any) -> tuple[int, ...]:
     return values
 
 
+def architecture_text(architecture: dict[str, Any], info: ModelInfo) -> str:
+    """``llama (30 layers, hidden 576, intermediate 1536, 9 heads, 3 kv heads, head dim 64, vocab 49152,
+    bfloat16; fingerprint ...)``: the architecture fields known, else the model info's."""
+    a = architecture
+    parts = [f"{a.get('num_hidden_layers', info.num_layers)} layers", f"hidden {a.get('hidden_size', info.hidden_size)}"]
+    for key, word in (("intermediate_size", "intermediate"), ("num_attention_heads", "heads"),
+                      ("num_key_value_heads", "kv heads"), ("head_dim", "head dim"), ("vocab_size", "vocab")):
+        if a.get(key) is not None:
+            parts.append(f"{a[key]} {word}" if word in ("heads", "kv heads") else f"{word} {a[key]}")
+    if a.get("dtype"):
+        parts.append(str(a["dtype"]))
+    return f"{a.get('model_type') or info.name} ({', '.join(parts)}; fingerprint {info.fingerprint})"
+
+
 # ----- text of ``layersearch profile`` and its validation --------------------------------------------
 def describe_profile(profile: "LatencyProfile") -> str:
     """One line: attention cost fit, MLP and base costs, verify ratio at 8 tokens."""
@@ -471,8 +571,10 @@ def describe_profile(profile: "LatencyProfile") -> str:
     return (
         f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms{sliding}, "
         f"t_mlp = {profile.mlp_seconds * 1e3:.3f} ms, base = {profile.base_seconds * 1e3:.2f} ms, "
-        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.device} {profile.dtype}, "
-        f"{profile.kernels} kernels"
+        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.predicts_for} {profile.dtype}, "
+        f"{profile.kernels} kernels, {profile.compile_mode}"
+        + (", random weights" if profile.random_weights else "")
+        + (f", loop overhead {profile.step_overhead_seconds * 1e3:.3f} ms/step" if profile.step_overhead_seconds is not None else "")
     )
 
 

@@ -35,6 +35,19 @@ Kernels (:mod:`layersearch.kernels.select`): with ``kernels="auto"`` the verific
 first timed under every kernel set, interleaved round by round, at the middle context; the
 choice (:func:`~layersearch.profiling.profile.pick_kernels`) and every sweep are recorded in the profile,
 and all of its timings are then measured with the chosen kernels.
+
+Captured (``compile_mode="captured:<backend>"``, what the runtime runs on a GPU): the same
+settings and the verification sweep are timed through compiled forwards over one static KV cache
+(:class:`~layersearch.runtime.captured.CapturedForwards`, one compiled forward per setting and per
+verified length, each compiled in the warm-up round, outside the timings). A static cache's
+attention reads its whole capacity, so the attention slope there is the mask's small share; the
+capacity is the longest context plus the verified tokens, rounded up as the runtime rounds it.
+Tests pass the ``eager`` backend (the same full-graph capture without code generation); on CUDA
+the default ``inductor`` backend makes each forward a CUDA graph. Where the model runs int8 twins,
+the int8 settings are timed captured as well, as the runtime runs int8 plans.
+
+Both modes also time the decode loop's own per-step overhead: our loop's plain decoding (nothing
+skipped, in the profile's mode) for a few tokens, the time outside its forwards per step.
 """
 
 from __future__ import annotations
@@ -56,6 +69,9 @@ from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, 
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
 
+#: Tokens of the plain decode timed for the loop's per-step overhead.
+OVERHEAD_TOKENS = 16
+
 SETTINGS = ("full", "no_attention", "no_mlp", "nothing")
 #: The int8 settings, timed where the model can run int8 twins.
 INT8_SETTINGS = ("int8", "int8_no_attention", "int8_no_mlp", "int8_head")
@@ -70,10 +86,15 @@ def measure_profile(
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
     kernels: str = "stock",
+    compile_mode: str = "eager",
+    random_weights: bool = False,
 ) -> LatencyProfile:
     """Measure ``model``'s latency profile on its device and dtype (median of ``repeats`` timings).
 
     ``kernels``: ``stock``, ``numba`` or ``auto`` (time both, keep the faster; see the module doc).
+    ``compile_mode``: ``eager``, or ``captured:inductor`` / ``captured:eager`` (the forwards
+    compiled by that dynamo backend over a static cache, see the module doc). ``random_weights``
+    records that ``model`` was built from its config alone (:func:`random_weights_model`).
     ``progress(message)`` is called once per measured context and once for the verify sweep.
     The model is left as it was: masks and kernels are applied only inside ``with`` blocks.
     """
@@ -81,6 +102,16 @@ def measure_profile(
     contexts = _checked_arguments(model, info, num_layers, contexts, max_verify, repeats)
     report = progress or (lambda message: None)
     middle = contexts[len(contexts) // 2]
+    backend = _captured_backend(compile_mode)
+    if backend is not None:
+        from layersearch.runtime.cache import has_sliding_window
+
+        if has_sliding_window(model):
+            raise LayersearchError("a captured profile needs a static cache, and sliding-window attention keeps a ring "
+                                   "cache: measure this model eager", fields="compile_mode")
+        profile = _measure_captured(model, info, contexts, middle, max_verify, repeats, report, backend)
+        profile = replace(profile, kernel_timings=(KernelTiming("stock", profile.target_seconds(middle), profile.verify_ratios),))
+        return _with_provenance(profile, model, compile_mode, random_weights, report)
     candidates = _candidates(model, kernels)
     chosen, sweeps = candidates[0], ()
     if len(candidates) > 1:
@@ -92,9 +123,63 @@ def measure_profile(
         report(kernel_choice_text(sweeps, chosen))
     with model_kernels(model, chosen):
         profile = _measure(model, info, contexts, middle, max_verify, repeats, report)
-    if not sweeps:  # one kernel set: its sweep is the profile's own
-        sweeps = (KernelTiming(chosen, profile.target_seconds(middle), profile.verify_ratios),)
-    return replace(profile, kernels=chosen, kernel_timings=sweeps)
+        if not sweeps:  # one kernel set: its sweep is the profile's own
+            sweeps = (KernelTiming(chosen, profile.target_seconds(middle), profile.verify_ratios),)
+        return _with_provenance(replace(profile, kernels=chosen, kernel_timings=sweeps), model, compile_mode,
+                                random_weights, report)
+
+
+def _captured_backend(compile_mode: str) -> str | None:
+    """The dynamo backend of a captured ``compile_mode`` (None for eager)."""
+    from layersearch.profiling.profile import COMPILE_MODES
+
+    if compile_mode not in COMPILE_MODES:
+        raise LayersearchError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {compile_mode!r}",
+                               fields="compile_mode")
+    return None if compile_mode == "eager" else compile_mode.split(":", 1)[1]
+
+
+def _with_provenance(profile: LatencyProfile, model: torch.nn.Module, compile_mode: str, random_weights: bool,
+                     report: Callable[[str], None]) -> LatencyProfile:
+    """``profile`` with where and how it was measured, and the loop's per-step overhead."""
+    from layersearch.common.provenance import layersearch_commit, package_version
+
+    overhead = loop_overhead(model, _captured_backend(compile_mode))
+    report(f"decode loop: {overhead * 1e3:.3f} ms per step outside its forwards")
+    return replace(profile, device=device_name(model.device), transformers_version=package_version("transformers"),
+                   commit=layersearch_commit(), compile_mode=compile_mode, random_weights=random_weights,
+                   step_overhead_seconds=overhead, architecture=model_architecture(model))
+
+
+def model_architecture(model: torch.nn.Module) -> dict:
+    """The config fields that determine ``model``'s costs (:data:`~layersearch.profiling.profile.ARCHITECTURE_FIELDS`)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(config, "num_attention_heads", None)
+    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
+    fields = {key: getattr(config, key, None) for key in ("model_type", "num_hidden_layers", "hidden_size",
+                                                        "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                                                        "vocab_size")}
+    fields["num_key_value_heads"] = fields["num_key_value_heads"] or heads
+    return {**fields, "head_dim": head_dim, "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")}
+
+
+def loop_overhead(model: torch.nn.Module, backend: str | None = None, tokens: int = OVERHEAD_TOKENS) -> float:
+    """Seconds per step our decode loop spends outside its forwards, decoding plainly (nothing
+    skipped) ``tokens`` tokens; captured with ``backend`` (its compiles in a first, untimed run)."""
+    from layersearch.runtime.captured import compile_with
+    from layersearch.runtime.loop import SpeculativeDecoder
+
+    if backend is not None:
+        compile_with(model, _compiler(model, backend))
+    decoder = SpeculativeDecoder(model, SkipMask.none(len(decoder_layers(model))), compile=backend is not None)
+    vocab = model.get_input_embeddings().num_embeddings
+    prompt = torch.randint(vocab, (16,), generator=torch.Generator().manual_seed(0)).tolist()
+    samples = []
+    for round_ in range(3):  # round 0 compiles (captured) and warms up
+        stats = decoder.generate(prompt, tokens, eos_token_ids=()).stats
+        if round_:
+            samples.append((stats.bookkeeping_seconds or 0.0) / max(1, stats.decode_tokens + 1))
+    return statistics.median(samples)
 
 
 def _candidates(model: torch.nn.Module, kernels: str) -> tuple[str, ...]:
@@ -150,6 +235,97 @@ def _measure(
                 ratios = _verify_ratios(model, cache, n, max_verify, repeats, clock)
                 report(f"verify 1..{max_verify} tokens at context {n}: x{ratios[-1]:.2f} for {max_verify}")
     return _profile(model, info, timings, ratios, windows)
+
+
+def _measure_captured(
+    model: torch.nn.Module, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report,
+    backend: str,
+) -> LatencyProfile:
+    """The profile's timings through forwards compiled by ``backend`` over one static cache."""
+    from layersearch.runtime.captured import CapturedForwards
+
+    masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model))
+    forwards = CapturedForwards(model, max_entries=len(masks) + max_verify + 1, compiler=_compiler(model, backend))
+    clock = Clock(model.device)
+    timings: dict[int, dict[str, float]] = {}
+    ratios: tuple[float, ...] = ()
+    with torch.inference_mode():
+        cache = forwards.static_cache(contexts[-1] + max_verify)
+        _prefill_static(model, cache, contexts[-1])
+        for n in reversed(contexts):  # a static cache writes over later positions; the causal mask hides them
+            timings[n] = _time_captured_settings(forwards, cache, n, masks, repeats, clock)
+            report(_describe(n, timings[n]) + f" (captured, {backend})")
+            if n == middle:
+                ratios = _captured_verify_ratios(forwards, cache, n, max_verify, repeats, clock)
+                report(f"verify 1..{max_verify} tokens at context {n}, captured: x{ratios[-1]:.2f} for {max_verify}")
+    report(f"compiled {forwards.stats().entries} forwards in {forwards.stats().compile_seconds:.1f} s (outside the timings)")
+    return _profile(model, info, timings, ratios, ())
+
+
+def _compiler(model: torch.nn.Module, backend: str):
+    """The compiler of ``model``'s shared captured forwards where it uses ``backend`` (so whatever
+    counts or configures that compiler sees the profile's compiles too), else a fresh one."""
+    from layersearch.runtime.captured import captured_forwards, dynamo_compiler
+
+    shared = captured_forwards(model)
+    return shared.compiler if shared.backend == backend else dynamo_compiler(backend)
+
+
+def _prefill_static(model: torch.nn.Module, cache, length: int) -> None:
+    """Fill the static ``cache``'s first ``length`` positions from random token ids."""
+    from layersearch.runtime.cache import seat_static_cache
+
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.randint(vocab, (length,), generator=torch.Generator().manual_seed(0))
+    seat_static_cache(cache, 0)
+    forward_tokens(model, ids, 0, cache, keep=1)
+
+
+def _captured_seconds(forwards, cache, plan: SkipMask | None, tokens: list[int], n: int, clock: Clock) -> float:
+    """Seconds of one compiled forward of ``tokens`` at position ``n`` under ``plan`` (None: the
+    model; a plan with the int8 head ends in the int8 twins' head), all logits kept as
+    verification keeps them (one for one token)."""
+    head = None
+    if plan is not None and plan.int8_head:
+        from layersearch.models.precision import int8_twins
+
+        head = int8_twins(forwards.model).head
+    ids = torch.as_tensor(tokens, device=forwards.model.device)  # [k]
+    key = (plan, len(tokens), len(tokens), id(head), cache.get_max_length(), None)  # the decode loop's key layout
+    view = forwards.view(plan)
+    start = clock.now()
+    forwards.forward(view, key, cache, ids, n, len(tokens), head)
+    return clock.now() - start
+
+
+def _time_captured_settings(forwards, cache, n: int, masks: dict[str, SkipMask], repeats: int, clock: Clock) -> dict[str, float]:
+    """:func:`_time_settings` through compiled forwards (round 0 compiles and warms up)."""
+    vocab = forwards.model.get_input_embeddings().num_embeddings
+    names = tuple(masks)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(repeats + 1):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            plan = None if masks[name].is_empty else masks[name]  # the full model, as the loop's target forward
+            seconds = _captured_seconds(forwards, cache, plan, [n % vocab], n, clock)
+            if round_:
+                samples[name].append(seconds)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _captured_verify_ratios(forwards, cache, n: int, max_verify: int, repeats: int, clock: Clock) -> tuple[float, ...]:
+    """Median compiled forward over k = 1..max_verify tokens at ``n``, each divided by the k = 1
+    median of the same sweep."""
+    vocab = forwards.model.get_input_embeddings().num_embeddings
+    tokens = [(n + i) % vocab for i in range(max_verify)]
+    samples: list[list[float]] = [[] for _ in range(max_verify)]
+    for round_ in range(repeats + 1):  # round 0 compiles and warms up
+        for k in range(1, max_verify + 1):
+            seconds = _captured_seconds(forwards, cache, None, tokens[:k], n, clock)
+            if round_:
+                samples[k - 1].append(seconds)
+    medians = [statistics.median(values) for values in samples]
+    return tuple(1.0 if k == 1 else t / medians[0] for k, t in enumerate(medians, start=1))
 
 
 # ----- measurement ----------------------------------------------------------------------------
@@ -327,9 +503,13 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 
 def device_name(device: torch.device) -> str:
-    """``"cpu"``, or ``"cuda (<GPU name>)"`` so a profile says which accelerator it describes."""
+    """``"cpu: <CPU model>"`` or ``"cuda: <GPU name>"``: the device a profile's predictions are for."""
     if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        from layersearch.common.provenance import cpu_name
+
+        return f"cpu: {cpu_name()}"
     return device.type
 
 
@@ -367,7 +547,7 @@ QUICK_CONTEXTS = (64, 256, 1024)
 
 def quick_profile(
     model: torch.nn.Module, info, *, contexts: Sequence[int] = QUICK_CONTEXTS, max_verify: int = 12,
-    repeats: int = 2, progress=None, kernels: str = "stock",
+    repeats: int = 2, progress=None, kernels: str = "stock", compile_mode: str = "eager",
 ):
     """A fast, rough latency profile for when none was given: the one helper every command and
     study uses. ``contexts`` that do not fit the model's position limit (with ``max_verify``
@@ -375,7 +555,7 @@ def quick_profile(
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9
     fitting = tuple(sorted({n for n in contexts if n + max_verify <= limit})) or (max(1, limit - max_verify),)
     return measure_profile(model, info, contexts=fitting, max_verify=max_verify, repeats=repeats, progress=progress,
-                           kernels=kernels)
+                           kernels=kernels, compile_mode=compile_mode)
 
 
 # ----- validation: the profile's per-forward predictions against fresh timings -------------------
@@ -396,11 +576,15 @@ def validate_profile(
     :meth:`LatencyProfile.draft_seconds`, and a full forward over ``k`` tokens against
     ``target_seconds(n) * verify_ratio(k)``. Rows: ``{"kind", "what", "context", "measured",
     "predicted", "ratio"}`` with seconds and ratio = measured / predicted. The caller checks
-    that ``profile`` belongs to ``model`` (:meth:`LatencyProfile.check_model`).
+    that ``profile`` belongs to ``model`` (:meth:`LatencyProfile.check_model`). A captured profile
+    is validated captured, with its own dynamo backend (compiles in the warm-up rounds).
     """
     contexts = tuple(contexts or profile.contexts)
     report = progress or (lambda message: None)
     clock = Clock(model.device)
+    backend = _captured_backend(profile.compile_mode)
+    if backend is not None:
+        return _validate_captured(model, profile, masks, contexts, verify_lengths, repeats, report, backend)
     vocab = model.get_input_embeddings().num_embeddings
     rows: list[dict] = []
     with torch.inference_mode():
@@ -419,6 +603,35 @@ def validate_profile(
                 seconds = _median_forward(model, cache, n, tokens[:k], clock, repeats, None)
                 rows.append(_row("verify", f"{k} tokens", n, seconds, profile.target_seconds(n) * profile.verify_ratio(k)))
             report(f"validated context {n}")
+    return rows
+
+
+def _validate_captured(model, profile: LatencyProfile, masks: Sequence[SkipMask], contexts, verify_lengths, repeats: int,
+                       report, backend: str) -> list[dict]:
+    """:func:`validate_profile`'s rows through forwards compiled by ``backend`` over one static cache."""
+    from layersearch.runtime.captured import CapturedForwards
+
+    clock = Clock(model.device)
+    vocab = model.get_input_embeddings().num_embeddings
+    forwards = CapturedForwards(model, max_entries=len(masks) + len(verify_lengths) + 1, compiler=_compiler(model, backend))
+    rows: list[dict] = []
+    with torch.inference_mode():
+        cache = forwards.static_cache(max(contexts) + max(verify_lengths))
+        _prefill_static(model, cache, max(contexts))
+        for n in sorted(contexts, reverse=True):
+            def median(plan, tokens):
+                samples = [_captured_seconds(forwards, cache, plan, tokens, n, clock) for _ in range(repeats + 1)]
+                return statistics.median(samples[1:])  # the first compiles and warms up
+
+            for mask in masks:
+                seconds = median(None if mask.is_empty else mask, [n % vocab])
+                rows.append(_row("draft forward", mask.short_string() if not mask.is_empty else "full (target)", n,
+                                 seconds, profile.draft_seconds(mask, n)))
+            tokens = [(n + i) % vocab for i in range(max(verify_lengths))]
+            for k in verify_lengths:
+                rows.append(_row("verify", f"{k} tokens", n, median(None, tokens[:k]),
+                                 profile.target_seconds(n) * profile.verify_ratio(k)))
+            report(f"validated context {n} (captured, {backend})")
     return rows
 
 

@@ -117,7 +117,7 @@ class CapturedForwards:
         # would keep every model alive that a decoder was ever made for.
         self._model = weakref.ref(model)
         self.max_entries = max_entries
-        self._compiler = compiler or dynamo_compiler()
+        self.compiler: Compiler = compiler or dynamo_compiler()
         self._compiled: OrderedDict[Hashable, Callable[..., torch.Tensor]] = OrderedDict()
         self._hits = self._misses = self._evictions = 0
         self.compile_seconds = 0.0  # the compiling calls so far (a plain attribute: the loop reads it per step)
@@ -162,7 +162,7 @@ class CapturedForwards:
             self._compiled.move_to_end(key)
             return self._run(compiled, model, cache, ids, positions, keep, head)
         self._misses += 1
-        compiled = self._compiler(device)
+        compiled = self.compiler(device)
         self._compiled[key] = compiled
         if len(self._compiled) > self.max_entries:
             self._compiled.popitem(last=False)
@@ -177,6 +177,11 @@ class CapturedForwards:
     def __contains__(self, key: Hashable) -> bool:
         """Whether the forward of ``key`` is compiled (a call runs it without compiling)."""
         return key in self._compiled
+
+    @property
+    def backend(self) -> str:
+        """The dynamo backend its compiler uses (``inductor`` unless a test gave another)."""
+        return str(getattr(self.compiler, "backend", "inductor"))
 
     def stats(self) -> CaptureStats:
         """The table's counters so far."""
@@ -221,6 +226,7 @@ def dynamo_compiler(backend: str = "inductor") -> Compiler:
         mode = "reduce-overhead" if device.type == "cuda" and backend == "inductor" else None
         return torch.compile(function, fullgraph=True, dynamic=False, backend=backend, mode=mode)
 
+    setattr(compile_forward, "backend", backend)  # what a profile measured with it records
     return compile_forward
 
 

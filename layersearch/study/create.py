@@ -55,6 +55,10 @@ def create_study(
         profile = LatencyProfile.load(profile_path)
     existing = _existing(name, location, settings)
     if existing is not None:
+        if profile is not None and existing.settings.model_info:  # a profile for another architecture is refused here too
+            from layersearch.common.modelfile import ModelInfo
+
+            profile.check_model(ModelInfo.from_dict(existing.settings.model_info))
         return existing
     location.check_creatable()
     check_prompts(settings)  # the domain's packages or prompt file, before the model loads
@@ -68,7 +72,9 @@ def create_study(
     info = loaded.info
     strategy_plan(settings, info.num_layers, n_finished=0)  # checks the ratio against the real depth
     if profile is not None:
-        profile.check_model(info)
+        from layersearch.profiling.profiler import model_architecture
+
+        profile.check_model(info, model_architecture(loaded.model))  # the architecture: the device may be another
     else:
         say(f"measuring a quick latency profile of {info.name} ...")
         profile = _quick_profile(loaded, settings)

@@ -78,6 +78,7 @@ def show_study(name: str, *, storage: str | None = None) -> dict[str, Any]:
         "settings": settings.identity() if settings is not None else tune_settings(study),
         "model_info": settings.model_info if settings is not None else None,
         "has_profile": settings.profile is not None if settings is not None else False,
+        "profile_device": (settings.profile or {}).get("device") if settings is not None else None,
         "direction": settings.direction if settings is not None else study.direction.name.lower(),
         "trials": len(trials),
         "states": states,

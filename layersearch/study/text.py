@@ -42,7 +42,15 @@ def created_text(result: Any) -> str:
     if not result.created:
         return f"study {result.name} already exists in {result.url} with the same settings"
     extra = f", {result.enqueued} mask(s) enqueued" if result.enqueued else ""
+    device = (result.settings.profile or {}).get("device")
+    if device and result.settings.objective in ("expected-speedup", "tpt"):
+        extra += f", costs predicted for {_predicts_for(device)}"
     return f"created study {result.name} in {result.url} ({describe_settings(result.settings.identity())}{extra})"
+
+
+def _predicts_for(device: str) -> str:
+    """A profile's device as its predictions name it (older files' ``cuda (<name>)`` as ``cuda: <name>``)."""
+    return f"cuda: {device[6:-1]}" if device.startswith("cuda (") and device.endswith(")") else device
 
 
 def list_text(rows: Sequence[dict[str, Any]], storage: str | None) -> str:
@@ -67,11 +75,19 @@ def show_text(info: dict[str, Any]) -> str:
         lines.append("best       no completed trial yet")
     else:
         lines += [
-            f"best       trial {best['trial']}: {settings['objective']} = {best['value']:.6g} ({info['direction']})",
+            f"best       trial {best['trial']}: {settings['objective']} = {best['value']:.6g} ({info['direction']})"
+            + _predicted_for(settings, info.get("profile_device")),
             f"mask       {best['mask']}  (skip ratio {fmt(best['skip_ratio'])})",
             f"M, alpha   {fmt(best['M'])}, {fmt(best['alpha'])}   tokens/s {fmt(best['tokens_per_second'])}",
         ]
     return "\n".join(lines)
+
+
+def _predicted_for(settings: dict[str, Any], device: str | None) -> str:
+    """``, predicted on <device>`` for an objective the latency profile costs ("" otherwise)."""
+    if not device or settings.get("objective") not in ("expected-speedup", "tpt"):
+        return ""
+    return f", predicted on {_predicts_for(device)}"
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

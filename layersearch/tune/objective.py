@@ -26,6 +26,8 @@ class Figures:
     alpha: float | None  # draft acceptance rate
     identical: bool  # greedy output equal to plain generate's, token for token
     tokens_per_second: float
+    predicted: float | None = None  # the latency profile's speedup for the run's own steps (over our plain loop)
+    predicted_on: str | None = None  # the device that prediction is for
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (trial user attributes)."""
@@ -76,14 +78,16 @@ def figures_of(row: dict[str, Any]) -> Figures:
     """A :func:`layersearch.evaluation.bench.summarize` row as Figures (the decode-phase speedup where the
     prefill was timed, else the end-to-end one)."""
     return Figures(float(row.get("decode_speedup", row["speedup"])), float(row["speedup"]), row["M"], row["alpha"],
-                   bool(row["identical_to_plain"]), float(row["tokens_per_second"]))
+                   bool(row["identical_to_plain"]), float(row["tokens_per_second"]), row.get("predicted_speedup"),
+                   row.get("predicted_on"))
 
 
 def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: int, *, repeats: int = 1,
-            drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock") -> Figures:
+            drafts: Mapping[str | None, Any] | None = None, kernels: str = "stock", profile: Any = None) -> Figures:
     """``spec``'s decoder against plain ``generate`` on ``prompts`` (token ids ``[1, n]`` each),
-    both with ``kernels``."""
-    (figures,) = measure_together(loaded, [spec], prompts, new_tokens, repeats=repeats, drafts=drafts, kernels=kernels)
+    both with ``kernels``; with ``profile``, also its prediction for the run's own steps."""
+    (figures,) = measure_together(loaded, [spec], prompts, new_tokens, repeats=repeats, drafts=drafts, kernels=kernels,
+                                  profile=profile)
     if isinstance(figures, str):
         raise LayersearchError(figures)
     return figures
@@ -91,11 +95,11 @@ def measure(loaded: Any, spec: DecoderSpec, prompts: Sequence[Any], new_tokens: 
 
 def measure_together(loaded: Any, specs: Sequence[DecoderSpec], prompts: Sequence[Any], new_tokens: int, *,
                      repeats: int = 1, drafts: Mapping[str | None, Any] | None = None,
-                     kernels: str = "stock") -> list[Figures | str]:
+                     kernels: str = "stock", profile: Any = None) -> list[Figures | str]:
     """Each of ``specs``' decoders against one plain ``generate``, all interleaved on ``prompts``
     (one plain run serves them all, and the machine's load drifts alike for every one); per spec its
     Figures, or the error that stopped it (a spec this model cannot build or run). A failing plain
-    ``generate`` raises."""
+    ``generate`` raises. With ``profile``, each also holds its prediction for the run's own steps."""
     from layersearch.evaluation.bench import PLAIN, run_domain, summarize
 
     from layersearch.decoder.spec import compile_wanted
@@ -121,5 +125,5 @@ def measure_together(loaded: Any, specs: Sequence[DecoderSpec], prompts: Sequenc
         elif measured[label].error:
             results.append(f"{CANDIDATE} failed: {measured[label].error}")
         else:
-            results.append(figures_of(summarize(label, measured[label], None, 0, None, plain=measured[PLAIN])))
+            results.append(figures_of(summarize(label, measured[label], profile, 0, None, plain=measured[PLAIN])))
     return results

@@ -129,10 +129,12 @@ def markdown(result: Any, png_name: str) -> str:
         + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ". Trials are numbered as the study numbers them, from 0.",
         f"Mask pool: {len(result.pool)} masks after the profile's pruning"
         + (": " + ", ".join(f"{c.label} (matchness {c.matchness:.2f}, predicted {c.predicted:.2f}x)" for c in result.pool)
+           + (f" (predictions on {result.predicted_on})" if getattr(result, "predicted_on", "") else "")
            if result.pool else "") + ".",
         f"Each trial decoded {result.train_prompts} train prompts x {result.max_new_tokens} new tokens beside plain generate, "
         f"every run with the {result.kernels} CPU kernels (run the spec with them: kernels {result.kernels!r})"
         + (f"; the draft model was searched with its own and {', '.join(result.quants)} weights." if result.quants else "."),
+        scoring_text(result),
         "",
         f"![search curve]({png_name})",
         "",
@@ -194,9 +196,21 @@ def held_out_lines(rows: Any) -> list[str]:
     return lines
 
 
+def scoring_text(result: Any) -> str:
+    """How trials were scored, and the compile seconds kept out of every score."""
+    scored = getattr(result, "scored_by", "measured")
+    text = ("Trials were scored by their measured decode-phase speedup." if scored == "measured" else
+            f"Trials decoded eagerly (acceptance and output measured here) and were scored by the speedup "
+            f"{scored} (the latency profile's costs for each run's own steps), train column included.")
+    if getattr(result, "compiled_forwards", 0):
+        text += (f" Only the finalists were compiled: {result.compiled_forwards} forwards; compiling took "
+                 f"{result.compile_seconds:.1f} s, outside every score.")
+    return text
+
+
 def held_out_table(result: Any) -> str:
     """The held-out rows as aligned text, and the choice."""
-    lines = [HELD_OUT_NOTE, HELD_OUT_HEADER, *held_out_lines(result.selection.rows)]
+    lines = [scoring_text(result), HELD_OUT_NOTE, HELD_OUT_HEADER, *held_out_lines(result.selection.rows)]
     chosen = "plain decoding (nothing beat it on held-out prompts)" if result.selection.plain_chosen else \
         f"{result.selection.winner}: {describe(result.spec)}"
     lines.append(f"chosen: {chosen}")

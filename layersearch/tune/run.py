@@ -62,6 +62,10 @@ class TuneResult:
     budget: float | None = None  # the search's seconds (the mask pool and the trials)
     test_ids: tuple[Any, ...] = ()  # the held-out prompts' token ids ``[1, n]`` each
     test_texts: tuple[str, ...] = ()  # the held-out prompts, as the finalists decoded them
+    scored_by: str = "measured"  # how trials were scored: "measured", or "predicted on <device>" (eager runs, profile costs)
+    compile_seconds: float = 0.0  # compiling the captured profile's and the finalists' forwards (outside every score)
+    compiled_forwards: int = 0  # forwards compiled for the finalists' held-out run
+    predicted_on: str = ""  # the device the latency profile's predictions (pool, scores) are for
 
 
 @dataclass(frozen=True)
@@ -128,11 +132,18 @@ def _identity(settings: TuneSettings, domain: str, draft_model: ModelRef | None,
 def tune(
     loaded: Any, prepared: Prepared, model: ModelSpec, *, drafts: dict[str | None, Any] | None = None,
     kernels: str = "stock", say: Callable[[str], None] = lambda m: None, on_trial: Callable[[Progress], None] = lambda p: None,
-    compile: str | None = None,
+    compile: str | None = None, profile: Any = None,
 ) -> TuneResult:
     """Search, re-measure and choose (``loaded``: the model; ``drafts``: the draft model loaded per
     quantization, None for its own weights; ``kernels``: auto, stock or numba, every measurement's
-    CPU kernels, auto the profile's choice; ``compile``: every candidate spec's ``compile``, None = auto)."""
+    CPU kernels, auto the profile's choice; ``compile``: every candidate spec's ``compile``, None = auto;
+    ``profile``: a latency profile, possibly measured on another device, whose costs score the trials).
+
+    Compiling what it ships only: where the specs run captured (``compile`` on, CUDA's auto), or a
+    ``profile`` was given, each trial decodes eagerly, for its acceptance and its greedy output, and
+    is scored by the speedup the profile predicts for that run's own steps (on the profile's device);
+    without a ``profile`` a captured one is measured once at the start. Only the finalists are
+    compiled, and timed captured on the held-out prompts; the compile seconds are reported apart."""
     from dataclasses import replace
 
     from layersearch.decoder.spec import compile_wanted
@@ -165,11 +176,21 @@ def tune(
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
     choices = study_choices(study, fresh)
     pool = stored_pool(study)
-    profile = _profile(loaded, say, kernels) if pool is None or kernels == "auto" else None
     compile = compile or "auto"
     compiled = compile_wanted(compile, loaded.model.device.type)
+    from layersearch.runtime.captured import captured_forwards
+
+    compile_before = _compile_seconds(loaded)
+    if profile is None and compiled:  # the costs of what ships: captured, measured once
+        profile = _profile(loaded, say, "stock", captured_forwards(loaded.model).backend)
+    elif profile is None and (pool is None or kernels == "auto"):
+        profile = _profile(loaded, say, kernels)
+    predicting = profile is not None and (compiled or given_profile(profile, loaded))
+    scored_by = f"predicted on {profile.predicts_for}" if predicting else "measured"
+    profile_compile_seconds = _compile_seconds(loaded) - compile_before
     kernels = choose_kernels(kernels, profile)  # compiled forwards run the numba kernels as custom ops
-    say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
+    say(f"kernels: {kernels}; compile: {'on (finalists only; trials run eager)' if compiled else 'off'}; "
+        f"trials scored: {scored_by}")
     start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
     deadline = start + settings.budget
     if pool is None:
@@ -184,12 +205,16 @@ def tune(
             study.enqueue_trial(params, skip_if_exists=True)
 
     def spec_of(trial: Any) -> DecoderSpec:
-        spec = replace(suggest_spec(trial, space), compile=compile)
+        spec = replace(suggest_spec(trial, space), compile=compile)  # what ships
         trial.set_user_attr(SPEC_ATTR, spec.to_dict())
         if spec.plain:  # the reference every trial measures beside its candidate: no budget for it
             trial.set_user_attr("error", PLAIN_SKIPPED)
             raise optuna.TrialPruned(PLAIN_SKIPPED)
         return spec
+
+    def run_spec(spec: DecoderSpec) -> DecoderSpec:
+        """What a trial runs: eager where the profile's costs score it (only finalists compile)."""
+        return replace(spec, compile="off") if predicting else spec
 
     def score(trial: Any, figures: Any) -> float:
         if isinstance(figures, str):  # a configuration this model cannot run: recorded, not fatal
@@ -197,18 +222,25 @@ def tune(
             raise optuna.TrialPruned(figures)
         for key, value in figures.to_dict().items():
             trial.set_user_attr(key, value)
-        return figures.speedup if figures.identical else 0.0  # never happens for greedy: a bug, never a winner
+        trial.set_user_attr("scored_by", scored_by)
+        if not figures.identical:
+            return 0.0  # never happens for greedy: a bug, never a winner
+        if predicting:  # eager acceptance, the profile's costs
+            return 1.0 if figures.predicted is None else float(figures.predicted)
+        return figures.speedup
 
     def objective(trial: Any) -> float:
         spec = spec_of(trial)
         try:
-            figures: Any = measure(loaded, spec, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
+            figures: Any = measure(loaded, run_spec(spec), train, settings.max_new_tokens, drafts=drafts, kernels=kernels,
+                                   profile=profile if predicting else None)
         except LayersearchError as exc:
             figures = str(exc)
         return score(trial, figures)
 
     def measure_all(specs: list[DecoderSpec]) -> list[Any]:
-        return measure_together(loaded, specs, train, settings.max_new_tokens, drafts=drafts, kernels=kernels)
+        return measure_together(loaded, [run_spec(spec) for spec in specs], train, settings.max_new_tokens, drafts=drafts,
+                                kernels=kernels, profile=profile if predicting else None)
 
     done = 0
 
@@ -232,16 +264,44 @@ def tune(
     new_trials = done
     search_seconds = time.monotonic() - start
     chosen = select.finalists(study, settings.finalists)
+    compile_start, entries_start = _compile_seconds(loaded), _compiled_entries(loaded)
     rows = select.remeasure(loaded, chosen, test, settings.max_new_tokens, settings.repeats, drafts=drafts,
                             draft_ref=None if prepared.draft_model is None else prepared.draft_model.ref, kernels=kernels,
                             say=say)
+    finalist_compile = _compile_seconds(loaded) - compile_start
+    compiled_forwards = _compiled_entries(loaded) - entries_start if compiled else 0
+    if compiled:
+        say(f"compiled {compiled_forwards} forwards for {len(chosen)} finalists in {finalist_compile:.1f} s "
+            f"(and the captured profile's in {profile_compile_seconds:.1f} s), outside every score")
     plain = DecoderSpec(model=model, plain=True, max_new_tokens=settings.max_new_tokens, compile=compile)
     selection = select.choose(rows, plain)
     return TuneResult(selection.spec, selection, tuple(trial_records(study)), pool, new_trials, search_seconds,
                       settings.prompts, model.ref.ref, None if prepared.draft_model is None else prepared.draft_model.ref,
                       settings.name, prepared.location.url, settings.train_prompts, settings.test_prompts,
                       settings.max_new_tokens, settings.repeats, kernels, quants[1:], settings.budget, tuple(test),
-                      tuple(test_texts))
+                      tuple(test_texts), scored_by, profile_compile_seconds + finalist_compile, compiled_forwards,
+                      profile.predicts_for if profile is not None else "")
+
+
+def given_profile(profile: Any, loaded: Any) -> bool:
+    """Whether ``profile`` was measured elsewhere than where ``loaded`` runs (another device kind,
+    or captured while this run is eager): then its costs, not this machine's timings, score trials."""
+    device = profile.predicts_for.split(":")[0].strip()
+    return device != loaded.model.device.type or profile.compile_mode != "eager"
+
+
+def _compile_seconds(loaded: Any) -> float:
+    """Seconds the model's shared captured forwards have spent compiling so far."""
+    from layersearch.runtime.captured import captured_forwards
+
+    return captured_forwards(loaded.model).stats().compile_seconds
+
+
+def _compiled_entries(loaded: Any) -> int:
+    """Forwards the model's shared captured table has compiled so far (its misses)."""
+    from layersearch.runtime.captured import captured_forwards
+
+    return captured_forwards(loaded.model).stats().misses
 
 
 def cheap_draft(profile: Any, tolerance: float = 1.1) -> int:
@@ -257,14 +317,14 @@ def cheap_draft(profile: Any, tolerance: float = 1.1) -> int:
     return max(fitting, default=MAX_DRAFT_RANGE[0])
 
 
-def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock") -> Any:
+def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock", backend: str | None = None) -> Any:
     """A quick latency profile of this machine (the pool's pruning and ranking; with ``auto``
-    kernels, which kernel set measured faster)."""
+    kernels, which kernel set measured faster); captured with ``backend`` (8 verified lengths)."""
     from layersearch.profiling.profiler import quick_profile
 
-    say("measuring a quick latency profile")
-    return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=PROFILE_MAX_VERIFY, repeats=1,
-                         kernels=kernels)
+    say("measuring a quick latency profile" + (f", captured ({backend})" if backend else ""))
+    return quick_profile(loaded.model, loaded.info, contexts=PROFILE_CONTEXTS, max_verify=8 if backend else PROFILE_MAX_VERIFY,
+                         repeats=1, kernels=kernels, compile_mode=f"captured:{backend}" if backend else "eager")
 
 
 def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, settings: TuneSettings,

@@ -92,7 +92,10 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
 
     compiled = any(compile_wanted(f.spec.compile, loaded.model.device.type) for f in chosen)
     measured = run_domain(base + ours, list(prompts), new_tokens, repeats, say, device=loaded.model.device, compiled=compiled)
-    summary = {c.name: summarize(c.name, measured[c.name], None, 0, None, plain=measured[PLAIN]) for c in base + ours}
+    from layersearch.evaluation.bench import STATIC
+
+    baseline = STATIC if STATIC in measured else PLAIN  # on CUDA: transformers' static-cache generate, what users run there
+    summary = {c.name: summarize(c.name, measured[c.name], None, 0, None, plain=measured[baseline]) for c in base + ours}
     peer_rows = {c.name: summary[c.name] for c in base[1:]}
     rows = [_row(PLAIN, summary[PLAIN], {}, drafts=False)]  # transformers' generate: no drafts counted, M and alpha "-"
     rows += [_row(name, row, {}, drafts=False) for name, row in peer_rows.items()]

@@ -78,3 +78,43 @@ def test_hf_overhead_on_a_tiny_model(tiny_word_models, tmp_path, capsys):
         with pytest.raises(SystemExit) as done:
             load("hf_overhead").main(bad)
         assert done.value.code == 2
+
+
+@pytest.mark.parametrize("part", [1, 2])
+def test_the_gpu_reports_int4_parts_run_end_to_end_on_a_cpu_with_a_tiny_shape(part, tmp_path, capsys):
+    """Both prepared GPU runs on the tiny shape, captured with dynamo's eager backend: the table
+    names its baseline, and the int4 rows say why they are skipped where int4 is absent."""
+    import json
+
+    report = load("gpu_report")
+    out = tmp_path / "int4.json"
+    assert report.main(["--device", "cpu", "--shapes", "tiny", "--sections", "int4", "--part", str(part), "--backend", "eager",
+                        "--repeats", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    stored = json.loads(out.read_text())
+    assert stored["argv"][-1] == str(out) and stored["commit"] and stored["transformers"]  # auditable
+    assert "cache_implementation='static'" in printed
+    missing = report.int4_missing()
+    if missing:
+        assert f"int4 rows skipped: {missing}" in printed
+    if part == 1:
+        row = stored["int4_shapes"][0]
+        assert len(row["seconds"]["hf_static"]["raw"]) == 2 and "HF static per call" in printed
+        assert row["parts"]["verify_ratio"]["1"] == 1.0  # each ratio divides by verify(1) of the same sweep
+        assert "plain loop, captured:" in printed
+        assert report.main(["--table", str(out)]) == 0 and "plain loop, captured:" in capsys.readouterr().out
+    elif not missing:
+        assert "exact-int4" in printed and report.CEILING in printed
+
+
+def test_int4_grid_rounds_onto_sixteen_levels_per_group_and_is_a_fixed_point():
+    """The exact-int4 model's weights: at most 16 values per group, and rounding them again changes nothing."""
+    import torch
+
+    grid = load("gpu_report").int4_grid
+    weight = torch.randn(8, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    rounded = grid(weight, 128)
+    assert rounded.dtype == torch.bfloat16 and rounded.shape == weight.shape
+    assert all(len(set(group.tolist())) <= 16 for group in rounded.float().view(8, 2, 128).reshape(16, 128))
+    assert (rounded.float() - weight.float()).abs().max() <= (weight.float().abs().max() * 2 / 15)
+    assert torch.equal(grid(rounded, 128), rounded)

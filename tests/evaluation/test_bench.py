@@ -167,3 +167,46 @@ def test_bench_rows_run_captured_when_asked(tiny_llama):
     ours = [row.generate.__self__ for row in rows if isinstance(getattr(row.generate, "__self__", None), SpeculativeDecoder)]
     assert len(ours) == 4 and all(decoder.compile for decoder in ours)
     assert baseline_name(rows) == PLAIN
+
+
+# ----- GPU rows, built and checked on the CPU -------------------------------------------------------
+def test_assisted_static_peer_is_transformers_assisted_generation_over_a_static_cache(tiny_llama):
+    """The CUDA peer row (added there beside the static-cache baseline): built and run here."""
+    from layersearch.evaluation.bench import _peer_configs, assisted_static_row
+    from layersearch.runtime.baseline import hf_generate
+
+    assert [c.name for c in _peer_configs(tiny_llama, ["assisted:d"], {"d": tiny_llama})] == ["hf assisted (d)"]
+    rows = _peer_configs(tiny_llama, ["assisted:d"], {"d": tiny_llama}, static=True)
+    assert [c.name for c in rows] == ["hf assisted (d)", "hf assisted static (d)"]
+    prompt = torch.tensor([[5, 9, 11, 3]])
+    row = assisted_static_row(tiny_llama, "d", tiny_llama)
+    assert list(row.generate(prompt, 6).token_ids) == list(hf_generate(tiny_llama, prompt, 6).token_ids)
+
+
+def test_every_configuration_is_warmed_on_the_longest_prompt_and_static_rows_on_every_prompt():
+    from layersearch.evaluation.bench import STATIC, warm_ups
+    from layersearch.evaluation.measure import Configuration
+
+    rows = [Configuration(PLAIN, None), Configuration(STATIC, None), Configuration("hf assisted static (d)", None),
+            Configuration(LOOP, None)]
+    short, long_, middle = torch.zeros(1, 3), torch.zeros(1, 9), torch.zeros(1, 5)
+    assert warm_ups(rows[:1] + rows[3:], [short, long_], compiled=False) == []  # nothing compiles: no warm-up
+    runs = warm_ups(rows, [short, long_, middle], compiled=False)
+    assert [(c.name, ids.shape[1]) for c, ids in runs[:4]] == [(c.name, 9) for c in rows]
+    assert sorted((c.name, ids.shape[1]) for c, ids in runs[4:]) == sorted(
+        (name, n) for name in (STATIC, "hf assisted static (d)") for n in (3, 5))
+
+
+def test_rows_keep_raw_timings_and_name_the_device_a_given_profile_predicts_for(tiny_llama):
+    from dataclasses import replace
+
+    info = ModelInfo("tiny", 4, 64, "x")
+    profile = replace(LatencyProfile(info, "cpu", "float32", torch.__version__, 1e-6, 1e-3, 1e-3, 2e-3, (1.0, 1.5, 1.8)),
+                      device="cuda: NVIDIA H100 80GB HBM3", compile_mode="captured:inductor")
+    masks = [SkipMask.none(4), SkipMask.uniform(4, 0.5).with_provenance(label="uniform 0.5")]
+    cfgs = configs(tiny_llama, masks, DraftPolicy(4, 0.0), peers=())
+    measured = run_domain(cfgs, [torch.tensor([[5, 9, 11, 3]])], 8, 3, lambda message: None)
+    row = summarize("ours: uniform 0.5", measured["ours: uniform 0.5"], profile, 10, masks[1], measured[LOOP])
+    assert row["predicted_on"] == "cuda: NVIDIA H100 80GB HBM3"
+    assert len(row["seconds_per_repeat"]) == 3 and row["speedup_min"] <= row["speedup"] <= row["speedup_max"]
+    assert "on cuda: NVIDIA H100 80GB HBM3" in format_table("tiny", [row])

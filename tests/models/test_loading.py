@@ -398,3 +398,22 @@ def test_tiny_models_are_seeded_and_leave_the_global_rng_alone() -> None:
 def test_unknown_tiny_family() -> None:
     with pytest.raises(LayersearchError, match="unknown tiny model family"):
         build_tiny_model("gpt2")
+
+
+def test_random_weights_model_is_the_architecture_without_the_weights(tmp_path):
+    """Built from the config alone: the same fingerprint (profiles bind to it), other weights."""
+    from layersearch.models.loading import load_model, random_weights_model
+    from layersearch.models.tiny import build_tiny_model, char_tokenizer
+
+    tiny_model_dir = tmp_path / "tiny"
+    build_tiny_model("llama", num_layers=2, seed=4).save_pretrained(str(tiny_model_dir))
+    char_tokenizer().save_pretrained(str(tiny_model_dir))
+
+    trained = load_model(str(tiny_model_dir))
+    random = random_weights_model(str(tiny_model_dir), dtype="bfloat16")
+    assert random.info.same_model(trained.info) and random.tokenizer is None
+    assert next(random.model.parameters()).dtype == torch.bfloat16
+    weight = random.model.get_input_embeddings().weight.float()
+    assert not torch.equal(weight, trained.model.get_input_embeddings().weight)
+    with pytest.raises(LayersearchError, match="no such GGUF file"):
+        random_weights_model(str(tiny_model_dir / "missing.gguf"))

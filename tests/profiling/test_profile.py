@@ -154,10 +154,48 @@ def test_json_round_trip(tmp_path):
     profile = make_profile(slope=1e-6, intercept=2e-4, mlp=3e-4, base=5e-3, ratios=(1.0, 1.3, 1.7))
     path = profile.save(tmp_path / "profile.json")
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 1 and data["kind"] == "latency-profile"
+    assert data["schema_version"] == 2 and data["kind"] == "latency-profile"
     assert LatencyProfile.load(path) == profile
     assert LatencyProfile.load(path, model=INFO) == profile
     assert LatencyProfile.from_dict(profile.to_dict()) == profile
+
+
+def test_version_1_files_still_read_with_empty_provenance(tmp_path):
+    data = make_profile().to_dict()
+    for key in ("transformers_version", "commit", "compile_mode", "random_weights", "step_overhead_seconds", "architecture"):
+        del data[key]
+    data["schema_version"] = 1
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = LatencyProfile.load(tmp_path / "old.json", model=INFO)
+    assert old.compile_mode == "eager" and old.architecture == {} and old.commit == ""
+    assert old.expected_speedup(3.0, 0.8, SkipMask(4, attention=(0,)), 0) == make_profile().expected_speedup(
+        3.0, 0.8, SkipMask(4, attention=(0,)), 0)
+
+
+def test_provenance_round_trips_and_predictions_name_the_device():
+    from dataclasses import replace
+
+    arch = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "dtype": "bfloat16"}
+    profile = replace(make_profile(), device="cuda: NVIDIA H100 80GB HBM3", transformers_version="5.0", commit="abc",
+                      compile_mode="captured:inductor", random_weights=True, step_overhead_seconds=1e-5, architecture=arch)
+    assert LatencyProfile.from_dict(profile.to_dict()) == profile
+    assert profile.predicted_text(1.625) == "predicted 1.62x on cuda: NVIDIA H100 80GB HBM3"
+    assert replace(profile, device="cuda (NVIDIA A100)").predicts_for == "cuda: NVIDIA A100"
+
+
+def test_a_profile_for_another_architecture_is_refused_naming_both():
+    from dataclasses import replace
+
+    arch = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "head_dim": 16, "dtype": "bfloat16"}
+    profile = replace(make_profile(), architecture=arch)
+    profile.check_model(INFO, {**arch, "dtype": "float32"})  # the dtype is the deployment's, not the acceptance model's
+    other = ModelInfo("qwen-thing", 6, 96, "fp-other")
+    with pytest.raises(LayersearchError) as info:
+        profile.check_model(other, {"model_type": "qwen2", "num_hidden_layers": 6, "hidden_size": 96})
+    message = str(info.value)
+    assert "\n" not in message and "llama (4 layers, hidden 64" in message and "qwen2 (6 layers, hidden 96" in message
+    with pytest.raises(LayersearchError, match="head dim 16.*head dim 32"):
+        profile.check_model(INFO, {**arch, "head_dim": 32})
 
 
 def test_atomic_save_leaves_no_temporary_files(tmp_path):
@@ -210,7 +248,9 @@ def test_load_rejects_negative_times(tmp_path, field):
         ({"verify_ratios": []}, "verify_ratios is empty"),
         ({"mlp_seconds": "fast"}, "mlp_seconds must be a finite number"),
         ({"kind": "skip-mask"}, "not a latency profile"),
-        ({"schema_version": 2}, "schema_version"),
+        ({"schema_version": 3}, "schema_version"),
+        ({"compile_mode": "jit"}, "compile_mode"),
+        ({"architecture": [1]}, "architecture must be an object"),
         ({"model": {"name": "x"}}, "model: missing"),
     ],
 )

@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from layersearch.common.errors import LayersearchError
-from layersearch.masks.mask import ModelInfo
+from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.profiling.profile import LatencyProfile
 from layersearch.profiling.profiler import _sublayer_seconds, fit_line, measure_profile, quick_profile
 
@@ -51,7 +51,7 @@ def measured(model, info) -> tuple[LatencyProfile, list[str]]:
 def test_profile_fields_are_valid(measured, info):
     profile, _ = measured
     assert profile.model == info
-    assert profile.device == "cpu" and profile.dtype == "float32"
+    assert profile.device.startswith("cpu: ") and profile.dtype == "float32"
     assert profile.torch_version == torch.__version__
     assert profile.contexts == CONTEXTS and profile.created
     assert profile.attention_slope >= 0 and math.isfinite(profile.attention_slope)
@@ -168,3 +168,55 @@ def test_validation_compares_fresh_timings_with_the_profile(model, info):
     assert by[("verify", "8 tokens", 32)]["predicted"] == profile.target_seconds(32) * profile.verify_ratio(8)
     assert all(r["measured"] > 0 and r["ratio"] == r["measured"] / r["predicted"] for r in rows)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # masks left nothing behind
+
+
+# ----- provenance, captured measurement -----------------------------------------------------------
+def test_profile_names_device_versions_commit_and_architecture(measured):
+    profile, _ = measured
+    assert profile.device.startswith("cpu: ") and profile.predicts_for == profile.device
+    assert profile.transformers_version == transformers.__version__ and profile.commit
+    assert profile.compile_mode == "eager" and profile.random_weights is False
+    assert profile.step_overhead_seconds is not None and profile.step_overhead_seconds >= 0
+    assert profile.architecture == {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "intermediate_size": 128,
+                                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
+                                    "dtype": "float32"}
+
+
+def test_captured_profile_compiles_each_setting_and_length_once(model, info):
+    """Dynamo's eager backend stands in for inductor: the same full-graph capture over a static cache."""
+    from layersearch.runtime.captured import compile_with, dynamo_compiler
+
+    built = []
+    eager = dynamo_compiler("eager")
+
+    def counting(device):
+        built.append(device)
+        return eager(device)
+
+    setattr(counting, "backend", "eager")
+    compile_with(model, counting)
+    messages: list[str] = []
+    profile = measure_profile(model, info, contexts=(8, 32), max_verify=3, repeats=1, compile_mode="captured:eager",
+                              progress=messages.append)
+    # eight settings (full, no attention, no MLP, nothing, and their int8 twins' four) + verify 2 and 3
+    # (verify 1 is the full setting), then the loop's plain decode for its per-step overhead (one compiled step)
+    assert 10 <= len(built) <= 12
+    assert profile.compile_mode == "captured:eager" and profile.has_int8  # int8 plans run captured too
+    assert len(profile.verify_ratios) == 3 and profile.verify_ratios[0] == 1.0
+    assert profile.target_seconds(8) > 0 and any("captured" in m for m in messages)
+    assert LatencyProfile.from_dict(profile.to_dict()) == profile
+    with pytest.raises(LayersearchError, match="compile_mode"):
+        measure_profile(model, info, contexts=(8,), max_verify=2, repeats=1, compile_mode="captured:tvm-ish")
+
+
+def test_a_captured_profile_is_validated_captured(model, info):
+    from layersearch.profiling.profiler import validate_profile
+    from layersearch.runtime.captured import compile_with, dynamo_compiler
+
+    compile_with(model, dynamo_compiler("eager"))
+    profile = measure_profile(model, info, contexts=(8,), max_verify=2, repeats=1, compile_mode="captured:eager")
+    messages: list[str] = []
+    rows = validate_profile(model, profile, [SkipMask.none(4), SkipMask.uniform(4, 0.5)], verify_lengths=(1, 2), repeats=1,
+                            progress=messages.append)
+    assert [r["kind"] for r in rows] == ["draft forward", "draft forward", "verify", "verify"]
+    assert all(r["measured"] > 0 and r["predicted"] > 0 for r in rows) and "captured, eager" in messages[-1]
