@@ -1772,3 +1772,63 @@ def test_the_api_streamer_sees_nothing_of_a_refused_call(api_decoder):
     with pytest.raises(LayersearchError):
         api_decoder.generate("w" * 2100, 2, streamer=streamer)
     assert seen == []
+
+
+# ----- the benchmark scripts answer as the commands do -----------------------------------------------
+# benchmarks/*.py are documented tools: a bad argument is one ``SCRIPT: error:`` line, exit 2, before
+# any model is built (each runs in-process, imported as tests/benchmarks/test_tools.py imports it).
+_NO_CUDA = "no CUDA here"
+BENCHMARK_ARGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpu_report --shapes bogus": ("gpu_report", ("--shapes", "bogus", "--device", "cpu")),
+    "gpu_report --table missing.json": ("gpu_report", ("--table", "missing.json")),
+    "gpu_report --table of a mask": ("gpu_report", ("--table", "mask.json")),
+    "gpu_report --device cuda": ("gpu_report", ("--shapes", "tiny", "--device", "cuda", _NO_CUDA)),
+    "gpu_report --device tpu": ("gpu_report", ("--shapes", "tiny", "--device", "tpu")),
+    "gpu_report --repeats 0": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--repeats", "0")),
+    "gpu_report --sections bogus": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--sections", "bogus")),
+    "gpu_report --greedy-dtypes float8": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--sections", "greedy",
+                                                         "--greedy-dtypes", "float8")),
+    "gpu_report --new-tokens 0": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--new-tokens", "0")),
+    "gpu_report --out in a missing folder": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--out", "no/such.json")),
+    "gpu_report --repeats x": ("gpu_report", ("--repeats", "x")),
+    "gpu_plans --draft -1": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--draft", "-1")),
+    "gpu_plans --alpha 2": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "2")),
+    "gpu_plans --alpha 1": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "1")),
+    "gpu_plans --alpha nan": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "nan")),
+    "gpu_plans --shapes bogus": ("gpu_plans", ("--device", "cpu", "--shapes", "bogus", "--model-shape", "tiny")),
+    "gpu_plans --model-shape two": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny,tiny")),
+    "gpu_plans --repeats 0": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--repeats", "0")),
+    "gpu_plans --context 0": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--context", "0")),
+    "gpu_plans --device cuda": ("gpu_plans", ("--device", "cuda", "--shapes", "tiny", "--model-shape", "tiny", _NO_CUDA)),
+    "mask_patterns a missing mask": ("mask_patterns", ("missing.json", "--published", "none")),
+    "mask_patterns an invalid mask": ("mask_patterns", ("mask.json", "bin.json", "--published", "none")),
+    "mask_patterns no mask": ("mask_patterns", ()),
+    "pg_scale sqlite storage": ("pg_scale", ("--storage", "sqlite:///pg.db")),
+    "pg_scale --workers 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--workers", "0")),
+    "pg_scale --seconds 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--seconds", "0")),
+    "pg_scale --trials 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--trials", "0")),
+}
+
+
+@pytest.mark.parametrize("label", list(BENCHMARK_ARGS))
+def test_benchmark_scripts_refuse_bad_arguments_in_one_line(label, work, capsys):
+    from tests.benchmarks.test_tools import load
+
+    script, argv = BENCHMARK_ARGS[label]
+    if _NO_CUDA in argv:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a machine with CUDA accepts --device cuda")
+        argv = tuple(a for a in argv if a != _NO_CUDA)
+    BAD_JSON_FILES["binary"](work)
+    before = snapshot(work)
+    capsys.readouterr()
+    try:
+        status = load(script).main(list(argv))
+    except SystemExit as exc:  # argparse's usage errors
+        status = exc.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"{script}.py: error: "), err
+    assert "Traceback" not in err and out == "" and snapshot(work) == before
