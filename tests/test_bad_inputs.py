@@ -1832,3 +1832,42 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(label, work, capsys)
     lines = err.strip().splitlines()
     assert status == 2 and len(lines) == 1 and lines[0].startswith(f"{script}.py: error: "), err
     assert "Traceback" not in err and out == "" and snapshot(work) == before
+
+
+# ----- an interrupted study loses no enqueued candidate ------------------------------------------
+def test_a_resumed_knapsack_study_measures_the_candidates_interrupted_trials_lost(base, tmp_path, monkeypatch, capsys):
+    """Ctrl-C fails the trial measuring a candidate, kill -9 leaves one RUNNING under a dead worker:
+    the next ``study run`` enqueues both candidates again and measures them (real sqlite storage)."""
+    import socket
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from layersearch.study import WORKER_ATTR
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(base[0] / "profile.json", tmp_path / "profile.json")
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    assert main(["study", "create", "--name", "k", "--model", str(base[1]), "--domain", "translation", "--strategy", "knapsack",
+                 "--objective", "tpt", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
+                 "--storage", url]) == 0
+    study = optuna.load_study(study_name="k", storage=url)
+    candidates = [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+    assert len(candidates) >= 2, "the knapsack proposed too few candidates to interrupt two"
+    interrupted = study.ask()  # Ctrl-C inside the objective: Optuna fails the trial
+    study.tell(interrupted, state=TrialState.FAIL)
+    killed = study.ask()  # kill -9: the trial stays RUNNING, its worker gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    study._storage.set_trial_system_attr(killed._trial_id, WORKER_ATTR, {"host": socket.gethostname(), "pid": dead.pid, "start": None})
+    capsys.readouterr()
+
+    assert main(["study", "run", "--name", "k", "--storage", url, "--trials", "50", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "2 candidate(s) of interrupted trials enqueued again" in out and "every enqueued candidate mask was measured" in out
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    assert sorted(map(str, candidates)) == sorted(str(t.system_attrs["fixed_params"]) for t in complete)  # each once
+    assert all(t.params == t.system_attrs["fixed_params"] for t in complete)
+
+    assert main(["study", "run", "--name", "k", "--storage", url, "--trials", "50", "--quiet"]) == 0
+    assert "ran 0 trial(s)" in capsys.readouterr().out  # nothing left: no candidate measured twice
