@@ -1306,6 +1306,18 @@ BAD_KINDS["r4_report"] = {"x.md beside a user's x.png": lambda work: (work / "mi
 GOOD.update({"plan": "plan_out.json", "report": "spec_out.md"})
 
 
+# ----- round five: each root's rows (the benchmark scripts' and the resumed study's are below) ------
+# A spec's whole content is checked when it is read, before any model loads: sampling included.
+_R5_SPECS: dict[str, Maker] = {
+    "temperature -1": _spec("tempneg.json", _set("sampling", "temperature", -1)),
+    "temperature -1 sampling": _spec("tempnegs.json", lambda d: d["sampling"].update(do_sample=True, temperature=-1.0)),
+    "drafter.quant int4": _spec("quant4.json", _set("drafter", "quant", "int4")),
+    "lookahead disco with an empty file": _spec("discoempty.json", lambda d: d["lookahead"].update(name="disco", file="")),
+}
+BAD_SPECS.update(_R5_SPECS)
+BAD_KINDS["bench_spec"].update(_R5_SPECS)
+
+
 def cases():
     for command_name, command in COMMANDS.items():
         for slot in command.slots():
@@ -1739,6 +1751,24 @@ _API_CALLS = {
     "DecoderSpec(model=None)": (lambda ls, d, torch: ls.DecoderSpec(model=None), "model must be a ModelSpec"),
     "DecoderSpec(lookahead=3)": (lambda ls, d, torch: ls.DecoderSpec("m", lookahead=3), "lookahead must be a LookaheadSpec"),
 }
+
+def _specs():
+    """layersearch.decoder.spec, where the spec's parts are."""
+    import layersearch.decoder.spec
+
+    return layersearch.decoder.spec
+
+
+_API_CALLS.update({
+    # one sampling check wherever a spec is built, and the rest of a spec refused before a model loads
+    "SamplingSpec(temperature=-1.0)": (lambda ls, d, torch: _specs().SamplingSpec(temperature=-1.0),
+                                       "sampling.temperature must be a finite number >= 0"),
+    "SamplingSpec(do_sample=True, temperature=-1.0)": (lambda ls, d, torch: _specs().SamplingSpec(True, -1.0),
+                                                       "sampling.temperature must be a finite number >= 0"),
+    "generate(temperature=-1)": (lambda ls, d, torch: d.generate("w1", 2, temperature=-1), "temperature must be"),
+    "DrafterSpec(quant='int4')": (lambda ls, d, torch: _specs().DrafterSpec(quant="int4"), "unknown draft quantization 'int4'"),
+    "LookaheadSpec('disco', file='')": (lambda ls, d, torch: _specs().LookaheadSpec("disco", file=""), "lookahead.file must be"),
+})
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_seed
+from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_real, check_seed
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
@@ -209,8 +209,10 @@ class LookaheadSpec:
 
 def check_sampling(do_sample: bool, temperature: float, do_sample_name: str = "do_sample",
                    temperature_name: str = "temperature") -> None:
-    """The one sampling rule of specs, the API and the CLI: a temperature > 0 samples and 0 is greedy,
-    so ``do_sample`` true with temperature 0, or false with a temperature > 0, is refused."""
+    """The one sampling rule of specs, the API and the CLI: a temperature is a finite number >= 0;
+    one > 0 samples and 0 is greedy, so ``do_sample`` true with temperature 0, or false with a
+    temperature > 0, is refused."""
+    check_real(temperature, temperature_name, low=0.0)  # a negative one would decode greedily without a word
     if do_sample and not temperature > 0:
         raise LayersearchError(f"{do_sample_name} true needs {temperature_name} > 0 (temperature 0 is greedy), got {temperature}")
     if not do_sample and temperature > 0:
