@@ -1901,3 +1901,19 @@ def test_a_resumed_knapsack_study_measures_the_candidates_interrupted_trials_los
 
     assert main(["study", "run", "--name", "k", "--storage", url, "--trials", "50", "--quiet"]) == 0
     assert "ran 0 trial(s)" in capsys.readouterr().out  # nothing left: no candidate measured twice
+
+
+# ----- an output onto the positional input names that input as the command line spells it ---------
+@pytest.mark.parametrize("argv", [
+    ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m", "--out", "mask.json"),
+    ("mask", "import", "paper.json", "--format", "selfsd", "--key", "m", "--num-layers", "4", "--out", "paper.json"),
+    ("plot", "mask", "mask.json", "--out", "mask.json"),
+])
+def test_an_output_onto_the_positional_input_names_file(argv, work, capsys):
+    before = snapshot(work)
+    capsys.readouterr()
+    status = main(list(argv))
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert f"is the FILE input {argv[2]}" in err and "--file" not in err, err
+    assert snapshot(work) == before
