@@ -1917,3 +1917,35 @@ def test_an_output_onto_the_positional_input_names_file(argv, work, capsys):
     assert_one_line(status, err)
     assert f"is the FILE input {argv[2]}" in err and "--file" not in err, err
     assert snapshot(work) == before
+
+
+# ----- a tokenizer with more tokens than the model's embedding is refused by name -----------------
+def _small_embedding_model(folder: Path):
+    """The tiny Llama with a 64-row embedding beside the 100-token character tokenizer."""
+    model = build_tiny_model("llama", num_layers=2, vocab_size=64, seed=0)
+    model.save_pretrained(folder)
+    char_tokenizer().save_pretrained(folder)
+    return model
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_one_line(work, capsys):
+    _small_embedding_model(work / "small")
+    before = snapshot(work)
+    capsys.readouterr()
+    status = main(["generate", "--model", "small", "--prompt", "~~ zz", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert "has 100 tokens but the model's input embedding only 64 rows" in err and "index out of range" not in err, err
+    assert snapshot(work) == before
+
+
+def test_the_api_refuses_a_tokenizer_larger_than_the_embedding(tmp_path):
+    import layersearch
+    from layersearch.common.errors import LayersearchError
+    from layersearch.decoder.spec import DecoderSpec, ModelRef, ModelSpec
+
+    model = _small_embedding_model(tmp_path)
+    spec = DecoderSpec(ModelSpec(ModelRef(str(tmp_path), True)))
+    for given in (None, (model, char_tokenizer())):  # loaded from its folder, or handed over as a pair
+        with pytest.raises(LayersearchError, match="has 100 tokens but the model's input embedding only 64 rows"):
+            layersearch.load_decoder(spec, model=given)
