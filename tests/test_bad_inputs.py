@@ -1316,6 +1316,17 @@ _R5_SPECS: dict[str, Maker] = {
 }
 BAD_SPECS.update(_R5_SPECS)
 BAD_KINDS["bench_spec"].update(_R5_SPECS)
+# A prompt file is an input file like any other: the one cap (MAX_INPUT_BYTES, 4096 bytes here).
+_R5_PROMPTS = {"over the input cap": _file("bigprompts.jsonl", "".join(json.dumps({"prompt": f"w{i} " * 20}) + "\n"
+                                                                       for i in range(60)))}
+BAD_USER_PROMPTS.update(_R5_PROMPTS)
+BAD_KINDS["r4_generate_prompts"].update(_R5_PROMPTS)
+# An option that would be ignored is refused: an old spelling named, a drafter of plain decoding,
+# Spec-Bench mode's options without --spec-bench.
+for _name, _rows_added in {"steer eval": (("--draft-length", "4"),),
+                           "generate": (("--baseline", "--drafter", "hybrid"), ("--baseline", "--drafter", "prompt-lookup")),
+                           "bench": (("--answers", "answers"), ("--categories", "qa"), ("--limit", "3"))}.items():
+    COMMANDS[_name] = replace(COMMANDS[_name], bad_args=COMMANDS[_name].bad_args + _rows_added)
 
 
 def cases():
@@ -1935,7 +1946,7 @@ def test_a_tokenizer_larger_than_the_embedding_is_one_line(work, capsys):
     status = main(["generate", "--model", "small", "--prompt", "~~ zz", "--max-new-tokens", "2"])
     err = capsys.readouterr().err
     assert_one_line(status, err)
-    assert "has 100 tokens but the model's input embedding only 64 rows" in err and "index out of range" not in err, err
+    assert "has a vocabulary of 100 tokens, but the model's input embedding only 64 rows" in err and "index out of range" not in err, err
     assert snapshot(work) == before
 
 
@@ -1947,5 +1958,5 @@ def test_the_api_refuses_a_tokenizer_larger_than_the_embedding(tmp_path):
     model = _small_embedding_model(tmp_path)
     spec = DecoderSpec(ModelSpec(ModelRef(str(tmp_path), True)))
     for given in (None, (model, char_tokenizer())):  # loaded from its folder, or handed over as a pair
-        with pytest.raises(LayersearchError, match="has 100 tokens but the model's input embedding only 64 rows"):
+        with pytest.raises(LayersearchError, match="has a vocabulary of 100 tokens, but the model's input embedding only 64 rows"):
             layersearch.load_decoder(spec, model=given)

@@ -280,6 +280,13 @@ class DecoderSpec:
             raise LayersearchError(f"a plain (baseline) spec takes no mask source, got {kind!r}")
         if self.drafter.model is not None and (kind not in ("default", "none") or self.plain or self.profile):
             raise LayersearchError("a spec drafting with an independent model takes no mask source, plain decoding or profile")
+        if self.plain:  # plain decoding drafts nothing: a drafter setting would be ignored without a word
+            default = DrafterSpec()
+            unused = [f"drafter.{name}" for name in ("name", "vocab", "quant") if getattr(self.drafter, name) != getattr(default, name)]
+            if unused:
+                raise LayersearchError(f"plain decoding drafts nothing, so it takes no {', '.join(unused)} "
+                                       f"(got {', '.join(repr(getattr(self.drafter, u[8:])) for u in unused)})",
+                                       fields=("plain", *unused))
 
     # ----- binding to a model ------------------------------------------------------------
     def check_model(self, model: ModelInfo) -> None:

@@ -113,7 +113,8 @@ def check_vocabulary(model: Any, tokenizer: Any, name: str) -> None:
         return
     if isinstance(rows, int) and tokens > rows:
         raise LayersearchError(
-            f"the tokenizer of model {name!r} has {tokens} tokens but the model's input embedding only {rows} rows "
+            f"the tokenizer of model {name!r} has a vocabulary of {tokens} tokens, but the model's input embedding "
+            f"only {rows} rows "
             f"(ids {rows}..{tokens - 1} cannot be embedded): use the tokenizer made for this model, or resize the "
             f"embedding (model.resize_token_embeddings({tokens}))")
 
