@@ -174,6 +174,7 @@ class MaskSourceSpec:
             raise LayersearchError(f"mask source {self.kind!r} {problem}")
         if self.mask is not None and not isinstance(self.mask, SkipMask):
             raise LayersearchError("mask_source.mask must be a mask")
+        _path_field(self, "file")
         if self.file is not None:
             _require_str(self.file, "mask_source.file")
         if self.skip_ratio is not None:
@@ -203,6 +204,7 @@ class LookaheadSpec:
         check_fraction(self.threshold, "draft threshold")
         if (self.name in FILE_LOOKAHEADS) != (self.file is not None):
             raise LayersearchError(f"lookahead {self.name!r} " + ("needs a file" if self.file is None else "takes no file"))
+        _path_field(self, "file")
         if self.file is not None:
             _require_str(self.file, "lookahead.file")
 
@@ -273,6 +275,7 @@ class DecoderSpec:
         _require_name(self.verifier, tuple(VERIFIERS), "verification")
         check_int(self.max_new_tokens, "max new tokens")
         for name in ("steering", "profile"):
+            _path_field(self, name)
             if getattr(self, name) is not None:
                 _require_str(getattr(self, name), name)
         kind = self.mask_source.kind
@@ -512,6 +515,14 @@ def _prefixed_check(where: str, check: Callable[[Any], Any], value: Any) -> None
 def _require_name(value: Any, names: tuple[str, ...], what: str) -> None:
     if value not in names:
         raise LayersearchError(f"unknown {what} {value!r} (choose from {', '.join(names)})")
+
+
+def _path_field(spec: Any, name: str) -> None:
+    """A file field given as a ``Path`` (as ``load_decoder`` takes one) held as its str, the file's form."""
+    value = getattr(spec, name)
+    if isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        object.__setattr__(spec, name, path if isinstance(path, str) else value)
 
 
 def _require_str(value: Any, what: str) -> None:
