@@ -355,6 +355,7 @@ BAD_OUTPUTS: dict[str, Maker] = {
     "name too long": _value("x" * 300 + ".json"),
     "in a missing folder": _value("missing/out.json"),  # never created, in any command
     "two missing folders deep": _value("a/b/out.json"),
+    "under /proc": _value("/proc/out.json"),  # writable by its permission bits (as root), found unwritable before the work
 }
 BAD_READ_STORAGES: dict[str, Maker] = {
     "missing": _value("missing.db"),
