@@ -2,7 +2,9 @@
 the sub-layers its draft skips.
 
 ``layersearch.load_decoder(spec_or_path, model=None)`` is the Python API (:mod:`layersearch.decoder.api`);
-it and :class:`~layersearch.decoder.spec.DecoderSpec` load on first use, so ``import layersearch`` stays light.
+``layersearch.decoding(spec_or_path)`` makes transformers' ``model.generate(..., custom_generate=...)``
+run a spec (:mod:`layersearch.integrations.hf_generate`). They and
+:class:`~layersearch.decoder.spec.DecoderSpec` load on first use, so ``import layersearch`` stays light.
 Bad arguments raise :class:`LayersearchError` (one line naming the problem); ``__version__`` is the
 installed version.
 """
@@ -36,7 +38,7 @@ def _version() -> str:
 __version__ = _version()
 
 _LAZY = {"load_decoder": "layersearch.decoder.api", "Decoder": "layersearch.decoder.api", "Generation": "layersearch.decoder.api",
-         "DecoderSpec": "layersearch.decoder.spec"}
+         "DecoderSpec": "layersearch.decoder.spec", "decoding": "layersearch.integrations.hf_generate"}
 
 
 def __getattr__(name: str) -> Any:

@@ -17,9 +17,10 @@ from typing import Sequence
 from layersearch.common.errors import LayersearchError
 
 #: The commands, one module each under layersearch/commands/ with ``add_parser(sub,
-#: parser_class)`` and ``run(args)``; the order is the order of ``--help``.
+#: parser_class)`` and ``run(args)``; the order is the order of ``--help`` (``export_hf``: the
+#: command ``export-hf``).
 COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "knapspec", "transfer", "disco",
-            "knn", "swift", "steer", "tune")
+            "knn", "swift", "steer", "tune", "export_hf")
 
 
 #: Options whose empty value means "none of them" (``bench --drafters ""``: no peer drafters);

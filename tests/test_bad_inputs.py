@@ -1328,6 +1328,35 @@ for _name, _rows_added in {"steer eval": (("--draft-length", "4"),),
                            "generate": (("--baseline", "--drafter", "hybrid"), ("--baseline", "--drafter", "prompt-lookup")),
                            "bench": (("--answers", "answers"), ("--categories", "qa"), ("--limit", "3"))}.items():
     COMMANDS[_name] = replace(COMMANDS[_name], bad_args=COMMANDS[_name].bad_args + _rows_added)
+# export-hf: a bad spec (and one naming a file the folder cannot carry), a folder that is a file or
+# already holds the files (never overwritten).
+def _holding(name: str) -> Maker:
+    def make(work: Path) -> str:
+        (work / "hf_repo" / "custom_generate").mkdir(parents=True)
+        (work / "hf_repo" / "custom_generate" / name).write_text("mine\n")
+        return "hf_repo"
+    return make
+
+
+def _custom_generate_file(work: Path) -> str:
+    (work / "hf_file").mkdir()
+    (work / "hf_file" / "custom_generate").write_text("mine\n")
+    return "hf_file"
+
+
+GOOD["hf_folder"] = "hf_out"
+#: Spec files bad only against a model: export-hf loads none (the folder runs on the caller's model,
+#: which generate checks the spec against on its first call: tests/integrations/test_hf_generate.py).
+AGAINST_A_MODEL = ("vocab enormous", "another model's", "model folder missing", "max_new_tokens enormous",
+                   "info.num_layers wrong", "info.hidden_size wrong", "max_new_tokens beyond the context",
+                   "inline mask for another model")
+BAD_KINDS["hf_spec"] = {**{name: make for name, make in BAD_KINDS["spec"].items() if name not in AGAINST_A_MODEL},
+                        "naming a latency profile": _value("spec_profile.json")}
+BAD_KINDS["hf_folder"] = {"a file": _file("notes.txt", "mine\n"), "holding generate.py": _holding("generate.py"),
+                          "holding requirements.txt": _holding("requirements.txt"),
+                          "holding layersearch_spec.json": _holding("layersearch_spec.json"),
+                          "custom_generate a file": _custom_generate_file, "empty": _value("")}
+COMMANDS["export-hf"] = Command(("export-hf", "{spec}", "{hf_folder}"), kinds={"spec": "hf_spec", "hf_folder": "hf_folder"})
 
 
 def cases():

@@ -27,7 +27,8 @@ LAYERS = (
     ("runtime", "data"),  # the decode loop and its plug-in points; the prompt sets
     ("profiling", *METHODS),  # the latency profile; each method's decode-time parts and how its file is fitted
     ("decoder",),  # the spec and the builder: where the methods meet the runtime; load_decoder
-    ("evaluation", "objectives", "strategies"),  # the harness and its benchmarks; what a search scores, how it proposes
+    ("evaluation", "objectives", "strategies", "integrations"),  # the harness and its benchmarks; what a search scores,
+    # how it proposes; decoders inside other libraries' entry points (transformers' generate)
     ("experiments", "study"),  # each method's experiments (fit, then bench); the Optuna study
     ("tune",),  # tuning a whole decoder spec with studies
     ("commands",),  # the CLI's subcommands (cli.py, the entry point, sits on top)

@@ -92,16 +92,22 @@ class BuiltDecoder:
         return SamplingConfig(temperature, base.top_p if top_p is None else top_p, base.seed if seed is None else seed)
 
     def run(self, input_ids: Any, max_new_tokens: int, *, sampling: Any = None,
-            on_tokens: Callable[[Sequence[int]], None] | None = None) -> Any:
+            on_tokens: Callable[[Sequence[int]], None] | None = None, eos_token_ids: Any = None,
+            stop_when: Callable[[Sequence[int]], bool] | None = None) -> Any:
         """Decode up to ``max_new_tokens`` after ``input_ids`` (a GenerationResult); ``on_tokens``
-        gets the new tokens as they are committed (for a plain spec: all of them at the end)."""
+        gets the new tokens as they are committed (for a plain spec: all of them at the end).
+        ``eos_token_ids`` (None: the model's) and ``stop_when`` end a speculative run as
+        :meth:`~layersearch.runtime.loop.SpeculativeDecoder.generate` says; a plain spec takes neither."""
         from layersearch.runtime.baseline import hf_generate
         from layersearch.kernels.select import model_kernels
 
         sampling = self.sampling() if sampling is None else sampling
         with model_kernels(self.loaded.model, self.kernels):  # plain and speculative decoding alike
             if self.speculative is not None:
-                return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens)
+                return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens,
+                                                 eos_token_ids=eos_token_ids, stop_when=stop_when)
+            if eos_token_ids is not None or stop_when is not None:
+                raise LayersearchError("a plain spec runs transformers' generate: it takes no eos_token_ids or stop_when")
             static = {"cache_implementation": "static"} if self.compile else {}  # transformers' own captured path
             result = hf_generate(self.loaded.model, input_ids, max_new_tokens, sampling=sampling, **static)
         if on_tokens is not None and result.token_ids:

@@ -104,5 +104,8 @@ def _with_children(module: nn.Module, children: dict[str, nn.Module]) -> nn.Modu
     """A shallow copy of ``module`` (same parameters and buffers) with some children replaced."""
     view = copy.copy(module)
     view.__dict__.pop("forward", None)  # never carry a kernel or skip override into the view
+    # nor the decoders kept on the model (integrations/hf_generate.py): the compiled table holds its
+    # views, so a view carrying them would keep them, and through them the model, alive
+    view.__dict__.pop("_layersearch_decoders", None)
     view._modules = {**module._modules, **children}
     return view

@@ -148,15 +148,18 @@ class SpeculativeDecoder:
     def generate(
         self, input_ids: torch.Tensor | Iterable[int], max_new_tokens: int, *, eos_token_ids: Iterable[int] | None = None,
         sampling: SamplingConfig | None = None, on_tokens: Callable[[Sequence[int]], None] | None = None,
+        stop_when: Callable[[Sequence[int]], bool] | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (batch size 1).
 
         ``sampling`` overrides the decoder's settings for this call; ``on_tokens`` is called with
         the new tokens each time the loop commits some (the prefill's token, then each step's
-        accepted tokens and the verifier's own), for streaming; it cannot change the loop."""
+        accepted tokens and the verifier's own), for streaming; it cannot change the loop.
+        ``stop_when`` (the new tokens so far -> True to stop) is asked after each new token, as
+        an end-of-sequence id is: generation ends right after the token it stops at (stop strings)."""
         prompt = _as_prompt(input_ids, self.model.device)
         stop = eos_ids(self.model) if eos_token_ids is None else frozenset(eos_token_ids)
-        return _Run(self, prompt, max_new_tokens, stop, sampling, on_tokens).execute()
+        return _Run(self, prompt, max_new_tokens, stop, sampling, on_tokens, stop_when).execute()
 
 
 class _Run:
@@ -165,6 +168,7 @@ class _Run:
     def __init__(
         self, decoder: SpeculativeDecoder, prompt: torch.Tensor, max_new: int, stop: frozenset[int],
         sampling: SamplingConfig | None = None, on_tokens: Callable[[Sequence[int]], None] | None = None,
+        stop_when: Callable[[Sequence[int]], bool] | None = None,
     ):
         if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
             raise LayersearchError(f"max new tokens must be an integer >= 1, got {max_new!r}")
@@ -177,6 +181,7 @@ class _Run:
         self.prompt_length = prompt.shape[1]
         self.max_new = max_new
         self.stop = stop
+        self.stop_when = stop_when
         self.decoder = decoder
         self.clock = Clock(self.model.device)  # synchronizes: read at the generation's start and end only
         self.marks = Marks(self.model.device)  # step phases, no sync to take a mark
@@ -358,7 +363,7 @@ class _Run:
             self.ids[self.prompt_length + len(self.tokens)] = token
             self.tokens.append(token)
             emitted += 1
-            if token in self.stop:
+            if token in self.stop or (self.stop_when is not None and self.stop_when(self.tokens)):
                 self.stop_now = True
                 break
         if self.on_tokens is not None:

@@ -1,4 +1,4 @@
-"""How the next token is chosen: greedy argmax, or temperature / top-p sampling.
+"""How the next token is chosen: greedy argmax, or temperature / top-k / top-p sampling.
 
 Both the draft and the target go through :func:`next_token_probs`, so speculative sampling
 compares the same warped distributions (Leviathan et al.: the output then follows the
@@ -16,11 +16,12 @@ from layersearch.common.errors import LayersearchError
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Decoding settings; ``temperature == 0`` means greedy."""
+    """Decoding settings; ``temperature == 0`` means greedy, ``top_k == 0`` keeps every token."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.temperature < float("inf"):
@@ -29,6 +30,8 @@ class SamplingConfig:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.seed is not None and not 0 <= self.seed < 2**64:  # torch's generator takes 64 bits
             raise LayersearchError(f"seed must be in 0..2**64-1, got {self.seed}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise LayersearchError(f"top-k must be an integer >= 0 (0: every token), got {self.top_k!r}")
 
     @property
     def greedy(self) -> bool:
@@ -45,10 +48,16 @@ class SamplingConfig:
 
 
 def next_token_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
-    """Warped probabilities from logits ``[..., vocab]`` (temperature, then top-p)."""
+    """Warped probabilities from logits ``[..., vocab]`` (temperature, then top-k, then top-p:
+    transformers' order, so the law is the one its ``generate`` samples from)."""
     if config.greedy:
         raise ValueError("greedy decoding has no sampling distribution")
     probs = torch.softmax(logits.float() / config.temperature, dim=-1)
+    if 0 < config.top_k < probs.shape[-1]:
+        # Keep every token at least as likely as the k-th (ties kept, as transformers' top-k keeps them).
+        kth = torch.topk(probs, config.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        probs = probs.masked_fill(probs < kth, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
     if config.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token always survives).

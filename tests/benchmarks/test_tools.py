@@ -12,7 +12,7 @@ from layersearch.masks.mask import SkipMask
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 #: the scripts this suite runs (pg_scale end to end in tests/study/postgres); the GPU scripts need CUDA
-TOOLS = ("mask_patterns", "pg_scale")
+TOOLS = ("mask_patterns", "pg_scale", "hf_overhead")
 
 
 def load(name: str):
@@ -60,3 +60,21 @@ def test_mask_patterns_on_two_masks(tmp_path, capsys):
     load("mask_patterns").main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--published", str(tmp_path / "none")])
     out = capsys.readouterr().out
     assert "3 of 8" in out and "a ~ b: 0.67" in out  # {A1, A2, M3} and {A1, M3}: 2 shared of 3
+
+
+def test_hf_overhead_on_a_tiny_model(tiny_word_models, tmp_path, capsys):
+    """Both sides decode the same tokens (checked per pair); the table and the raw JSON come out."""
+    import json
+
+    out = tmp_path / "overhead.json"
+    assert load("hf_overhead").main(["--model", str(tiny_word_models[0]), "--max-new-tokens", "4", "--rounds", "2",
+                                     "--prompts", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| Decoder.generate |" in printed and "overhead of generate(custom_generate=...)" in printed
+    report = json.loads(out.read_text())
+    assert len(report["seconds"]["Decoder.generate"]) == 2 and report["argv"][1:3] == ["--model", str(tiny_word_models[0])]
+    assert set(report["versions"]) >= {"torch", "transformers", "layersearch"}
+    for bad in (["--rounds", "0"], ["--prompts", "9"], ["--out", str(out)]):
+        with pytest.raises(SystemExit) as done:
+            load("hf_overhead").main(bad)
+        assert done.value.code == 2

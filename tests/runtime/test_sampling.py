@@ -115,3 +115,26 @@ def test_seeded_sampling_is_the_same_captured_or_not(tiny_llama):
     assert_path(compiled, "captured")
     assert compiled.token_ids == eager.token_ids
     assert compiled.stats.drafted == eager.stats.drafted and compiled.stats.accepted == eager.stats.accepted
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 5, 1.0), (0.7, 8, 0.9), (1.3, 0, 0.8), (0.9, 1, 1.0), (1.0, 60, 0.95)])
+def test_the_warp_is_transformers_own(temperature, top_k, top_p):
+    """Temperature, then top-k (ties at the k-th kept), then top-p: the law transformers' generate
+    samples from with the same settings, so custom_generate's sampling is the plain one's."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(3)) * 3  # [rows, vocab]
+    logits[0, 10:14] = logits[0].max()  # a tie at the top
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)]
+                                  + ([TopKLogitsWarper(top_k)] if top_k else []) + [TopPLogitsWarper(top_p)])
+    expected = torch.softmax(warpers(None, logits.clone()), -1)
+    ours = next_token_probs(logits, SamplingConfig(temperature, top_p, None, top_k))
+    assert torch.equal(ours > 0, expected > 0)
+    # both are a float32 softmax over <= 50 terms, renormalized: a few ulps of relative error each
+    assert torch.allclose(ours, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_top_k_is_checked():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(Exception, match="top-k must be an integer >= 0"):
+            SamplingConfig(1.0, 1.0, None, bad)
