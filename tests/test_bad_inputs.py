@@ -1878,6 +1878,10 @@ BENCHMARK_ARGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pg_scale --workers 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--workers", "0")),
     "pg_scale --seconds 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--seconds", "0")),
     "pg_scale --trials 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--trials", "0")),
+    "hf_overhead --rounds 0": ("hf_overhead", ("--rounds", "0")),
+    "hf_overhead --prompts 9": ("hf_overhead", ("--prompts", "9")),
+    "hf_overhead --out onto a file": ("hf_overhead", ("--out", "mask.json")),
+    "hf_overhead --out in a missing folder": ("hf_overhead", ("--out", "no/such.json")),
 }
 
 
