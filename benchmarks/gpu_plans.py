@@ -20,7 +20,6 @@ Run on a CUDA machine: ``python benchmarks/gpu_plans.py --out gpu_plans.json``;
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -34,6 +33,9 @@ from layersearch.models.precision import Int8Linear, weight_only_int8
 from layersearch.profiling.profiler import measure_profile
 
 from gpu_common import random_model, sync, write  # the GPU scripts' shared helpers (benchmarks/ is on sys.path when run)
+import tool_args
+from tool_args import ToolParser, run_tool
+from layersearch.common.checks import MAX_DRAFT_LENGTH
 
 # (in, out) of every distinct Linear; "tiny" for smoke tests.
 LINEAR_SHAPES = {
@@ -47,6 +49,8 @@ MODEL_SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, tie_word_embeddings=True),
 }
+
+MAX_POSITIONS = 4096  # the profiled model's context length
 
 
 def median_seconds(fn, device: str, repeats: int) -> float:
@@ -97,7 +101,7 @@ def linear_section(shapes: str, device: str, dtype: torch.dtype, repeats: int, b
 
 def build(shape: str, device: str, dtype: torch.dtype, seed: int = 0):
     """A randomly initialised Qwen2 of ``shape`` on ``device`` (initialised in place: fast for big shapes)."""
-    config = Qwen2Config(**MODEL_SHAPES[shape], max_position_embeddings=4096)
+    config = Qwen2Config(**MODEL_SHAPES[shape], max_position_embeddings=MAX_POSITIONS)
     return random_model(config, device, dtype, seed).eval()
 
 
@@ -134,7 +138,7 @@ def profile_section(shape: str, device: str, dtype: torch.dtype, repeats: int, b
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolParser(__file__, description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--shapes", default="qwen2.5-1.5b,llama-3.1-8b", help="Linear shapes (section 1)")
     parser.add_argument("--model-shape", default="qwen2.5-1.5b", help="model shape (section 2)")
@@ -145,6 +149,26 @@ def main(argv=None) -> int:
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    return run_tool(parser, lambda: plans_run(args))
+
+
+def check_args(args) -> None:
+    """Every argument checked before anything is built or timed: one line naming the option otherwise."""
+    tool_args.names(args.shapes, "--shapes", LINEAR_SHAPES)
+    tool_args.name(args.model_shape, "--model-shape", MODEL_SHAPES)
+    tool_args.dtypes(args.dtype, "--dtype")
+    tool_args.count(args.repeats, "--repeats")
+    # alpha 1 divides by zero in the expected tokens per step; a draft length bounds the work
+    tool_args.real(args.alpha, "--alpha", low=0.0, high=1.0, high_open=True)
+    tool_args.count(args.draft, "--draft", maximum=MAX_DRAFT_LENGTH)
+    tool_args.count(args.context, "--context", maximum=MAX_POSITIONS - 8)  # the profile verifies up to 8 tokens past it
+    tool_args.output(args.out)
+    args.device = tool_args.device(args.device)
+
+
+def plans_run(args) -> int:
+    """Both sections, written to ``--out`` as each ends."""
+    check_args(args)
     dtype = getattr(torch, args.dtype)
     report: dict = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "torch": torch.__version__}
     bandwidth = device_bandwidth(args.device)

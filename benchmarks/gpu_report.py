@@ -21,7 +21,6 @@ Run on a CUDA machine:  ``python benchmarks/gpu_report.py --shapes 8b,1b --out g
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import json
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from layersearch.common.errors import LayersearchError
 from layersearch.common.extras import has_module
 from layersearch.evaluation.bench import _step_prediction
 from layersearch.experiments.knapspec import knapspec_decoder
@@ -48,6 +48,11 @@ from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.stats import combine
 
 from gpu_common import SHAPES, build, prompts, sync, timed, write  # noqa: F401  (benchmarks/ is on sys.path)
+import tool_args
+from tool_args import ToolParser, run_tool
+
+#: The sections ``--sections`` chooses from, in the order they run.
+SECTIONS = ("captured", "greedy", "sampling", "loop", "profile")
 
 # ----- 1. greedy equality ---------------------------------------------------------------------
 def divergence(model, prompt: torch.Tensor, ours: tuple[int, ...], theirs: tuple[int, ...]) -> dict | None:
@@ -817,7 +822,7 @@ def int4_table(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolParser(__file__, description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--sections", default="captured")
@@ -841,11 +846,36 @@ def main(argv=None) -> int:
                              "generation, for a CPU smoke test)")
     parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
+    return run_tool(parser, lambda: report_run(args))
+
+
+def check_args(args) -> None:
+    """Every argument checked before any model is built: one line naming the option otherwise."""
+    tool_args.names(args.shapes, "--shapes", SHAPES)
+    tool_args.names(args.sections, "--sections", SECTIONS)
+    tool_args.dtypes(args.greedy_dtypes, "--greedy-dtypes")
+    for option in ("sampling_runs", "repeats", "new_tokens", "prompt_tokens"):
+        tool_args.count(getattr(args, option), "--" + option.replace("_", "-"))
+    tool_args.threads(args.threads)
+    tool_args.output(args.out)
+    args.device = tool_args.device(args.device)
+
+
+def print_table(path: str) -> int:
+    """``--table``: the captured runtime's table of a report this script wrote."""
+    report = tool_args.json_input(path, "--table")
+    try:
+        print(int4_table(report) if "int4_part" in report else table(report))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise LayersearchError(f"--table {path}: not a report of this script ({type(exc).__name__}: {exc})") from None
+    return 0
+
+
+def report_run(args) -> int:
+    """The sections ``args`` asks for, written to ``--out`` as each ends."""
     if args.table:
-        with open(args.table) as f:
-            stored = json.load(f)
-        print(int4_table(stored) if "int4_part" in stored else table(stored))
-        return 0
+        return print_table(args.table)
+    check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in the fp32 rows

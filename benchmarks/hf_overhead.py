@@ -22,6 +22,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import tool_args  # benchmarks/ is on sys.path when a script runs
+from tool_args import ToolParser, run_tool
+
+from layersearch.common.errors import LayersearchError
+
 PROMPTS = (
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "def quicksort(xs):\n    \"\"\"Sort a list with quicksort.\"\"\"\n",
@@ -31,7 +36,7 @@ PROMPTS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf_overhead", description=__doc__.split("\n\n")[0])
+    parser = ToolParser(__file__, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m", help="a model layersearch loads (default: the embedded SmolLM2-135M)")
     parser.add_argument("--spec", help="a decoder spec file (default: prompt lookup, static drafts of 8)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -40,20 +45,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", help="write the raw timings, argv, commit and versions as JSON")
     args = parser.parse_args(argv)
-    for name, low in (("max_new_tokens", 1), ("rounds", 1), ("threads", 1), ("prompts", 1)):
-        if getattr(args, name) < low:
-            parser.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
-    if args.prompts > len(PROMPTS):
-        parser.error(f"--prompts must be <= {len(PROMPTS)}, got {args.prompts}")
-    if args.out and Path(args.out).exists():
-        parser.error(f"--out {args.out} exists: it is never overwritten")
-    from layersearch.common.errors import LayersearchError
+    return run_tool(parser, lambda: overhead(args, argv))
 
-    try:
-        report = measure(args)
-    except LayersearchError as exc:
-        print(f"hf_overhead: error: {exc}", file=sys.stderr)
-        return 2
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every argument checked before the model loads: one line naming the option otherwise."""
+    tool_args.count(args.max_new_tokens, "--max-new-tokens")
+    tool_args.count(args.rounds, "--rounds")
+    tool_args.count(args.prompts, "--prompts", maximum=len(PROMPTS))
+    tool_args.threads(args.threads)
+    if args.out and Path(args.out).exists():
+        raise LayersearchError(f"--out {args.out} exists: it is never overwritten")
+    tool_args.output(args.out)
+
+
+def overhead(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Measure, print the table, write ``--out``."""
+    check_args(args)
+    report = measure(args)
     print(table(report))
     if args.out:
         Path(args.out).write_text(json.dumps({**report, "argv": sys.argv if argv is None else ["hf_overhead.py", *argv]}, indent=1))
@@ -66,7 +75,6 @@ def measure(args: argparse.Namespace) -> dict:
     import torch
 
     import layersearch
-    from layersearch.common.errors import LayersearchError
     from layersearch.decoder.spec import DecoderSpec, LookaheadSpec, ModelRef, ModelSpec
     from layersearch.models.loading import load_model
 

@@ -11,14 +11,16 @@ Run: ``python benchmarks/mask_patterns.py masks/*.json``
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import random
 import statistics
+import sys
 from pathlib import Path
 
 from layersearch.masks.mask import SkipMask
+
+from tool_args import ToolParser, run_tool  # benchmarks/ is on sys.path when a script runs
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "data" / "published-masks"
 
@@ -55,14 +57,19 @@ def mean_pairwise(sets: list[set]) -> float:
     return statistics.mean(jaccard(a, b) for a, b in itertools.combinations(sets, 2))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Print the patterns of the masks named in ``argv`` and of the published masks found."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """Print the patterns of the masks named in ``argv`` and of the published masks found; the exit status."""
+    parser = ToolParser(__file__, description=__doc__.split("\n\n")[0])
     parser.add_argument("masks", nargs="+", help="mask JSON files")
     parser.add_argument("--published", type=Path, default=PUBLISHED,
                         help="folder of the papers' mask files (default ../shared/data/published-masks)")
     args = parser.parse_args(argv)
-    ours = {Path(p).stem: SkipMask.load(p) for p in args.masks}
+    return run_tool(parser, lambda: patterns(args.masks, args.published))
+
+
+def patterns(paths: list[str], published: Path) -> None:
+    """The report of ``main``: a missing or invalid mask file is refused before anything is printed."""
+    ours = {Path(p).stem: SkipMask.load(p) for p in paths}
     print("ours: skipped sub-layers, depth thirds (first/middle/last)")
     for name, mask in ours.items():
         s = skipped(mask.attention, mask.mlp)
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     for (a, ma), (b, mb) in itertools.combinations(ours.items(), 2):
         print(f"  {a} ~ {b}: {jaccard(skipped(ma.attention, ma.mlp), skipped(mb.attention, mb.mlp)):.2f}")
     rng = random.Random(0)
-    for path in sorted(args.published.glob("*.json")):
+    for path in sorted(published.glob("*.json")):
         data = json.loads(path.read_text())
         groups: dict[str, list[set]] = {}
         for key, value in data.items():
@@ -92,4 +99,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,7 +20,6 @@ Run (one line per figure on stdout, JSON with ``--out``):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import functools
@@ -40,8 +39,12 @@ import optuna
 from optuna.trial import TrialState
 
 from layersearch.cli import main as layersearch_main
+from layersearch.common.errors import LayersearchError
 from layersearch.strategies import param_names
 from layersearch.study import WORKER_ATTR, run_study
+
+import tool_args  # benchmarks/ is on sys.path when a script runs
+from tool_args import ToolParser, run_tool
 
 NUM_LAYERS = 4
 
@@ -219,7 +222,7 @@ def overhead(url: str, name: str, history: int, trials: int, timer: StorageTimer
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run both measurements, print them (and write ``--out``)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolParser(__file__, description=__doc__.splitlines()[0])
     parser.add_argument("--storage", required=True, help="postgresql://user:password@host:port/database")
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4], help="worker counts (default 1 2 4)")
     parser.add_argument("--seconds", type=float, default=30.0, help="each throughput run (default 30)")
@@ -228,6 +231,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
     parser.add_argument("--out", help="JSON file to write")
     args = parser.parse_args(argv)
+    return run_tool(parser, lambda: measure(args))
+
+
+def check_args(args) -> None:
+    """Every argument checked before a model is built or a study made: one line naming the option otherwise."""
+    scheme = args.storage.partition("://")[0].lower()
+    if scheme.partition("+")[0] not in ("postgresql", "postgres"):
+        shown = f"{scheme}://..." if "://" in args.storage else repr(args.storage)  # no password on screen
+        raise LayersearchError(f"--storage {shown}: this script measures "
+                               "PostgreSQL; give postgresql://user:password@host:port/database")
+    for n in args.workers:
+        tool_args.count(n, "--workers")
+    for history in args.history:
+        tool_args.count(history, "--history", minimum=0)
+    tool_args.real(args.seconds, "--seconds", low=0.0, low_open=True)
+    tool_args.count(args.trials, "--trials")
+    tool_args.threads(args.threads)
+    tool_args.output(args.out)
+
+
+def measure(args) -> int:
+    """Both measurements, printed (and written to ``--out``)."""
+    check_args(args)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -267,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in made:
                 optuna.delete_study(study_name=name, storage=args.storage)
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")  # checked writable before the work
     return 0
 
 

@@ -107,8 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"layersearch.commands.{args.command}")
         derived = getattr(module, "output_paths", None)  # files a command writes beside its OUTPUT_OPTIONS
         read = getattr(module, "input_paths", None)  # files named inside its inputs (a spec's profile, mask file)
+        from layersearch.commands.wording import option_words
+
         check_overwrites(vars(args), derived(args) if derived is not None else {},  # no output onto an input
-                         read(args) if read is not None else ())
+                         read(args) if read is not None else (), option_words(parser, args))
         if not hasattr(args, "compile"):
             return int(module.run(args) or 0)
         from layersearch.common.progress import say

@@ -355,6 +355,7 @@ BAD_OUTPUTS: dict[str, Maker] = {
     "name too long": _value("x" * 300 + ".json"),
     "in a missing folder": _value("missing/out.json"),  # never created, in any command
     "two missing folders deep": _value("a/b/out.json"),
+    "under /proc": _value("/proc/out.json"),  # writable by its permission bits (as root), found unwritable before the work
 }
 BAD_READ_STORAGES: dict[str, Maker] = {
     "missing": _value("missing.db"),
@@ -1330,6 +1331,27 @@ BAD_KINDS["r4_report"] = {"x.md beside a user's x.png": lambda work: (work / "mi
 GOOD.update({"plan": "plan_out.json", "report": "spec_out.md"})
 
 
+# ----- round five: each root's rows (the benchmark scripts' and the resumed study's are below) ------
+# A spec's whole content is checked when it is read, before any model loads: sampling included.
+_R5_SPECS: dict[str, Maker] = {
+    "temperature -1": _spec("tempneg.json", _set("sampling", "temperature", -1)),
+    "temperature -1 sampling": _spec("tempnegs.json", lambda d: d["sampling"].update(do_sample=True, temperature=-1.0)),
+    "drafter.quant int4": _spec("quant4.json", _set("drafter", "quant", "int4")),
+    "lookahead disco with an empty file": _spec("discoempty.json", lambda d: d["lookahead"].update(name="disco", file="")),
+}
+BAD_SPECS.update(_R5_SPECS)
+BAD_KINDS["bench_spec"].update(_R5_SPECS)
+# A prompt file is an input file like any other: the one cap (MAX_INPUT_BYTES, 4096 bytes here).
+_R5_PROMPTS = {"over the input cap": _file("bigprompts.jsonl", "".join(json.dumps({"prompt": f"w{i} " * 20}) + "\n"
+                                                                       for i in range(60)))}
+BAD_USER_PROMPTS.update(_R5_PROMPTS)
+BAD_KINDS["r4_generate_prompts"].update(_R5_PROMPTS)
+# An option that would be ignored is refused: an old spelling named, a drafter of plain decoding,
+# Spec-Bench mode's options without --spec-bench.
+for _name, _rows_added in {"steer eval": (("--draft-length", "4"),),
+                           "generate": (("--baseline", "--drafter", "hybrid"), ("--baseline", "--drafter", "prompt-lookup")),
+                           "bench": (("--answers", "answers"), ("--categories", "qa"), ("--limit", "3"))}.items():
+    COMMANDS[_name] = replace(COMMANDS[_name], bad_args=COMMANDS[_name].bad_args + _rows_added)
 # export-hf: a bad spec (and one naming a file the folder cannot carry), a folder that is a file or
 # already holds the files (never overwritten).
 def _holding(name: str) -> Maker:
@@ -1795,6 +1817,24 @@ _API_CALLS = {
     "DecoderSpec(lookahead=3)": (lambda ls, d, torch: ls.DecoderSpec("m", lookahead=3), "lookahead must be a LookaheadSpec"),
 }
 
+def _specs():
+    """layersearch.decoder.spec, where the spec's parts are."""
+    import layersearch.decoder.spec
+
+    return layersearch.decoder.spec
+
+
+_API_CALLS.update({
+    # one sampling check wherever a spec is built, and the rest of a spec refused before a model loads
+    "SamplingSpec(temperature=-1.0)": (lambda ls, d, torch: _specs().SamplingSpec(temperature=-1.0),
+                                       "sampling.temperature must be a finite number >= 0"),
+    "SamplingSpec(do_sample=True, temperature=-1.0)": (lambda ls, d, torch: _specs().SamplingSpec(True, -1.0),
+                                                       "sampling.temperature must be a finite number >= 0"),
+    "generate(temperature=-1)": (lambda ls, d, torch: d.generate("w1", 2, temperature=-1), "temperature must be"),
+    "DrafterSpec(quant='int4')": (lambda ls, d, torch: _specs().DrafterSpec(quant="int4"), "unknown draft quantization 'int4'"),
+    "LookaheadSpec('disco', file='')": (lambda ls, d, torch: _specs().LookaheadSpec("disco", file=""), "lookahead.file must be"),
+})
+
 
 @pytest.fixture(scope="module")
 def api_decoder(base):
@@ -1827,3 +1867,154 @@ def test_the_api_streamer_sees_nothing_of_a_refused_call(api_decoder):
     with pytest.raises(LayersearchError):
         api_decoder.generate("w" * 2100, 2, streamer=streamer)
     assert seen == []
+
+
+# ----- the benchmark scripts answer as the commands do -----------------------------------------------
+# benchmarks/*.py are documented tools: a bad argument is one ``SCRIPT: error:`` line, exit 2, before
+# any model is built (each runs in-process, imported as tests/benchmarks/test_tools.py imports it).
+_NO_CUDA = "no CUDA here"
+BENCHMARK_ARGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpu_report --shapes bogus": ("gpu_report", ("--shapes", "bogus", "--device", "cpu")),
+    "gpu_report --table missing.json": ("gpu_report", ("--table", "missing.json")),
+    "gpu_report --table of a mask": ("gpu_report", ("--table", "mask.json")),
+    "gpu_report --device cuda": ("gpu_report", ("--shapes", "tiny", "--device", "cuda", _NO_CUDA)),
+    "gpu_report --device tpu": ("gpu_report", ("--shapes", "tiny", "--device", "tpu")),
+    "gpu_report --repeats 0": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--repeats", "0")),
+    "gpu_report --sections bogus": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--sections", "bogus")),
+    "gpu_report --greedy-dtypes float8": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--sections", "greedy",
+                                                         "--greedy-dtypes", "float8")),
+    "gpu_report --new-tokens 0": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--new-tokens", "0")),
+    "gpu_report --out in a missing folder": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--out", "no/such.json")),
+    "gpu_report --repeats x": ("gpu_report", ("--repeats", "x")),
+    "gpu_plans --draft -1": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--draft", "-1")),
+    "gpu_plans --alpha 2": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "2")),
+    "gpu_plans --alpha 1": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "1")),
+    "gpu_plans --alpha nan": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "nan")),
+    "gpu_plans --shapes bogus": ("gpu_plans", ("--device", "cpu", "--shapes", "bogus", "--model-shape", "tiny")),
+    "gpu_plans --model-shape two": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny,tiny")),
+    "gpu_plans --repeats 0": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--repeats", "0")),
+    "gpu_plans --context 0": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--context", "0")),
+    "gpu_plans --device cuda": ("gpu_plans", ("--device", "cuda", "--shapes", "tiny", "--model-shape", "tiny", _NO_CUDA)),
+    "mask_patterns a missing mask": ("mask_patterns", ("missing.json", "--published", "none")),
+    "mask_patterns an invalid mask": ("mask_patterns", ("mask.json", "bin.json", "--published", "none")),
+    "mask_patterns no mask": ("mask_patterns", ()),
+    "pg_scale sqlite storage": ("pg_scale", ("--storage", "sqlite:///pg.db")),
+    "pg_scale --workers 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--workers", "0")),
+    "pg_scale --seconds 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--seconds", "0")),
+    "pg_scale --trials 0": ("pg_scale", ("--storage", "postgresql://u@localhost/db", "--trials", "0")),
+    "hf_overhead --rounds 0": ("hf_overhead", ("--rounds", "0")),
+    "hf_overhead --prompts 9": ("hf_overhead", ("--prompts", "9")),
+    "hf_overhead --out onto a file": ("hf_overhead", ("--out", "mask.json")),
+    "hf_overhead --out in a missing folder": ("hf_overhead", ("--out", "no/such.json")),
+}
+
+
+@pytest.mark.parametrize("label", list(BENCHMARK_ARGS))
+def test_benchmark_scripts_refuse_bad_arguments_in_one_line(label, work, capsys):
+    from tests.benchmarks.test_tools import load
+
+    script, argv = BENCHMARK_ARGS[label]
+    if _NO_CUDA in argv:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a machine with CUDA accepts --device cuda")
+        argv = tuple(a for a in argv if a != _NO_CUDA)
+    BAD_JSON_FILES["binary"](work)
+    before = snapshot(work)
+    capsys.readouterr()
+    try:
+        status = load(script).main(list(argv))
+    except SystemExit as exc:  # argparse's usage errors
+        status = exc.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"{script}.py: error: "), err
+    assert "Traceback" not in err and out == "" and snapshot(work) == before
+
+
+# ----- an interrupted study loses no enqueued candidate ------------------------------------------
+def test_a_resumed_knapsack_study_measures_the_candidates_interrupted_trials_lost(base, tmp_path, monkeypatch, capsys):
+    """Ctrl-C fails the trial measuring a candidate, kill -9 leaves one RUNNING under a dead worker:
+    the next ``study run`` enqueues both candidates again and measures them (real sqlite storage)."""
+    import socket
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from layersearch.study import WORKER_ATTR
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(base[0] / "profile.json", tmp_path / "profile.json")
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    assert main(["study", "create", "--name", "k", "--model", str(base[1]), "--domain", "translation", "--strategy", "knapsack",
+                 "--objective", "tpt", "--samples", "1", "--max-new-tokens", "2", "--profile", "profile.json",
+                 "--storage", url]) == 0
+    study = optuna.load_study(study_name="k", storage=url)
+    candidates = [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+    assert len(candidates) >= 2, "the knapsack proposed too few candidates to interrupt two"
+    interrupted = study.ask()  # Ctrl-C inside the objective: Optuna fails the trial
+    study.tell(interrupted, state=TrialState.FAIL)
+    killed = study.ask()  # kill -9: the trial stays RUNNING, its worker gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    study._storage.set_trial_system_attr(killed._trial_id, WORKER_ATTR, {"host": socket.gethostname(), "pid": dead.pid, "start": None})
+    capsys.readouterr()
+
+    assert main(["study", "run", "--name", "k", "--storage", url, "--trials", "50", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "2 candidate(s) of interrupted trials enqueued again" in out and "every enqueued candidate mask was measured" in out
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    assert sorted(map(str, candidates)) == sorted(str(t.system_attrs["fixed_params"]) for t in complete)  # each once
+    assert all(t.params == t.system_attrs["fixed_params"] for t in complete)
+
+    assert main(["study", "run", "--name", "k", "--storage", url, "--trials", "50", "--quiet"]) == 0
+    assert "ran 0 trial(s)" in capsys.readouterr().out  # nothing left: no candidate measured twice
+
+
+# ----- an output onto the positional input names that input as the command line spells it ---------
+@pytest.mark.parametrize("argv", [
+    ("mask", "export", "mask.json", "--format", "selfsd", "--key", "m", "--out", "mask.json"),
+    ("mask", "import", "paper.json", "--format", "selfsd", "--key", "m", "--num-layers", "4", "--out", "paper.json"),
+    ("plot", "mask", "mask.json", "--out", "mask.json"),
+])
+def test_an_output_onto_the_positional_input_names_file(argv, work, capsys):
+    before = snapshot(work)
+    capsys.readouterr()
+    status = main(list(argv))
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert f"is the FILE input {argv[2]}" in err and "--file" not in err, err
+    assert snapshot(work) == before
+
+
+# ----- a tokenizer with more tokens than the model's embedding is refused by name -----------------
+def _small_embedding_model(folder: Path):
+    """The tiny Llama with a 64-row embedding beside the 100-token character tokenizer."""
+    model = build_tiny_model("llama", num_layers=2, vocab_size=64, seed=0)
+    model.save_pretrained(folder)
+    char_tokenizer().save_pretrained(folder)
+    return model
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_one_line(work, capsys):
+    _small_embedding_model(work / "small")
+    before = snapshot(work)
+    capsys.readouterr()
+    status = main(["generate", "--model", "small", "--prompt", "~~ zz", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert_one_line(status, err)
+    assert "has a vocabulary of 100 tokens, but the model's input embedding only 64 rows" in err and "index out of range" not in err, err
+    assert snapshot(work) == before
+
+
+def test_the_api_refuses_a_tokenizer_larger_than_the_embedding(tmp_path):
+    import layersearch
+    from layersearch.common.errors import LayersearchError
+    from layersearch.decoder.spec import DecoderSpec, ModelRef, ModelSpec
+
+    model = _small_embedding_model(tmp_path)
+    spec = DecoderSpec(ModelSpec(ModelRef(str(tmp_path), True)))
+    for given in (None, (model, char_tokenizer())):  # loaded from its folder, or handed over as a pair
+        with pytest.raises(LayersearchError, match="has a vocabulary of 100 tokens, but the model's input embedding only 64 rows"):
+            layersearch.load_decoder(spec, model=given)

@@ -54,3 +54,67 @@ def test_cli_md_names_each_commands_extras():
             assert extra in column.split("(")[0], f"{name}: docs/cli.md says {column!r}, the CLI checks {extra!r}"
         if not needed:
             assert column.startswith("base"), f"{name}: needs no extra, docs/cli.md says {column!r}"
+
+
+# ----- every API name the docs mention exists -------------------------------------------------------
+DOCS = (Path(__file__).resolve().parents[1] / "README.md", *sorted((CLI_MD.parent).glob("*.md")))
+#: Where a name the docs start a dotted API name with lives (``layersearch.X`` is imported as itself).
+ROOTS = {"load_decoder": "layersearch.decoder.api", "Decoder": "layersearch.decoder.api",
+         "Generation": "layersearch.decoder.api", "DecoderSpec": "layersearch.decoder.spec",
+         "LayersearchError": "layersearch.common.errors", "SpeculativeDecoder": "layersearch.runtime.loop",
+         "DraftPolicy": "layersearch.runtime.draft_policy"}
+#: Names docs/design.md lists as gone (old spellings): each must really be gone.
+GONE = {"layersearch.swift.stream", "layersearch.strategies._gp", "layersearch.evaluation.bench.Config",
+        "SpeculativeDecoder.policy", "DraftPolicy.adaptive_threshold"}
+#: A backticked span that is a dotted API name, alone or called: `layersearch.load_decoder("spec.json")`.
+API_SPAN = re.compile(rf"`((?:layersearch|{'|'.join(ROOTS)})(?:\.[A-Za-z_]\w*)*)(?:\([^`]*\))?`")
+
+
+def documented_api_names() -> dict[str, str]:
+    """Each dotted API name in backticks in README.md and docs/*.md -> the first file naming it."""
+    found: dict[str, str] = {}
+    for path in DOCS:
+        for match in API_SPAN.finditer(path.read_text()):
+            if match.group(1) != "layersearch":  # the package itself
+                found.setdefault(match.group(1), path.name)
+    return found
+
+
+def resolves(name: str) -> bool:
+    """Whether ``name`` is a module, or an attribute reached from one (an attribute a class's
+    ``__init__`` assigns, ``self.lookahead = ...``, counts as the class's)."""
+    import importlib
+    import inspect
+
+    parts = name.split(".")
+    if parts[0] in ROOTS:
+        obj, rest = importlib.import_module(ROOTS[parts[0]]), parts
+    else:
+        for end in range(len(parts), 0, -1):
+            try:
+                obj, rest = importlib.import_module(".".join(parts[:end])), parts[end:]
+                break
+            except ModuleNotFoundError:
+                continue
+        else:
+            return False
+    for index, part in enumerate(rest):
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif inspect.isclass(obj) and re.search(rf"\bself\.{part}\s*[:=]", inspect.getsource(obj)):
+            return index == len(rest) - 1  # an instance attribute: nothing to follow past it
+        else:
+            return False
+    return True
+
+
+def test_the_docs_find_api_names():
+    names = documented_api_names()
+    assert {"layersearch.load_decoder", "Decoder.capture_stats", "Decoder.generate"} <= set(names)  # the parser reads them
+
+
+def test_every_api_name_the_docs_mention_exists():
+    names = documented_api_names()
+    missing = {name: where for name, where in names.items() if name not in GONE and not resolves(name)}
+    assert missing == {}, "the docs name API that does not exist"
+    assert {name for name in GONE if resolves(name)} == set(), "a name the docs call gone still exists"

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from layersearch.common.checks import QUANT_SCHEMES
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT  # the runtime's defaults (its root imports no torch)
 
 DEFAULT_MODEL = "smollm2-135m"
 STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)"
 
-# --draft-quant choices; equal to layersearch.models.quantize.QUANT_SCHEMES (tests/commands/test_args.py checks).
-QUANT_CHOICES = ("int8",)
+# --draft-quant choices: the one list of draft quantizations.
+QUANT_CHOICES = QUANT_SCHEMES
 
 
 # --kernels choices; equal to layersearch.kernels.select.CHOICES (tests/commands/test_args.py checks).

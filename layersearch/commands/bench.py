@@ -90,6 +90,13 @@ def run(args: Any) -> int:
     from layersearch.evaluation.bench import BenchSettings, prepare_bench, run_bench
     from layersearch.common.outputs import announce, check_output
 
+    if not getattr(args, "spec_bench", None):  # Spec-Bench mode's options would be ignored without a word
+        given_sb = [option for option, value in (("--answers", args.answers), ("--categories", args.categories),
+                                                 ("--limit", args.limit)) if value is not None]
+        if given_sb:
+            one = len(given_sb) == 1
+            raise LayersearchError(f"{', '.join(given_sb)} belong{'s' if one else ''} to Spec-Bench mode: "
+                                   f"give --spec-bench FILE too, or leave {'it' if one else 'them'} out")
     out = check_output(args.out, "--out")
     given = "" if args.prompts and isinstance(args.domains, _Default) else args.domains
     settings = BenchSettings(

@@ -22,7 +22,7 @@ _NOT_PATHS = ("command", "name", "names", "prefix", "prompt")
 
 
 def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None = None,
-                     read: Sequence[tuple[str, str]] = ()) -> None:
+                     read: Sequence[tuple[str, str]] = (), words: Mapping[str, str] | None = None) -> None:
     """Refuse an output that is an input or another output of the same run (``generate --prompts
     p.jsonl --save-spec p.jsonl``), before any work. ``given``: a command's options by name
     (``vars(args)``). The outputs: the :data:`OUTPUT_OPTIONS` given, and ``derived`` ({what: path}:
@@ -30,8 +30,13 @@ def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None
     derived from ``--name``); the inputs: every other option's value (or a path inside it:
     ``NAME=FILE``, ``disco:FILE``, ``sqlite:///FILE``, ``study:NAME@FILE``, comma lists) that names
     an existing file or folder, and ``read`` ((what, path) pairs: files named inside the input files,
-    such as a spec's profile and mask file)."""
-    outputs = {"--" + name.replace("_", "-"): given[name] for name in OUTPUT_OPTIONS if isinstance(given.get(name), str)}
+    such as a spec's profile and mask file). ``words``: how the command line spells each argument
+    (:func:`~layersearch.commands.wording.option_words`: a positional by its metavar, ``FILE``);
+    without it, ``--name``."""
+    def word(name: str) -> str:
+        return (words or {}).get(name) or "--" + name.replace("_", "-")
+
+    outputs = {word(name): given[name] for name in OUTPUT_OPTIONS if isinstance(given.get(name), str)}
     outputs.update(derived or {})
     storage = _storage_file(given.get("storage"))
     if storage is not None:  # read and written: a report onto it destroys the study, even one made by this run
@@ -42,7 +47,7 @@ def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None
             continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):
-                inputs.extend(("--" + name.replace("_", "-"), path) for path in _paths_in(item))
+                inputs.extend((word(name), path) for path in _paths_in(item))
     inputs.extend((label, path) for label, path in read if path and os.path.exists(path))
     check_distinct(list(outputs.items()), inputs)
 

@@ -9,6 +9,7 @@ from typing import Any
 from layersearch.commands.args import model_args
 from layersearch.runtime import MAX_DRAFT
 from layersearch.commands.common import load, positive_int
+from layersearch.commands.renamed import renamed_option
 
 
 def add_parser(sub, parser_class) -> None:
@@ -46,6 +47,7 @@ def add_parser(sub, parser_class) -> None:
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last N prompt tokens (default 192)")
     ev.add_argument("--max-draft", type=int, default=MAX_DRAFT, help=f"static draft length (default {MAX_DRAFT})")
+    renamed_option(ev, "--draft-length", "--max-draft {value}", metavar="N")
     ev.add_argument("--seeds", type=int, default=3, help="sampling seeds at T=1 (default 3)")
     ev.add_argument("--seed", type=int, default=0, help="prompt selection seed")
     ev.add_argument("--out", help="write the full report as JSON")

@@ -74,6 +74,11 @@ def check_real(
     return float(value)
 
 
+#: The draft quantizations, the one list of them: ``--draft-quant``, a spec's ``drafter.quant`` and a
+#: ``MODEL@QUANT`` draft model read it (a new scheme is one name here, and its kernels in
+#: :mod:`layersearch.models.quantize`).
+QUANT_SCHEMES = ("int8",)
+
 #: The dtype names every command and file takes (torch's float32, float16, bfloat16).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 

@@ -113,6 +113,7 @@ def _check_output(
         raise LayersearchError(f"cannot write {what} {given}: the file is read-only")
     if not os.access(real.parent, os.W_OK | os.X_OK):
         raise LayersearchError(f"cannot write {what} {given}: its folder {real.parent} is not writable")
+    _probe_folder(real.parent, given, what)
     return OutputTarget(given, real, False)
 
 
@@ -179,7 +180,24 @@ def _check_new_file(real: Path, given: str, what: str) -> Path:
         raise LayersearchError(f"cannot write {what} {given}: {folder} is not a directory")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise LayersearchError(f"cannot write {what} {given}: folder {folder} is not writable")
+    _probe_folder(folder, given, what)
     return real
+
+
+def _probe_folder(folder: Path, given: str, what: str) -> None:
+    """Create and remove a file in ``folder``, as the write will (a temp file renamed into place):
+    permission bits do not tell everything (``/proc``, a read-only mount, root on a full disk),
+    and the work a command does before writing must not be lost to it."""
+    probe = folder / f".layersearch-{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        raise LayersearchError(f"cannot write {what} {given}: folder {folder} takes no new file "
+                               f"({exc.strerror or exc})") from None
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass  # created but not removable: the write replaces files the same way, so it will tell
 
 
 def _name_max(folder: Path) -> int:

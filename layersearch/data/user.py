@@ -24,7 +24,6 @@ from layersearch.data.splits import FRACTIONS, in_split
 from layersearch.common.errors import LayersearchError
 
 PREFIX = "file:"
-MAX_FILE_BYTES = 64 * 2**20  # a prompt set, not a corpus
 _ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -57,7 +56,7 @@ def read_rows(path: str, *, distinct: bool = True) -> tuple[PromptRow, ...]:
     prompt files: every command and the API's chat messages follow its rules."""
     from layersearch.common.inputs import read_text
 
-    text = read_text(path, "prompts", max_bytes=MAX_FILE_BYTES)
+    text = read_text(path, "prompts")  # the one input cap (MAX_INPUT_BYTES, 32 MiB): a prompt set, not a corpus
     rows: dict[str, PromptRow] = {}
     every: list[PromptRow] = []
     for number, line in enumerate(text.splitlines(), 1):

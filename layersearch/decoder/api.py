@@ -58,6 +58,14 @@ class Decoder:
         """The verifier model."""
         return self._built.loaded.model
 
+    def capture_stats(self) -> Any:
+        """The captured forwards so far, a :class:`~layersearch.runtime.captured.CaptureStats`:
+        compiled entries, hits, misses, evictions, ``hit_rate`` and ``compile_seconds`` (paid once
+        per entry, apart from decoding). The table is shared by every decoder of this model; an
+        eager decoder adds nothing to it. None for a plain spec (transformers' ``generate``)."""
+        speculative = self._built.speculative
+        return None if speculative is None else speculative.capture_stats()
+
     def generate(
         self, prompt_or_ids: Any, max_new_tokens: int | None = None, *, do_sample: bool | None = None,
         temperature: float | None = None, top_p: float | None = None, seed: int | None = None, streamer: Any = None,

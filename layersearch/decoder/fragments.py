@@ -66,7 +66,7 @@ def split_quant(name: str) -> tuple[str, str | None]:
     import os
     import re
 
-    from layersearch.models.quantize import QUANT_SCHEMES
+    from layersearch.common.checks import QUANT_SCHEMES
 
     ref, sep, quant = name.rpartition("@")
     if sep and ref and quant not in QUANT_SCHEMES and re.fullmatch(r"(?i)(u?int|fp|float|bf|bfloat|nf|q)[0-9]+", quant) \

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_seed
+from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_real, check_seed
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
@@ -174,6 +174,7 @@ class MaskSourceSpec:
             raise LayersearchError(f"mask source {self.kind!r} {problem}")
         if self.mask is not None and not isinstance(self.mask, SkipMask):
             raise LayersearchError("mask_source.mask must be a mask")
+        _path_field(self, "file")
         if self.file is not None:
             _require_str(self.file, "mask_source.file")
         if self.skip_ratio is not None:
@@ -203,14 +204,17 @@ class LookaheadSpec:
         check_fraction(self.threshold, "draft threshold")
         if (self.name in FILE_LOOKAHEADS) != (self.file is not None):
             raise LayersearchError(f"lookahead {self.name!r} " + ("needs a file" if self.file is None else "takes no file"))
+        _path_field(self, "file")
         if self.file is not None:
             _require_str(self.file, "lookahead.file")
 
 
 def check_sampling(do_sample: bool, temperature: float, do_sample_name: str = "do_sample",
                    temperature_name: str = "temperature") -> None:
-    """The one sampling rule of specs, the API and the CLI: a temperature > 0 samples and 0 is greedy,
-    so ``do_sample`` true with temperature 0, or false with a temperature > 0, is refused."""
+    """The one sampling rule of specs, the API and the CLI: a temperature is a finite number >= 0;
+    one > 0 samples and 0 is greedy, so ``do_sample`` true with temperature 0, or false with a
+    temperature > 0, is refused."""
+    check_real(temperature, temperature_name, low=0.0)  # a negative one would decode greedily without a word
     if do_sample and not temperature > 0:
         raise LayersearchError(f"{do_sample_name} true needs {temperature_name} > 0 (temperature 0 is greedy), got {temperature}")
     if not do_sample and temperature > 0:
@@ -271,6 +275,7 @@ class DecoderSpec:
         _require_name(self.verifier, tuple(VERIFIERS), "verification")
         check_int(self.max_new_tokens, "max new tokens")
         for name in ("steering", "profile"):
+            _path_field(self, name)
             if getattr(self, name) is not None:
                 _require_str(getattr(self, name), name)
         kind = self.mask_source.kind
@@ -278,6 +283,13 @@ class DecoderSpec:
             raise LayersearchError(f"a plain (baseline) spec takes no mask source, got {kind!r}")
         if self.drafter.model is not None and (kind not in ("default", "none") or self.plain or self.profile):
             raise LayersearchError("a spec drafting with an independent model takes no mask source, plain decoding or profile")
+        if self.plain:  # plain decoding drafts nothing: a drafter setting would be ignored without a word
+            default = DrafterSpec()
+            unused = [f"drafter.{name}" for name in ("name", "vocab", "quant") if getattr(self.drafter, name) != getattr(default, name)]
+            if unused:
+                raise LayersearchError(f"plain decoding drafts nothing, so it takes no {', '.join(unused)} "
+                                       f"(got {', '.join(repr(getattr(self.drafter, u[8:])) for u in unused)})",
+                                       fields=("plain", *unused))
 
     # ----- binding to a model ------------------------------------------------------------
     def check_model(self, model: ModelInfo) -> None:
@@ -503,6 +515,14 @@ def _prefixed_check(where: str, check: Callable[[Any], Any], value: Any) -> None
 def _require_name(value: Any, names: tuple[str, ...], what: str) -> None:
     if value not in names:
         raise LayersearchError(f"unknown {what} {value!r} (choose from {', '.join(names)})")
+
+
+def _path_field(spec: Any, name: str) -> None:
+    """A file field given as a ``Path`` (as ``load_decoder`` takes one) held as its str, the file's form."""
+    value = getattr(spec, name)
+    if isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        object.__setattr__(spec, name, path if isinstance(path, str) else value)
 
 
 def _require_str(value: Any, what: str) -> None:

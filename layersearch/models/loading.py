@@ -94,6 +94,30 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     info: ModelInfo
 
+    def __post_init__(self) -> None:
+        check_vocabulary(self.model, self.tokenizer, self.info.name)
+
+
+def check_vocabulary(model: Any, tokenizer: Any, name: str) -> None:
+    """Refuse a tokenizer with more tokens than ``model``'s input embedding has rows: its higher
+    ids would fail inside the model (torch's "index out of range") in the middle of a decode.
+    A smaller tokenizer is common and fine (embeddings are padded to a round size)."""
+    embedding = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+    rows = getattr(embedding, "num_embeddings", None)
+    if rows is None:
+        weight = getattr(embedding, "weight", None)
+        rows = weight.shape[0] if getattr(weight, "ndim", 0) == 2 else None
+    try:
+        tokens = len(tokenizer)
+    except TypeError:  # not a transformers tokenizer: the API checks the type where it is given
+        return
+    if isinstance(rows, int) and tokens > rows:
+        raise LayersearchError(
+            f"the tokenizer of model {name!r} has a vocabulary of {tokens} tokens, but the model's input embedding "
+            f"only {rows} rows "
+            f"(ids {rows}..{tokens - 1} cannot be embedded): use the tokenizer made for this model, or resize the "
+            f"embedding (model.resize_token_embeddings({tokens}))")
+
 
 # ----- public API -------------------------------------------------------------------------
 

@@ -22,10 +22,8 @@ import warnings
 
 import torch
 
+from layersearch.common.checks import QUANT_SCHEMES  # the one list of schemes
 from layersearch.common.errors import LayersearchError
-
-#: The quantization schemes a draft model can take.
-QUANT_SCHEMES = ("int8",)
 
 # Linears left in fp32: inputs with outlier channels that one activation scale cannot cover.
 _KEPT_FP32 = ("down_proj",)

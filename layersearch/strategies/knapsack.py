@@ -15,12 +15,12 @@ knapsack, each sub-layer full, int8 or skipped at its profiled cost
 from __future__ import annotations
 
 from optuna.study import Study
-from optuna.trial import TrialState
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.strategies.base import Strategy, StrategyInputs
 from layersearch.strategies.fixed_ratio_random import RandomMaskSampler
+from layersearch.strategies.queue import MEASURED, candidates_left
 
 
 def candidate_masks(inputs: StrategyInputs) -> tuple[SkipMask, ...]:
@@ -37,10 +37,12 @@ def candidate_masks(inputs: StrategyInputs) -> tuple[SkipMask, ...]:
 
 
 def queue_stop_reason(study: Study, rule: object = None) -> str | None:
-    """Stop once no enqueued candidate is left to measure."""
-    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+    """Stop once every enqueued candidate was measured (a COMPLETE or PRUNED trial): a trial
+    that failed (an interrupt, a killed worker) measured nothing, and a resumed run enqueues its
+    candidate again (:func:`~layersearch.strategies.queue.requeue_unmeasured`)."""
+    if candidates_left(study):
         return None
-    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)):
+    if study.get_trials(deepcopy=False, states=MEASURED):
         return "every enqueued candidate mask was measured"
     return "the strategy proposed no candidate mask"
 

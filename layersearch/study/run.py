@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from layersearch.common.checks import check_int, check_positive
@@ -41,6 +41,7 @@ class RunSummary:
     seconds: float
     direction: str
     advice: str | None = None  # said when the search sees no signal (every trial scored the same)
+    requeued: int = 0  # enqueued candidates of interrupted trials enqueued again on start
 
 
 def run_study(
@@ -62,10 +63,13 @@ def run_study(
     """
     import optuna
 
+    from layersearch.strategies.queue import requeue_unmeasured
+
     trials = check_budget(trials, timeout)
     started = time.perf_counter()
     study, settings, location, storage_obj = open_study(name, storage, heartbeat=heartbeat)
     stale = fail_stale_trials(study)
+    requeued = requeue_unmeasured(study)  # candidates an interrupted trial took with it: measured on this run
     plan = strategy_plan(settings, settings.info().num_layers, n_finished=len(finished_trials(study)))
     study = optuna.load_study(study_name=name, storage=storage_obj, sampler=plan.sampler)
     reason = plan.stop_reason(study)
@@ -74,7 +78,8 @@ def run_study(
         evaluate = trial_function(study, settings, storage_obj, loaded)
         ran, reason = optimize(study, evaluate, plan, trials=trials, timeout=timeout, quiet=quiet, stream=stream,
                                url=location.url)
-    return summarize(study, settings, location, ran=ran, stale=stale, reason=reason, seconds=time.perf_counter() - started)
+    summary = summarize(study, settings, location, ran=ran, stale=stale, reason=reason, seconds=time.perf_counter() - started)
+    return replace(summary, requeued=requeued)
 
 
 def check_budget(trials: int | None, timeout: float | None) -> int | None:
@@ -195,6 +200,8 @@ def format_run_summary(summary: Any) -> str:
         parts.append(f"best {summary.best_value:.6g} ({summary.direction}) at trial {summary.best_trial} [{summary.best_mask}]")
     if summary.stale_failed:
         parts.append(f"{summary.stale_failed} stale trial(s) of dead workers marked FAIL")
+    if getattr(summary, "requeued", 0):
+        parts.append(f"{summary.requeued} candidate(s) of interrupted trials enqueued again")
     if summary.stop_reason:
         parts.append(f"stopped: {summary.stop_reason}")
     text = "; ".join(parts)

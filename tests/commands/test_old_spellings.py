@@ -23,6 +23,8 @@ OLD_SPELLINGS = [
     (["generate", "--prompt", "x", "--adaptive-threshold"], "generate: --adaptive-threshold is now --lookahead adaptive"),
     (["bench", "--no-peers"], 'bench: --no-peers is now --peers ""'),
     (["bench", "--adaptive-threshold"], "bench: --adaptive-threshold is now --lookaheads adaptive"),
+    (["steer", "eval", "--steering", "s.safetensors", "--domain", "code", "--draft-length", "4"],
+     "steer eval: --draft-length 4 is now --max-draft 4"),
     (["transfer", "--mask", "code=m.json", "--adaptive-threshold"],
      "transfer: --adaptive-threshold was removed: transfer measures each mask with the confidence rule "
      "(--max-draft, --draft-threshold); it never read this flag"),

@@ -63,10 +63,19 @@ def test_new_files_get_the_umask_mode_and_replaced_ones_keep_theirs(tmp_path):
     (lambda p: p / "missing" / "out.json", "folder .*missing does not exist"),
     (lambda p: p / "a" / "b" / "out.json", "folder .*b does not exist"),
     (lambda p: (p / "f").write_text("x") and p / "f" / "sub" / "out.json", "is not a directory"),
+    (lambda p: "/proc/out.json", "folder /proc takes no new file"),  # its permission bits say root may write
 ])
 def test_bad_outputs_are_refused_before_work(tmp_path, make, needle):
     with pytest.raises(LayersearchError, match=needle):
         check_output(make(tmp_path))
+
+
+def test_the_folder_probe_leaves_nothing(tmp_path):
+    """Checking an output creates and removes one file: the folder is as it was."""
+    (tmp_path / "mine.json").write_text("{}")
+    check_output(tmp_path / "new.json")
+    check_output(tmp_path / "mine.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
 
 
 def test_no_folder_is_ever_created(tmp_path):

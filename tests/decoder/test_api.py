@@ -157,3 +157,26 @@ def test_dir_shows_the_public_api_only():
     for name in public:
         assert getattr(layersearch, name) is not None
     assert layersearch.common.errors.LayersearchError is layersearch.LayersearchError  # attribute access still works
+
+
+def test_capture_stats_count_the_captured_forwards(tiny_word_models):
+    """``Decoder.capture_stats()``: a captured run compiles its shapes once (misses, compile
+    seconds), the same run again only hits them; an eager decoder adds nothing; a plain spec has none."""
+    from layersearch.models.loading import load_model
+    from tests.capture import cheap_capture
+
+    loaded = load_model(str(tiny_word_models[0]))
+    cheap_capture(loaded.model)
+    eager = layersearch.load_decoder(spec_for(tiny_word_models[0], compile="off"), model=loaded)
+    assert eager.generate(PROMPT, max_new_tokens=6).stats.path == "eager"
+    assert eager.capture_stats().entries == 0 and eager.capture_stats().hit_rate is None
+    captured = layersearch.load_decoder(spec_for(tiny_word_models[0], compile="on"), model=loaded)
+    assert captured.generate(PROMPT, max_new_tokens=6).stats.path == "captured"
+    first = captured.capture_stats()
+    assert first.entries == first.misses >= 1 and first.compile_seconds > 0
+    captured.generate(PROMPT, max_new_tokens=6)
+    again = captured.capture_stats()
+    assert again.misses == first.misses and again.hits > first.hits and again.compile_seconds == first.compile_seconds
+    assert eager.capture_stats() == again  # one table per model, shared by its decoders
+    plain = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(tiny_word_models[0]), True)), plain=True), model=loaded)
+    assert plain.capture_stats() is None

@@ -187,3 +187,18 @@ def test_compile_is_part_of_the_spec(tmp_path):
         DecoderSpec(model=ModelSpec(ModelRef("smollm2-135m")), compile="yes")
     assert [compile_wanted("auto", d) for d in ("cuda", "cpu")] == [True, False]
     assert compile_wanted("on", "cpu") and not compile_wanted("off", "cuda")
+
+
+def test_file_fields_take_a_path_as_load_decoder_does():
+    """``profile``, ``steering`` and the file of a mask source or lookahead rule take a ``Path``,
+    held as its str: the spec file and its reloaded spec are the same."""
+    from pathlib import Path
+
+    from layersearch.decoder.spec import DecoderSpec, LookaheadSpec, MaskSourceSpec
+
+    spec = DecoderSpec("m", profile=Path("p.json"), steering=Path("s.safetensors"),
+                       mask_source=MaskSourceSpec("router", file=Path("r.json")),
+                       lookahead=LookaheadSpec("disco", file=Path("d.json")))
+    assert (spec.profile, spec.steering, spec.mask_source.file, spec.lookahead.file) == (
+        "p.json", "s.safetensors", "r.json", "d.json")
+    assert DecoderSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "pg_scale.py"
+from tests.benchmarks.test_tools import load
 
 
 def test_pg_scale_measures_and_cleans_up(postgres, tmp_path):
     import optuna
 
-    spec = importlib.util.spec_from_file_location("benchmarks_pg_scale", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load("pg_scale")  # as a script runs it: benchmarks/ on sys.path
     url, out = postgres.create_database("pgscale"), tmp_path / "scale.json"
     assert module.main(["--storage", url, "--workers", "1", "--seconds", "3", "--history", "0", "--trials", "2",
                         "--out", str(out)]) == 0
