@@ -52,7 +52,7 @@ import tool_args
 from tool_args import ToolParser, run_tool
 
 #: The sections ``--sections`` chooses from, in the order they run.
-SECTIONS = ("captured", "greedy", "sampling", "loop", "profile")
+SECTIONS = ("captured", "greedy", "sampling", "loop", "profile", "int4")
 
 # ----- 1. greedy equality ---------------------------------------------------------------------
 def divergence(model, prompt: torch.Tensor, ours: tuple[int, ...], theirs: tuple[int, ...]) -> dict | None:
@@ -846,7 +846,7 @@ def main(argv=None) -> int:
                              "generation, for a CPU smoke test)")
     parser.add_argument("--table", metavar="JSON", help="print the captured runtime's table from a report this script wrote, and exit")
     args = parser.parse_args(argv)
-    return run_tool(parser, lambda: report_run(args))
+    return run_tool(parser, lambda: report_run(args, argv))
 
 
 def check_args(args) -> None:
@@ -871,7 +871,7 @@ def print_table(path: str) -> int:
     return 0
 
 
-def report_run(args) -> int:
+def report_run(args, argv=None) -> int:
     """The sections ``args`` asks for, written to ``--out`` as each ends."""
     if args.table:
         return print_table(args.table)
