@@ -17,8 +17,8 @@ from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT  # the runtime's defa
 DEFAULT_MODEL = "smollm2-135m"
 STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)"
 
-# --draft-quant choices; equal to layersearch.models.quantize.QUANT_SCHEMES (tests/commands/test_args.py checks).
-QUANT_CHOICES = ("int8",)
+# --draft-quant choices; equal to layersearch.models.quantize.SELF_DRAFT_QUANTS (a draft model takes int8 only).
+QUANT_CHOICES = ("int8", "int4")
 
 
 # --kernels choices; equal to layersearch.kernels.select.CHOICES (tests/commands/test_args.py checks).

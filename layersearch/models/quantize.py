@@ -26,6 +26,8 @@ from layersearch.common.errors import LayersearchError
 
 #: The quantization schemes a draft model can take.
 QUANT_SCHEMES = ("int8",)
+#: The quantizations the model's own draft can take (its twins: int8, or weight-only int4).
+SELF_DRAFT_QUANTS = ("int8", "int4")
 
 # Linears left in fp32: inputs with outlier channels that one activation scale cannot cover.
 _KEPT_FP32 = ("down_proj",)
@@ -37,6 +39,9 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
     twins (:mod:`layersearch.models.precision`), which also run on CUDA (weight-only int8)."""
     if scheme is None:
         return
+    if scheme == "int4":
+        _check_int4_draft(device, dtype, self_draft)
+        return
     if scheme not in QUANT_SCHEMES:
         raise LayersearchError(f"unknown draft quantization {scheme!r} (choose from {', '.join(QUANT_SCHEMES)})")
     if self_draft and str(device).startswith("cuda"):
@@ -47,6 +52,23 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
         raise LayersearchError(f"draft_quant {scheme} runs on {where}, not {device}", fields="draft_quant")
     if dtype not in (None, "float32"):
         raise LayersearchError(f"draft_quant {scheme} quantizes float32 weights, not {dtype}", fields="draft_quant")
+
+
+def _check_int4_draft(device: str, dtype: str | None, self_draft: bool) -> None:
+    """int4 is the model's own draft (its int4 twins, :mod:`layersearch.models.int4`): CUDA in
+    bfloat16, CPU (the GPU-rounding emulation) from float32 or bfloat16."""
+    if not self_draft:
+        raise LayersearchError("draft_quant int4 runs the model's own int4 twins; a draft model takes int8 only "
+                               "(or none: drop the draft model for the int4 self-draft)", fields="draft_quant")
+    if str(device).startswith("cuda"):
+        if dtype not in (None, "bfloat16"):
+            raise LayersearchError(f"draft_quant int4 on CUDA runs bfloat16 weights (tinygemm), not {dtype}", fields="draft_quant")
+        return
+    if not str(device).startswith("cpu"):
+        raise LayersearchError(f"draft_quant int4 runs on CPU or CUDA, not {device}", fields="draft_quant")
+    if dtype not in (None, "float32", "bfloat16"):
+        raise LayersearchError(f"draft_quant int4 on CPU emulates the GPU's bfloat16 kernel from float32 or bfloat16 "
+                               f"weights, not {dtype}", fields="draft_quant")
 
 
 def quantize_draft(model: torch.nn.Module, scheme: str = "int8", keep: tuple[str, ...] = _KEPT_FP32) -> torch.nn.Module:
