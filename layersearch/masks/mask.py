@@ -278,7 +278,8 @@ class SkipMask(ModelBoundJson):
 
     def skips_only(self) -> "SkipMask":
         """This plan's skip mask: its int8 and int4 sub-layers back at full precision."""
-        return self._copy(int8_attention=(), int8_mlp=(), int8_head=False, int4_attention=(), int4_mlp=(), int4_head=False)
+        return self._copy(int8_attention=(), int8_mlp=(), int8_head=False, int4_attention=(), int4_mlp=(), int4_head=False,
+                          int4_group_size=128)
 
     def check_model(self, model: ModelInfo) -> None:
         """Raise if this mask was made for another model than ``model``."""

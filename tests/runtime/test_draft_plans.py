@@ -1,6 +1,6 @@
-"""Draft plans: every sub-layer full, int8 or skipped, the head full or int8. Greedy output stays
-plain ``generate``'s token for token under random plans; sampled output follows the exact law;
-the int8 twins change nothing outside the plan's block."""
+"""Draft plans: every sub-layer full, int8, int4 or skipped, the head full, int8 or int4. Greedy
+output stays plain ``generate``'s token for token under random plans; sampled output follows
+the exact law; the twins change nothing outside the plan's block."""
 
 from __future__ import annotations
 
@@ -23,17 +23,20 @@ from tests.runtime.test_plugins import NEW, plain_generate, repetitive_prompt
 
 
 def random_plan(num_layers: int, seed: int) -> SkipMask:
-    """Each sub-layer full, int8 or skipped at random; the head int8 half the time."""
+    """Each sub-layer full, int8, int4 or skipped at random (int4 in groups of 32 or 64: the
+    tiny models are 64 wide); the head full, int8 or int4."""
     rng = random.Random(seed)
-    choice = {kind: [rng.choice(("full", "int8", "skip")) for _ in range(num_layers)] for kind in ("attention", "mlp")}
+    choice = {kind: [rng.choice(("full", "int8", "int4", "skip")) for _ in range(num_layers)] for kind in ("attention", "mlp")}
     pick = lambda kind, what: [i for i, c in enumerate(choice[kind]) if c == what]  # noqa: E731
+    head = rng.choice(("full", "int8", "int4"))
     return SkipMask(num_layers, pick("attention", "skip"), pick("mlp", "skip"), None, {},
-                    pick("attention", "int8"), pick("mlp", "int8"), rng.random() < 0.5)
+                    pick("attention", "int8"), pick("mlp", "int8"), head == "int8",
+                    pick("attention", "int4"), pick("mlp", "int4"), head == "int4", rng.choice((32, 64)))
 
 
 @pytest.mark.parametrize("decode_path, seed, family", [
-    *[("eager", seed, family) for seed in range(6) for family in ("tiny_llama", "tiny_qwen2")],
-    *[("captured", seed, family) for seed in range(3) for family in ("tiny_llama", "tiny_qwen2")],
+    *[("eager", seed, family) for seed in range(8) for family in ("tiny_llama", "tiny_qwen2")],
+    *[("captured", seed, family) for seed in range(4) for family in ("tiny_llama", "tiny_qwen2")],
 ])
 def test_random_plans_keep_greedy_output(request, family, seed, decode_path):
     model = request.getfixturevalue(family)
@@ -62,6 +65,26 @@ def test_int8_self_draft_keeps_greedy_output_and_agrees(tiny_llama, skip_ratio, 
     if skip_ratio == 0.0 and drafter_name == "layer-skip":
         stats = result.stats
         assert stats.drafted > 0 and stats.accepted / stats.drafted > 0.8  # int8 agrees with its full model
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2"])
+def test_int4_self_draft_keeps_greedy_output_and_agrees(request, family, decode_path):
+    """The uniform int4 self-draft (every sub-layer and the head int4), in groups of 32: exact output,
+    and it agrees with its full model most of the time."""
+    model = request.getfixturevalue(family)
+    prompt = repetitive_prompt(5)
+    every = tuple(range(4))
+    plan = SkipMask(4, int4_attention=every, int4_mlp=every, int4_head=True, int4_group_size=32)
+    result = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(3), compile=captured(decode_path)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(model, prompt)
+    assert_path(result, decode_path)
+    assert result.stats.drafted > 0 and result.stats.accepted / result.stats.drafted > 0.5
+
+
+def test_quant_int4_turns_the_kept_sub_layers_into_int4():
+    plan = LayerSkipDrafter(quant="int4").plan(SkipMask(4, (1,), (2, 3), None, {}, (0,), (), True))
+    assert plan.int4_attention == (0, 2, 3) and plan.int4_mlp == (0, 1) and plan.int4_head
+    assert not plan.has_int8 and plan.attention == (1,) and plan.mlp == (2, 3) and plan.int4_group_size == 128
 
 
 def test_quant_turns_the_kept_sub_layers_into_int8():
@@ -107,6 +130,19 @@ def test_sampling_with_an_int8_plan_follows_the_exact_law(three_token_chi_square
     target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21)
     target.generation_config.eos_token_id = None
     plan = SkipMask(2, (), (1,), None, {}, (0, 1), (0,), True)
+    runs = 1500
+    pvalue, drafted = three_token_chi_square(target, [1, 2, 1, 2], lambda seed: SpeculativeDecoder(
+        target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
+    assert drafted > runs // 5
+    assert pvalue > 1e-3
+
+
+@pytest.mark.parametrize("family, seed", [("llama", 23), ("qwen2", 24)])
+def test_sampling_with_an_int4_plan_follows_the_exact_law(three_token_chi_square, family, seed):
+    """Tokens 2 and 3 come from a draft with int4 sub-layers and head (and a skip): chi-square."""
+    target = build_tiny_model(family, num_layers=2, vocab_size=6, seed=seed)
+    target.generation_config.eos_token_id = None
+    plan = SkipMask(2, (), (1,), None, {}, (), (), False, (0, 1), (0,), True, 32)
     runs = 1500
     pvalue, drafted = three_token_chi_square(target, [1, 2, 1, 2], lambda seed: SpeculativeDecoder(
         target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
