@@ -212,11 +212,12 @@ def _self_quant(spec: DecoderSpec, draft: Any) -> bool:
 def _twins(loaded: Any, spec: DecoderSpec, draft: Any, mask: Any) -> tuple[Any, ...]:
     """The twins the drafts run (one error line where the device cannot run them): the self-draft's
     precision, and every low-bit precision of the source's plan."""
+    from layersearch.models.int4 import model_group_size
     from layersearch.models.precision import plan_twins, twins_for
 
     built: dict[str, Any] = {}
-    if _self_quant(spec, draft):
-        built[spec.drafter.quant] = twins_for(loaded.model, spec.drafter.quant)
+    if _self_quant(spec, draft):  # the int4 self-draft's group size as its drafter fits it
+        built[spec.drafter.quant] = twins_for(loaded.model, spec.drafter.quant, model_group_size(loaded.model))
     if mask is not None:
         built.update(plan_twins(loaded.model, mask))
     return tuple(built.values())

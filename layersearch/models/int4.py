@@ -33,13 +33,17 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from layersearch.common.errors import LayersearchError
 from layersearch.models.precision import Int8Head, build_twins
+
+if TYPE_CHECKING:
+    from layersearch.masks.mask import SkipMask
 
 #: Group sizes the tinygemm kernel takes.
 GROUP_SIZES = (32, 64, 128, 256)
@@ -178,6 +182,24 @@ class Int4Linear(nn.Module):
         else:  # bf16 products of the GPU-rounded weight, fp32 accumulation as on the GPU
             out = nn.functional.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)
         return out if self.bias is None else out + self.bias
+
+
+def model_group_size(model: nn.Module, wanted: int = DEFAULT_GROUP_SIZE) -> int:
+    """The group size a searched or self-drafted int4 plan runs on ``model`` with: ``wanted``
+    (128) where it divides every Linear's in-features, else the largest accepted size below it
+    that does (SmolLM2-135M's width 576 takes 64), else ``wanted`` (its twins then name the
+    Linear it does not fit). A group size a user gives is never changed: it fits or is refused."""
+    widths = {m.in_features for m in model.modules() if isinstance(m, nn.Linear)}
+    fitting = [g for g in GROUP_SIZES if g <= wanted and all(w % g == 0 for w in widths)]
+    return max(fitting, default=wanted)
+
+
+def fit_group_size(plan: "SkipMask", model: nn.Module) -> "SkipMask":
+    """``plan`` with the group size :func:`model_group_size` gives ``model`` (unchanged without int4 parts)."""
+    if not plan.has_int4:
+        return plan
+    group = model_group_size(model, plan.int4_group_size)
+    return plan if group == plan.int4_group_size else replace(plan, int4_group_size=group)
 
 
 def int4_twins(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE) -> Int4Twins:

@@ -130,6 +130,10 @@ class TrialFunction:
         self.trial_id = trial._trial_id
         self.storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, self.worker)
         mask = suggest_mask(trial, self.info.num_layers, self.space).with_model(self.info)
+        if mask.has_int4:  # searched int4 plans run in groups of 128, or what the model's widths take
+            from layersearch.models.int4 import fit_group_size
+
+            mask = fit_group_size(mask, self.runtime.model)
         with self.interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
             score = self.objective.evaluate(self.runtime, mask)
         for key, value in score.attrs.items():

@@ -109,7 +109,9 @@ class StudySettings:
             ratio = STUDY_SKIP_RATIO_DEFAULTS.get(self.strategy, strategy.default_ratio)
         options = check_options(self.strategy, self.strategy_options)
         check_space(self.space)
-        if self.space == "plans" and str(self.device).startswith("cpu") and self.dtype != "float32":
+        from layersearch.strategies.space import is_plan_space
+
+        if is_plan_space(self.space) and str(self.device).startswith("cpu") and self.dtype != "float32":
             raise LayersearchError(f"a study of plans runs int8 sub-layers on CPU from float32 weights; "
                                    f"dtype {self.dtype} has none (use float32, or the skip space)")
         # Rejects a ratio or an option value it cannot use.

@@ -50,6 +50,10 @@ class LayerSkipDrafter(StatelessDrafter):
         resolved = self._resolved
         if resolved is None or resolved[0] is not request.mask or resolved[1] is not request.model:
             plan = self.plan(request.mask)
+            if self.quant == "int4":  # the uniform int4 self-draft: groups of 128, or what the model's widths take
+                from layersearch.models.int4 import fit_group_size
+
+                plan = fit_group_size(plan, request.model)
             resolved = self._resolved = (request.mask, request.model, plan, not plan.is_empty,
                                          self._head_option(request.model, plan))
         _, _, plan, drafts, options = resolved
