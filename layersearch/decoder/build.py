@@ -216,8 +216,9 @@ def _twins(loaded: Any, spec: DecoderSpec, draft: Any, mask: Any) -> tuple[Any, 
     from layersearch.models.precision import plan_twins, twins_for
 
     built: dict[str, Any] = {}
-    if _self_quant(spec, draft):  # the int4 self-draft's group size as its drafter fits it
-        built[spec.drafter.quant] = twins_for(loaded.model, spec.drafter.quant, model_group_size(loaded.model))
+    quant = spec.drafter.quant
+    if quant is not None and _self_quant(spec, draft):  # the int4 self-draft's group size as its drafter fits it
+        built[quant] = twins_for(loaded.model, quant, model_group_size(loaded.model))
     if mask is not None:
         built.update(plan_twins(loaded.model, mask))
     return tuple(built.values())

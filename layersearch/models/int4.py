@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from layersearch.common.errors import LayersearchError
-from layersearch.models.precision import Int8Head, build_twins
+from layersearch.models.twins import TwinHead, build_twins
 
 if TYPE_CHECKING:
     from layersearch.masks.mask import SkipMask
@@ -58,7 +58,7 @@ class Int4Twins:
 
     attention: tuple[nn.Module, ...]
     mlp: tuple[nn.Module, ...]
-    head: Int8Head
+    head: TwinHead
     group_size: int = DEFAULT_GROUP_SIZE
     seconds: float = 0.0  # how long building them took
 

@@ -35,21 +35,22 @@ Linear's number (:data:`_LIVE` maps it back, weakly): one opaque node running th
 
 from __future__ import annotations
 
-import copy
 import itertools
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from layersearch.common.errors import LayersearchError
+from layersearch.models.int4 import Int4Twins, int4_twins as _int4_twins
 from layersearch.models.quantize import is_quantized_linear, quantized_like
+from layersearch.models.twins import TwinHead, build_twins
 
-if TYPE_CHECKING:
-    from layersearch.models.int4 import Int4Twins
+#: The low-bit LM head (int8 or int4): :class:`~layersearch.models.twins.TwinHead`.
+Int8Head = TwinHead
 
 _TWINS: "weakref.WeakKeyDictionary[nn.Module, Int8Twins]" = weakref.WeakKeyDictionary()
 # CPU int8 Linears by number, for the custom op (a compiled graph holds the number, not the module).
@@ -137,22 +138,6 @@ def _int8_linear_shape(x: torch.Tensor, number: int, out_features: int) -> torch
     return x.new_empty((*x.shape[:-1], out_features))
 
 
-class Int8Head:
-    """The LM head in low precision (int8, or int4 with an Int4Linear): final-norm states ->
-    logits, as ``forward_tokens(head=...)`` takes."""
-
-    def __init__(self, linear: nn.Module, softcap: float | None) -> None:
-        self.linear = linear
-        self.softcap = softcap
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits ``[n, vocab]`` from final-norm states ``hidden`` [n, hidden]."""
-        scores = self.linear(hidden)
-        if self.softcap:  # Gemma 2/3 squash the final logits: tanh(x / cap) * cap
-            scores = torch.tanh(scores / self.softcap) * self.softcap
-        return scores
-
-
 def int8_twins(model: nn.Module) -> Int8Twins:
     """The int8 twins of ``model``'s sub-layers and head, built on first use and kept."""
     twins = _TWINS.get(model)
@@ -162,15 +147,13 @@ def int8_twins(model: nn.Module) -> Int8Twins:
     return twins
 
 
-def int4_twins(model: nn.Module, group_size: int = 128) -> "Int4Twins":
+def int4_twins(model: nn.Module, group_size: int = 128) -> Int4Twins:
     """The int4 twins of ``model``'s sub-layers and head in groups of ``group_size`` input
     columns (:mod:`layersearch.models.int4`), built on first use and kept."""
-    from layersearch.models.int4 import int4_twins as build
-
-    return build(model, group_size)
+    return _int4_twins(model, group_size)
 
 
-def twins_for(model: nn.Module, quant: str, group_size: int = 128) -> "Int8Twins | Int4Twins":
+def twins_for(model: nn.Module, quant: str, group_size: int = 128) -> Int8Twins | Int4Twins:
     """The twins a plan's ``quant`` (int8 / int4) parts run: one entry point for every precision."""
     if quant == "int8":
         return int8_twins(model)
@@ -179,13 +162,13 @@ def twins_for(model: nn.Module, quant: str, group_size: int = 128) -> "Int8Twins
     raise LayersearchError(f"unknown low-bit precision {quant!r} (int8 or int4)")
 
 
-def plan_twins(model: nn.Module, plan: Any) -> dict[str, "Int8Twins | Int4Twins"]:
+def plan_twins(model: nn.Module, plan: Any) -> dict[str, Int8Twins | Int4Twins]:
     """The twins each low-bit precision of ``plan`` (a SkipMask) needs, by precision name."""
     return {quant: twins_for(model, quant, plan.int4_group_size)
             for quant in ("int8", "int4") if getattr(plan, f"has_{quant}")}
 
 
-def plan_head(model: nn.Module, plan: Any) -> "Int8Head | None":
+def plan_head(model: nn.Module, plan: Any) -> TwinHead | None:
     """The low-bit LM head ``plan`` drafts with (None: the model's own)."""
     quant = plan.head_precision
     return None if quant == "full" else twins_for(model, quant, plan.int4_group_size).head
@@ -214,41 +197,6 @@ def _build(model: nn.Module) -> Int8Twins:
     start = time.perf_counter()
     attention, mlp, head = build_twins(model, lambda linear, name: Int8Linear(_plain_linear(linear)), "int8")
     return Int8Twins(attention, mlp, head, time.perf_counter() - start)
-
-
-def build_twins(model: nn.Module, make: Callable[[nn.Linear, str], nn.Module], what: str
-                ) -> tuple[tuple[nn.Module, ...], tuple[nn.Module, ...], "Int8Head"]:
-    """Per decoder layer an attention and an MLP twin, and the head, each Linear made by
-    ``make(linear, its module name)``: the shared construction of every precision's twins."""
-    layers = getattr(getattr(model, "model", model), "layers", None)  # [L] decoder layers (skipping.py checks them)
-    if not isinstance(layers, nn.ModuleList) or not all(hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
-        raise LayersearchError(f"{type(model).__name__} has no decoder layers with self_attn and mlp: it cannot take {what} twins")
-    names = {module: name for name, module in model.named_modules()}
-    head = model.get_output_embeddings()
-    config = model.config
-    softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
-    with torch.no_grad():
-        attention = tuple(_twin(layer.self_attn, make, names) for layer in layers)
-        mlp = tuple(_twin(layer.mlp, make, names) for layer in layers)
-        quantized_head = Int8Head(make(_linear(head, what), names.get(head, "lm_head")), softcap)
-    return attention, mlp, quantized_head
-
-
-def _twin(module: nn.Module, make: Callable[[nn.Linear, str], nn.Module], names: dict[nn.Module, str]) -> nn.Module:
-    """A shallow copy of ``module`` whose Linears are made by ``make`` (its other children are shared)."""
-    twin = copy.copy(module)
-    twin.__dict__.pop("forward", None)  # never inherit a skip or kernel override
-    twin._modules = dict(module._modules)
-    for name, child in module.named_children():
-        if isinstance(child, nn.Linear):
-            twin._modules[name] = make(child, names.get(child, name))
-    return twin
-
-
-def _linear(linear: nn.Module, what: str) -> nn.Linear:
-    if not isinstance(linear, nn.Linear):
-        raise LayersearchError(f"an {what} twin needs Linear layers, not {type(linear).__name__}")
-    return linear
 
 
 def _plain_linear(linear: nn.Module) -> nn.Linear:

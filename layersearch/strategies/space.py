@@ -56,6 +56,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
+from layersearch.swift.proposals import SPACE_QUANTS as _SPACE_QUANTS
 from layersearch.swift.proposals import mask_from_plan_bits, plan_bits, plan_width  # noqa: F401  (the space's vectors; also named here)
 
 ATTENTION_PREFIX = "attn"
@@ -65,8 +66,8 @@ SKIPS, PLANS = "skips", "plans"
 SPACES = (SKIPS, PLANS)
 #: The ``plans`` space of studies made before int4 (precisions full and int8): never chosen, read from a study's trials.
 PLANS_INT8 = "plans-int8"
-#: The low-bit precisions each space gives a kept sub-layer and the head.
-SPACE_QUANTS = {SKIPS: (), PLANS: ("int8", "int4"), PLANS_INT8: ("int8",)}
+#: The low-bit precisions each space gives a kept sub-layer and the head (SWIFT's search reads them too).
+SPACE_QUANTS = _SPACE_QUANTS
 #: Suffix of a sub-layer's precision parameter, and the head's parameter (``plans`` only).
 PRECISION_SUFFIX = "_precision"
 HEAD_PARAM = "head_precision"

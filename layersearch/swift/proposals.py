@@ -300,6 +300,9 @@ def trial_seed(rng: np.random.Generator) -> int:
 # ----- draft plans as 0/1 vectors ------------------------------------------------------------------
 #: The low-bit precisions a plan vector holds bits for, in order (:func:`plan_bits`).
 PLAN_QUANTS = ("int8", "int4")
+#: The low-bit precisions of each search space (:mod:`layersearch.strategies.space`): the plans
+#: space, and the plans space of studies made before int4.
+SPACE_QUANTS = {"skips": (), "plans": PLAN_QUANTS, "plans-int8": ("int8",)}
 
 
 def plan_width(num_layers: int, quants: tuple[str, ...] = PLAN_QUANTS) -> int:

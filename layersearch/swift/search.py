@@ -43,7 +43,7 @@ def allowed_positions(num_layers: int) -> tuple[int, ...]:
 def initial_masks(num_layers: int, skip_ratio: float = SKIP_RATIO, space: str = "skips") -> tuple[SkipMask, ...]:
     """The study's starting masks: :func:`initial_mask`, and for plans also that mask in int8
     (and in int4, where the space has it)."""
-    from layersearch.strategies.space import SPACE_QUANTS
+    from layersearch.swift.proposals import SPACE_QUANTS
 
     mask = initial_mask(num_layers, skip_ratio)
     return (mask, *(mask.kept_in(quant, head=True) for quant in SPACE_QUANTS[space]))
@@ -83,7 +83,7 @@ def propose(
 ) -> tuple[SkipMask, str]:
     """The next mask given flat masks ``x`` [n, 2L] (plan vectors [n, 6L + 2] of
     :func:`~layersearch.swift.proposals.plan_bits` for ``plans``) and values ``y`` [n] to maximize, and its origin."""
-    from layersearch.strategies.space import SPACE_QUANTS
+    from layersearch.swift.proposals import SPACE_QUANTS
 
     allowed = np.asarray(allowed_positions(num_layers))
     quants = SPACE_QUANTS[space]
