@@ -1306,6 +1306,28 @@ BAD_KINDS["r4_report"] = {"x.md beside a user's x.png": lambda work: (work / "mi
 GOOD.update({"plan": "plan_out.json", "report": "spec_out.md"})
 
 
+# ----- int4 plans: group sizes the widths refuse, files newer than this reader, dtypes without int4 -----
+def _int4_plan(name: str, **int4) -> Maker:
+    """The good mask with int4 parts (a version 3 plan), its int4 section's keys set to ``int4``."""
+    def make(work: Path) -> str:
+        from layersearch.masks.mask import SkipMask
+
+        data = SkipMask.load(work / "mask.json").with_int4([0], [0], False).to_dict()
+        data["int4"].update(int4)
+        (work / name).write_text(json.dumps(data))
+        return name
+    return make
+
+
+BAD_KINDS["mask"]["a version 4 plan (from a newer layersearch)"] = _r4_plan("v4.json", lambda d: d.__setitem__("schema_version", 4))
+BAD_KINDS["mask"]["an int4 group size no kernel takes"] = _int4_plan("g100.json", group_size=100)
+BAD_KINDS["int4_plan"] = {"int4 groups wider than the model's Linears": _int4_plan("g256.json", group_size=256)}
+GOOD["int4_plan"] = "mask.json"
+COMMANDS["generate an int4 plan"] = Command(
+    ("generate", "--model", MODEL, "--mask", "{int4_plan}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
+    (("--draft-quant", "int4", "--dtype", "float16"),), kinds={"int4_plan": "int4_plan"})
+
+
 def cases():
     for command_name, command in COMMANDS.items():
         for slot in command.slots():
