@@ -69,7 +69,8 @@ class LayerSkipDrafter(StatelessDrafter):
     def _head_option(self, model, plan: SkipMask) -> dict:
         """The draft's head: a reduced one (FR-Spec), the low-bit twin, or the model's own (no option)."""
         if self.head is not None:
-            return {"head": self.head.for_model(model, int8=plan.int8_head)}
+            return {"head": self.head.for_model(model, int8=plan.int8_head,
+                                                int4_group=plan.int4_group_size if plan.int4_head else None)}
         if plan.head_precision != "full":
             from layersearch.models.precision import plan_head
 
