@@ -260,3 +260,24 @@ def test_sampling_with_an_int8_plan_on_cuda_follows_the_exact_law(three_token_ch
         target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
     assert drafted > runs // 5
     assert pvalue > 1e-3
+
+
+def test_the_profile_times_int4_sub_layers_and_costs_int4_plans(tiny_llama):
+    """int4 costs mirror int8's; a profile without them refuses an int4 plan naming `layersearch profile`."""
+    from layersearch.masks.mask import ModelInfo
+    from layersearch.profiling.profile import INT4_FIELDS, LatencyProfile
+    from layersearch.profiling.profiler import measure_profile
+
+    info = ModelInfo("tiny", 4, tiny_llama.config.hidden_size, "f")
+    profile = measure_profile(tiny_llama, info, contexts=(8, 16), max_verify=2, repeats=2)
+    assert profile.has_int4 and profile.int4_mlp_seconds >= 0 and profile.int4_head_saving >= 0
+    assert LatencyProfile.from_dict(profile.to_dict()) == profile
+    plan = SkipMask(4, (0,), (), info, {}, (1,), (), False, (2, 3), (0, 1, 2, 3), True, 64)
+    costed = profile.base_seconds - profile.int4_head_saving + sum(
+        profile.sublayer_seconds(kind, plan.precision(kind, i), 16, i) for i in range(4) for kind in ("attention", "mlp"))
+    assert abs(profile.draft_seconds(plan, 16) - costed) < 1e-12
+    assert profile.sublayer_seconds("mlp", "int4", 16, 0) == profile.int4_mlp_seconds
+    older = LatencyProfile.from_dict({k: v for k, v in profile.to_dict().items() if k not in INT4_FIELDS})
+    assert not older.has_int4 and older.has_int8
+    with pytest.raises(LayersearchError, match=r"no int4 timings .*`layersearch profile`"):
+        older.draft_seconds(plan, 16)
