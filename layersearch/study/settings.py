@@ -6,7 +6,9 @@ domain, strategy, objective, skip ratio, samples, seed, decoding options, the mo
 
 ``space`` is the search space (:mod:`layersearch.strategies.space`): ``skips`` (skip masks,
 the default, and what settings stored without it mean, so older studies resume unchanged) or
-``plans`` (draft plans: each sub-layer skipped, int8 or full, and the head int8 or full).
+``plans`` (draft plans: each sub-layer skipped, int4, int8 or full, and the head int4, int8 or
+full; ``plans-int8``, without int4, for plan studies made before it or costed by a profile
+without int4 timings).
 
 ``seed`` seeds the sampler; ``prompt_seed`` chooses the prompts, drawn from the domain's
 ``prompt_split`` (``train`` for searches). Settings stored before version 2 had one seed for
