@@ -1323,6 +1323,11 @@ BAD_KINDS["mask"]["a version 4 plan (from a newer layersearch)"] = _r4_plan("v4.
 BAD_KINDS["mask"]["an int4 group size no kernel takes"] = _int4_plan("g100.json", group_size=100)
 BAD_KINDS["int4_plan"] = {"int4 groups wider than the model's Linears": _int4_plan("g256.json", group_size=256)}
 GOOD["int4_plan"] = "mask.json"
+BAD_KINDS["int4_costed"] = {"an int4 plan its profile cannot cost": _int4_plan("g32.json", group_size=32)}
+GOOD["int4_costed"] = "mask.json"
+COMMANDS["generate --profile an int4 plan"] = Command(
+    ("generate", "--model", MODEL, "--mask", "{int4_costed}", "--profile", "profile.json", "--prompt", "w1 w2",
+     "--max-new-tokens", "2"), kinds={"int4_costed": "int4_costed"})
 COMMANDS["generate an int4 plan"] = Command(
     ("generate", "--model", MODEL, "--mask", "{int4_plan}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
     (("--draft-quant", "int4", "--dtype", "float16"),), kinds={"int4_plan": "int4_plan"})

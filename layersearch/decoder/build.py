@@ -201,6 +201,12 @@ def build_decoder(
     twins = _twins(loaded, spec, draft, source.get("mask"))  # built once, now: not inside the first generation's timing
     speculative = _speculative(loaded, spec, files, source, steering, draft, compiled)
     profile = _profile(spec.profile, info) if "mask" in source else None
+    if profile is not None:  # a plan the profile cannot cost is refused now, not after its first draft
+        plan = source["mask"] if source["mask"] is not None else None
+        if plan is not None and spec.drafter.quant is not None and _self_quant(spec, draft):
+            plan = plan.kept_in(spec.drafter.quant)
+        if plan is not None:
+            profile.check_costs(plan)
     return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen, twins=twins, compile=compiled)
 
 

@@ -224,6 +224,13 @@ class LatencyProfile(ModelBoundJson):
         """True when the profile measured int4 sub-layers (it can cost plans with int4)."""
         return all(getattr(self, name) is not None for name in INT4_FIELDS)
 
+    def check_costs(self, mask: SkipMask) -> None:
+        """One error line (naming ``layersearch profile``) where this profile cannot cost ``mask``'s
+        low-bit parts: checked before a run, not after its first draft."""
+        for quant in QUANT_FIELDS:
+            if getattr(mask, f"has_{quant}"):
+                self._check_quant(quant)
+
     def sublayer_seconds(self, kind: str, precision: str, context: int, layer: int | None = None) -> float:
         """One sub-layer's cost (one token after ``context``): ``kind`` attention or mlp at
         ``precision`` full, int8, int4 or skip (0); ``layer`` matters for sliding-window attention."""
