@@ -149,3 +149,31 @@ def test_a_plan_trial_records_how_much_runs_in_int4():
     plan = SkipMask(4, attention=(3,)).with_int4((0, 1), (0, 1, 2, 3), True)
     attrs = trial_attrs(plan, None)
     assert attrs["int4_ratio"] == 6 / 8 and attrs["int4_head"] is True and "int8_ratio" not in attrs
+
+
+def test_a_plans_study_stored_before_int4_resumes_in_its_two_precisions(workdir, cli, create_args, tiny_info, tmp_path):
+    """A plans study written before int4 stores space "plans" and ("full", "int8") categoricals in
+    its trials; Optuna refuses other choices for them, so it resumes in that space."""
+    from layersearch.profiling.profile import LatencyProfile
+    from layersearch.strategies.space import PLANS_INT8, precision_names
+
+    older = LatencyProfile(
+        model=tiny_info, device="cpu", dtype="float32", torch_version="test",
+        attention_slope=1e-7, attention_intercept=2e-4, mlp_seconds=2e-4, base_seconds=3e-4,
+        verify_ratios=(1.0, 1.1, 1.2, 1.3), int8_attention_slope=1e-7, int8_attention_intercept=6e-5,
+        int8_mlp_seconds=6e-5, int8_head_saving=5e-5,
+    ).save(tmp_path / "older.json")
+    assert cli(*plan_args(create_args, older, "before", "selfsd-bo"))[0] == 0
+    assert cli("study", "run", "--name", "before", "--trials", "2", "--quiet")[0] == 0
+    study = load("before")
+    settings = {**study.user_attrs["settings"], "space": PLANS}
+    study.set_user_attr("settings", settings)  # what a layersearch before int4 stored
+    status, _, err = cli("study", "run", "--name", "before", "--trials", "3", "--quiet")
+    assert status == 0, err
+    study = load("before")
+    assert study.user_attrs["settings"] == settings  # nothing rewritten
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) >= 5
+    for trial in complete:
+        assert all(trial.distributions[name].choices == ("full", "int8") for name in precision_names(tiny_info.num_layers))
+        assert not mask_from_params(trial.params, tiny_info.num_layers, PLANS_INT8).has_int4
