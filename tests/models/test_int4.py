@@ -116,3 +116,20 @@ def test_int4_on_an_unsupported_dtype_or_device_is_one_error_line():
     with pytest.raises(LayersearchError, match="not float16"):
         with skipping(model, SkipMask(2, int4_mlp=(0,), int4_group_size=32)):
             pass
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"), reason="torch without its CPU int4 kernel")
+@pytest.mark.parametrize("group_size", [32, 128])
+def test_torchs_int4_kernel_reads_our_codes_scales_and_zeros_as_we_do(group_size):
+    """torch's CPU build of the tinygemm kernel, given our codes and [groups, out, 2] scales and
+    zeros, computes our product: it dequantizes in fp32 where we round each weight to bf16, so
+    they differ by at most 2^-9 of sum |x w| (that rounding), plus an output ulp each."""
+    linear = _linear(64, 256, 11)
+    int4 = Int4Linear(linear, group_size)
+    x = torch.randn(3, 256).to(torch.bfloat16)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(int4.codes().to(torch.int32), 2)
+    theirs = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, int4.scales_and_zeros).float()
+    ours = int4(x).float()
+    magnitude = x.float().abs() @ int4.weight.float().abs().t()  # [3, 64]: sum |x w| per output
+    ulp = 2.0 ** (torch.floor(torch.log2(ours.abs().clamp_min(1e-30))) - 7)
+    assert ((theirs - ours).abs() <= 2.0**-9 * magnitude + 2 * ulp).all()
