@@ -51,7 +51,10 @@ def test_a_position_is_drafted_the_same_whatever_follows_it(tiny, plan):
     inputs = list(run.tokens[:-1])
     for k in (1, 3):
         prefix = draft_logits_in_cache(tiny, plan, run.cache, inputs[:k], run.length)
-        torch.testing.assert_close(prefix, full[:k], rtol=0, atol=0)
+        if plan.has_int4:  # one bf16 product over k tokens against n: a BLAS may block them differently
+            assert_drafts_as(prefix, full[:k], plan)
+        else:
+            torch.testing.assert_close(prefix, full[:k], rtol=0, atol=0)
     assert cache_length(run.cache) == len(prompt)  # the cache is back to the prompt
 
 
