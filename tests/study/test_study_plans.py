@@ -73,6 +73,14 @@ def test_a_plan_study_round_trips_trial_params_and_plans(workdir, cli, create_ar
     status, _, err = cli("generate", "--model", study.user_attrs["settings"]["model"], "--mask", "plan.json",
                          "--prompt", "Hello", "--max-new-tokens", "4")
     assert status == 0, err
+    # the all-int4 probe exports in the group size it ran with (the tiny model is 64 wide), and runs
+    status, _, err = cli("study", "export", "--name", "p", "--trial", "1", "--out", "plan4.json")
+    assert status == 0, err
+    exported = SkipMask.load("plan4.json", model=tiny_info)
+    assert exported == replace(plans[1], int4_group_size=64).with_model(tiny_info)
+    status, _, err = cli("generate", "--model", study.user_attrs["settings"]["model"], "--mask", "plan4.json",
+                         "--prompt", "Hello", "--max-new-tokens", "4")
+    assert status == 0, err
 
 
 def test_a_skip_mask_study_stored_before_plans_resumes_unchanged(workdir, cli, create_args, tiny_info):
