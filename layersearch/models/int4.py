@@ -11,8 +11,10 @@ Linears run): each row of a Linear's weight is cut into groups of ``group_size``
 so ``q = 0`` is the group's minimum and ``q = 15`` its maximum.
 
 CUDA: the codes are packed once by ``_convert_weight_to_int4pack`` and every call is one
-``_weight_int4pack_mm`` over bf16 activations (bf16 models only), traceable by
-``torch.compile(fullgraph=True)``: no host reads, no data-dependent shapes.
+``_weight_int4pack_mm`` over bf16 activations, traceable by ``torch.compile(fullgraph=True)``:
+no host reads, no data-dependent shapes. The kernel takes bf16 only: a float32 model's
+activations pass through bf16 and its output comes back in float32, as on the CPU, so an fp32
+target (where greedy equality is exact) drafts in int4 too.
 
 CPU: the GPU-rounding bf16 emulation. The CUDA kernel dequantizes each weight once, rounding
 ``(q - 8) * s + z`` to bf16, and accumulates the products in fp32. The CPU path computes that
@@ -22,7 +24,8 @@ to the activations' dtype. Acceptance measured here is then the acceptance the G
 (torch's CPU int4 kernel keeps the dequantized weight in fp32 and agrees with the GPU's rounding
 in only about 57% of outputs). It is no speedup on a CPU: it is there for acceptance and
 losslessness. float32 models draft in int4 too (their activations pass through bf16); float16
-is refused (the GPU kernel takes bf16 only, so there is nothing to emulate).
+models are refused on both devices: tinygemm deploys bf16, so a float16 draft would measure
+a kernel nobody runs (load the model in bfloat16).
 
 The twins are built once per (model, group size) and kept for the model's lifetime, like the
 int8 twins (:mod:`layersearch.models.precision`, whose helpers build them); the target's own
@@ -82,8 +85,8 @@ def check_group_size(group_size: object) -> int:
 
 
 def check_int4_device(model: nn.Module) -> None:
-    """One error line where ``model``'s weights cannot take the int4 twins: CUDA runs bf16
-    (tinygemm), CPU float32 or bf16 (the GPU-rounding emulation), nothing else."""
+    """One error line where ``model``'s weights cannot take the int4 twins: float32 or bf16
+    weights on CUDA (tinygemm) or CPU (the GPU-rounding emulation), nothing else."""
     weight = next(model.parameters())
     check_int4_weight(weight.device, weight.dtype)
 
@@ -91,17 +94,12 @@ def check_int4_device(model: nn.Module) -> None:
 def check_int4_weight(device: torch.device, dtype: torch.dtype) -> None:
     """The device and dtype check of :func:`check_int4_device` for one weight."""
     name = str(dtype).removeprefix("torch.")
-    if device.type == "cuda":
-        if dtype != torch.bfloat16:
-            raise LayersearchError(f"int4 sub-layers on CUDA run torch's tinygemm over bfloat16 weights, not {name} "
-                                   "(load the model in bfloat16)")
-        return
-    if device.type != "cpu":
+    if device.type not in ("cpu", "cuda"):
         raise LayersearchError(f"int4 sub-layers run on CPU (bf16 emulation) or CUDA (tinygemm); the model is on {device} "
                                "— use a plan without int4 there")
     if dtype not in (torch.float32, torch.bfloat16):
-        raise LayersearchError(f"int4 sub-layers on CPU emulate the GPU's bfloat16 kernel from float32 or bfloat16 "
-                               f"weights, not {name}")
+        where = "on CUDA run torch's bfloat16 tinygemm" if device.type == "cuda" else "on CPU emulate the GPU's bfloat16 kernel"
+        raise LayersearchError(f"int4 sub-layers {where} from float32 or bfloat16 weights, not {name}")
 
 
 def quantize_groups(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -140,7 +138,7 @@ def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
 
 class Int4Linear(nn.Module):
     """A Linear in weight-only int4 (module docstring). CUDA: tinygemm over bf16 activations;
-    CPU: the GPU-rounding bf16 emulation, output in the activations' dtype."""
+    CPU: the GPU-rounding bf16 emulation; either way the output comes back in the activations' dtype."""
 
     def __init__(self, linear: nn.Linear, group_size: int = DEFAULT_GROUP_SIZE, name: str = "a Linear") -> None:
         super().__init__()
@@ -175,7 +173,7 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in] -> [..., out] in ``x``'s dtype."""
-        if self.cuda_kernel:  # bf16 only (checked when built): one tinygemm call over [tokens, in]
+        if self.cuda_kernel:  # one tinygemm call over [tokens, in] in bf16
             flat = x.reshape(-1, self.in_features).to(torch.bfloat16)  # [n, in]
             out = torch.ops.aten._weight_int4pack_mm(flat, self.tiles, self.group_size, self.scales_and_zeros)  # [n, out]
             out = out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)

@@ -55,20 +55,17 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
 
 
 def _check_int4_draft(device: str, dtype: str | None, self_draft: bool) -> None:
-    """int4 is the model's own draft (its int4 twins, :mod:`layersearch.models.int4`): CUDA in
-    bfloat16, CPU (the GPU-rounding emulation) from float32 or bfloat16."""
+    """int4 is the model's own draft (its int4 twins, :mod:`layersearch.models.int4`), from
+    float32 or bfloat16 weights: CUDA (tinygemm) or CPU (the GPU-rounding emulation)."""
     if not self_draft:
         raise LayersearchError("draft_quant int4 runs the model's own int4 twins; a draft model takes int8 only "
                                "(or none: drop the draft model for the int4 self-draft)", fields="draft_quant")
-    if str(device).startswith("cuda"):
-        if dtype not in (None, "bfloat16"):
-            raise LayersearchError(f"draft_quant int4 on CUDA runs bfloat16 weights (tinygemm), not {dtype}", fields="draft_quant")
-        return
-    if not str(device).startswith("cpu"):
+    cuda = str(device).startswith("cuda")
+    if not cuda and not str(device).startswith("cpu"):
         raise LayersearchError(f"draft_quant int4 runs on CPU or CUDA, not {device}", fields="draft_quant")
     if dtype not in (None, "float32", "bfloat16"):
-        raise LayersearchError(f"draft_quant int4 on CPU emulates the GPU's bfloat16 kernel from float32 or bfloat16 "
-                               f"weights, not {dtype}", fields="draft_quant")
+        where = "on CUDA runs torch's bfloat16 tinygemm" if cuda else "on CPU emulates the GPU's bfloat16 kernel"
+        raise LayersearchError(f"draft_quant int4 {where} from float32 or bfloat16 weights, not {dtype}", fields="draft_quant")
 
 
 def quantize_draft(model: torch.nn.Module, scheme: str = "int8", keep: tuple[str, ...] = _KEPT_FP32) -> torch.nn.Module:

@@ -108,8 +108,9 @@ def test_a_group_size_that_does_not_divide_the_width_is_one_error_line(tiny_llam
 def test_int4_on_an_unsupported_dtype_or_device_is_one_error_line():
     with pytest.raises(LayersearchError, match="not float16"):
         check_int4_weight(torch.device("cpu"), torch.float16)
-    with pytest.raises(LayersearchError, match="bfloat16 weights, not float32"):
-        check_int4_weight(torch.device("cuda"), torch.float32)
+    with pytest.raises(LayersearchError, match="on CUDA run torch's bfloat16 tinygemm from float32 or bfloat16 weights, not float16"):
+        check_int4_weight(torch.device("cuda"), torch.float16)
+    check_int4_weight(torch.device("cuda"), torch.float32)  # fine: activations pass through bf16
     with pytest.raises(LayersearchError, match="CPU .* or CUDA"):
         check_int4_weight(torch.device("meta"), torch.bfloat16)
     model = build_tiny_model("llama", num_layers=2, seed=3).to(torch.float16)

@@ -80,12 +80,13 @@ def test_bad_schemes_are_refused(scheme, device, message):
 
 
 @pytest.mark.parametrize("device, dtype, message", [
-    ("cuda", "float16", "on CUDA runs bfloat16 weights"),
+    ("cuda", "float16", "on CUDA runs torch's bfloat16 tinygemm from float32 or bfloat16 weights, not float16"),
     ("cpu", "float16", "not float16"),
     ("mps", None, "runs on CPU or CUDA"),
 ])
 def test_the_int4_self_draft_names_what_it_runs_on(device, dtype, message):
     check_quant("int4", "cpu", "bfloat16", self_draft=True)  # fine: the bf16 emulation
     check_quant("int4", "cuda", "bfloat16", self_draft=True)  # fine: tinygemm
+    check_quant("int4", "cuda", "float32", self_draft=True)  # fine: tinygemm over bf16 activations
     with pytest.raises(LayersearchError, match=message):
         check_quant("int4", device, dtype, self_draft=True)

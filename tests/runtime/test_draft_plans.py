@@ -4,6 +4,7 @@ the exact law; the twins change nothing outside the plan's block."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -228,7 +229,8 @@ def test_weight_only_int8_is_the_product_with_the_rounded_weights():
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("seed", range(3))
 def test_random_plans_keep_greedy_output_on_cuda(family, seed, monkeypatch):
-    """fp32 with TF32 off, so 'identical' means identical; the int8 twins are weight-only there."""
+    """fp32 with TF32 off, so 'identical' means identical; the int8 twins are weight-only there,
+    the int4 ones tinygemm over bf16 activations."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     model = build_tiny_model(family, num_layers=4, seed=seed).to("cuda")
     model.generation_config.eos_token_id = None
@@ -248,6 +250,28 @@ def test_the_cuda_twin_is_the_weight_only_product():
     x = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
     eager = torch.nn.functional.linear(x, twin.qweight.to(x.dtype)) * twin.scale + linear.bias
     torch.testing.assert_close(twin(x), eager, rtol=2e-2, atol=2e-2)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_cuda_int4_twin_is_tinygemm_over_the_emulated_weights(dtype):
+    """tinygemm on the packed codes computes the CPU emulation's product (the same bf16 weights;
+    only the fp32 accumulation order differs), eager and compiled with fullgraph=True."""
+    from layersearch.models.int4 import Int4Linear
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(1024, 512).to(dtype)
+    emulated = Int4Linear(cpu, 128)  # the CPU path: bf16 weights from float64
+    cuda = Int4Linear(copy.deepcopy(cpu).cuda(), 128)  # the same Linear on the GPU
+    assert torch.equal(cuda.packed.cpu(), emulated.packed) and torch.equal(cuda.scales_and_zeros.cpu(), emulated.scales_and_zeros)
+    x = torch.randn(3, 1024, dtype=dtype)
+    expected = emulated(x).float()
+    got = cuda(x.cuda()).float().cpu()
+    assert cuda(x.cuda()).dtype == dtype
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+    compiled = torch.compile(cuda, fullgraph=True)  # one graph: no host reads, no breaks
+    # inductor may add the bias in fp32 before the final rounding: one bf16 step of the output apart
+    torch.testing.assert_close(compiled(x.cuda()).float().cpu(), got, rtol=2.0**-7, atol=2.0**-7)
 
 
 @needs_cuda
