@@ -1336,7 +1336,6 @@ GOOD.update({"plan": "plan_out.json", "report": "spec_out.md"})
 _R5_SPECS: dict[str, Maker] = {
     "temperature -1": _spec("tempneg.json", _set("sampling", "temperature", -1)),
     "temperature -1 sampling": _spec("tempnegs.json", lambda d: d["sampling"].update(do_sample=True, temperature=-1.0)),
-    "drafter.quant int4": _spec("quant4.json", _set("drafter", "quant", "int4")),
     "lookahead disco with an empty file": _spec("discoempty.json", lambda d: d["lookahead"].update(name="disco", file="")),
 }
 BAD_SPECS.update(_R5_SPECS)
@@ -1381,6 +1380,31 @@ BAD_KINDS["hf_folder"] = {"a file": _file("notes.txt", "mine\n"), "holding gener
                           "holding layersearch_spec.json": _holding("layersearch_spec.json"),
                           "custom_generate a file": _custom_generate_file, "empty": _value("")}
 COMMANDS["export-hf"] = Command(("export-hf", "{spec}", "{hf_folder}"), kinds={"spec": "hf_spec", "hf_folder": "hf_folder"})
+# ----- int4 plans: group sizes the widths refuse, files newer than this reader, dtypes without int4 -----
+def _int4_plan(name: str, **int4) -> Maker:
+    """The good mask with int4 parts (a version 3 plan), its int4 section's keys set to ``int4``."""
+    def make(work: Path) -> str:
+        from layersearch.masks.mask import SkipMask
+
+        data = SkipMask.load(work / "mask.json").with_int4([0], [0], False).to_dict()
+        data["int4"].update(int4)
+        (work / name).write_text(json.dumps(data))
+        return name
+    return make
+
+
+BAD_KINDS["mask"]["a version 4 plan (from a newer layersearch)"] = _r4_plan("v4.json", lambda d: d.__setitem__("schema_version", 4))
+BAD_KINDS["mask"]["an int4 group size no kernel takes"] = _int4_plan("g100.json", group_size=100)
+BAD_KINDS["int4_plan"] = {"int4 groups wider than the model's Linears": _int4_plan("g256.json", group_size=256)}
+GOOD["int4_plan"] = "mask.json"
+BAD_KINDS["int4_costed"] = {"an int4 plan its profile cannot cost": _int4_plan("g32.json", group_size=32)}
+GOOD["int4_costed"] = "mask.json"
+COMMANDS["generate --profile an int4 plan"] = Command(
+    ("generate", "--model", MODEL, "--mask", "{int4_costed}", "--profile", "profile.json", "--prompt", "w1 w2",
+     "--max-new-tokens", "2"), kinds={"int4_costed": "int4_costed"})
+COMMANDS["generate an int4 plan"] = Command(
+    ("generate", "--model", MODEL, "--mask", "{int4_plan}", "--prompt", "w1 w2", "--max-new-tokens", "2"),
+    (("--draft-quant", "int4", "--dtype", "float16"),), kinds={"int4_plan": "int4_plan"})
 
 
 def cases():

@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from layersearch.common.checks import QUANT_SCHEMES
+from layersearch.common.checks import SELF_DRAFT_QUANTS
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT  # the runtime's defaults (its root imports no torch)
 
 DEFAULT_MODEL = "smollm2-135m"
 STORAGE_HELP = "Optuna storage URL (default sqlite:///studies/<name>.db)"
 
-# --draft-quant choices: the one list of draft quantizations.
-QUANT_CHOICES = QUANT_SCHEMES
+# --draft-quant choices: the model's own draft takes each (a draft model int8 only: QUANT_SCHEMES).
+QUANT_CHOICES = SELF_DRAFT_QUANTS
 
 
 # --kernels choices; equal to layersearch.kernels.select.CHOICES (tests/commands/test_args.py checks).

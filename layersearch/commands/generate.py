@@ -70,9 +70,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    "MODEL@int8: its weights in int8, as bench's items; default with a --steering file trained for one: "
                    "that file's)")
     p.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
-                   help="quantize the draft (int8; output still lossless): the --draft-model's weights (torch's dynamic int8 "
-                   "Linears, CPU only), or without one the model itself: every sub-layer the mask keeps, and the LM head, "
-                   "run in int8 (CPU: fbgemm; CUDA: weight-only) (--skip-ratio 0 or no mask: the whole model in int8)")
+                   help="quantize the draft (output still lossless): the --draft-model's weights (int8 only: torch's dynamic "
+                   "int8 Linears, CPU only), or without one the model itself: every sub-layer the mask keeps, and the LM head, "
+                   "run in int8 (CPU: fbgemm; CUDA: weight-only) or int4 (weight-only, groups of 128; CUDA: tinygemm, bf16; "
+                   "CPU: the GPU's bf16 rounding emulated) (--skip-ratio 0 or no mask: the whole model)")
     # The deployable artefact: what this run decodes with, as a file, and running one.
     p.add_argument("--save-spec", metavar="FILE", help="write the decoder spec of this run (model, drafter, mask, lookahead, "
                    "verifier, sampling) as JSON")
@@ -118,8 +119,8 @@ def run(args: Any) -> int:
     check_options_on_model(args, loaded)  # as --draft-vocab, before the spec's drafter.vocab
     with named_spec(args.spec):
         decoder = build_decoder(loaded, spec, files, kernels=args.kernels)
-    if decoder.twins is not None:
-        print(decoder.twins.describe(), file=sys.stderr)
+    for twins in decoder.twins:
+        print(twins.describe(), file=sys.stderr)
     if decoder.spec.mask_source.kind == "mask":
         note_full_draft(args.spec or args.mask or "the plan", decoder.spec.mask_source.mask, decoder.spec.drafter.quant)
     for index, ids in enumerate(encoded):

@@ -78,6 +78,8 @@ def check_real(
 #: ``MODEL@QUANT`` draft model read it (a new scheme is one name here, and its kernels in
 #: :mod:`layersearch.models.quantize`).
 QUANT_SCHEMES = ("int8",)
+#: The quantizations the model's own draft can take (its twins: int8, or weight-only int4).
+SELF_DRAFT_QUANTS = ("int8", "int4")
 
 #: The dtype names every command and file takes (torch's float32, float16, bfloat16).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")

@@ -68,7 +68,7 @@ class BuiltDecoder:
         self.speculative = speculative
         self.profile = profile
         self.kernels = kernels
-        self.twins = twins  # the int8 twins its draft plans run (None: the drafts need none)
+        self.twins = tuple(twins or ())  # the int8 / int4 twins its draft plans run (empty: the drafts need none)
         self.compile = compile  # captured forwards (a plain spec: transformers' static-cache generate)
 
     @property
@@ -180,9 +180,9 @@ def build_decoder(
     draft = _draft_model(spec, loaded, steering, draft)  # an independent drafter (or None)
     if draft is not None and spec.profile:
         raise LayersearchError(f"{spec.steering}: drafts with model {draft.info.name!r}; profile predicts layer-skip drafts only", fields="profile")
-    if steering is not None and _self_int8(spec, draft):
+    if steering is not None and _self_quant(spec, draft):
         raise LayersearchError(f"{spec.steering}: steering hooks the drafter's full-precision sub-layers; "
-                               "it takes no int8 self-draft (drafter.quant without a draft model)")
+                               f"it takes no {spec.drafter.quant} self-draft (drafter.quant without a draft model)")
     if steering is not None and files.router is not None:
         raise LayersearchError("steering was trained for one mask; it takes no mask_source router:FILE (which switches masks)",
                                fields=("steering", "mask_source"))
@@ -191,10 +191,10 @@ def build_decoder(
         if file_mask is None and spec.mask_source.kind == "default":
             file_mask = files.disco.mask  # the mask the classifier was trained for
     kind = "none" if spec.plain or draft is not None else spec.mask_source.kind
-    if _self_int8(spec, draft) and kind == "default" and file_mask is None:
+    if _self_quant(spec, draft) and kind == "default" and file_mask is None:
         from layersearch.masks.mask import SkipMask
 
-        file_mask = SkipMask.none(info.num_layers, info)  # the int8 self-draft skips nothing unless told to
+        file_mask = SkipMask.none(info.num_layers, info)  # the low-bit self-draft skips nothing unless told to
     policy = _policy(spec)
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
     resolved = _resolved(spec, info, kind, source.get("mask"))
@@ -205,24 +205,36 @@ def build_decoder(
     chosen = choose_kernels(kernels, _profile(spec.profile, info))
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen, compile=compiled)
-    twins = None
-    if not spec.plain and (_self_int8(spec, draft) or (source.get("mask") is not None and source["mask"].has_int8)):
-        twins = _int8_twins(loaded)  # built once, now: not inside the first generation's timing
+    twins = _twins(loaded, spec, draft, source.get("mask"))  # built once, now: not inside the first generation's timing
     speculative = _speculative(loaded, spec, files, source, steering, draft, compiled)
     profile = _profile(spec.profile, info) if "mask" in source else None
+    if profile is not None:  # a plan the profile cannot cost is refused now, not after its first draft
+        plan = source["mask"] if source["mask"] is not None else None
+        if plan is not None and spec.drafter.quant is not None and _self_quant(spec, draft):
+            plan = plan.kept_in(spec.drafter.quant)
+        if plan is not None:
+            profile.check_costs(plan)
     return BuiltDecoder(loaded, resolved, speculative, profile, kernels=chosen, twins=twins, compile=compiled)
 
 
-def _self_int8(spec: DecoderSpec, draft: Any) -> bool:
-    """True when the spec drafts with the model itself in int8 (``drafter.quant`` without a draft model)."""
+def _self_quant(spec: DecoderSpec, draft: Any) -> bool:
+    """True when the spec drafts with the model itself in int8 or int4 (``drafter.quant`` without a draft model)."""
     return spec.drafter.quant is not None and draft is None and spec.drafter.model is None
 
 
-def _int8_twins(loaded: Any) -> Any:
-    """The int8 twins of the model's sub-layers (one error line where its device cannot run them)."""
-    from layersearch.models.precision import int8_twins
+def _twins(loaded: Any, spec: DecoderSpec, draft: Any, mask: Any) -> tuple[Any, ...]:
+    """The twins the drafts run (one error line where the device cannot run them): the self-draft's
+    precision, and every low-bit precision of the source's plan."""
+    from layersearch.models.int4 import model_group_size
+    from layersearch.models.precision import plan_twins, twins_for
 
-    return int8_twins(loaded.model)
+    built: dict[str, Any] = {}
+    quant = spec.drafter.quant
+    if quant is not None and _self_quant(spec, draft):  # the int4 self-draft's group size as its drafter fits it
+        built[quant] = twins_for(loaded.model, quant, model_group_size(loaded.model))
+    if mask is not None:
+        built.update(plan_twins(loaded.model, mask))
+    return tuple(built.values())
 
 
 def _check_length(loaded: Any, spec: DecoderSpec) -> None:

@@ -124,7 +124,7 @@ class DrafterSpec:
     name: str = DEFAULT_DRAFTER
     model: ModelRef | None = None  # an independent draft model sharing the tokenizer (layer-skip: replaced by it; hybrid: its fallback)
     vocab: int = 0  # FR-Spec: the draft scores only the tokenizer's N most frequent tokens (0: all)
-    quant: str | None = None  # "int8": the draft model's weights, or (no draft model) every sub-layer the plan keeps and the head, in int8
+    quant: str | None = None  # "int8": the draft model's weights, or (no draft model) every sub-layer the plan keeps and the head, in int8 or "int4"
 
     def __post_init__(self) -> None:
         from layersearch.runtime.drafters import DRAFTERS
@@ -145,7 +145,7 @@ class DrafterSpec:
         if self.quant is not None:
             from layersearch.models.quantize import check_quant
 
-            check_quant(self.quant)
+            check_quant(self.quant, self_draft=self.model is None)
             if self.model is None and not entry.takes_quant:
                 raise LayersearchError(f"drafter {self.name!r} runs no draft of its own, so drafter.quant has nothing to quantize")
 

@@ -41,6 +41,7 @@ KEPT_COLOUR = "#bdbdbd"
 ATTENTION_COLOUR = "#d62728"
 MLP_COLOUR = "#1f77b4"
 INT8_COLOUR = "#ffbf00"  # an int8 sub-layer of a draft plan (amber: run, but cheaper)
+INT4_COLOUR = "#7fb800"  # an int4 sub-layer of a draft plan (green: run, cheaper still)
 
 PLOTS_DIR = Path("plots")
 
@@ -333,7 +334,7 @@ def _draw_mask_grid(ax: Any, mask: SkipMask) -> None:
     rows = ((0, "attention", ATTENTION_COLOUR), (1, "mlp", MLP_COLOUR))
     for row, kind, colour in rows:
         for layer in range(mask.num_layers):
-            face = {"skip": colour, "int8": INT8_COLOUR, "full": KEPT_COLOUR}[mask.precision(kind, layer)]
+            face = {"skip": colour, "int8": INT8_COLOUR, "int4": INT4_COLOUR, "full": KEPT_COLOUR}[mask.precision(kind, layer)]
             # Inset squares leave a white gap so neighbouring squares stay distinguishable.
             ax.add_patch(Rectangle((layer + 0.06, row + 0.06), 0.88, 0.88, facecolor=face,
                                    edgecolor="none"))
@@ -355,10 +356,12 @@ def _mask_legend_handles(mask: SkipMask) -> list[Any]:
     from matplotlib.patches import Patch
 
     handles = []
-    if mask.num_skipped + mask.num_int8 < 2 * mask.num_layers:
-        handles.append(Patch(facecolor=KEPT_COLOUR, label="full" if mask.has_int8 else "kept"))
+    if mask.num_skipped + mask.num_int8 + mask.num_int4 < 2 * mask.num_layers:
+        handles.append(Patch(facecolor=KEPT_COLOUR, label="kept" if mask.is_skip_only else "full"))
     if mask.num_int8:
         handles.append(Patch(facecolor=INT8_COLOUR, label=f"int8 ({mask.num_int8})"))
+    if mask.num_int4:
+        handles.append(Patch(facecolor=INT4_COLOUR, label=f"int4 ({mask.num_int4})"))
     if mask.attention:
         handles.append(Patch(facecolor=ATTENTION_COLOUR, label=f"skipped attention ({len(mask.attention)})"))
     if mask.mlp:
@@ -372,8 +375,9 @@ def _mask_title(mask: SkipMask) -> str:
              f"({mask.num_skipped} of {2 * mask.num_layers} sub-layers)")
     parts = [mask.model.name] if mask.model is not None else []
     parts.append(ratio)
-    if mask.has_int8:
-        parts.append(f"{mask.num_int8} sub-layers int8, LM head {'int8' if mask.int8_head else 'full'}")
+    if not mask.is_skip_only:
+        low_bit = [f"{n} sub-layers {quant}" for quant, n in (("int8", mask.num_int8), ("int4", mask.num_int4)) if n]
+        parts.append(", ".join([*low_bit, f"LM head {mask.head_precision}"]))
     extra = [f"{k} {mask.provenance[k]}" for k in ("strategy", "objective") if mask.provenance.get(k)]
     if extra:
         parts.append(", ".join(extra))

@@ -53,10 +53,11 @@ class VocabSubset:
 class SubsetHead:
     """The LM head of ``model`` restricted to ``subset``: its rows sliced once, kept contiguous."""
 
-    def __init__(self, model: torch.nn.Module, subset: VocabSubset, int8: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, subset: VocabSubset, int8: bool = False, int4_group: int | None = None) -> None:
         head = model.get_output_embeddings()
         quantized = is_quantized_linear(head)  # an int8 draft model's head (models/quantize.py)
         self.int8 = int8
+        self.int4_group = int4_group
         weight = head.weight().dequantize() if quantized else head.weight  # [vocab, hidden]
         self.vocab = int(weight.shape[0])
         if subset.token_ids[-1] >= self.vocab:
@@ -71,8 +72,13 @@ class SubsetHead:
         self.weight = weight.detach().index_select(0, self.ids).contiguous()  # [N, hidden]
         bias = head.bias() if quantized else getattr(head, "bias", None)
         self.bias = None if bias is None else bias.detach().index_select(0, self.ids)  # [N]
-        # The rows run in int8 when the head they came from is int8, or the plan asks for it.
+        # The rows run in int8 when the head they came from is int8, or the plan asks for it; in
+        # int4 when the plan asks (each row's groups are its own, so these are the int4 head's rows).
         self._quantized = _quantized_rows(self.weight, self.bias) if quantized or int8 else None
+        if int4_group is not None and not quantized:
+            from layersearch.models.int4 import Int4Linear
+
+            self._quantized = Int4Linear(_rows_linear(self.weight, self.bias), int4_group, "the LM head")
         config = getattr(model, "config", None)
         # Gemma 2 (and Gemma 3 where set) squash the final logits: tanh(x / cap) * cap.
         self.softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
@@ -97,12 +103,17 @@ class SubsetHead:
 
 def _quantized_rows(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Module:
     """The sliced rows ``weight`` [N, hidden] as an int8 Linear, like the head they came from."""
-    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    return quantized_like(_rows_linear(weight, bias))
+
+
+def _rows_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+    """The sliced rows ``weight`` [N, hidden] (and ``bias``) as a Linear of their own."""
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
         linear.weight.copy_(weight)
         if bias is not None:
             linear.bias.copy_(bias)
-    return quantized_like(linear)
+    return linear
 
 
 class DraftHeads:
@@ -113,8 +124,10 @@ class DraftHeads:
         self.subset = subset
         self._head: SubsetHead | None = None
 
-    def for_model(self, model: torch.nn.Module, int8: bool = False) -> SubsetHead:
-        """The subset head of ``model``'s LM head (its rows in int8 when ``int8``)."""
-        if self._head is None or not self._head.fits(model) or self._head.int8 != int8:
-            self._head = SubsetHead(model, self.subset, int8)
-        return self._head
+    def for_model(self, model: torch.nn.Module, int8: bool = False, int4_group: int | None = None) -> SubsetHead:
+        """The subset head of ``model``'s LM head (its rows in int8 when ``int8``, in int4 in
+        groups of ``int4_group`` when given)."""
+        head = self._head
+        if head is None or not head.fits(model) or head.int8 != int8 or head.int4_group != int4_group:
+            self._head = head = SubsetHead(model, self.subset, int8, int4_group)
+        return head

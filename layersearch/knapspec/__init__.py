@@ -10,7 +10,7 @@ Pieces, in pipeline order:
 * :mod:`~layersearch.knapspec.dp` -- candidate sets, one mask per budget: the hidden-state DP
   (:func:`candidates_hidden_dp`) and the per-item-value knapsack (:func:`candidates_item_values`,
   by the numba :func:`~layersearch.knapspec.solver.solve_all_budgets`), and draft plans
-  (:func:`candidates_plans`: each sub-layer skipped, int8 or full, by the multiple-choice
+  (:func:`candidates_plans`: each sub-layer skipped, int4, int8 or full, by the multiple-choice
   knapsack of :mod:`~layersearch.knapspec.mckp`).
 * :mod:`~layersearch.knapspec.select` -- alpha by top-1 agreement and the TPT grid search
   (:func:`choose_tpt`), a reusable :class:`KnapSpecSelector`, and :func:`knapsack_masks` /
@@ -21,7 +21,7 @@ The runtime mode that re-selects while decoding is :mod:`layersearch.knapspec.co
 """
 
 from layersearch.knapspec.dp import (
-    TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int8_importance, item_importance,
+    TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int4_importance, int8_importance, item_importance,
     plan_costs,
 )
 from layersearch.knapspec.select import (
@@ -74,6 +74,7 @@ __all__ = [
     "candidates_plans",
     "choose_tpt",
     "default_max_budget",
+    "int4_importance",
     "int8_importance",
     "integer_weights",
     "item_importance",

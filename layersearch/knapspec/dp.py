@@ -16,10 +16,11 @@ Two ways to fill the knapsack, both returning :class:`Candidate` lists (one mask
 
 * :func:`candidates_plans` -- draft plans: a multiple-choice knapsack
   (:func:`~layersearch.knapspec.mckp.solve_choices_all_budgets`) gives each sub-layer one of
-  skip, int8 or full at its profiled cost (:meth:`LatencyProfile.sublayer_seconds`) for every
+  skip, int4, int8 or full at its profiled cost (:meth:`LatencyProfile.sublayer_seconds`) for every
   cost budget. The value of an option is minus the cosine it loses: skipping loses the item's
   :func:`item_importance`, int8 loses :func:`int8_importance` (the same measurement with that
-  one sub-layer run by its int8 twin instead of skipped), full loses nothing.
+  one sub-layer run by its int8 twin instead of skipped), int4 :func:`int4_importance`, full
+  loses nothing.
 
 Cosine along the DP (what "monotone" means here): ``g[i, 0]`` is the full model, so budget 0
 always has cosine 1. More skipped weight can only be reached by skipping more, so the final
@@ -195,12 +196,27 @@ def int8_importance(
 ) -> np.ndarray:
     """Per sub-layer (interleaved, 2L): ``1 - cos(full final state, final state with only that
     sub-layer run by its int8 twin)``, measured as :func:`item_importance` measures skipping."""
+    return low_bit_importance(model, windows, "int8", runner=runner)
+
+
+def int4_importance(
+    model: nn.Module, windows: Sequence[ReferenceWindow], *, runner: SubLayerRunner | None = None
+) -> np.ndarray:
+    """:func:`int8_importance` with the int4 twins (in the runner's group size)."""
+    return low_bit_importance(model, windows, "int4", runner=runner)
+
+
+def low_bit_importance(
+    model: nn.Module, windows: Sequence[ReferenceWindow], quant: str, *, runner: SubLayerRunner | None = None
+) -> np.ndarray:
+    """Per sub-layer (interleaved, 2L): the cosine drop of running only that sub-layer in ``quant``."""
     runner = runner or SubLayerRunner(model)
     L = runner.num_layers
     masks = [SkipMask.none(L)]
     for item in range(2 * L):
         layer = (item // 2,)
-        masks.append(SkipMask.none(L).with_int8(() if item % 2 else layer, layer if item % 2 else (), False))
+        plan = SkipMask.none(L) if quant == "int8" else SkipMask(L, int4_group_size=runner.int4_group_size())
+        masks.append(getattr(plan, f"with_{quant}")(() if item % 2 else layer, layer if item % 2 else (), False))
     with torch.inference_mode():
         final = runner.run_masks(masks, windows)
         cos = mean_cosine(final[1:], final[0]).cpu().numpy()
@@ -210,16 +226,25 @@ def int8_importance(
 #: Integer cost units of the plans' knapsack: the full model's sub-layers cost this many.
 PLAN_RESOLUTION = 400
 #: Option order of a sub-layer in the plans' knapsack (ties go to the earlier, cheaper one).
-PLAN_OPTIONS = ("skip", "int8", "full")
+PLAN_OPTIONS = ("skip", "int4", "int8", "full")
+_FULL = PLAN_OPTIONS.index("full")
 
 
 def plan_costs(profile, context: int) -> np.ndarray:
-    """Each sub-layer's cost ``[2L, 3]`` (skip, int8, full) in integer units: the profile's seconds
-    at ``context`` scaled so the full sub-layers sum to :data:`PLAN_RESOLUTION`."""
+    """Each sub-layer's cost ``[2L, 4]`` (skip, int4, int8, full) in integer units: the profile's
+    seconds at ``context`` scaled so the full sub-layers sum to :data:`PLAN_RESOLUTION`. A
+    profile without int4 timings gives int4 the full cost (:func:`candidates_plans` is then
+    given no int4 values, so it never chooses it)."""
     L = profile.num_layers
-    seconds = np.array([[profile.sublayer_seconds(kind, precision, context, layer) for precision in PLAN_OPTIONS]
+
+    def seconds_of(kind: str, precision: str, layer: int) -> float:
+        if precision == "int4" and not profile.has_int4:
+            precision = "full"
+        return profile.sublayer_seconds(kind, precision, context, layer)
+
+    seconds = np.array([[seconds_of(kind, precision, layer) for precision in PLAN_OPTIONS]
                         for layer in range(L) for kind in ("attention", "mlp")])
-    unit = seconds[:, 2].sum() / PLAN_RESOLUTION
+    unit = seconds[:, _FULL].sum() / PLAN_RESOLUTION
     if unit <= 0:
         raise LayersearchError("the profile gives the sub-layers no cost: nothing to trade for acceptance")
     return np.round(seconds / unit).astype(np.int64)
@@ -234,12 +259,16 @@ def candidates_plans(
     keep_last_layers: int = 1,
     tau: float = TAU,
     info: ModelInfo | None = None,
+    int4_values: Sequence[float] | None = None,
+    int4_group_size: int = 128,
 ) -> list[Candidate]:
     """One plan per cost budget ``0..sum of full costs`` by the multiple-choice knapsack.
 
-    ``costs`` ``[2L, 3]`` (:func:`plan_costs`), ``skip_values`` and ``int8_values`` the 2L cosine
-    losses (:func:`item_importance` per sub-layer, :func:`int8_importance`). Each sub-layer is
-    skipped, int8 or full; the last ``keep_last_layers`` layers are never skipped. Values are
+    ``costs`` ``[2L, 4]`` (:func:`plan_costs`), ``skip_values``, ``int8_values`` and
+    ``int4_values`` the 2L cosine losses (:func:`item_importance` per sub-layer,
+    :func:`int8_importance`, :func:`int4_importance`; None: int4 is not offered). Each sub-layer
+    is skipped, int4, int8 or full (int4 in groups of ``int4_group_size``); the last
+    ``keep_last_layers`` layers are never skipped. Values are
     minus the losses, a skip's clipped to a tiny positive loss (skipping is never free) and an
     int8's to none (an int8 twin that loses nothing is as good as the full sub-layer, and
     cheaper). Each candidate's ``budget`` is its cost and ``cosine`` the additive estimate
@@ -250,14 +279,16 @@ def candidates_plans(
     skip = np.maximum(np.asarray(skip_values, dtype=np.float64), 1e-9)
     int8 = np.maximum(np.asarray(int8_values, dtype=np.float64), 0.0)
     items = 2 * num_layers
-    if costs.shape != (items, 3) or skip.shape != (items,) or int8.shape != (items,):
-        raise LayersearchError(f"need costs [{items}, 3] and {items} skip and int8 values for {num_layers} layers")
-    if not (np.isfinite(skip).all() and np.isfinite(int8).all()):
+    int4 = np.full(items, np.inf) if int4_values is None else np.maximum(np.asarray(int4_values, dtype=np.float64), 0.0)
+    if costs.shape != (items, len(PLAN_OPTIONS)) or skip.shape != (items,) or int8.shape != (items,) or int4.shape != (items,):
+        raise LayersearchError(f"need costs [{items}, {len(PLAN_OPTIONS)}] and {items} skip, int8 and int4 values "
+                               f"for {num_layers} layers")
+    if not (np.isfinite(skip).all() and np.isfinite(int8).all() and (int4_values is None or np.isfinite(int4).all())):
         raise LayersearchError("sub-layer values must be finite")
-    values = np.stack([-skip, -int8, np.zeros(items)], axis=1)
+    values = np.stack([-skip, -int4, -int8, np.zeros(items)], axis=1)  # in PLAN_OPTIONS order
     first_kept = num_layers - keep_last_layers
     values[2 * first_kept:, 0] = -np.inf  # the last layers always run (as KnapSpec's DP)
-    capacity = int(costs[:, 2].sum())
+    capacity = int(costs[:, _FULL].sum())
     best, chosen = solve_choices_all_budgets(costs, values, capacity)
     out: list[Candidate] = []
     seen: set[SkipMask] = set()
@@ -265,10 +296,12 @@ def candidates_plans(
         if best[k] == -np.inf or 1.0 + best[k] < tau:
             continue
         choice = chosen[k]
-        flat = [int(o) == 0 for o in choice]
-        attention = [i for i in range(num_layers) if choice[2 * i] == 1]
-        mlp = [i for i in range(num_layers) if choice[2 * i + 1] == 1]
-        plan = SkipMask.from_flat(flat, info).with_int8(attention, mlp, False)
+        flat = [PLAN_OPTIONS[int(o)] == "skip" for o in choice]
+        picked = {quant: ([i for i in range(num_layers) if PLAN_OPTIONS[int(choice[2 * i])] == quant],
+                          [i for i in range(num_layers) if PLAN_OPTIONS[int(choice[2 * i + 1])] == quant])
+                  for quant in ("int8", "int4")}
+        plan = SkipMask.from_flat(flat, info, int4_group_size=int4_group_size).with_int8(*picked["int8"], False)
+        plan = plan.with_int4(*picked["int4"], False)
         if plan in seen:
             continue
         seen.add(plan)

@@ -1,6 +1,6 @@
 """Multiple-choice knapsack over sub-layers, solved for every cost budget at once (draft plans).
 
-A draft plan gives each sub-layer one of several options (full, int8 or skipped), each with an
+A draft plan gives each sub-layer one of several options (full, int8, int4 or skipped), each with an
 integer cost (its *weight*: profiled seconds in integer units) and a float *value*. The
 multiple-choice knapsack picks exactly one option per group so that the total value is largest
 within cost ``k``, for every ``k`` in ``0..capacity`` at once: one DP table, like

@@ -26,8 +26,8 @@ from torch import nn
 from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.dp import (
-    TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int8_importance,
-    item_importance, plan_costs,
+    TAU, Candidate, DPResult, candidates_hidden_dp, candidates_item_values, candidates_plans, int4_importance,
+    int8_importance, item_importance, plan_costs,
 )
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine, window_from_prompt
 from layersearch.knapspec.weights import build_groups, profile_weights
@@ -86,10 +86,11 @@ def spread_indices(count: int, limit: int | None) -> list[int]:
 
 
 def alphas_from_states(
-    runner: SubLayerRunner, states: torch.Tensor, reference: torch.Tensor, int8_head: bool = False
+    runner: SubLayerRunner, states: torch.Tensor, reference: torch.Tensor, int8_head: bool | str = False
 ) -> list[float]:
     """Top-1 agreement of each state ``[B, R, d]`` with the reference ``[R, d]`` (share of the R tokens);
-    with ``int8_head`` the states' tokens come from the int8 head (the reference's from the full one)."""
+    with ``int8_head`` (True or ``"int8"``; ``"int4"``) the states' tokens come from that low-bit
+    head (the reference's from the full one)."""
     with torch.inference_mode():
         target = runner.top1(reference.unsqueeze(0))[0]
         drafts = runner.top1(states, int8_head=int8_head)
@@ -186,6 +187,7 @@ class KnapSpecSelector:
             )
         self.item_values: np.ndarray | None = None
         self.int8_values: np.ndarray | None = None
+        self.int4_values: np.ndarray | None = None
         self.last_rows: list[dict] = []
         self.last_timing: dict[str, float] = {}
 
@@ -193,6 +195,7 @@ class KnapSpecSelector:
         """Forget the measured per-item values (methods ``"items"`` and ``"plans"``)."""
         self.item_values = None
         self.int8_values = None
+        self.int4_values = None
 
     def candidates(
         self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None = None
@@ -248,27 +251,33 @@ class KnapSpecSelector:
             groups = build_groups(L, 1, 1, keep_last_layers=cfg.keep_last_layers)
             self.item_values = item_importance(self.model, windows, groups, runner=self.runner)
             self.int8_values = int8_importance(self.model, windows, runner=self.runner)
+            if self.profile.has_int4:  # int4 is a choice where the profile can cost it
+                self.int4_values = int4_importance(self.model, windows, runner=self.runner)
         plans = candidates_plans(plan_costs(self.profile, context), self.item_values, self.int8_values, L,
-                                 keep_last_layers=cfg.keep_last_layers, tau=cfg.tau, info=self.profile.model)
+                                 keep_last_layers=cfg.keep_last_layers, tau=cfg.tau, info=self.profile.model,
+                                 int4_values=self.int4_values, int4_group_size=self.runner.int4_group_size())
         t1 = time.perf_counter()
         picked = [plans[i] for i in spread_indices(len(plans), cfg.max_alpha_candidates)]
-        heads = (False, True) if self.profile.int8_head_saving > 0 else (False,)
+        heads: tuple[str, ...] = ("full",) + tuple(
+            quant for quant in ("int8", "int4") if getattr(self.profile, f"has_{quant}")
+            and (getattr(self.profile, f"{quant}_head_saving") or 0) > 0)
         return self._score(picked, alpha_windows or windows, keep_cosine=False, heads=heads), t1
 
     def _score(
-        self, picked: list[Candidate], windows: Sequence[ReferenceWindow], keep_cosine: bool, heads: tuple[bool, ...] = (False,)
+        self, picked: list[Candidate], windows: Sequence[ReferenceWindow], keep_cosine: bool, heads: tuple[str, ...] = ("full",)
     ) -> list[Candidate]:
         """Alpha (and, unless ``keep_cosine``, the final cosine) of each candidate's mask on ``windows``;
-        with ``heads`` ``(False, True)`` each plan once more with the int8 LM head (same states)."""
+        each plan once per head precision of ``heads`` (``"full"``, ``"int8"``, ``"int4"``: same states)."""
         masks = [SkipMask.none(self.runner.num_layers), *[c.mask for c in picked]]
         with torch.inference_mode():
             final = self.runner.run_masks(masks, windows)
             cos = mean_cosine(final[1:], final[0]).tolist()
         out = []
-        for int8_head in heads:
-            alphas = alphas_from_states(self.runner, final[1:], final[0], int8_head=int8_head)
+        for head in heads:
+            alphas = alphas_from_states(self.runner, final[1:], final[0], int8_head=head)
             for c, a, cs in zip(picked, alphas, cos):
-                cand = c if not int8_head else replace(c, mask=c.mask.with_int8(c.mask.int8_attention, c.mask.int8_mlp, True))
+                cand = c if head == "full" else replace(c, mask=getattr(c.mask, f"with_{head}")(
+                    c.mask.quantized(head, "attention"), c.mask.quantized(head, "mlp"), True))
                 out.append(replace(cand, alpha=a) if keep_cosine else replace(cand, alpha=a, cosine=float(cs)))
         return out
 

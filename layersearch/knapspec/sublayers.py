@@ -182,17 +182,19 @@ class SubLayerRunner:
 
     # ----- sub-layers -----------------------------------------------------------------------
     def sublayer(
-        self, item: int, h: torch.Tensor, windows: Sequence[ReferenceWindow], int8: bool = False
+        self, item: int, h: torch.Tensor, windows: Sequence[ReferenceWindow], int8: bool | str = False
     ) -> torch.Tensor:
         """Flat item ``item`` (attention at ``2i``, MLP at ``2i+1``) applied to states ``[B, R, d]``;
-        with ``int8`` its int8 twin runs in its place (norms and residual as for the full one)."""
+        with ``int8`` (True or ``"int8"``) its int8 twin runs in its place, with ``"int4"`` its int4
+        twin (norms and residual as for the full one)."""
+        precision = "int8" if int8 is True else "full" if int8 is False else int8
         layer = self.layers[item // 2]
         layout = self.layout
         if item % 2:
-            mlp = self.int8_sublayer(item) if int8 else layer.mlp
+            mlp = self.low_bit_sublayer(item, precision) if precision != "full" else layer.mlp
             out = mlp(getattr(layer, layout.mlp_pre)(h))
             return h + (getattr(layer, layout.mlp_post)(out) if layout.mlp_post else out)
-        attention = self.int8_sublayer(item) if int8 else layer.self_attn
+        attention = self.low_bit_sublayer(item, precision) if precision != "full" else layer.self_attn
         out = self._attention(item // 2, layer, h, windows, attention)
         return h + (getattr(layer, layout.attention_post)(out) if layout.attention_post else out)
 
@@ -201,6 +203,21 @@ class SubLayerRunner:
         from layersearch.models.precision import int8_twins
 
         return int8_twins(self.model)
+
+    def int4_group_size(self) -> int:
+        """The group size this model's int4 twins run with here (:func:`~layersearch.models.int4.model_group_size`)."""
+        from layersearch.models.int4 import model_group_size
+
+        return model_group_size(self.model)
+
+    def low_bit_sublayer(self, item: int, precision: str) -> nn.Module:
+        """Flat item ``item``'s ``precision`` twin: int8 with per-token scales, or int4 (weight-only)."""
+        if precision == "int8":
+            return self.int8_sublayer(item)
+        from layersearch.models.precision import int4_twins
+
+        twins = int4_twins(self.model, self.int4_group_size())
+        return (twins.mlp if item % 2 else twins.attention)[item // 2]
 
     def int8_sublayer(self, item: int) -> nn.Module:
         """Flat item ``item``'s int8 twin with per-token activation scales (:class:`PerTokenInt8Linear`)."""
@@ -265,10 +282,19 @@ class SubLayerRunner:
         return mask
 
     # ----- outputs --------------------------------------------------------------------------
-    def top1(self, h: torch.Tensor, chunk: int = 256, int8_head: bool = False) -> torch.Tensor:
+    def top1(self, h: torch.Tensor, chunk: int = 256, int8_head: bool | str = False) -> torch.Tensor:
         """Greedy next token of each state and position: ``argmax(head(norm(h)))``, shape ``h.shape[:-1]``
-        (with ``int8_head`` the int8 twin of the head; soft-capping is monotone, so it is left out)."""
-        head = PerTokenInt8Linear(self.twins().head.linear) if int8_head else self.head
+        (with ``int8_head`` True or ``"int8"`` the int8 twin of the head, ``"int4"`` the int4 one;
+        soft-capping is monotone, so it is left out)."""
+        precision = "int8" if int8_head is True else "full" if int8_head is False else int8_head
+        if precision == "int8":
+            head = PerTokenInt8Linear(self.twins().head.linear)
+        elif precision == "int4":
+            from layersearch.models.precision import int4_twins
+
+            head = int4_twins(self.model, self.int4_group_size()).head.linear
+        else:
+            head = self.head
         flat = h.reshape(-1, h.shape[-1])
         out = torch.empty(flat.shape[0], dtype=torch.long, device=h.device)
         for lo in range(0, flat.shape[0], chunk):
@@ -294,18 +320,16 @@ class SubLayerRunner:
         for mask in masks:
             if mask.num_layers != self.num_layers:
                 raise LayersearchError(f"mask is for {mask.num_layers} layers but the model has {self.num_layers}")
-        flats = torch.tensor([mask.to_flat() for mask in masks], dtype=torch.bool)  # [B, 2L] True = skip
-        int8 = torch.tensor([_int8_flat(mask) for mask in masks], dtype=torch.bool)  # [B, 2L] True = int8
+        precisions = [_precision_flat(mask) for mask in masks]  # [B][2L]: full, int8, int4 or skip
         h = self.embed(windows).expand(len(masks), -1, -1).clone()
         for item in range(2 * self.num_layers):
-            for quantized in (False, True):
-                chosen = ~flats[:, item] & (int8[:, item] if quantized else ~int8[:, item])
-                rows = chosen.nonzero().flatten()
+            for precision in ("full", "int8", "int4"):
+                rows = torch.tensor([b for b, flat in enumerate(precisions) if flat[item] == precision], dtype=torch.long)
                 if rows.numel() == len(masks):
-                    h = self.sublayer(item, h, windows, quantized)
+                    h = self.sublayer(item, h, windows, precision)
                 elif rows.numel():
                     rows = rows.to(h.device)
-                    h[rows] = self.sublayer(item, h[rows], windows, quantized)
+                    h[rows] = self.sublayer(item, h[rows], windows, precision)
         return h
 
 
@@ -359,14 +383,9 @@ def _fbgemm(module: nn.Module) -> nn.Module | None:
     return None
 
 
-def _int8_flat(mask: SkipMask) -> list[bool]:
-    """Interleaved 2L flags of the plan's int8 sub-layers (attention at 2i, MLP at 2i+1)."""
-    flat = [False] * (2 * mask.num_layers)
-    for i in mask.int8_attention:
-        flat[2 * i] = True
-    for i in mask.int8_mlp:
-        flat[2 * i + 1] = True
-    return flat
+def _precision_flat(mask: SkipMask) -> list[str]:
+    """Interleaved 2L precisions of the plan's sub-layers (attention at 2i, MLP at 2i+1)."""
+    return [mask.precision("mlp" if item % 2 else "attention", item // 2) for item in range(2 * mask.num_layers)]
 
 
 def mean_cosine(states: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

@@ -124,9 +124,9 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
     file of ``fmt`` at ``path`` is merged into: its other keys are kept (``key`` replaced).
     """
     check_format(fmt)
-    if mask.has_int8:  # every paper's format holds skips only: writing the rest would drop it silently
-        raise LayersearchError(f"a {fmt} mask file holds skipped sub-layers only: this plan's int8 parts "
-                               f"({_int8_parts(mask)}) would be lost; keep the plan file for them")
+    if not mask.is_skip_only:  # every paper's format holds skips only: writing the rest would drop it silently
+        raise LayersearchError(f"a {fmt} mask file holds skipped sub-layers only: this plan's "
+                               f"{_low_bit_parts(mask)} would be lost; keep the plan file for them")
     if fmt != "knapspec" and not key:
         raise LayersearchError(f"a {fmt} mask file stores masks under a key: give key", fields="key")
     existing = existing_keys(path, fmt, key)
@@ -136,11 +136,17 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
     return write_json_atomic(path, {**existing, key: {"attention": list(mask.attention), "mlp": list(mask.mlp)}})
 
 
-def _int8_parts(mask: SkipMask) -> str:
-    """The int8 parts of a plan in words: ``attention 0-2, mlp 5, the LM head``."""
-    parts = [f"{kind} {','.join(map(str, getattr(mask, f'int8_{kind}')))}" for kind in _SUBLAYERS
-             if getattr(mask, f"int8_{kind}")]
-    return ", ".join(parts + (["the LM head"] if mask.int8_head else []))
+def _low_bit_parts(mask: SkipMask) -> str:
+    """The low-bit parts of a plan in words: ``int8 parts (attention 0,1,2, mlp 5, the LM head)``,
+    then its int4 parts the same way."""
+    texts = []
+    for quant in ("int8", "int4"):
+        parts = [f"{kind} {','.join(map(str, mask.quantized(quant, kind)))}" for kind in _SUBLAYERS
+                 if mask.quantized(quant, kind)]
+        parts += ["the LM head"] if getattr(mask, f"{quant}_head") else []
+        if parts:
+            texts.append(f"{quant} parts ({', '.join(parts)})")
+    return " and ".join(texts)
 
 
 def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]:

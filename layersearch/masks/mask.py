@@ -1,19 +1,23 @@
 """SkipMask: the draft plan, what the draft does with each attention and MLP sub-layer, and its file.
 
-A plan gives every sub-layer of a model with ``num_layers`` decoder layers one of three
+A plan gives every sub-layer of a model with ``num_layers`` decoder layers one of four
 precisions: **skip** (the residual passes through), **int8** (a low-precision twin of its
-Linears: weights int8 per output channel, activations int8 per token) or **full** (the
-target's own weights, the default); and the LM head full or int8. A *skip mask* is the plan
+Linears: weights int8 per output channel, activations int8 per token), **int4** (weight-only
+int4 twins, one scale and zero per group of ``int4_group_size`` input columns:
+:mod:`layersearch.models.int4`) or **full** (the target's own weights, the default); and the
+LM head full, int8 or int4. A *skip mask* is the plan
 with only full and skip, which is what every paper's search produces. The value is immutable
 and knows nothing of torch; the runtime applies it (``layersearch.models.skipping``).
 
-File format (schema_version 2; version 1 files, which have no ``int8`` key, stay valid, and a
-plan without int8 sub-layers is still written as version 1)::
+File format (schema_version 3; a plan is written with the oldest version that holds it: 1 for
+a skip mask, 2 with int8 parts, 3 with int4 parts, so older readers keep reading what they can
+run; a file of a version newer than this reader knows is refused, naming it)::
 
-    {"schema_version": 2,
+    {"schema_version": 3,
      "model": {"name": ..., "num_layers": ..., "hidden_size": ..., "fingerprint": ...},
      "num_layers": L, "attention": [...], "mlp": [...],
      "int8": {"attention": [...], "mlp": [...], "head": false},
+     "int4": {"attention": [...], "mlp": [...], "head": false, "group_size": 128},
      "provenance": {"strategy": ..., "objective": ..., "score": ..., "study": ...,
                     "trial": ..., "created": ...}}
 
@@ -33,26 +37,33 @@ from layersearch.common.errors import LayersearchError
 from layersearch.common.jsonfile import check_kind
 from layersearch.common.modelfile import FileKind, ModelBoundJson, ModelInfo
 
-SCHEMA_VERSION = 2
-#: Versions a mask file may declare: 1 (skip masks) and 2 (plans with int8 sub-layers).
-READ_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+#: Versions a mask file may declare: 1 (skip masks), 2 (plans with int8 parts), 3 (int4 parts).
+READ_VERSIONS = (1, 2, 3)
 #: The precisions a plan gives a sub-layer.
-PRECISIONS = ("full", "int8", "skip")
+PRECISIONS = ("full", "int8", "int4", "skip")
+#: The precisions that run a low-bit twin (each with ``<name>_attention``, ``_mlp``, ``_head`` fields).
+QUANTIZED = ("int8", "int4")
+#: int4 group sizes (input columns sharing one scale and zero); 128 is the default.
+INT4_GROUP_SIZES = (32, 64, 128, 256)
+#: The file version that first holds each low-bit precision's section.
+_SECTION_VERSION = {"int8": 2, "int4": 3}
 #: Most decoder layers a mask may describe: far beyond any real model, small enough that a
 #: hostile file cannot make drawing or checking a mask take unbounded time or memory.
 MAX_LAYERS = 4096
 #: The keys of a mask file's object; any other is refused (a misspelt section is no empty one).
-FILE_KEYS = ("schema_version", "model", "num_layers", "attention", "mlp", "int8", "provenance")
+FILE_KEYS = ("schema_version", "model", "num_layers", "attention", "mlp", "int8", "int4", "provenance")
 PROVENANCE_KEYS = ("strategy", "objective", "score", "study", "trial", "created")
 MASK_FILE = FileKind(tag=None, called="mask", made_for="mask was made for", schema_version=SCHEMA_VERSION)
 SKIP_ONLY_FILE = FileKind(tag=None, called="mask", made_for="mask was made for", schema_version=1)
+INT8_FILE = FileKind(tag=None, called="mask", made_for="mask was made for", schema_version=2)
 
 
 @dataclass(frozen=True)
 class SkipMask(ModelBoundJson):
-    """A draft plan for a decoder with ``num_layers`` layers: skipped and int8 sub-layers
-    (0-based layer indices, sorted, unique, disjoint) and whether the LM head runs in int8;
-    every other sub-layer runs at full precision."""
+    """A draft plan for a decoder with ``num_layers`` layers: skipped, int8 and int4 sub-layers
+    (0-based layer indices, sorted, unique, disjoint) and whether the LM head runs in int8 or
+    int4; every other sub-layer runs at full precision."""
 
     FILE = MASK_FILE
 
@@ -64,6 +75,10 @@ class SkipMask(ModelBoundJson):
     int8_attention: tuple[int, ...] = ()
     int8_mlp: tuple[int, ...] = ()
     int8_head: bool = False
+    int4_attention: tuple[int, ...] = ()
+    int4_mlp: tuple[int, ...] = ()
+    int4_head: bool = False
+    int4_group_size: int = 128
 
     def __post_init__(self) -> None:
         _require_int(self.num_layers, "num_layers", minimum=1)
@@ -72,17 +87,27 @@ class SkipMask(ModelBoundJson):
         object.__setattr__(self, "attention", _checked_indices(self.attention, self.num_layers, "attention"))
         object.__setattr__(self, "mlp", _checked_indices(self.mlp, self.num_layers, "mlp"))
         for kind in ("attention", "mlp"):
-            int8 = _checked_indices(getattr(self, f"int8_{kind}"), self.num_layers, f"int8 {kind}")
-            both = sorted(set(int8) & set(getattr(self, kind)))
-            if both:
-                raise LayersearchError(f"{kind} sub-layer {both[0]} is both skipped and int8: a sub-layer has one precision")
-            object.__setattr__(self, f"int8_{kind}", int8)
+            taken = {index: "skipped" for index in getattr(self, kind)}
+            for quant in QUANTIZED:
+                indices = _checked_indices(getattr(self, f"{quant}_{kind}"), self.num_layers, f"{quant} {kind}")
+                both = [index for index in indices if index in taken]
+                if both:
+                    raise LayersearchError(f"{kind} sub-layer {both[0]} is both {taken[both[0]]} and {quant}: "
+                                           "a sub-layer has one precision")
+                taken.update({index: quant for index in indices})
+                object.__setattr__(self, f"{quant}_{kind}", indices)
         if self.model is not None and not isinstance(self.model, ModelInfo):
             raise LayersearchError(f"model must be a ModelInfo or None, got {type(self.model).__name__}")
         if not isinstance(self.provenance, Mapping):
             raise LayersearchError(f"provenance must be a mapping, got {type(self.provenance).__name__}")
-        if not isinstance(self.int8_head, bool):
-            raise LayersearchError(f"int8 head must be true or false, got {self.int8_head!r}")
+        for quant in QUANTIZED:
+            if not isinstance(getattr(self, f"{quant}_head"), bool):
+                raise LayersearchError(f"{quant} head must be true or false, got {getattr(self, f'{quant}_head')!r}")
+        if self.int8_head and self.int4_head:
+            raise LayersearchError("the LM head is both int8 and int4: it has one precision")
+        if isinstance(self.int4_group_size, bool) or self.int4_group_size not in INT4_GROUP_SIZES:
+            raise LayersearchError(f"int4 group_size must be one of {', '.join(map(str, INT4_GROUP_SIZES))}, "
+                                   f"got {self.int4_group_size!r}")
         if self.model is not None and self.model.num_layers != self.num_layers:
             raise LayersearchError(
                 f"num_layers is {self.num_layers} but model.num_layers (the layers of {self.model.name!r} the plan "
@@ -161,32 +186,55 @@ class SkipMask(ModelBoundJson):
         return bool(self.num_int8 or self.int8_head)
 
     @property
+    def num_int4(self) -> int:
+        """Number of sub-layers that run in int4."""
+        return len(self.int4_attention) + len(self.int4_mlp)
+
+    @property
+    def has_int4(self) -> bool:
+        """True when any sub-layer or the head runs in int4 (the draft needs the int4 twins)."""
+        return bool(self.num_int4 or self.int4_head)
+
+    @property
     def is_empty(self) -> bool:
         """True when the plan changes nothing (the draft would equal the target)."""
-        return self.num_skipped == 0 and not self.has_int8
+        return self.num_skipped == 0 and self.is_skip_only
 
     @property
     def is_skip_only(self) -> bool:
         """True for a skip mask: every sub-layer full or skipped, the head full."""
-        return not self.has_int8
+        return not (self.has_int8 or self.has_int4)
+
+    @property
+    def head_precision(self) -> str:
+        """``"full"``, ``"int8"`` or ``"int4"``: how the draft's LM head runs."""
+        return next((quant for quant in QUANTIZED if getattr(self, f"{quant}_head")), "full")
+
+    def quantized(self, quant: str, kind: str) -> tuple[int, ...]:
+        """The layers whose ``kind`` (attention/mlp) sub-layer runs in ``quant`` (int8/int4)."""
+        return tuple(getattr(self, f"{quant}_{kind}"))
 
     def precision(self, kind: str, layer: int) -> str:
-        """``"full"``, ``"int8"`` or ``"skip"`` for sub-layer ``kind`` (attention/mlp) of ``layer``."""
+        """``"full"``, ``"int8"``, ``"int4"`` or ``"skip"`` for sub-layer ``kind`` (attention/mlp) of ``layer``."""
         if layer in getattr(self, kind):
             return "skip"
-        return "int8" if layer in getattr(self, f"int8_{kind}") else "full"
+        return next((quant for quant in QUANTIZED if layer in getattr(self, f"{quant}_{kind}")), "full")
 
     def short_string(self) -> str:
         """Compact readable form, e.g. ``A:3,7,11 M:14`` for a skip mask, with ``int8 A:0-2 M:- H``
-        after it for a plan (used in study user_attrs and table labels)."""
+        (and ``int4 A:.. M:.. g128``) after it for a plan (used in study user_attrs and table labels)."""
         text = f"A:{_ranges(self.attention)} M:{_ranges(self.mlp)}"
-        if not self.has_int8:
-            return text
-        return f"{text} int8 A:{_ranges(self.int8_attention)} M:{_ranges(self.int8_mlp)}" + (" H" if self.int8_head else "")
+        if self.has_int8:
+            text += f" int8 A:{_ranges(self.int8_attention)} M:{_ranges(self.int8_mlp)}" + (" H" if self.int8_head else "")
+        if self.has_int4:
+            text += (f" int4 A:{_ranges(self.int4_attention)} M:{_ranges(self.int4_mlp)}"
+                     + (" H" if self.int4_head else "") + (f" g{self.int4_group_size}" if self.int4_group_size != 128 else ""))
+        return text
 
     def _copy(self, **changes: Any) -> "SkipMask":
         values = {f: getattr(self, f) for f in ("num_layers", "attention", "mlp", "model", "provenance",
-                                                  "int8_attention", "int8_mlp", "int8_head")}
+                                                  "int8_attention", "int8_mlp", "int8_head",
+                                                  "int4_attention", "int4_mlp", "int4_head", "int4_group_size")}
         return SkipMask(**{**values, **changes})
 
     def with_provenance(self, **provenance: Any) -> "SkipMask":
@@ -201,16 +249,37 @@ class SkipMask(ModelBoundJson):
         """The same skips with these sub-layers (and the head, if ``head``) in int8."""
         return self._copy(int8_attention=attention, int8_mlp=mlp, int8_head=head)  # checked by the constructor
 
+    def with_int4(self, attention: Iterable[int], mlp: Iterable[int], head: bool) -> "SkipMask":
+        """The same skips with these sub-layers (and the head, if ``head``) in int4."""
+        return self._copy(int4_attention=attention, int4_mlp=mlp, int4_head=head)
+
+    def kept_in(self, quant: str, head: bool = True) -> "SkipMask":
+        """The plan that runs every sub-layer this one does not skip in ``quant`` (int8/int4),
+        and the head in ``quant`` when ``head`` (or already so); other low-bit parts go back to
+        full first, since a sub-layer has one precision."""
+        if quant not in QUANTIZED:
+            raise LayersearchError(f"unknown low-bit precision {quant!r} (choose from {', '.join(QUANTIZED)})")
+        keep_attention = [i for i in range(self.num_layers) if i not in self.attention]
+        keep_mlp = [i for i in range(self.num_layers) if i not in self.mlp]
+        base = self._copy(**{f"{q}_{part}": () if part != "head" else False
+                             for q in QUANTIZED for part in ("attention", "mlp", "head")})
+        return base._copy(**{f"{quant}_attention": keep_attention, f"{quant}_mlp": keep_mlp,
+                             f"{quant}_head": head or getattr(self, f"{quant}_head")})
+
     def kept_in_int8(self, head: bool = True) -> "SkipMask":
         """The plan that runs every sub-layer this one does not skip in int8 (``--draft-quant int8``
         on a self-draft), and the head in int8 when ``head``."""
-        keep_attention = [i for i in range(self.num_layers) if i not in self.attention]
-        keep_mlp = [i for i in range(self.num_layers) if i not in self.mlp]
-        return self.with_int8(keep_attention, keep_mlp, head or self.int8_head)
+        return self.kept_in("int8", head)
+
+    def kept_in_int4(self, head: bool = True) -> "SkipMask":
+        """The plan that runs every sub-layer this one does not skip in int4 (``--draft-quant int4``
+        on a self-draft), and the head in int4 when ``head``."""
+        return self.kept_in("int4", head)
 
     def skips_only(self) -> "SkipMask":
-        """This plan's skip mask: its int8 sub-layers back at full precision."""
-        return self._copy(int8_attention=(), int8_mlp=(), int8_head=False)
+        """This plan's skip mask: its int8 and int4 sub-layers back at full precision."""
+        return self._copy(int8_attention=(), int8_mlp=(), int8_head=False, int4_attention=(), int4_mlp=(), int4_head=False,
+                          int4_group_size=128)
 
     def check_model(self, model: ModelInfo) -> None:
         """Raise if this mask was made for another model than ``model``."""
@@ -223,11 +292,13 @@ class SkipMask(ModelBoundJson):
 
     # ----- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of the mask file (version 1 for a skip mask, 2 for a plan with int8)."""
+        """The JSON object of the mask file (version 1 for a skip mask, 2 for a plan with int8,
+        3 with int4: the oldest version that holds the plan)."""
         provenance = {key: self.provenance.get(key) for key in PROVENANCE_KEYS}
         provenance.update({k: v for k, v in self.provenance.items() if k not in provenance})
+        kind = self.FILE if self.has_int4 else INT8_FILE if self.has_int8 else SKIP_ONLY_FILE
         data = {
-            **(SKIP_ONLY_FILE if self.is_skip_only else self.FILE).header(),
+            **kind.header(),
             "model": self.model.to_dict() if self.model else None,
             "num_layers": self.num_layers,
             "attention": list(self.attention),
@@ -235,6 +306,9 @@ class SkipMask(ModelBoundJson):
         }
         if not self.is_skip_only:
             data["int8"] = {"attention": list(self.int8_attention), "mlp": list(self.int8_mlp), "head": self.int8_head}
+        if self.has_int4:
+            data["int4"] = {"attention": list(self.int4_attention), "mlp": list(self.int4_mlp), "head": self.int4_head,
+                            "group_size": self.int4_group_size}
         return {**data, "provenance": provenance}
 
     @classmethod
@@ -244,8 +318,11 @@ class SkipMask(ModelBoundJson):
         if not isinstance(data, dict):
             raise LayersearchError("mask file must hold a JSON object")
         version = data.get("schema_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > max(READ_VERSIONS):
+            raise LayersearchError(f"mask file has schema_version {version}, newer than this layersearch reads "
+                                   f"({', '.join(map(str, READ_VERSIONS))}): a newer layersearch wrote it; upgrade to read it")
         if isinstance(version, bool) or version not in READ_VERSIONS:
-            raise LayersearchError(f"unsupported schema_version {version!r} (expected {' or '.join(map(str, READ_VERSIONS))})")
+            raise LayersearchError(f"unsupported schema_version {version!r} (expected {', '.join(map(str, READ_VERSIONS))})")
         unknown = [key for key in data if key not in FILE_KEYS]
         if unknown:  # a misspelt section (INT8, precision) must not quietly run as all full precision
             raise LayersearchError(f"unknown key {unknown[0]!r} (a plan holds {', '.join(FILE_KEYS)})")
@@ -259,27 +336,32 @@ class SkipMask(ModelBoundJson):
         for key in ("attention", "mlp"):
             if not isinstance(data[key], list):
                 raise LayersearchError(f"{key} must be a list of layer indices")
-        int8 = _int8_section(data, version)
+        int8 = _quant_section(data, version, "int8")
+        int4 = _quant_section(data, version, "int4")
         return cls(data["num_layers"], tuple(data["attention"]), tuple(data["mlp"]), model, provenance,
-                   tuple(int8["attention"]), tuple(int8["mlp"]), int8["head"])
+                   tuple(int8["attention"]), tuple(int8["mlp"]), int8["head"],
+                   tuple(int4["attention"]), tuple(int4["mlp"]), int4["head"], int4.get("group_size", 128))
 
 
-def _int8_section(data: dict[str, Any], version: int) -> dict[str, Any]:
-    """The file's ``int8`` object (version 2 only), checked; empty for a skip mask."""
-    section = data.get("int8")
+def _quant_section(data: dict[str, Any], version: int, quant: str) -> dict[str, Any]:
+    """The file's ``int8`` (version 2 on) or ``int4`` (version 3 on) object, checked; empty where absent."""
+    section = data.get(quant)
     if section is None:
         return {"attention": [], "mlp": [], "head": False}
-    if version < 2:
-        raise LayersearchError("int8 sub-layers need schema_version 2 (this file declares 1)")
+    needed = _SECTION_VERSION[quant]
+    if version < needed:
+        raise LayersearchError(f"{quant} sub-layers need schema_version {needed} (this file declares {version})")
+    keys = ("attention", "mlp", "head") + (("group_size",) if quant == "int4" else ())
     if not isinstance(section, dict):
-        raise LayersearchError("int8 must be an object with attention, mlp and head")
-    unknown = sorted(set(section) - {"attention", "mlp", "head"})
+        raise LayersearchError(f"{quant} must be an object with {', '.join(keys)}")
+    unknown = sorted(set(section) - set(keys))
     if unknown:
-        raise LayersearchError(f"int8 has an unknown key {unknown[0]!r} (expected attention, mlp, head)")
+        raise LayersearchError(f"{quant} has an unknown key {unknown[0]!r} (expected {', '.join(keys)})")
     for key in ("attention", "mlp"):
         if not isinstance(section.get(key, []), list):
-            raise LayersearchError(f"int8.{key} must be a list of layer indices")
-    return {"attention": section.get("attention", []), "mlp": section.get("mlp", []), "head": section.get("head", False)}
+            raise LayersearchError(f"{quant}.{key} must be a list of layer indices")
+    return {"attention": section.get("attention", []), "mlp": section.get("mlp", []), "head": section.get("head", False),
+            **({"group_size": section["group_size"]} if "group_size" in section else {})}
 
 
 def _ranges(indices: tuple[int, ...]) -> str:
@@ -338,10 +420,11 @@ def _checked_indices(indices: Iterable[Any], num_layers: int, what: str) -> tupl
 
 
 def render_mask(mask: SkipMask) -> str:
-    """``mask show``'s text drawing: one column per layer, rows for attention and MLP (x = skipped, 8 = int8)."""
+    """``mask show``'s text drawing: one column per layer, rows for attention and MLP
+    (x = skipped, 8 = int8, 4 = int4)."""
     width = len(str(mask.num_layers - 1))
     header = " ".join(str(i).rjust(width) for i in range(mask.num_layers))
-    marks = {"skip": "x", "int8": "8", "full": "."}
+    marks = {"skip": "x", "int8": "8", "int4": "4", "full": "."}
 
     def row(kind: str) -> str:
         return " ".join(marks[mask.precision(kind, i)].rjust(width) for i in range(mask.num_layers))
@@ -349,13 +432,18 @@ def render_mask(mask: SkipMask) -> str:
     model = mask.model.name if mask.model else "unknown model"
     summary = f"{mask.num_skipped} of {2 * mask.num_layers} sub-layers skipped (ratio {mask.skip_ratio:.2f})"
     if mask.has_int8:
-        summary += f", {mask.num_int8} int8, LM head {'int8' if mask.int8_head else 'full'}"
+        summary += f", {mask.num_int8} int8"
+    if mask.has_int4:
+        summary += f", {mask.num_int4} int4 (groups of {mask.int4_group_size})"
+    if not mask.is_skip_only:
+        summary += f", LM head {mask.head_precision}"
+    legend = "x = skipped" + (", 8 = int8" if mask.has_int8 else "") + (", 4 = int4" if mask.has_int4 else "")
     lines = [
         f"{model}: {mask.num_layers} layers, {summary}",
         f"layer {header}",
         f"attn  {row('attention')}",
         f"mlp   {row('mlp')}",
-        "x = skipped, 8 = int8, . = full" if mask.has_int8 else "x = skipped, . = kept",
+        f"{legend}, . = full" if not mask.is_skip_only else "x = skipped, . = kept",
     ]
     strategy = mask.provenance.get("strategy")
     if strategy:

@@ -6,7 +6,7 @@ target must both exist at once, as two modules that never change, so each can be
 once and replayed every step. :func:`plan_view` builds that second module: the model's
 objects are copied (not their tensors) along the path down to each replaced sub-layer, and
 the replaced ones are small modules (:class:`SkippedAttention`, :class:`SkippedMLP`,
-:class:`SkippedLayer`, :class:`BypassedNorm`) or the plan's int8 twins. The model itself is
+:class:`SkippedLayer`, :class:`BypassedNorm`) or the plan's int8 and int4 twins. The model itself is
 never modified; a view costs a few hundred small Python objects and no tensor memory.
 """
 
@@ -61,21 +61,21 @@ class BypassedNorm(nn.Module):
 def plan_view(model: PreTrainedModel, plan: SkipMask) -> PreTrainedModel:
     """``model`` with ``plan`` applied, as a separate module sharing all of ``model``'s tensors.
 
-    Skipped sub-layers become the modules above, int8 ones their twins
-    (:func:`~layersearch.models.precision.int8_twins`); the LM head is the model's own (an int8
+    Skipped sub-layers become the modules above, int8 and int4 ones their twins
+    (:func:`~layersearch.models.precision.plan_twins`); the LM head is the model's own (a low-bit
     head is the drafter's to pass to the forward, as with ``skipping``). An empty plan gives
     the model itself."""
     layers = decoder_layers(model)
     if plan.num_layers != len(layers):
         raise LayersearchError(f"mask is for {plan.num_layers} layers but the model has {len(layers)}")
-    if plan.is_empty and not plan.num_int8:
+    if plan.num_skipped == 0 and not (plan.num_int8 or plan.num_int4):
         return model
     layout = layout_for(model.config)
-    twins = None
-    if plan.num_int8:
-        from layersearch.models.precision import int8_twins
+    twins: dict[str, Any] = {}
+    if plan.num_int8 or plan.num_int4:
+        from layersearch.models.precision import plan_twins
 
-        twins = int8_twins(model)
+        twins = plan_twins(model, plan)
     whole = set(plan.attention) & set(plan.mlp)
     new_layers = []
     for i, layer in enumerate(layers):
@@ -86,13 +86,13 @@ def plan_view(model: PreTrainedModel, plan: SkipMask) -> PreTrainedModel:
         if i in plan.attention:
             children["self_attn"] = SkippedAttention()
             children.update({name: BypassedNorm() for name in layout.attention_norms if isinstance(getattr(layer, name, None), nn.Module)})
-        elif twins is not None and i in plan.int8_attention:
-            children["self_attn"] = twins.attention[i]
+        elif plan.precision("attention", i) in twins:
+            children["self_attn"] = twins[plan.precision("attention", i)].attention[i]
         if i in plan.mlp:
             children["mlp"] = SkippedMLP()
             children.update({name: BypassedNorm() for name in layout.mlp_norms if isinstance(getattr(layer, name, None), nn.Module)})
-        elif twins is not None and i in plan.int8_mlp:
-            children["mlp"] = twins.mlp[i]
+        elif plan.precision("mlp", i) in twins:
+            children["mlp"] = twins[plan.precision("mlp", i)].mlp[i]
         new_layers.append(_with_children(layer, children) if children else layer)
     base = getattr(model, "model", model)
     new_base = _with_children(base, {"layers": nn.ModuleList(new_layers)})

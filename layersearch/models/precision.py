@@ -1,5 +1,9 @@
 """int8 twins of a model's sub-layers: what a draft plan's ``int8`` sub-layers and head run.
 
+The int4 twins (:mod:`layersearch.models.int4`) are built by the same helpers
+(:func:`build_twins`); :func:`twins_for`, :func:`plan_twins` and :func:`plan_head` give any
+precision's twins to the plan view, the drafters and the teacher.
+
 A twin is the sub-layer (an attention or MLP module, or the LM head) with every Linear replaced
 by an :class:`Int8Linear`: weights int8 per output channel, activations int8 with one scale per
 token. A one-token call (every draft step) runs torch's dynamic int8 Linear (fbgemm), whose one
@@ -31,17 +35,22 @@ Linear's number (:data:`_LIVE` maps it back, weakly): one opaque node running th
 
 from __future__ import annotations
 
-import copy
 import itertools
 import time
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from layersearch.common.errors import LayersearchError
+from layersearch.models.int4 import Int4Twins, int4_twins as _int4_twins
 from layersearch.models.quantize import is_quantized_linear, quantized_like
+from layersearch.models.twins import TwinHead, build_twins
+
+#: The low-bit LM head (int8 or int4): :class:`~layersearch.models.twins.TwinHead`.
+Int8Head = TwinHead
 
 _TWINS: "weakref.WeakKeyDictionary[nn.Module, Int8Twins]" = weakref.WeakKeyDictionary()
 # CPU int8 Linears by number, for the custom op (a compiled graph holds the number, not the module).
@@ -129,21 +138,6 @@ def _int8_linear_shape(x: torch.Tensor, number: int, out_features: int) -> torch
     return x.new_empty((*x.shape[:-1], out_features))
 
 
-class Int8Head:
-    """The LM head in int8: final-norm states -> logits, as ``forward_tokens(head=...)`` takes."""
-
-    def __init__(self, linear: nn.Module, softcap: float | None) -> None:
-        self.linear = linear
-        self.softcap = softcap
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits ``[n, vocab]`` from final-norm states ``hidden`` [n, hidden]."""
-        scores = self.linear(hidden)
-        if self.softcap:  # Gemma 2/3 squash the final logits: tanh(x / cap) * cap
-            scores = torch.tanh(scores / self.softcap) * self.softcap
-        return scores
-
-
 def int8_twins(model: nn.Module) -> Int8Twins:
     """The int8 twins of ``model``'s sub-layers and head, built on first use and kept."""
     twins = _TWINS.get(model)
@@ -151,6 +145,33 @@ def int8_twins(model: nn.Module) -> Int8Twins:
         twins = _build(model)
         _TWINS[model] = twins
     return twins
+
+
+def int4_twins(model: nn.Module, group_size: int = 128) -> Int4Twins:
+    """The int4 twins of ``model``'s sub-layers and head in groups of ``group_size`` input
+    columns (:mod:`layersearch.models.int4`), built on first use and kept."""
+    return _int4_twins(model, group_size)
+
+
+def twins_for(model: nn.Module, quant: str, group_size: int = 128) -> Int8Twins | Int4Twins:
+    """The twins a plan's ``quant`` (int8 / int4) parts run: one entry point for every precision."""
+    if quant == "int8":
+        return int8_twins(model)
+    if quant == "int4":
+        return int4_twins(model, group_size)
+    raise LayersearchError(f"unknown low-bit precision {quant!r} (int8 or int4)")
+
+
+def plan_twins(model: nn.Module, plan: Any) -> dict[str, Int8Twins | Int4Twins]:
+    """The twins each low-bit precision of ``plan`` (a SkipMask) needs, by precision name."""
+    return {quant: twins_for(model, quant, plan.int4_group_size)
+            for quant in ("int8", "int4") if getattr(plan, f"has_{quant}")}
+
+
+def plan_head(model: nn.Module, plan: Any) -> TwinHead | None:
+    """The low-bit LM head ``plan`` drafts with (None: the model's own)."""
+    quant = plan.head_precision
+    return None if quant == "full" else twins_for(model, quant, plan.int4_group_size).head
 
 
 def check_int8_device(model: nn.Module) -> None:
@@ -174,28 +195,8 @@ def check_int8_device(model: nn.Module) -> None:
 def _build(model: nn.Module) -> Int8Twins:
     check_int8_device(model)
     start = time.perf_counter()
-    layers = getattr(getattr(model, "model", model), "layers", None)  # [L] decoder layers (skipping.py checks them)
-    if not isinstance(layers, nn.ModuleList) or not all(hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
-        raise LayersearchError(f"{type(model).__name__} has no decoder layers with self_attn and mlp: it cannot take int8 twins")
-    head = model.get_output_embeddings()
-    config = model.config
-    softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
-    with torch.no_grad():
-        attention = tuple(_twin(layer.self_attn) for layer in layers)
-        mlp = tuple(_twin(layer.mlp) for layer in layers)
-        quantized_head = Int8Head(Int8Linear(_plain_linear(head)), softcap)
-    return Int8Twins(attention, mlp, quantized_head, time.perf_counter() - start)
-
-
-def _twin(module: nn.Module) -> nn.Module:
-    """A shallow copy of ``module`` whose Linears are int8 (its other children are shared)."""
-    twin = copy.copy(module)
-    twin.__dict__.pop("forward", None)  # never inherit a skip or kernel override
-    twin._modules = dict(module._modules)
-    for name, child in module.named_children():
-        if isinstance(child, nn.Linear):
-            twin._modules[name] = Int8Linear(_plain_linear(child))
-    return twin
+    attention, mlp, head = build_twins(model, lambda linear, name: Int8Linear(_plain_linear(linear)), "int8")
+    return Int8Twins(attention, mlp, head, time.perf_counter() - start)
 
 
 def _plain_linear(linear: nn.Module) -> nn.Linear:

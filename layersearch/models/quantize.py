@@ -22,8 +22,9 @@ import warnings
 
 import torch
 
-from layersearch.common.checks import QUANT_SCHEMES  # the one list of schemes
 from layersearch.common.errors import LayersearchError
+
+from layersearch.common.checks import QUANT_SCHEMES, SELF_DRAFT_QUANTS  # noqa: F401 (the one list of each)
 
 # Linears left in fp32: inputs with outlier channels that one activation scale cannot cover.
 _KEPT_FP32 = ("down_proj",)
@@ -35,6 +36,9 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
     twins (:mod:`layersearch.models.precision`), which also run on CUDA (weight-only int8)."""
     if scheme is None:
         return
+    if scheme == "int4":
+        _check_int4_draft(device, dtype, self_draft)
+        return
     if scheme not in QUANT_SCHEMES:
         raise LayersearchError(f"unknown draft quantization {scheme!r} (choose from {', '.join(QUANT_SCHEMES)})")
     if self_draft and str(device).startswith("cuda"):
@@ -45,6 +49,20 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
         raise LayersearchError(f"draft_quant {scheme} runs on {where}, not {device}", fields="draft_quant")
     if dtype not in (None, "float32"):
         raise LayersearchError(f"draft_quant {scheme} quantizes float32 weights, not {dtype}", fields="draft_quant")
+
+
+def _check_int4_draft(device: str, dtype: str | None, self_draft: bool) -> None:
+    """int4 is the model's own draft (its int4 twins, :mod:`layersearch.models.int4`), from
+    float32 or bfloat16 weights: CUDA (tinygemm) or CPU (the GPU-rounding emulation)."""
+    if not self_draft:
+        raise LayersearchError("draft_quant int4 runs the model's own int4 twins; a draft model takes int8 only "
+                               "(or none: drop the draft model for the int4 self-draft)", fields="draft_quant")
+    cuda = str(device).startswith("cuda")
+    if not cuda and not str(device).startswith("cpu"):
+        raise LayersearchError(f"draft_quant int4 runs on CPU or CUDA, not {device}", fields="draft_quant")
+    if dtype not in (None, "float32", "bfloat16"):
+        where = "on CUDA runs torch's bfloat16 tinygemm" if cuda else "on CPU emulates the GPU's bfloat16 kernel"
+        raise LayersearchError(f"draft_quant int4 {where} from float32 or bfloat16 weights, not {dtype}", fields="draft_quant")
 
 
 def quantize_draft(model: torch.nn.Module, scheme: str = "int8", keep: tuple[str, ...] = _KEPT_FP32) -> torch.nn.Module:

@@ -71,7 +71,7 @@ def _branch_norms(layer: nn.Module, names: tuple[str, ...]) -> list[nn.Module]:
 
 
 def _overrides(model: nn.Module, layers: nn.ModuleList, mask: SkipMask, layout: LayerLayout) -> list[tuple[nn.Module, Any]]:
-    """(module, replacement forward) pairs that skip ``mask``'s sub-layers and run its int8 ones."""
+    """(module, replacement forward) pairs that skip ``mask``'s sub-layers and run its int8 and int4 ones."""
     whole = set(mask.attention) & set(mask.mlp)
     overrides: list[tuple[nn.Module, Any]] = [(layers[i], _skipped_layer) for i in sorted(whole)]
     for i in mask.attention:
@@ -82,19 +82,19 @@ def _overrides(model: nn.Module, layers: nn.ModuleList, mask: SkipMask, layout: 
         if i not in whole:
             overrides.append((layers[i].mlp, _skipped_mlp))
             overrides += [(norm, _bypassed_norm) for norm in _branch_norms(layers[i], layout.mlp_norms)]
-    if mask.num_int8:
-        from layersearch.models.precision import int8_twins
+    if mask.num_int8 or mask.num_int4:
+        from layersearch.models.precision import plan_twins
 
-        twins = int8_twins(model)
-        overrides += [(layers[i].self_attn, twins.attention[i].forward) for i in mask.int8_attention]
-        overrides += [(layers[i].mlp, twins.mlp[i].forward) for i in mask.int8_mlp]
+        for quant, twins in plan_twins(model, mask).items():  # int8 and int4 alike
+            overrides += [(layers[i].self_attn, twins.attention[i].forward) for i in mask.quantized(quant, "attention")]
+            overrides += [(layers[i].mlp, twins.mlp[i].forward) for i in mask.quantized(quant, "mlp")]
     return overrides
 
 
 @contextmanager
 def skipping(model: nn.Module, mask: SkipMask) -> Iterator[nn.Module]:
     """Run ``model`` with ``mask``'s plan applied for the duration of the block: its skipped
-    sub-layers skipped, its int8 sub-layers run by their int8 twins (its int8 head is the
+    sub-layers skipped, its int8 and int4 sub-layers run by their twins (its low-bit head is the
     drafter's to pass to the forward: the target's head module is shared with verification)."""
     layers = decoder_layers(model)
     if mask.num_layers != len(layers):

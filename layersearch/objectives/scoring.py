@@ -75,7 +75,8 @@ def tokens_per_time(run: "DecodeStats", mask: SkipMask, profile: Any, context: i
 
 def trial_attrs(mask: SkipMask, run: "DecodeStats | None", **extra: Any) -> dict[str, Any]:
     """The :data:`TRIAL_ATTRS` of a trial (M, alpha and tokens/s None without a decode run), for a
-    plan with int8 parts also ``int8_ratio`` and ``int8_head``, plus ``extra``."""
+    plan with int8 parts also ``int8_ratio`` and ``int8_head`` (int4 parts: ``int4_ratio``,
+    ``int4_head``), plus ``extra``."""
     attrs: dict[str, Any] = {
         "mask": mask.short_string(),
         "M": None if run is None else run.mean_accepted_length,
@@ -85,6 +86,8 @@ def trial_attrs(mask: SkipMask, run: "DecodeStats | None", **extra: Any) -> dict
     }
     if mask.has_int8:  # a draft plan: how much of it runs in int8 (the mask string says where)
         attrs.update(int8_ratio=mask.num_int8 / (2 * mask.num_layers), int8_head=mask.int8_head)
+    if mask.has_int4:  # ... and in int4
+        attrs.update(int4_ratio=mask.num_int4 / (2 * mask.num_layers), int4_head=mask.int4_head)
     attrs.update(extra)
     return attrs
 

@@ -41,7 +41,10 @@ device runs int8 twins, the profile also holds one int8 attention sub-layer's co
 (``int8_attention_slope``, ``int8_attention_intercept``), one int8 MLP sub-layer's
 (``int8_mlp_seconds``) and what the int8 LM head saves on the base (``int8_head_saving``); all
 ``null`` where not measured (older files, GPU profiles), and a plan with int8 sub-layers then
-cannot be costed (one error line naming ``layersearch profile``).
+cannot be costed (one error line naming ``layersearch profile``). The int4 twins' costs
+(``int4_attention_slope``, ``int4_attention_intercept``, ``int4_mlp_seconds``,
+``int4_head_saving``) mirror them, measured where the device runs int4 twins (CPU: the
+bf16 emulation, which costs what it costs here, not what tinygemm costs on a GPU).
 
 Provenance (schema_version 2; version 1 files still read, with these fields empty): a profile
 predicts for the device it was measured on, so it says which (``device``: ``"cpu: <CPU model>"``
@@ -76,6 +79,10 @@ PROFILE_FILE = FileKind(tag=KIND, called="profile", made_for="profile was measur
 _TIME_FIELDS = ("attention_slope", "attention_intercept", "mlp_seconds", "base_seconds")
 #: The int8 timings (optional: None where the profile did not measure int8 twins).
 INT8_FIELDS = ("int8_attention_slope", "int8_attention_intercept", "int8_mlp_seconds", "int8_head_saving")
+#: The int4 timings, the same four (None where the profile did not measure int4 twins).
+INT4_FIELDS = ("int4_attention_slope", "int4_attention_intercept", "int4_mlp_seconds", "int4_head_saving")
+#: Each low-bit precision's optional timings.
+QUANT_FIELDS = {"int8": INT8_FIELDS, "int4": INT4_FIELDS}
 _REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify_ratios")
 #: Config fields that determine a model's costs (with the dtype): what a profile is bound to.
 ARCHITECTURE_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
@@ -177,6 +184,10 @@ class LatencyProfile(ModelBoundJson):
     int8_attention_intercept: float | None = None  # ... and at context 0
     int8_mlp_seconds: float | None = None  # an int8 MLP sub-layer, one token
     int8_head_saving: float | None = None  # seconds the int8 LM head saves on base_seconds, one token
+    int4_attention_slope: float | None = None  # the same four for int4 twins
+    int4_attention_intercept: float | None = None
+    int4_mlp_seconds: float | None = None
+    int4_head_saving: float | None = None
     # ----- provenance (schema 2): where and how the timings were taken ----------------------------
     transformers_version: str = ""
     commit: str = ""  # the layersearch checkout's commit, or "layersearch <version>"
@@ -201,7 +212,7 @@ class LatencyProfile(ModelBoundJson):
         object.__setattr__(self, "kernel_timings", tuple(self.kernel_timings))
         if any(not isinstance(t, KernelTiming) for t in self.kernel_timings):
             raise LayersearchError("profile kernel_timings must hold KernelTiming values")
-        for name in INT8_FIELDS:
+        for name in (*INT8_FIELDS, *INT4_FIELDS):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _non_negative(getattr(self, name), name))
         if self.target_seconds(0) <= 0:
@@ -277,30 +288,43 @@ class LatencyProfile(ModelBoundJson):
         """True when the profile measured int8 sub-layers (it can cost plans with int8)."""
         return all(getattr(self, name) is not None for name in INT8_FIELDS)
 
+    @property
+    def has_int4(self) -> bool:
+        """True when the profile measured int4 sub-layers (it can cost plans with int4)."""
+        return all(getattr(self, name) is not None for name in INT4_FIELDS)
+
+    def check_costs(self, mask: SkipMask) -> None:
+        """One error line (naming ``layersearch profile``) where this profile cannot cost ``mask``'s
+        low-bit parts: checked before a run, not after its first draft."""
+        for quant in QUANT_FIELDS:
+            if getattr(mask, f"has_{quant}"):
+                self._check_quant(quant)
+
     def sublayer_seconds(self, kind: str, precision: str, context: int, layer: int | None = None) -> float:
         """One sub-layer's cost (one token after ``context``): ``kind`` attention or mlp at
-        ``precision`` full, int8 or skip (0); ``layer`` matters for sliding-window attention."""
+        ``precision`` full, int8, int4 or skip (0); ``layer`` matters for sliding-window attention."""
         if precision == "skip":
             return 0.0
-        if precision == "int8":
-            self._check_int8()
+        if precision in QUANT_FIELDS:
+            self._check_quant(precision)
             if kind == "mlp":
-                return self.int8_mlp_seconds
+                return getattr(self, f"{precision}_mlp_seconds")
             full_intercept = self.attention_seconds(context, layer) - self.attention_intercept
-            scale = self.int8_attention_slope / self.attention_slope if self.attention_slope else 1.0
-            return full_intercept * scale + self.int8_attention_intercept
+            slope = getattr(self, f"{precision}_attention_slope")
+            scale = slope / self.attention_slope if self.attention_slope else 1.0
+            return full_intercept * scale + getattr(self, f"{precision}_attention_intercept")
         if precision != "full":
-            raise LayersearchError(f"unknown precision {precision!r} (full, int8 or skip)")
+            raise LayersearchError(f"unknown precision {precision!r} (full, int8, int4 or skip)")
         return self.mlp_seconds if kind == "mlp" else self.attention_seconds(context, layer)
 
     def draft_seconds(self, mask: SkipMask, context: int) -> float:
-        """One draft forward (one token): base (with the int8 head's saving where the plan asks
+        """One draft forward (one token): base (with the low-bit head's saving where the plan asks
         for it) plus every sub-layer at the plan's precision."""
         self._check_mask(mask)
         head = 0.0
-        if mask.int8_head:
-            self._check_int8()
-            head = self.int8_head_saving
+        if mask.head_precision != "full":
+            self._check_quant(mask.head_precision)
+            head = getattr(self, f"{mask.head_precision}_head_saving")
         if mask.is_skip_only and not self.attention_windows:  # the common case, in closed form
             attention = (self.num_layers - len(mask.attention)) * self.attention_seconds(context)
             return self.base_seconds + attention + (self.num_layers - len(mask.mlp)) * self.mlp_seconds
@@ -434,7 +458,7 @@ class LatencyProfile(ModelBoundJson):
             "attention_windows": list(self.attention_windows),
             "kernels": self.kernels,
             "kernel_timings": [t.to_dict() for t in self.kernel_timings],
-            **{name: getattr(self, name) for name in INT8_FIELDS},
+            **{name: getattr(self, name) for name in (*INT8_FIELDS, *INT4_FIELDS)},
             # provenance (schema 2)
             "transformers_version": self.transformers_version,
             "commit": self.commit,
@@ -477,7 +501,7 @@ class LatencyProfile(ModelBoundJson):
             attention_windows=tuple(data.get("attention_windows", ())),
             kernels=data.get("kernels", "stock"),
             kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
-            **{name: data.get(name) for name in INT8_FIELDS},
+            **{name: data.get(name) for name in (*INT8_FIELDS, *INT4_FIELDS)},
             transformers_version=data.get("transformers_version", ""),
             commit=data.get("commit", ""),
             compile_mode=data.get("compile_mode", "eager"),
@@ -491,9 +515,13 @@ class LatencyProfile(ModelBoundJson):
         mask.check_model(self.model)
 
     def _check_int8(self) -> None:
-        if not self.has_int8:
-            raise LayersearchError("this latency profile has no int8 timings (measured before plans, or on a device "
-                                   "without int8 twins): measure it again with `layersearch profile` to cost int8 plans")
+        self._check_quant("int8")
+
+    def _check_quant(self, quant: str) -> None:
+        if not getattr(self, f"has_{quant}"):
+            before = "plans" if quant == "int8" else "int4 plans"
+            raise LayersearchError(f"this latency profile has no {quant} timings (measured before {before}, or on a device "
+                                   f"without {quant} twins): measure it again with `layersearch profile` to cost {quant} plans")
 
     @staticmethod
     def _drafts_per_cycle(M: float, alpha: float) -> float:

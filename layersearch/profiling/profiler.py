@@ -30,6 +30,9 @@ Precision: where the model can run int8 twins (:mod:`layersearch.models.precisio
 float32), four more settings are timed in the same interleaved rounds: every sub-layer int8,
 int8 with every attention skipped, int8 with every MLP skipped, and ``nothing`` with the int8
 LM head. The same differences give one int8 sub-layer's cost and the int8 head's saving.
+Where it can run int4 twins (:mod:`layersearch.models.int4`: CPU float32 or bfloat16, CUDA
+bfloat16) the same four settings are timed in int4, in groups of 128 (or the largest group
+size that divides every width: a group's size barely moves the cost).
 
 Kernels (:mod:`layersearch.kernels.select`): with ``kernels="auto"`` the verification sweep is
 first timed under every kernel set, interleaved round by round, at the middle context; the
@@ -216,7 +219,7 @@ def _measure(
     model: torch.nn.Module, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report
 ) -> LatencyProfile:
     """The profile's timings with whatever kernels the model runs now."""
-    masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model))
+    masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model), _int4_group(model))
     clock = Clock(model.device)
     timings: dict[int, dict[str, float]] = {}
     ratios: tuple[float, ...] = ()
@@ -329,8 +332,9 @@ def _captured_verify_ratios(forwards, cache, n: int, max_verify: int, repeats: i
 
 
 # ----- measurement ----------------------------------------------------------------------------
-def _setting_masks(num_layers: int, int8: bool = False) -> dict[str, SkipMask]:
-    """The plan of each timed setting (the int8 ones only with ``int8``)."""
+def _setting_masks(num_layers: int, int8: bool = False, int4_group: int | None = None) -> dict[str, SkipMask]:
+    """The plan of each timed setting (the int8 ones only with ``int8``, the int4 ones in groups
+    of ``int4_group`` only when it is given)."""
     every = tuple(range(num_layers))
     masks = {
         "full": SkipMask.none(num_layers),
@@ -345,7 +349,30 @@ def _setting_masks(num_layers: int, int8: bool = False) -> dict[str, SkipMask]:
             "int8_no_mlp": SkipMask(num_layers, mlp=every).kept_in_int8(head=False),
             "int8_head": SkipMask.everything(num_layers).with_int8((), (), True),
         })
+    if int4_group is not None:
+        in_groups = lambda mask: replace(mask, int4_group_size=int4_group)  # noqa: E731
+        masks.update({
+            "int4": in_groups(SkipMask.none(num_layers).kept_in_int4(head=False)),
+            "int4_no_attention": in_groups(SkipMask(num_layers, attention=every).kept_in_int4(head=False)),
+            "int4_no_mlp": in_groups(SkipMask(num_layers, mlp=every).kept_in_int4(head=False)),
+            "int4_head": in_groups(SkipMask.everything(num_layers).with_int4((), (), True)),
+        })
     return masks
+
+
+def _int4_group(model: torch.nn.Module) -> int | None:
+    """The group size the int4 timings are taken with: 128 (the default) where it divides every
+    Linear's width, else the largest that does (a group's size barely moves the cost); None
+    where the model cannot run int4 twins (device, dtype) or no group size fits."""
+    from layersearch.models.int4 import GROUP_SIZES, check_int4_device
+
+    try:
+        check_int4_device(model)
+    except LayersearchError:
+        return None
+    widths = {m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    fitting = [g for g in GROUP_SIZES if all(w % g == 0 for w in widths)]
+    return 128 if 128 in fitting else max(fitting, default=None)
 
 
 def _can_run_int8(model: torch.nn.Module) -> bool:
@@ -387,18 +414,16 @@ def _time_settings(
     token = [n % model.get_input_embeddings().num_embeddings]
     names = tuple(masks)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    head = None
-    if any(mask.int8_head for mask in masks.values()):
-        from layersearch.models.precision import int8_twins
+    from layersearch.models.precision import plan_head
 
-        head = int8_twins(model).head
+    heads = {name: plan_head(model, mask) for name, mask in masks.items()}  # None: the model's own
     # Round 0 is the warm-up. Settings are interleaved, in a rotating order, so slow drift and
     # bursts of load on a shared machine hit them all alike instead of biasing one difference.
     for round_ in range(repeats + 1):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
             with skipping(model, masks[name]):
-                seconds = _timed_forward(model, cache, n, token, clock, head if masks[name].int8_head else None)
+                seconds = _timed_forward(model, cache, n, token, clock, heads[name])
             if round_:
                 samples[name].append(seconds)
     return {name: statistics.median(values) for name, values in samples.items()}
@@ -439,13 +464,17 @@ def _profile(
     windows = windows if any(w is not None for w in windows) else ()
     effective = [mean_effective_context(n, windows) for n in contexts]
     slope, intercept = fit_line(effective, [attention for attention, _ in per_context])
-    int8: dict[str, float] = {}
-    if all("int8" in timings[n] for n in contexts):
-        per_context8 = [_sublayer_seconds(_as_full_settings(timings[n]), info.num_layers) for n in contexts]
-        slope8, intercept8 = fit_line(effective, [attention for attention, _ in per_context8])
-        int8 = dict(int8_attention_slope=slope8, int8_attention_intercept=intercept8,
-                    int8_mlp_seconds=statistics.fmean(mlp for _, mlp in per_context8),
-                    int8_head_saving=max(0.0, statistics.fmean(timings[n]["nothing"] - timings[n]["int8_head"] for n in contexts)))
+    low_bit: dict[str, float] = {}
+    for quant in ("int8", "int4"):  # the same differences, with every kept sub-layer's twin
+        if not all(quant in timings[n] for n in contexts):
+            continue
+        per_context_q = [_sublayer_seconds(_as_full_settings(timings[n], quant), info.num_layers) for n in contexts]
+        slope_q, intercept_q = fit_line(effective, [attention for attention, _ in per_context_q])
+        low_bit.update({
+            f"{quant}_attention_slope": slope_q, f"{quant}_attention_intercept": intercept_q,
+            f"{quant}_mlp_seconds": statistics.fmean(mlp for _, mlp in per_context_q),
+            f"{quant}_head_saving": max(0.0, statistics.fmean(timings[n]["nothing"] - timings[n][f"{quant}_head"] for n in contexts)),
+        })
     return LatencyProfile(
         model=info,
         device=device_name(model.device),
@@ -459,13 +488,13 @@ def _profile(
         contexts=tuple(contexts),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         attention_windows=windows,
-        **int8,
+        **low_bit,
     )
 
 
-def _as_full_settings(times: dict[str, float]) -> dict[str, float]:
-    """The int8 timings under the names :func:`_sublayer_seconds` reads (``nothing`` is shared)."""
-    return {"full": times["int8"], "no_attention": times["int8_no_attention"], "no_mlp": times["int8_no_mlp"],
+def _as_full_settings(times: dict[str, float], quant: str = "int8") -> dict[str, float]:
+    """The ``quant`` timings under the names :func:`_sublayer_seconds` reads (``nothing`` is shared)."""
+    return {"full": times[quant], "no_attention": times[f"{quant}_no_attention"], "no_mlp": times[f"{quant}_no_mlp"],
             "nothing": times["nothing"]}
 
 
@@ -537,7 +566,8 @@ def _describe(n: int, times: dict[str, float]) -> str:
     return (
         f"context {n}: full {ms['full']:.2f} ms, no attention {ms['no_attention']:.2f} ms, "
         f"no MLP {ms['no_mlp']:.2f} ms, embedding+head {ms['nothing']:.2f} ms"
-        + (f"; int8 {ms['int8']:.2f} ms, int8 head saves {ms['nothing'] - ms['int8_head']:.2f} ms" if "int8" in ms else "")
+        + "".join(f"; {q} {ms[q]:.2f} ms, {q} head saves {ms['nothing'] - ms[q + '_head']:.2f} ms"
+                  for q in ("int8", "int4") if q in ms)
     )
 
 

@@ -77,7 +77,8 @@ def draft_logits_in_cache(
     is verified (:mod:`layersearch.runtime.tree`). Either way one forward reuses the cached
     prefix (full-attention models only when ``start`` is short of the cache's length: a sliding
     window would need its own mask). A plan with int8 parts runs one forward per token instead
-    (per-token activation scales, as drafting has them), with its int8 head where it has one.
+    (per-token activation scales, as drafting has them), with its low-bit head where it has one
+    (int4 is weight-only: one call serves).
     The plan runs as a plan view, never patched into the model.
 
     A dynamic cache is cut back to exactly what it held. A static cache (a captured decode
@@ -97,10 +98,10 @@ def draft_logits_in_cache(
         raise ValueError(f"start {start} and {n} draft tokens do not fit the cache's {cached} positions")
     view = plan_view(model, mask)
     head: dict[str, Any] = {}
-    if mask.int8_head:  # a plan's int8 head drafts here as in the decode loop (its drafter passes the same)
-        from layersearch.models.precision import int8_twins
+    if mask.head_precision != "full":  # a plan's low-bit head drafts here as in the decode loop (its drafter passes the same)
+        from layersearch.models.precision import plan_head
 
-        head = {"head": int8_twins(model).head}
+        head = {"head": plan_head(model, mask)}
     dtype = next(model.parameters()).dtype
     # One call over all n tokens, or (int8 parts: torch's int8 Linears quantize activations with
     # one scale per call, which no draft step ever sees) one per token; a call's first token is

@@ -6,15 +6,15 @@ the masks to enqueue before the search and its stop rule, checked after every tr
 strategy is one new module here and one line in :data:`REGISTRY`; the contract suite
 (``tests/strategies/test_contract.py``) runs over the registry. All strategies search either
 space of :mod:`layersearch.strategies.space`: skip masks (``skips``, the default and every
-paper preset's) or draft plans (``plans``: each sub-layer skipped, int8 or full, the head int8
-or full), chosen per study (``study create --space``) and passed as ``space``.
+paper preset's) or draft plans (``plans``: each sub-layer skipped, int4, int8 or full, the head
+int4, int8 or full), chosen per study (``study create --space``) and passed as ``space``.
 
-In the ``plans`` space: ``selfsd-bo`` probes the all-int8 plan and each probe in int8 too, and
-its GP relaxes the plan's 4L + 1 bits; ``swift`` keeps its count of skips, precisions are coins
-(random steps) or GP coordinates outside the count (BO steps); ``random`` flips a coin per
-precision; ``tpe`` models the precision categoricals; ``uniform`` is the uniform int8
-self-draft (the uniform skips, every kept sub-layer and the head int8); ``knapsack`` solves a
-multiple-choice knapsack (each sub-layer full, int8 or skipped,
+In the ``plans`` space: ``selfsd-bo`` probes the all-int8 and all-int4 plans and each probe in
+int8 or int4 by turns, and its GP relaxes the plan's 6L + 2 bits; ``swift`` keeps its count of
+skips, precisions are coins (random steps) or GP coordinates outside the count (BO steps);
+``random`` draws each precision uniformly; ``tpe`` models the precision categoricals; ``uniform``
+is the uniform int8 self-draft (the uniform skips, every kept sub-layer and the head int8);
+``knapsack`` solves a multiple-choice knapsack (each sub-layer full, int8, int4 or skipped,
 :func:`layersearch.knapspec.knapsack_plans`).
 
 ============  ==========================================================  ===================

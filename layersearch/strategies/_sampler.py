@@ -28,8 +28,8 @@ from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.swift.proposals import trial_seed  # noqa: F401  (the strategies' name for it)
 from layersearch.strategies.space import (
-    SKIPS, check_space, mask_from_params, mask_from_plan_bits, params_from_mask, plan_bits, search_space,
-    space_names, vector_width,
+    SKIPS, check_space, mask_from_params, mask_from_space_bits, params_from_mask, precision_choices, search_space,
+    space_bits, space_names, vector_width,
 )
 
 #: Trial system attribute naming how a strategy produced the trial's mask
@@ -114,7 +114,7 @@ def trial_rng(seed: int, trial_number: int) -> np.random.Generator:
 
 def history(study: Study, num_layers: int, space: str = SKIPS) -> tuple[np.ndarray, np.ndarray]:
     """Completed trials as ``(X, y)``: X the 0/1 flat masks ``[n, 2L]`` (for ``plans`` the plan
-    vectors ``[n, 4L + 1]`` of :func:`~layersearch.strategies.space.plan_bits`), y the values to
+    vectors ``[n, 6L + 2]`` of :func:`~layersearch.strategies.space.plan_bits`), y the values to
     *maximize* ``[n]``.
 
     Trials without every parameter of the space, or with a non-finite value, are left out;
@@ -134,7 +134,7 @@ def history(study: Study, num_layers: int, space: str = SKIPS) -> tuple[np.ndarr
         if space == SKIPS:
             rows.append([int(trial.params[name]) for name in names])
         else:  # through the plan, so a skipped sub-layer's precision (TPE draws one) reads 0
-            rows.append(plan_bits(mask_from_params(trial.params, num_layers, space)).tolist())
+            rows.append(list(space_bits(mask_from_params(trial.params, num_layers, space), space)))
         values.append(sign * float(trial.value))
     x = np.asarray(rows, dtype=np.int8).reshape(len(rows), vector_width(num_layers, space))
     return x, np.asarray(values, dtype=np.float64)
@@ -145,13 +145,21 @@ def mask_from_bits(bits: Sequence[int] | np.ndarray, num_layers: int | None = No
     (:func:`~layersearch.strategies.space.mask_from_plan_bits`, which needs ``num_layers``)."""
     if space == SKIPS:
         return SkipMask.from_flat([int(b) for b in bits])
-    return mask_from_plan_bits(bits, num_layers)
+    assert num_layers is not None
+    return mask_from_space_bits(bits, num_layers, space)
 
 
-def random_precisions(mask: SkipMask, rng: np.random.Generator) -> SkipMask:
-    """``mask`` with each sub-layer it keeps, and the head, in int8 on a fair coin (the random
-    part of a plan; drawn after the skips, so a skip-only draw from the same seed is unchanged)."""
-    bits = plan_bits(mask)
+def random_precisions(mask: SkipMask, rng: np.random.Generator, space: str = "plans") -> SkipMask:
+    """``mask`` with each sub-layer it keeps, and the head, at a precision of ``space`` drawn
+    uniformly (full, int8, int4; ``plans-int8``: full or int8 on a fair coin). The random part of
+    a plan, drawn after the skips, so a skip-only draw from the same seed is unchanged."""
+    choices = precision_choices(space)
     L = mask.num_layers
-    bits[2 * L:] = rng.integers(0, 2, size=2 * L + 1)
-    return mask_from_plan_bits(bits, L)
+    drawn = rng.integers(0, len(choices), size=2 * L + 1)  # [2L + 1]: interleaved sub-layers, then the head
+    picked = {quant: [item for item in range(2 * L) if choices[drawn[item]] == quant] for quant in choices[1:]}
+    plan = mask
+    for quant, items in picked.items():
+        plan = getattr(plan, f"with_{quant}")([i // 2 for i in items if i % 2 == 0 and i // 2 not in mask.attention],
+                                               [i // 2 for i in items if i % 2 == 1 and i // 2 not in mask.mlp],
+                                               choices[drawn[-1]] == quant)
+    return plan

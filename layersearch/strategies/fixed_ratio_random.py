@@ -8,7 +8,7 @@ distribution as Optuna's ``RandomSampler`` over the binary space, but drawn per 
 its first draws (see :mod:`layersearch.strategies._sampler`).
 
 In the ``plans`` space the skips are drawn as above, then each kept sub-layer and the head run
-in int8 on a fair coin (:func:`~layersearch.strategies._sampler.random_precisions`).
+full, int8 or int4, each a third of the time (:func:`~layersearch.strategies._sampler.random_precisions`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def random_mask(num_layers: int, count: int | None, rng: np.random.Generator, sp
     """A uniformly random mask over all 2L sub-layers (exactly ``count`` skipped when given); in the
     ``plans`` space with random precisions for the kept sub-layers and the head."""
     mask = mask_from_bits(random_bits(2 * num_layers, count, rng))
-    return mask if space == "skips" else random_precisions(mask, rng)
+    return mask if space == "skips" else random_precisions(mask, rng, space)
 
 
 class RandomMaskSampler(MaskSampler):

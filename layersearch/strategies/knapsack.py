@@ -8,8 +8,9 @@ unexpected gaps. The candidates need the model, so this strategy has ``needs_mod
 KnapSpec package is imported only when they are made.
 
 In the ``plans`` space the candidates are plans: KnapSpec's knapsack becomes a multiple-choice
-knapsack, each sub-layer full, int8 or skipped at its profiled cost
-(:func:`layersearch.knapspec.knapsack_plans`); the profile must hold int8 timings.
+knapsack, each sub-layer full, int8, int4 or skipped at its profiled cost
+(:func:`layersearch.knapspec.knapsack_plans`); the profile must hold int8 timings (int4 is a
+choice where it holds int4 timings too).
 """
 
 from __future__ import annotations

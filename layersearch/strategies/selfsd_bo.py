@@ -21,12 +21,12 @@ code does: ``maximize(init_points=0)`` starts from the probes with no random poi
 bayes_opt's defaults are UCB (kappa 2.576) over a Matern-2.5 GP.
 
 In the ``plans`` space (``study create --space plans``; the paper preset keeps ``skips``) the GP
-relaxes the plan's ``4L + 1`` bits (skips, then 1 = int8 per sub-layer, then the head; see
-:mod:`layersearch.strategies.space`) exactly as it relaxes the skips: ``[0, 1]^{4L+1}``, rounded
-at 0.5, single-flip neighbours. Every vector is a plan (a skipped sub-layer's int8 bit is
-ignored), so nothing else changes. The probes are the uniform int8 self-draft (every sub-layer
-and the head int8, none skipped), then each skip probe with its kept sub-layers and head in
-int8 (a skip-only probe is left to the random start, which flips a coin per precision too: on
+relaxes the plan's ``6L + 2`` bits (skips, then 1 = int8 and 1 = int4 per sub-layer, then the head's; see
+:mod:`layersearch.strategies.space`) exactly as it relaxes the skips: ``[0, 1]^{6L+2}``, rounded
+at 0.5, single-flip neighbours. Every vector is a plan (a skipped sub-layer's precision bits
+are ignored), so nothing else changes. The probes are the uniform int8 self-draft (every sub-layer
+and the head int8, none skipped) and the uniform int4 one, then each skip probe with its kept
+sub-layers and head in int8 and int4 by turns (a skip-only probe is left to the random start, which flips a coin per precision too: on
 this project's CPU the int8 self-draft beats every skip mask, so skip-only probes would spend
 the start on the known-worse side).
 """
@@ -62,7 +62,8 @@ PAPER_SETTINGS = {"objective": "time-per-token", "samples": 8, "max_new_tokens":
 
 def probe_masks(num_layers: int, space: str = SKIPS) -> tuple[SkipMask, ...]:
     """Self-SD-style starting points: uniform masks at :data:`PROBE_RATIOS` and the later half's attention;
-    for ``plans`` first the all-int8 plan and each probe with what it keeps in int8.
+    for ``plans`` first the all-int8 plan (and the all-int4 one), then each probe with what it
+    keeps in int8, or int4 every other probe where the space has int4 (as many probes as before).
 
     Duplicates (tiny models) and the empty mask are dropped.
     """
@@ -70,7 +71,11 @@ def probe_masks(num_layers: int, space: str = SKIPS) -> tuple[SkipMask, ...]:
     candidates = [SkipMask.uniform(num_layers, ratio) for ratio in PROBE_RATIOS]
     candidates.append(SkipMask(num_layers, attention=later_half))
     if space != SKIPS:
-        candidates = [SkipMask.none(num_layers).kept_in_int8(), *(c.kept_in_int8() for c in candidates)]
+        from layersearch.strategies.space import SPACE_QUANTS
+
+        quants = SPACE_QUANTS[space]  # each precision's uniform self-draft, then the skip probes taking turns
+        candidates = [*(SkipMask.none(num_layers).kept_in(quant) for quant in quants),
+                      *(c.kept_in(quants[i % len(quants)]) for i, c in enumerate(candidates))]
     probes: list[SkipMask] = []
     for mask in candidates:
         if not mask.is_empty and mask not in probes:
@@ -90,7 +95,7 @@ def propose(
     kernel: str = "rbf",
     space: str = SKIPS,
 ) -> tuple[SkipMask, str]:
-    """The next mask given the flat masks ``x`` [n, 2L] (plan vectors [n, 4L + 1] for ``plans``)
+    """The next mask given the flat masks ``x`` [n, 2L] (plan vectors [n, 6L + 2] for ``plans``)
     and values ``y`` [n] to maximize, and its origin."""
     # A GP needs two distinct values at the very least, whatever n_startup_trials says.
     if len(x) < max(n_startup_trials, 2):

@@ -46,7 +46,7 @@ class UniformSampler(MaskSampler):
 def uniform_plan(num_layers: int, skip_ratio: float, space: str = "skips") -> SkipMask:
     """The uniform mask at ``skip_ratio``; for ``plans`` with every kept sub-layer and the head in int8."""
     mask = SkipMask.uniform(num_layers, skip_ratio)
-    return mask if space == "skips" else mask.kept_in_int8(head=True)
+    return mask if space == "skips" else mask.kept_in_int8(head=True)  # the int8 self-draft: the plan to beat
 
 
 def stop_reason(study: Study, rule: object = None) -> str | None:

@@ -110,7 +110,7 @@ def _measure_rows(
     from layersearch.evaluation.measure import PLAIN_NAME, compare, plain_and_masks, warm_up
     from layersearch.objectives import ModelRuntime
     from layersearch.runtime.stats import combine
-    from layersearch.strategies import mask_from_params
+    from layersearch.study.run import trial_mask
 
     groups: dict[tuple, list[int]] = {}
     for index, (_, _, settings, _) in enumerate(entries):
@@ -134,7 +134,7 @@ def _measure_rows(
             info = study_settings.info()
             if info.fingerprint != loaded.info.fingerprint:
                 raise LayersearchError(f"model {settings.model!r} is not the one study {entries[index][0]!r} was made for")
-            masks[index] = mask_from_params(best.params, info.num_layers).with_model(info)
+            masks[index] = trial_mask(best.params, best.user_attrs, info.num_layers).with_model(info)
         say(f"measuring plain generate and {len(indices)} mask(s) on {settings.domain} ({settings.samples} {split or 'any'} prompts) ...")
         configurations = plain_and_masks(loaded.model, {str(index): masks[index] for index in indices},
                                          max_draft=settings.max_draft, draft_threshold=settings.draft_threshold)

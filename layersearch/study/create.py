@@ -80,6 +80,12 @@ def create_study(
         profile = _quick_profile(loaded, settings)
     if settings.space == "plans":
         _check_plans(loaded, profile)
+        if not profile.has_int4:  # an older profile: the study searches what it can cost
+            from layersearch.strategies.space import PLANS_INT8
+
+            say("the latency profile has no int4 timings: the study searches full and int8 plans "
+                "(measure the profile again with `layersearch profile` to search int4 too)")
+            settings = replace(settings, space=PLANS_INT8)
     initial = initial_masks(settings, loaded, texts, profile)
     settings = replace(settings, model_info=info.to_dict(), profile=profile.to_dict())
     storage_obj = open_storage(location, create=True)
@@ -123,6 +129,8 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
         found = StudySettings.from_dict(data)
     except LayersearchError as exc:
         raise LayersearchError(f"study {name!r} already exists in {location.url} and its settings are not layersearch's ({exc})") from None
+    if found.space == "plans-int8" and settings.space == "plans":  # the plans space its profile could cost
+        found = replace(found, space="plans")
     diff = found.differences(settings)
     if diff:
         raise LayersearchError(
@@ -133,9 +141,11 @@ def _existing(name: str, location: StorageLocation, settings: StudySettings) -> 
 
 def _check_plans(loaded: Any, profile: Any) -> None:
     """One error line, before the study exists, where plans cannot run or be costed."""
+    from layersearch.models.int4 import check_int4_device
     from layersearch.models.precision import check_int8_device
 
     check_int8_device(loaded.model)
+    check_int4_device(loaded.model)
     if not profile.has_int8:
         raise LayersearchError("a study of plans (space 'plans') needs a latency profile with int8 timings; this one has "
                                "none (measured before plans): measure it again with `layersearch profile`, or leave "

@@ -28,9 +28,9 @@ def study_mask(name: str, *, storage: str | None = None, trial: str | int = "bes
     if settings is None:  # a tune study: the trial's spec holds its mask
         return _tune_mask(chosen, name, location)
     info = settings.info()
-    from layersearch.strategies import mask_from_params
+    from layersearch.study.run import trial_mask
 
-    mask = mask_from_params(chosen.params, info.num_layers).with_model(info)
+    mask = trial_mask(chosen.params, chosen.user_attrs, info.num_layers).with_model(info)
     mask = mask.with_provenance(
         strategy=settings.strategy,
         objective=settings.objective,

@@ -115,6 +115,21 @@ def trial_function(study: Any, settings: Any, storage_obj: Any, loaded: Any = No
     return TrialFunction(study, storage_obj, info, runtime, objective, space=settings.space)
 
 
+#: Trial user attribute: the int4 group size the trial's plan ran with (its parameters hold none).
+INT4_GROUP_ATTR = "int4_group_size"
+
+
+def trial_mask(params: Any, user_attrs: Any, num_layers: int) -> Any:
+    """The plan a stored trial measured: its parameters' plan, in the int4 group size it ran with."""
+    from dataclasses import replace
+
+    from layersearch.strategies import mask_from_params
+
+    mask = mask_from_params(params, num_layers)
+    group = user_attrs.get(INT4_GROUP_ATTR)
+    return replace(mask, int4_group_size=group) if mask.has_int4 and group is not None else mask
+
+
 class TrialFunction:
     """Scores one trial's mask; remembers the trial it is in (to fail it on an interrupt)."""
 
@@ -135,6 +150,11 @@ class TrialFunction:
         self.trial_id = trial._trial_id
         self.storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, self.worker)
         mask = suggest_mask(trial, self.info.num_layers, self.space).with_model(self.info)
+        if mask.has_int4:  # searched int4 plans run in groups of 128, or what the model's widths take
+            from layersearch.models.int4 import fit_group_size
+
+            mask = fit_group_size(mask, self.runtime.model)
+            trial.set_user_attr(INT4_GROUP_ATTR, mask.int4_group_size)  # export writes the plan that ran
         with self.interrupts.raising():  # only here may Ctrl-C / SIGTERM raise: no storage write runs
             score = self.objective.evaluate(self.runtime, mask)
         for key, value in score.attrs.items():

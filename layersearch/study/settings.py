@@ -6,7 +6,9 @@ domain, strategy, objective, skip ratio, samples, seed, decoding options, the mo
 
 ``space`` is the search space (:mod:`layersearch.strategies.space`): ``skips`` (skip masks,
 the default, and what settings stored without it mean, so older studies resume unchanged) or
-``plans`` (draft plans: each sub-layer skipped, int8 or full, and the head int8 or full).
+``plans`` (draft plans: each sub-layer skipped, int4, int8 or full, and the head int4, int8 or
+full; ``plans-int8``, without int4, for plan studies made before it or costed by a profile
+without int4 timings).
 
 ``seed`` seeds the sampler; ``prompt_seed`` chooses the prompts, drawn from the domain's
 ``prompt_split`` (``train`` for searches). Settings stored before version 2 had one seed for
@@ -109,7 +111,9 @@ class StudySettings:
             ratio = STUDY_SKIP_RATIO_DEFAULTS.get(self.strategy, strategy.default_ratio)
         options = check_options(self.strategy, self.strategy_options)
         check_space(self.space)
-        if self.space == "plans" and str(self.device).startswith("cpu") and self.dtype != "float32":
+        from layersearch.strategies.space import is_plan_space
+
+        if is_plan_space(self.space) and str(self.device).startswith("cpu") and self.dtype != "float32":
             raise LayersearchError(f"a study of plans runs int8 sub-layers on CPU from float32 weights; "
                                    f"dtype {self.dtype} has none (use float32, or the skip space)")
         # Rejects a ratio or an option value it cannot use.

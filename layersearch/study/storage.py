@@ -348,9 +348,15 @@ def _settings_of(study: Any, location: StorageLocation, tune_ok: bool = False) -
     if data is None:
         raise LayersearchError(f"study {study.study_name!r} in {location.url} has no layersearch settings (another tool's study?)")
     try:
-        return StudySettings.from_dict(data)
+        settings = StudySettings.from_dict(data)
     except LayersearchError as exc:
         raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch ({exc})") from None
+    from dataclasses import replace
+
+    from layersearch.strategies.space import stored_space
+
+    # A plans study made before int4 keeps its two-precision categoricals (Optuna cannot change them).
+    return replace(settings, space=stored_space(study, settings.space))
 
 
 @contextmanager

@@ -21,8 +21,9 @@ One function, :func:`propose_bits`, takes the evaluated masks as 0/1 rows and th
    the best one not yet evaluated. Without this step the rounded optimum is often a mask
    already in the history, and re-measuring it wastes a trial.
 
-Draft plans are 0/1 vectors too: :func:`plan_bits` lays a plan out as ``4L + 1``
-bits (the 2L skips, 2L int8 bits, the head's int8 bit) and :func:`mask_from_plan_bits` reads
+Draft plans are 0/1 vectors too: :func:`plan_bits` lays a plan out as ``6L + 2``
+bits (the 2L skips, 2L int8 bits, 2L int4 bits, the head's int8 and int4 bits; ``4L + 1``
+without int4, for studies made before it) and :func:`mask_from_plan_bits` reads
 one back; every such vector is a plan, so the same maths proposes them.
 
 Imports of torch and BoTorch stay inside the functions: importing a strategy module must be
@@ -297,29 +298,56 @@ def trial_seed(rng: np.random.Generator) -> int:
 
 
 # ----- draft plans as 0/1 vectors ------------------------------------------------------------------
-def plan_bits(mask: SkipMask) -> np.ndarray:
-    """The plan's ``4L + 1`` bits: 2L skip bits (interleaved, as :meth:`SkipMask.to_flat`), 2L int8
-    bits in the same order (0 where skipped), then the head's int8 bit."""
+#: The low-bit precisions a plan vector holds bits for, in order (:func:`plan_bits`).
+PLAN_QUANTS = ("int8", "int4")
+#: The low-bit precisions of each search space (:mod:`layersearch.strategies.space`): the plans
+#: space, and the plans space of studies made before int4.
+SPACE_QUANTS = {"skips": (), "plans": PLAN_QUANTS, "plans-int8": ("int8",)}
+
+
+def plan_width(num_layers: int, quants: tuple[str, ...] = PLAN_QUANTS) -> int:
+    """Length of a plan vector: 2L skip bits, 2L bits per low-bit precision, a head bit per precision."""
+    return 2 * num_layers + len(quants) * (2 * num_layers + 1)
+
+
+def plan_bits(mask: SkipMask, quants: tuple[str, ...] = PLAN_QUANTS) -> np.ndarray:
+    """The plan's :func:`plan_width` bits: 2L skip bits (interleaved, as :meth:`SkipMask.to_flat`),
+    then for each precision of ``quants`` (int8, then int4) 2L bits in the same order (0 where
+    skipped), then the head's bit for each. ``quants=("int8",)`` is the ``4L + 1`` layout of
+    plan studies made before int4."""
     L = mask.num_layers
-    bits = np.zeros(4 * L + 1, dtype=np.int8)
+    bits = np.zeros(plan_width(L, quants), dtype=np.int8)
     bits[: 2 * L] = mask.to_flat()
-    for i in mask.int8_attention:
-        bits[2 * L + 2 * i] = 1
-    for i in mask.int8_mlp:
-        bits[2 * L + 2 * i + 1] = 1
-    bits[-1] = int(mask.int8_head)
+    for k, quant in enumerate(quants):
+        start = 2 * L * (k + 1)
+        for i in mask.quantized(quant, "attention"):
+            bits[start + 2 * i] = 1
+        for i in mask.quantized(quant, "mlp"):
+            bits[start + 2 * i + 1] = 1
+        bits[2 * L * (len(quants) + 1) + k] = int(getattr(mask, f"{quant}_head"))
     return bits
 
 
-def mask_from_plan_bits(bits: Any, num_layers: int) -> SkipMask:
-    """The plan of a ``4L + 1`` bit vector (:func:`plan_bits`'s layout); a skipped sub-layer's int8 bit is ignored."""
+def mask_from_plan_bits(bits: Any, num_layers: int, quants: tuple[str, ...] = PLAN_QUANTS) -> SkipMask:
+    """The plan of a :func:`plan_bits` vector. Every vector is a plan: a skipped sub-layer's
+    precision bits are ignored, and where several precisions' bits are set the last of
+    ``quants`` wins (int4 over int8: the cheaper twin), for sub-layers and head alike."""
     from layersearch.common.errors import LayersearchError
 
     bits = [int(b) for b in bits]
     L = num_layers
-    if len(bits) != 4 * L + 1:
-        raise LayersearchError(f"a plan vector for {L} layers has {4 * L + 1} bits, got {len(bits)}")
+    if len(bits) != plan_width(L, quants):
+        raise LayersearchError(f"a plan vector for {L} layers has {plan_width(L, quants)} bits, got {len(bits)}")
     skips = bits[: 2 * L]
-    attention = [i for i in range(L) if bits[2 * L + 2 * i] and not skips[2 * i]]
-    mlp = [i for i in range(L) if bits[2 * L + 2 * i + 1] and not skips[2 * i + 1]]
-    return SkipMask.from_flat(skips).with_int8(attention, mlp, bool(bits[-1]))
+    chosen: dict[str, dict[str, list[int]]] = {quant: {"attention": [], "mlp": []} for quant in quants}
+    for item in range(2 * L):
+        if skips[item]:
+            continue
+        set_ = [quant for k, quant in enumerate(quants) if bits[2 * L * (k + 1) + item]]
+        if set_:
+            chosen[set_[-1]]["mlp" if item % 2 else "attention"].append(item // 2)
+    heads = [quant for k, quant in enumerate(quants) if bits[2 * L * (len(quants) + 1) + k]]
+    plan = SkipMask.from_flat(skips)
+    for quant in quants:
+        plan = getattr(plan, f"with_{quant}")(chosen[quant]["attention"], chosen[quant]["mlp"], bool(heads) and heads[-1] == quant)
+    return plan

@@ -41,9 +41,12 @@ def allowed_positions(num_layers: int) -> tuple[int, ...]:
 
 
 def initial_masks(num_layers: int, skip_ratio: float = SKIP_RATIO, space: str = "skips") -> tuple[SkipMask, ...]:
-    """The study's starting masks: :func:`initial_mask`, and for plans also that mask in int8 where it runs."""
+    """The study's starting masks: :func:`initial_mask`, and for plans also that mask in int8
+    (and in int4, where the space has it)."""
+    from layersearch.swift.proposals import SPACE_QUANTS
+
     mask = initial_mask(num_layers, skip_ratio)
-    return (mask,) if space == "skips" else (mask, mask.kept_in_int8(head=True))
+    return (mask, *(mask.kept_in(quant, head=True) for quant in SPACE_QUANTS[space]))
 
 
 def initial_mask(num_layers: int, skip_ratio: float = SKIP_RATIO) -> SkipMask:
@@ -78,13 +81,17 @@ def propose(
     kappa: float = KAPPA,
     space: str = "skips",
 ) -> tuple[SkipMask, str]:
-    """The next mask given flat masks ``x`` [n, 2L] (plan vectors [n, 4L + 1] of
+    """The next mask given flat masks ``x`` [n, 2L] (plan vectors [n, 6L + 2] of
     :func:`~layersearch.swift.proposals.plan_bits` for ``plans``) and values ``y`` [n] to maximize, and its origin."""
+    from layersearch.swift.proposals import SPACE_QUANTS
+
     allowed = np.asarray(allowed_positions(num_layers))
-    plans = space != "skips"
+    quants = SPACE_QUANTS[space]
+    plans = bool(quants)
+    width = proposals.plan_width(num_layers, quants) if plans else 2 * num_layers
     # The GP's columns: the allowed skips, then (plans) every precision bit, outside the count.
-    columns = np.concatenate([allowed, np.arange(2 * num_layers, 4 * num_layers + 1)]) if plans else allowed
-    bits = np.zeros(4 * num_layers + 1 if plans else 2 * num_layers, dtype=np.int8)
+    columns = np.concatenate([allowed, np.arange(2 * num_layers, width)]) if plans else allowed
+    bits = np.zeros(width, dtype=np.int8)
     # A BO step with fewer than two observations has nothing to fit: it falls back to random.
     if is_bo_step(trial_number, bo_interval) and len(x) >= 2:
         bits[columns] = proposals.propose_bits(
@@ -95,10 +102,10 @@ def propose(
     else:
         bits[allowed] = proposals.random_bits(len(allowed), count, rng)
         if plans:  # drawn after the skips: a skip-only draw from the same seed is unchanged
-            bits[2 * num_layers:] = rng.integers(0, 2, size=2 * num_layers + 1)
+            bits[2 * num_layers:] = rng.integers(0, 2, size=width - 2 * num_layers)
         origin = "random"
     if plans:
-        return proposals.mask_from_plan_bits(bits, num_layers), origin
+        return proposals.mask_from_plan_bits(bits, num_layers, quants), origin
     return SkipMask.from_flat(bits.tolist()), origin
 
 

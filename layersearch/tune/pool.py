@@ -107,7 +107,8 @@ def _add(found: dict[str, SkipMask], label: str, mask: SkipMask) -> bool:
 
 def _sublayers(mask: SkipMask) -> tuple:
     """What a plan does with each sub-layer and the head (its model and provenance aside)."""
-    return mask.attention, mask.mlp, mask.int8_attention, mask.int8_mlp, mask.int8_head
+    return (mask.attention, mask.mlp, mask.int8_attention, mask.int8_mlp, mask.int8_head,
+            mask.int4_attention, mask.int4_mlp, mask.int4_head, mask.int4_group_size if mask.has_int4 else None)
 
 
 def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: float, seed: int) -> list[tuple[str, SkipMask, float]]:

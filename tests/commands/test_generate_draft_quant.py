@@ -62,7 +62,39 @@ def test_the_model_drafts_for_itself_in_int8(tiny_with_embedded_tokenizer, capsy
     assert from_file["token_ids"] == baseline and from_file["stats"]["drafted"]
 
 
+def test_the_model_drafts_for_itself_in_int4(tiny_with_embedded_tokenizer, capsys, tmp_path):
+    """``--draft-quant int4``: every sub-layer and the head int4 (groups of 64: the tiny model is
+    64 wide), output exact; the spec keeps it and runs the same."""
+    _, _, folder = tiny_with_embedded_tokenizer(0)
+    common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--threads", 1)
+    baseline = generated(capsys, *common, "--baseline")["token_ids"]
+    spec = tmp_path / "spec.json"
+    code = main([str(a) for a in (*common, "--draft-quant", "int4", "--lookahead", "static", "--max-draft", 3,
+                                  "--save-spec", spec, "--json")])
+    out, err = capsys.readouterr()
+    assert code == 0 and "int4 twins (groups of 64):" in err and "MiB, built in" in err, err
+    assert "drafts with the full model" not in err
+    result = json.loads(out)
+    assert result["token_ids"] == baseline
+    stats = result["stats"]
+    # random weights over a 49k vocabulary leave small top-1 margins, which int4 flips more often than int8
+    assert stats["drafted"] and stats["accepted"] >= stats["drafted"] // 3
+    assert json.loads(spec.read_text())["drafter"]["quant"] == "int4"
+    again = generated(capsys, "generate", "--spec", spec, "--prompt", "def add(a, b):", "--max-new-tokens", 12)
+    assert again["token_ids"] == baseline and again["stats"]["accepted"] == stats["accepted"]
+    from layersearch.masks.mask import SkipMask
+
+    plan = SkipMask(4, (1,), (), None, {}, (0,), (), False, (2, 3), (0, 1, 2, 3), True, 32)
+    plan.save(tmp_path / "plan.json")
+    assert json.loads((tmp_path / "plan.json").read_text())["schema_version"] == 3
+    from_file = generated(capsys, *common, "--mask", tmp_path / "plan.json", "--lookahead", "static", "--max-draft", 3)
+    assert from_file["token_ids"] == baseline and from_file["stats"]["drafted"]
+
+
 @pytest.mark.parametrize("argv, message", [
+    (("--draft-quant", "int4", "--dtype", "float16"), "emulates the GPU's bfloat16 kernel from float32 or bfloat16 weights, not float16"),
+    (("--draft-model", "x", "--draft-quant", "int4"), "a draft model takes int8 only"),
+    (("--draft-model", "x@int4"), "unknown precision 'int4'"),
     (("--draft-quant", "int8", "--baseline"), "--baseline runs none"),
     (("--draft-quant", "int8", "--drafter", "prompt-lookup"), "--drafter prompt-lookup runs none"),
     (("--draft-quant", "int8", "--dtype", "bfloat16"), "quantizes float32 weights"),

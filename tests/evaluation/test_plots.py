@@ -97,6 +97,15 @@ def test_plot_mask_everything_skipped_has_no_grey_squares(tmp_path):
     assert count_colour(every, plots.KEPT_COLOUR) < count_colour(none, plots.KEPT_COLOUR) / 50
 
 
+def test_plot_mask_draws_int4_sub_layers_in_their_own_colour(tmp_path):
+    plan = SkipMask(8, (1,), ()).with_int8((0,), (), False).with_int4((2, 3), (0, 1, 2), True)
+    pixels = read_png(plots.plot_mask(plan, tmp_path / "plan.png"))
+    assert has_colour(pixels, plots.INT4_COLOUR) and has_colour(pixels, plots.INT8_COLOUR)
+    title = plots._mask_title(plan)
+    assert "1 sub-layers int8" in title and "5 sub-layers int4" in title and "LM head int4" in title
+    assert not has_colour(read_png(plots.plot_mask(SkipMask(8, (1,), ()), tmp_path / "skips.png")), plots.INT4_COLOUR)
+
+
 def test_plot_mask_title_names_model_and_ratio():
     model = ModelInfo("SmolLM2-135M", 30, 576, "abc")
     title = plots._mask_title(SkipMask(30, (1, 2, 3), (4, 5, 6), model))

@@ -166,3 +166,24 @@ def test_sampled_drafts_from_a_subset_follow_the_target_distribution(exact_three
         expected = np.append(exact[keep], exact[~keep].sum()) * runs
         counts = np.append(observed[keep], observed[~keep].sum())
         assert chisquare(counts, expected * counts.sum() / expected.sum()).pvalue > 1e-3, name
+
+
+def test_an_int4_plan_head_runs_its_int4_rows_and_keeps_greedy_output(tiny_llama):
+    """A reduced head under a plan with the int4 head: its rows are the int4 head's rows (each
+    row's groups are its own), and the draft stays lossless."""
+    from layersearch.models.precision import int4_twins
+    from tests.runtime.test_plugins import NEW, plain_generate, repetitive_prompt
+
+    subset = VocabSubset(tuple(range(0, 128, 2)), "t", 64)
+    heads = DraftHeads(subset)
+    head = heads.for_model(tiny_llama, int4_group=32)
+    hidden = torch.randn(3, 64)
+    full_int4 = int4_twins(tiny_llama, 32).head.logits(hidden)  # [3, vocab]
+    reduced = head.logits(hidden)
+    ids = torch.tensor(subset.token_ids)
+    assert torch.equal(reduced[:, ids], full_int4[:, ids]) and torch.isinf(reduced[:, 1]).all()
+    assert heads.for_model(tiny_llama, int4_group=32) is head and heads.for_model(tiny_llama) is not head
+    plan = SkipMask(4, (1,), (), int4_mlp=(0, 1, 2, 3), int4_head=True, int4_group_size=32)
+    prompt = repetitive_prompt(3)
+    decoder = SpeculativeDecoder(tiny_llama, plan, drafter=LayerSkipDrafter(head=heads), lookahead=StaticLookahead(3))
+    assert list(decoder.generate(prompt, NEW).token_ids) == plain_generate(tiny_llama, prompt)

@@ -89,35 +89,46 @@ def test_int8_importance_is_the_cosine_drop_of_one_int8_sub_layer(tiny_llama):
     assert (np.abs(drops) < 0.5).all()
 
 
-def plan_loss(plan, skip, int8):
+def plan_loss(plan, skip, int8, int4=None):
     return sum(skip[2 * i] for i in plan.attention) + sum(skip[2 * i + 1] for i in plan.mlp) + \
-        sum(int8[2 * i] for i in plan.int8_attention) + sum(int8[2 * i + 1] for i in plan.int8_mlp)
+        sum(int8[2 * i] for i in plan.int8_attention) + sum(int8[2 * i + 1] for i in plan.int8_mlp) + \
+        sum(int4[2 * i] for i in plan.int4_attention) + sum(int4[2 * i + 1] for i in plan.int4_mlp)
 
 
 def plan_cost(plan, costs):
-    return sum(int(costs[j, ["skip", "int8", "full"].index(plan.precision(("attention", "mlp")[j % 2], j // 2))])
+    return sum(int(costs[j, ["skip", "int4", "int8", "full"].index(plan.precision(("attention", "mlp")[j % 2], j // 2))])
                for j in range(len(costs)))
 
 
+def every_plan(L, options):
+    """Every plan of L layers whose sub-layers take the option indices (0 skip, 1 int4, 2 int8, 3 full) in ``options``."""
+    plans = []
+    for choice in itertools.product(options, repeat=2 * L):
+        pick = lambda o: ([i for i in range(L) if choice[2 * i] == o], [i for i in range(L) if choice[2 * i + 1] == o])  # noqa: E731
+        plans.append(SkipMask.from_flat([c == 0 for c in choice]).with_int8(*pick(2), False).with_int4(*pick(1), False))
+    return plans
+
+
 @pytest.mark.parametrize("seed", range(12))
-def test_plan_candidates_are_the_best_plans_within_their_cost(seed):
+@pytest.mark.parametrize("with_int4", [False, True])
+def test_plan_candidates_are_the_best_plans_within_their_cost(seed, with_int4):
     rng = np.random.default_rng(seed)
     L = 3
     full = rng.integers(2, 9, size=2 * L)
-    costs = np.stack([np.zeros(2 * L, dtype=int), rng.integers(1, full + 1), full], axis=1)
-    skip, int8 = rng.uniform(0.0, 0.3, 2 * L), rng.uniform(0.0, 0.1, 2 * L)
-    candidates = candidates_plans(costs, skip, int8, L, keep_last_layers=1, tau=0.5)
-    every = [SkipMask.from_flat([c == 0 for c in choice]).with_int8(
-                 [i for i in range(L) if choice[2 * i] == 1], [i for i in range(L) if choice[2 * i + 1] == 1], False)
-             for choice in itertools.product(range(3), repeat=2 * L)]
+    int8_cost = rng.integers(1, full + 1)
+    costs = np.stack([np.zeros(2 * L, dtype=int), rng.integers(1, int8_cost + 1), int8_cost, full], axis=1)
+    skip, int8, int4 = rng.uniform(0.0, 0.3, 2 * L), rng.uniform(0.0, 0.1, 2 * L), rng.uniform(0.0, 0.2, 2 * L)
+    candidates = candidates_plans(costs, skip, int8, L, keep_last_layers=1, tau=0.5, int4_values=int4 if with_int4 else None)
+    every = every_plan(L, range(4) if with_int4 else (0, 2, 3))
     allowed = [p for p in every if L - 1 not in p.attention and L - 1 not in p.mlp]  # the last layer runs
     assert candidates and len(set(c.mask for c in candidates)) == len(candidates)
     for cand in candidates:
         plan = cand.mask
         assert L - 1 not in plan.attention and L - 1 not in plan.mlp
         assert cand.budget == plan_cost(plan, costs) and not plan.int8_head
-        best = min(plan_loss(p, skip, int8) for p in allowed if plan_cost(p, costs) <= cand.budget)
-        assert plan_loss(plan, skip, int8) == pytest.approx(best, abs=1e-9)
+        assert with_int4 or not plan.has_int4
+        best = min(plan_loss(p, skip, int8, int4) for p in allowed if plan_cost(p, costs) <= cand.budget)
+        assert plan_loss(plan, skip, int8, int4) == pytest.approx(best, abs=1e-9)
         assert cand.cosine == pytest.approx(1 - best, abs=1e-9) and cand.cosine >= 0.5
     assert candidates[-1].mask == SkipMask.none(L)  # the largest budget keeps every sub-layer full
 
@@ -125,10 +136,14 @@ def test_plan_candidates_are_the_best_plans_within_their_cost(seed):
 def test_plan_costs_come_from_the_profile():
     p = int8_profile()
     costs = plan_costs(p, 100)
-    assert costs.shape == (8, 3) and (costs[:, 0] == 0).all()
-    assert abs(int(costs[:, 2].sum()) - PLAN_RESOLUTION) <= 8  # rounding, one unit per sub-layer at most
+    assert costs.shape == (8, 4) and (costs[:, 0] == 0).all()
+    assert abs(int(costs[:, 3].sum()) - PLAN_RESOLUTION) <= 8  # rounding, one unit per sub-layer at most
     unit = sum(p.sublayer_seconds(k, "full", 100, i) for i in range(4) for k in ("attention", "mlp")) / PLAN_RESOLUTION
-    assert costs[1, 1] == round(p.sublayer_seconds("mlp", "int8", 100, 0) / unit)
+    assert costs[1, 2] == round(p.sublayer_seconds("mlp", "int8", 100, 0) / unit)
+    assert (costs[:, 1] == costs[:, 3]).all()  # no int4 timings: int4 costs what full does (and is never chosen)
+    with_int4 = plan_costs(int8_profile(int4_attention_slope=1e-6, int4_attention_intercept=2e-4, int4_mlp_seconds=2e-4,
+                                        int4_head_saving=2e-4), 100)
+    assert with_int4[1, 1] == round(2e-4 / unit) and (with_int4[:, 2] == costs[:, 2]).all()
     skip_only = LatencyProfile(INFO, "cpu", "float32", "x", 1e-6, 1e-3, 1e-3, 5e-4, (1.0, 1.1))
     with pytest.raises(LayersearchError, match="int8"):
         plan_costs(skip_only, 100)
@@ -142,6 +157,11 @@ def test_knapsack_plans_for_a_study(tiny_llama):
     assert 1 <= len(rows) <= 6
     assert [row[1] for row in rows] == sorted((row[1] for row in rows), reverse=True)
     assert any(plan.has_int8 for plan, *_ in rows)
+    with_int4 = int8_profile(int4_attention_slope=1e-6, int4_attention_intercept=1e-4, int4_mlp_seconds=1e-4,
+                             int4_head_saving=2e-4)
+    rows4 = knapsack_plans(tiny_llama, with_int4, prompts, context=512, max_candidates=6, window=6, config=config)
+    assert any(plan.has_int4 for plan, *_ in rows4)  # the cheapest twin is a choice where the profile costs it
+    assert all(plan.int4_group_size == 64 for plan, *_ in rows4)  # the tiny model is 64 wide
     for plan, value, gamma, alpha in rows:
         assert not plan.is_empty and plan.model == INFO and plan.provenance["strategy"] == "knapsack"
         assert value == pytest.approx(p.best_tpt(alpha, plan, 512, max_draft=config.max_draft)[0])

@@ -183,3 +183,16 @@ def test_a_plan_is_not_exported_to_a_format_that_drops_its_int8_parts(fmt, key, 
     with pytest.raises(LayersearchError, match=r"int8 parts \(attention 0,3, the LM head\) would be lost"):
         export_mask(plan, fmt, tmp_path / "out.json", key)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt, key", [("selfsd", "m"), ("knapspec", None)])
+def test_a_plan_is_not_exported_to_a_format_that_drops_its_int4_parts(fmt, key, tmp_path):
+    from layersearch.common.errors import LayersearchError
+    from layersearch.masks.formats import export_mask
+    from layersearch.masks.mask import SkipMask
+
+    plan = SkipMask(4, (1,), (2,)).with_int8([0], [], False).with_int4([3], [0, 1], True)
+    with pytest.raises(LayersearchError, match=r"int8 parts \(attention 0\) and int4 parts \(attention 3, mlp 0,1, "
+                                               r"the LM head\) would be lost"):
+        export_mask(plan, fmt, tmp_path / "out.json", key)
+    assert list(tmp_path.iterdir()) == []

@@ -40,7 +40,7 @@ def test_value_is_immutable():
         ('{"schema_version": 1, "num_layers": 4, "attention": [1, 1], "mlp": []}', "duplicate layer index 1"),
         ('{"schema_version": 1, "num_layers": 4, "attention": [-1], "mlp": []}', "out of range"),
         ('{"schema_version": 1, "num_layers": 4, "attention": ["2"], "mlp": []}', "not an integer"),
-        ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": []}', "schema_version"),
+        ('{"schema_version": 4, "num_layers": 4, "attention": [], "mlp": []}', "schema_version 4, newer than this layersearch reads"),
         ('{"schema_version": 1, "num_layers": 4, "attention": []}', "missing 'mlp'"),
         ('[1, 2]', "JSON object"),
     ],
@@ -121,12 +121,59 @@ def test_a_plan_round_trips_as_schema_2_and_a_skip_mask_stays_schema_1(tmp_path)
     ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"head": "yes"}}', "int8 head must be true or false"),
     ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": {"heads": true}}', "unknown key 'heads'"),
     ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int8": [1]}', "int8 must be an object"),
+    ('{"schema_version": 2, "num_layers": 4, "attention": [], "mlp": [], "int4": {"mlp": [1]}}', "int4 sub-layers need schema_version 3"),
+    ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int8": {"mlp": [1]}, "int4": {"mlp": [1]}}',
+     "mlp sub-layer 1 is both int8 and int4"),
+    ('{"schema_version": 3, "num_layers": 4, "attention": [2], "mlp": [], "int4": {"attention": [2]}}', "both skipped and int4"),
+    ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int4": {"mlp": [1], "group_size": 100}}',
+     "int4 group_size must be one of 32, 64, 128, 256, got 100"),
+    ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int4": {"bits": 4}}', "int4 has an unknown key 'bits'"),
+    ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int8": {"head": true}, "int4": {"head": true}}',
+     "the LM head is both int8 and int4"),
+    ('{"schema_version": 9, "num_layers": 4, "attention": [], "mlp": []}', "schema_version 9, newer than this layersearch reads .*: a newer layersearch wrote it"),
 ])
 def test_bad_plan_files_are_refused_in_one_line(tmp_path, text, message):
     path = tmp_path / "plan.json"
     path.write_text(text)
     with pytest.raises(LayersearchError, match=message):
         SkipMask.load(path)
+
+
+def test_an_int4_plan_round_trips_as_schema_3_and_older_plans_keep_their_versions(tmp_path):
+    plan = SkipMask(6, (1,), (4,), None, {}, (0,), (), False, (2, 3), (0, 1, 2), True, 64)
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 3
+    assert data["int4"] == {"attention": [2, 3], "mlp": [0, 1, 2], "head": True, "group_size": 64}
+    assert data["int8"] == {"attention": [0], "mlp": [], "head": False}
+    again = SkipMask.load(path)
+    assert again == plan and again.int4_group_size == 64 and again.head_precision == "int4"
+    assert [plan.precision("attention", i) for i in range(4)] == ["int8", "skip", "int4", "int4"]
+    assert plan.num_int4 == 5 and plan.has_int4 and not plan.is_skip_only
+    assert plan.skips_only() == SkipMask(6, (1,), (4,))
+    assert plan.short_string() == "A:1 M:4 int8 A:0 M:- int4 A:2,3 M:0-2 H g64"
+    int8_plan = SkipMask(6, (1,), (), None, {}, (0,), (), True)
+    assert int8_plan.to_dict()["schema_version"] == 2 and "int4" not in int8_plan.to_dict()
+    for older in (SkipMask(6, (1,), (4,)), int8_plan):  # files of versions 1 and 2 still read as they were
+        older.save(tmp_path / "older.json")
+        assert SkipMask.load(tmp_path / "older.json") == older
+
+
+def test_kept_in_int4_mirrors_kept_in_int8():
+    plan = SkipMask(4, (1,), (2,), None, {}, (0,), (0,), True).kept_in_int4(head=False)
+    assert plan.int4_attention == (0, 2, 3) and plan.int4_mlp == (0, 1, 3) and not plan.has_int8
+    assert plan.int4_head is False and plan.attention == (1,) and plan.mlp == (2,)
+    assert SkipMask.none(2).with_int4((0,), (1,), True).precision("mlp", 1) == "int4"
+    with pytest.raises(LayersearchError, match="attention sub-layer 0 is both int8 and int4"):
+        SkipMask(2, (), (), None, {}, (0,), (), False, (0,), ())
+
+
+def test_mask_show_marks_int4_sub_layers():
+    from layersearch.masks.mask import render_mask
+
+    text = render_mask(SkipMask(4, (1,), (), None, {}, (0,), (), False, (2,), (0, 1, 2, 3), True))
+    assert "attn  8 x 4 ." in text and "mlp   4 4 4 4" in text and "LM head int4" in text and "4 = int4" in text
 
 
 def test_mask_show_draws_each_sub_layers_precision():

@@ -70,9 +70,23 @@ def test_sampling_with_an_int8_draft_follows_the_target_law(three_token_chi_squa
 
 
 @pytest.mark.parametrize("scheme, device, message", [
-    ("int4", "cpu", "unknown draft quantization 'int4'"),
+    ("int3", "cpu", "unknown draft quantization 'int3'"),
+    ("int4", "cpu", "a draft model takes int8 only"),  # int4 is the model's own draft (its int4 twins)
     ("int8", "cuda", "CPU only"),
 ])
 def test_bad_schemes_are_refused(scheme, device, message):
     with pytest.raises(LayersearchError, match=message):
         check_quant(scheme, device)
+
+
+@pytest.mark.parametrize("device, dtype, message", [
+    ("cuda", "float16", "on CUDA runs torch's bfloat16 tinygemm from float32 or bfloat16 weights, not float16"),
+    ("cpu", "float16", "not float16"),
+    ("mps", None, "runs on CPU or CUDA"),
+])
+def test_the_int4_self_draft_names_what_it_runs_on(device, dtype, message):
+    check_quant("int4", "cpu", "bfloat16", self_draft=True)  # fine: the bf16 emulation
+    check_quant("int4", "cuda", "bfloat16", self_draft=True)  # fine: tinygemm
+    check_quant("int4", "cuda", "float32", self_draft=True)  # fine: tinygemm over bf16 activations
+    with pytest.raises(LayersearchError, match=message):
+        check_quant("int4", device, dtype, self_draft=True)

@@ -1,9 +1,10 @@
-"""Draft plans: every sub-layer full, int8 or skipped, the head full or int8. Greedy output stays
-plain ``generate``'s token for token under random plans; sampled output follows the exact law;
-the int8 twins change nothing outside the plan's block."""
+"""Draft plans: every sub-layer full, int8, int4 or skipped, the head full, int8 or int4. Greedy
+output stays plain ``generate``'s token for token under random plans; sampled output follows
+the exact law; the twins change nothing outside the plan's block."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -23,17 +24,20 @@ from tests.runtime.test_plugins import NEW, plain_generate, repetitive_prompt
 
 
 def random_plan(num_layers: int, seed: int) -> SkipMask:
-    """Each sub-layer full, int8 or skipped at random; the head int8 half the time."""
+    """Each sub-layer full, int8, int4 or skipped at random (int4 in groups of 32 or 64: the
+    tiny models are 64 wide); the head full, int8 or int4."""
     rng = random.Random(seed)
-    choice = {kind: [rng.choice(("full", "int8", "skip")) for _ in range(num_layers)] for kind in ("attention", "mlp")}
+    choice = {kind: [rng.choice(("full", "int8", "int4", "skip")) for _ in range(num_layers)] for kind in ("attention", "mlp")}
     pick = lambda kind, what: [i for i, c in enumerate(choice[kind]) if c == what]  # noqa: E731
+    head = rng.choice(("full", "int8", "int4"))
     return SkipMask(num_layers, pick("attention", "skip"), pick("mlp", "skip"), None, {},
-                    pick("attention", "int8"), pick("mlp", "int8"), rng.random() < 0.5)
+                    pick("attention", "int8"), pick("mlp", "int8"), head == "int8",
+                    pick("attention", "int4"), pick("mlp", "int4"), head == "int4", rng.choice((32, 64)))
 
 
 @pytest.mark.parametrize("decode_path, seed, family", [
-    *[("eager", seed, family) for seed in range(6) for family in ("tiny_llama", "tiny_qwen2")],
-    *[("captured", seed, family) for seed in range(3) for family in ("tiny_llama", "tiny_qwen2")],
+    *[("eager", seed, family) for seed in range(8) for family in ("tiny_llama", "tiny_qwen2")],
+    *[("captured", seed, family) for seed in range(4) for family in ("tiny_llama", "tiny_qwen2")],
 ])
 def test_random_plans_keep_greedy_output(request, family, seed, decode_path):
     model = request.getfixturevalue(family)
@@ -62,6 +66,26 @@ def test_int8_self_draft_keeps_greedy_output_and_agrees(tiny_llama, skip_ratio, 
     if skip_ratio == 0.0 and drafter_name == "layer-skip":
         stats = result.stats
         assert stats.drafted > 0 and stats.accepted / stats.drafted > 0.8  # int8 agrees with its full model
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2"])
+def test_int4_self_draft_keeps_greedy_output_and_agrees(request, family, decode_path):
+    """The uniform int4 self-draft (every sub-layer and the head int4), in groups of 32: exact output,
+    and it agrees with its full model most of the time."""
+    model = request.getfixturevalue(family)
+    prompt = repetitive_prompt(5)
+    every = tuple(range(4))
+    plan = SkipMask(4, int4_attention=every, int4_mlp=every, int4_head=True, int4_group_size=32)
+    result = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(3), compile=captured(decode_path)).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(model, prompt)
+    assert_path(result, decode_path)
+    assert result.stats.drafted > 0 and result.stats.accepted / result.stats.drafted > 0.5
+
+
+def test_quant_int4_turns_the_kept_sub_layers_into_int4():
+    plan = LayerSkipDrafter(quant="int4").plan(SkipMask(4, (1,), (2, 3), None, {}, (0,), (), True))
+    assert plan.int4_attention == (0, 2, 3) and plan.int4_mlp == (0, 1) and plan.int4_head
+    assert not plan.has_int8 and plan.attention == (1,) and plan.mlp == (2, 3) and plan.int4_group_size == 128
 
 
 def test_quant_turns_the_kept_sub_layers_into_int8():
@@ -107,6 +131,19 @@ def test_sampling_with_an_int8_plan_follows_the_exact_law(three_token_chi_square
     target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21)
     target.generation_config.eos_token_id = None
     plan = SkipMask(2, (), (1,), None, {}, (0, 1), (0,), True)
+    runs = 1500
+    pvalue, drafted = three_token_chi_square(target, [1, 2, 1, 2], lambda seed: SpeculativeDecoder(
+        target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
+    assert drafted > runs // 5
+    assert pvalue > 1e-3
+
+
+@pytest.mark.parametrize("family, seed", [("llama", 23), ("qwen2", 24)])
+def test_sampling_with_an_int4_plan_follows_the_exact_law(three_token_chi_square, family, seed):
+    """Tokens 2 and 3 come from a draft with int4 sub-layers and head (and a skip): chi-square."""
+    target = build_tiny_model(family, num_layers=2, vocab_size=6, seed=seed)
+    target.generation_config.eos_token_id = None
+    plan = SkipMask(2, (), (1,), None, {}, (), (), False, (0, 1), (0,), True, 32)
     runs = 1500
     pvalue, drafted = three_token_chi_square(target, [1, 2, 1, 2], lambda seed: SpeculativeDecoder(
         target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
@@ -192,7 +229,8 @@ def test_weight_only_int8_is_the_product_with_the_rounded_weights():
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("seed", range(3))
 def test_random_plans_keep_greedy_output_on_cuda(family, seed, monkeypatch):
-    """fp32 with TF32 off, so 'identical' means identical; the int8 twins are weight-only there."""
+    """fp32 with TF32 off, so 'identical' means identical; the int8 twins are weight-only there,
+    the int4 ones tinygemm over bf16 activations."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     model = build_tiny_model(family, num_layers=4, seed=seed).to("cuda")
     model.generation_config.eos_token_id = None
@@ -215,6 +253,28 @@ def test_the_cuda_twin_is_the_weight_only_product():
 
 
 @needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_cuda_int4_twin_is_tinygemm_over_the_emulated_weights(dtype):
+    """tinygemm on the packed codes computes the CPU emulation's product (the same bf16 weights;
+    only the fp32 accumulation order differs), eager and compiled with fullgraph=True."""
+    from layersearch.models.int4 import Int4Linear
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(1024, 512).to(dtype)
+    emulated = Int4Linear(cpu, 128)  # the CPU path: bf16 weights from float64
+    cuda = Int4Linear(copy.deepcopy(cpu).cuda(), 128)  # the same Linear on the GPU
+    assert torch.equal(cuda.packed.cpu(), emulated.packed) and torch.equal(cuda.scales_and_zeros.cpu(), emulated.scales_and_zeros)
+    x = torch.randn(3, 1024, dtype=dtype)
+    expected = emulated(x).float()
+    got = cuda(x.cuda()).float().cpu()
+    assert cuda(x.cuda()).dtype == dtype
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+    compiled = torch.compile(cuda, fullgraph=True)  # one graph: no host reads, no breaks
+    # inductor may add the bias in fp32 before the final rounding: one bf16 step of the output apart
+    torch.testing.assert_close(compiled(x.cuda()).float().cpu(), got, rtol=2.0**-7, atol=2.0**-7)
+
+
+@needs_cuda
 def test_sampling_with_an_int8_plan_on_cuda_follows_the_exact_law(three_token_chi_square):
     target = build_tiny_model("llama", num_layers=2, vocab_size=6, seed=21).to("cuda")
     target.generation_config.eos_token_id = None
@@ -224,3 +284,24 @@ def test_sampling_with_an_int8_plan_on_cuda_follows_the_exact_law(three_token_ch
         target, plan, lookahead=StaticLookahead(2), sampling=SamplingConfig(temperature=1.0, seed=seed)), runs)
     assert drafted > runs // 5
     assert pvalue > 1e-3
+
+
+def test_the_profile_times_int4_sub_layers_and_costs_int4_plans(tiny_llama):
+    """int4 costs mirror int8's; a profile without them refuses an int4 plan naming `layersearch profile`."""
+    from layersearch.masks.mask import ModelInfo
+    from layersearch.profiling.profile import INT4_FIELDS, LatencyProfile
+    from layersearch.profiling.profiler import measure_profile
+
+    info = ModelInfo("tiny", 4, tiny_llama.config.hidden_size, "f")
+    profile = measure_profile(tiny_llama, info, contexts=(8, 16), max_verify=2, repeats=2)
+    assert profile.has_int4 and profile.int4_mlp_seconds >= 0 and profile.int4_head_saving >= 0
+    assert LatencyProfile.from_dict(profile.to_dict()) == profile
+    plan = SkipMask(4, (0,), (), info, {}, (1,), (), False, (2, 3), (0, 1, 2, 3), True, 64)
+    costed = profile.base_seconds - profile.int4_head_saving + sum(
+        profile.sublayer_seconds(kind, plan.precision(kind, i), 16, i) for i in range(4) for kind in ("attention", "mlp"))
+    assert abs(profile.draft_seconds(plan, 16) - costed) < 1e-12
+    assert profile.sublayer_seconds("mlp", "int4", 16, 0) == profile.int4_mlp_seconds
+    older = LatencyProfile.from_dict({k: v for k, v in profile.to_dict().items() if k not in INT4_FIELDS})
+    assert not older.has_int4 and older.has_int8
+    with pytest.raises(LayersearchError, match=r"no int4 timings .*`layersearch profile`"):
+        older.draft_seconds(plan, 16)

@@ -83,21 +83,21 @@ def test_history_negates_minimized_values_and_skips_unusable_trials():
     assert empty_x.shape == (0, 4) and empty_y.shape == (0,) and empty_x.dtype == np.int8
 
 
-# ----- the plans space (draft plans: skip, int8 or full per sub-layer; the head int8 or full) -------
+# ----- the plans space (draft plans: skip, int8, int4 or full per sub-layer; the head int8, int4 or full)
 from layersearch.strategies.space import (  # noqa: E402
-    PLANS, mask_from_plan_bits, plan_bits, precision_names, space_names, space_of_params,
+    PLANS, PLANS_INT8, mask_from_plan_bits, plan_bits, precision_names, space_names, space_of_params, stored_space,
 )
 
 
 def plans(draw_bits):
-    """A plan from three bit lists of equal length L (skip attention/MLP as flat, int8 flat) and a head bit."""
-    flat, int8, head = draw_bits
-    return mask_from_plan_bits([*flat, *int8, head], len(flat) // 2)
+    """A plan from four bit lists of equal length 2L (skips, int8 and int4 flat) and two head bits."""
+    flat, int8, int4, head8, head4 = draw_bits
+    return mask_from_plan_bits([*flat, *int8, *int4, head8, head4], len(flat) // 2)
 
 
 plan_bits_strategy = st.integers(1, 12).flatmap(
-    lambda n: st.tuples(st.lists(st.booleans(), min_size=2 * n, max_size=2 * n),
-                        st.lists(st.booleans(), min_size=2 * n, max_size=2 * n), st.booleans())
+    lambda n: st.tuples(*(st.lists(st.booleans(), min_size=2 * n, max_size=2 * n) for _ in range(3)),
+                        st.booleans(), st.booleans())
 )
 
 
@@ -106,7 +106,8 @@ def test_plan_space_adds_a_precision_per_sub_layer_and_the_head():
     assert tuple(space) == (*param_names(2), "attn_00_precision", "mlp_00_precision", "attn_01_precision",
                             "mlp_01_precision", "head_precision")
     assert tuple(space) == space_names(2, PLANS)
-    assert all(space[name].choices == ("full", "int8") for name in precision_names(2))
+    assert all(space[name].choices == ("full", "int8", "int4") for name in precision_names(2))
+    assert all(search_space(2, PLANS_INT8)[name].choices == ("full", "int8") for name in precision_names(2))
     assert search_space(2) == search_space(2, "skips")  # the skip space is what it always was
 
 
@@ -143,8 +144,8 @@ def test_missing_or_bad_precisions_raise():
     params = params_from_mask(SkipMask(2), PLANS)
     with pytest.raises(LayersearchError, match="mlp_01_precision"):
         mask_from_params({k: v for k, v in params.items() if k != "mlp_01_precision"}, 2, PLANS)
-    with pytest.raises(LayersearchError, match="full or int8"):
-        mask_from_params({**params, "attn_00_precision": "int4"}, 2)
+    with pytest.raises(LayersearchError, match="full, int8 or int4"):
+        mask_from_params({**params, "attn_00_precision": "int2"}, 2)
     with pytest.raises(LayersearchError, match="search space"):
         search_space(2, "plan")
 
@@ -156,5 +157,36 @@ def test_plan_history_is_the_plan_vector():
     params = {**params_from_mask(plan, PLANS), "mlp_01_precision": "int8"}  # skipped: its int8 reads 0
     study.add_trial(create_trial(params=params, distributions=space, value=2.0))
     x, y = history(study, 2, PLANS)
-    assert x.tolist() == [[0, 0, 0, 1, 1, 1, 1, 0, 1]] and y.tolist() == [2.0]
+    # skips, int8 bits, int4 bits (none), the head's int8 and int4 bits: 6L + 2
+    assert x.tolist() == [[0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0]] and y.tolist() == [2.0]
     assert history(study, 2)[0].tolist() == [[0, 0, 0, 1]]  # the skip switches alone, as before
+
+
+def test_a_plan_vector_holds_two_bits_per_sub_layer_and_int4_wins_a_tie():
+    plan = SkipMask(2, (1,), ()).with_int8((0,), (), False).with_int4((), (0, 1), True)
+    bits = plan_bits(plan).tolist()
+    assert bits == [0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1]
+    assert mask_from_plan_bits(bits, 2) == plan
+    both = [0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 1]  # attention 0 and the head have both bits: int4
+    assert mask_from_plan_bits(both, 2) == SkipMask(2).with_int4((0,), (), True)
+    assert plan_bits(SkipMask(2).with_int8((0,), (), True), ("int8",)).tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 1]
+
+
+def test_a_plans_study_made_before_int4_keeps_its_two_precisions(tmp_path):
+    """Optuna stores each trial's distributions and refuses changed categorical choices: a stored
+    plans study with ("full", "int8") resumes in that space, and its sampler keeps to it."""
+    from layersearch.strategies import make_sampler
+
+    storage = f"sqlite:///{tmp_path / 'old.db'}"
+    old = optuna.create_study(study_name="old", storage=storage, direction="maximize")
+    plan = SkipMask(2, mlp=(1,)).with_int8((0, 1), (0,), True)
+    old.add_trial(create_trial(params=params_from_mask(plan, PLANS_INT8), distributions=search_space(2, PLANS_INT8), value=1.0))
+    assert stored_space(old, PLANS) == PLANS_INT8
+    assert stored_space(optuna.create_study(), PLANS) == PLANS  # a new study gains int4
+    sampler = make_sampler("random", num_layers=2, seed=1, space=PLANS_INT8)
+    resumed = optuna.load_study(study_name="old", storage=storage, sampler=sampler)
+    resumed.optimize(lambda trial: float(len(suggest_mask(trial, 2, PLANS_INT8).short_string())), n_trials=6)
+    assert len(resumed.trials) == 7 and all(t.state.name == "COMPLETE" for t in resumed.trials)
+    assert not any(mask_from_params(t.params, 2).has_int4 for t in resumed.trials)
+    with pytest.raises(LayersearchError, match="made before int4"):
+        params_from_mask(SkipMask(2).with_int4((0,), (), False), PLANS_INT8)

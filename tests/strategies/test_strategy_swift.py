@@ -154,13 +154,14 @@ def test_plans_keep_swifts_count_of_skips_and_search_the_precisions():
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for mask in swift.initial_masks(num_layers, space="plans"):
         study.enqueue_trial(params_from_mask(mask, "plans"))
-    # Rewards int8 sub-layers: the BO steps must find them through the precision coordinates.
-    study.optimize(lambda t: float(suggest_mask(t, num_layers, "plans").num_int8), n_trials=9)
+    # Rewards int4 sub-layers: the BO steps must find them through the precision coordinates.
+    study.optimize(lambda t: float(suggest_mask(t, num_layers, "plans").num_int4), n_trials=9)
     origins = [t.system_attrs.get(PROPOSAL_ATTR) for t in study.trials]
-    assert origins == [None, None, "bo", "random", "random", "bo", "random", "random", "bo"]
+    assert origins == [None, None, None, "random", "random", "bo", "random", "random", "bo"]
     plans = [mask_from_params(t.params, num_layers) for t in study.trials]
     assert plans[0] == swift.initial_mask(num_layers) and plans[1] == plans[0].kept_in_int8(head=True)
+    assert plans[2] == plans[0].kept_in_int4(head=True)
     for plan in plans:
         assert plan.num_skipped == sampler.count == 5
         assert {0, num_layers - 1}.isdisjoint(plan.attention + plan.mlp)
-    assert any(plan.has_int8 for plan in plans[2:])
+    assert any(plan.has_int4 for plan in plans[3:])

@@ -26,8 +26,8 @@ class DrafterParts:
     """What a drafter is made from; a factory reads the parts its entry declares (the others are None).
 
     ``draft_model``: an independent causal LM sharing the target's tokenizer; ``branching``: the
-    verifier's token-tree widening; ``head``: a reduced draft head (FR-Spec's); ``quant``: "int8",
-    the drafter's own draft (the plan's kept sub-layers and the head) in int8."""
+    verifier's token-tree widening; ``head``: a reduced draft head (FR-Spec's); ``quant``: "int8"
+    or "int4", the drafter's own draft (the plan's kept sub-layers and the head) in that precision."""
 
     draft_model: DraftModel | None = None
     branching: Branching | None = None
@@ -50,7 +50,7 @@ class DrafterEntry:
     ``takes_plan``: without a draft model it drafts with the target under the mask source's plan
     (so it needs a mask); ``takes_draft_model``: it may draft with an independent draft model
     instead; ``needs_draft_model``: it drafts only with one (and so takes one); ``takes_head``: a reduced draft head
-    (a draft vocabulary) applies; ``takes_quant``: its own draft (no draft model) may run in int8;
+    (a draft vocabulary) applies; ``takes_quant``: its own draft (no draft model) may run in int8 or int4;
     ``branches``: it drafts token trees for tree verification; ``mixes``: it chooses between
     sources step by step (a lookup, a model), so a latency profile cannot predict it and SD²
     steering trained for a draft model cannot reach that model; ``words``: where its drafts come
@@ -132,8 +132,8 @@ def drafter_entry(name: str) -> DrafterEntry:
 def make_drafter(name: str, *, draft_model: DraftModel | None = None, branching: Branching | None = None,
                  head: DraftHead | None = None, quant: str | None = None) -> Drafter:
     """The drafter ``name`` made from the parts its entry declares: ``draft_model`` (an
-    independent model), ``head`` (a DraftHead, e.g. FR-Spec's), ``quant`` ("int8": its own
-    draft in int8, without a draft model); ``branching`` (token trees) reaches only a drafter
+    independent model), ``head`` (a DraftHead, e.g. FR-Spec's), ``quant`` ("int8" or "int4": its
+    own draft in that precision, without a draft model); ``branching`` (token trees) reaches only a drafter
     that branches. A part it does not take is one error."""
     entry = drafter_entry(name)
     if draft_model is not None and not entry.takes_draft_model:

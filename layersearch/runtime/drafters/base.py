@@ -49,10 +49,10 @@ def device_of(model: torch.nn.Module) -> torch.device:
 
 class DraftHead(Protocol):
     """Where a drafter's reduced LM head comes from (FR-Spec's :class:`~layersearch.frspec.head.DraftHeads`):
-    the head for the model it drafts with, its rows in int8 when ``int8``. The drafters take any
-    such object, so the runtime imports no method."""
+    the head for the model it drafts with, its rows in int8 when ``int8``, in int4 in groups of
+    ``int4_group`` when given. The drafters take any such object, so the runtime imports no method."""
 
-    def for_model(self, model: torch.nn.Module, int8: bool = False) -> Head:
+    def for_model(self, model: torch.nn.Module, int8: bool = False, int4_group: int | None = None) -> Head:
         """The reduced head of ``model``'s LM head."""
         ...
 

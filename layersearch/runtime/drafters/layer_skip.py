@@ -1,9 +1,10 @@
 """Self-speculative drafting: the target model with the controller's draft plan applied.
 
 The plan (a :class:`~layersearch.masks.mask.SkipMask`) skips some sub-layers and may run others and
-the LM head in int8 (their twins: :mod:`layersearch.models.precision`). With ``quant="int8"``
-(``--draft-quant int8`` without a draft model) every sub-layer the plan keeps, and the head,
-run in int8: the model drafts for itself at about a quarter of a forward's cost.
+the LM head in int8 or int4 (their twins: :mod:`layersearch.models.precision`,
+:mod:`layersearch.models.int4`). With ``quant="int8"`` or ``"int4"`` (``--draft-quant`` without a
+draft model) every sub-layer the plan keeps, and the head, run in that precision: the model
+drafts for itself at a fraction of a forward's cost.
 
 The plan runs as a view of the target (:func:`~layersearch.models.plan_view.plan_view`, built once
 per plan by the loop, which the forward is asked for with ``plan=``), in the target's own KV cache: layers whose attention it executes
@@ -41,14 +42,18 @@ class LayerSkipDrafter(StatelessDrafter):
         self._resolved: tuple[SkipMask, object, SkipMask, bool, dict] | None = None
 
     def plan(self, mask: SkipMask) -> SkipMask:
-        """The plan a draft runs for the controller's ``mask`` (its kept sub-layers int8 with ``quant``)."""
-        return mask if self.quant is None else mask.kept_in_int8()
+        """The plan a draft runs for the controller's ``mask`` (its kept sub-layers in ``quant``)."""
+        return mask if self.quant is None else mask.kept_in(self.quant)
 
     def propose(self, request: StepRequest) -> Proposal:
         """Chain draft with the plan applied to the model, stopped by the lookahead rule."""
         resolved = self._resolved
         if resolved is None or resolved[0] is not request.mask or resolved[1] is not request.model:
             plan = self.plan(request.mask)
+            if self.quant == "int4":  # the uniform int4 self-draft: groups of 128, or what the model's widths take
+                from layersearch.models.int4 import fit_group_size
+
+                plan = fit_group_size(plan, request.model)
             resolved = self._resolved = (request.mask, request.model, plan, not plan.is_empty,
                                          self._head_option(request.model, plan))
         _, _, plan, drafts, options = resolved
@@ -62,11 +67,12 @@ class LayerSkipDrafter(StatelessDrafter):
         return proposal if plan is request.mask else replace(proposal, plan=plan)
 
     def _head_option(self, model, plan: SkipMask) -> dict:
-        """The draft's head: a reduced one (FR-Spec), the int8 twin, or the model's own (no option)."""
+        """The draft's head: a reduced one (FR-Spec), the low-bit twin, or the model's own (no option)."""
         if self.head is not None:
-            return {"head": self.head.for_model(model, int8=plan.int8_head)}
-        if plan.int8_head:
-            from layersearch.models.precision import int8_twins
+            return {"head": self.head.for_model(model, int8=plan.int8_head,
+                                                int4_group=plan.int4_group_size if plan.int4_head else None)}
+        if plan.head_precision != "full":
+            from layersearch.models.precision import plan_head
 
-            return {"head": int8_twins(model).head}
+            return {"head": plan_head(model, plan)}
         return {}
