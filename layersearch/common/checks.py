@@ -74,7 +74,7 @@ def check_real(
     return float(value)
 
 
-#: The draft quantizations, the one list of them: ``--draft-quant``, a spec's ``drafter.quant`` and a
+#: The draft quantizations, the one list of them: a spec's ``drafter.quant`` and a
 #: ``MODEL@QUANT`` draft model read it (a new scheme is one name here, and its kernels in
 #: :mod:`layersearch.models.quantize`).
 QUANT_SCHEMES = ("int8",)

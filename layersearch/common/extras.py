@@ -3,7 +3,7 @@
 The base install is the runtime (``generate``, ``load_decoder``, specs, ``bench``). The searches,
 the pictures and the numba CPU kernels are extras of pyproject.toml; a command that needs a missing
 one stops with one error line naming the ``pip install`` to run (:func:`require_extra`), and
-``--kernels auto`` runs the stock kernels without numba, saying so once (:func:`note_once`).
+``kernels="auto"`` runs the stock kernels without numba, saying so once (:func:`note_once`).
 """
 
 from __future__ import annotations

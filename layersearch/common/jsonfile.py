@@ -16,7 +16,7 @@ from layersearch.common.inputs import parse_json, read_text
 from layersearch.common.outputs import OutputTarget, write_output
 
 
-#: schema_version of a ``bench`` report (``bench --out``); reports written before it had none
+#: schema_version of a ``bench`` report (its ``out`` file); reports written before it had none
 #: and are the same format.
 BENCH_SCHEMA_VERSION = 1
 

@@ -1,7 +1,7 @@
 """A progress bar for long study runs: trials done, best value and elapsed time, on stderr; and
 :func:`say`, one progress line (e.g. a forward compiling).
 
-The bar is drawn with tqdm only when it is wanted and can be seen: not with ``--quiet``, and
+The bar is drawn with tqdm only when it is wanted and can be seen: not with ``quiet``, and
 only when the stream is a terminal. Otherwise nothing is printed per trial (logs and pipes
 stay clean); the command prints one summary line at the end either way.
 """

@@ -3,7 +3,7 @@
 A prompt file has one JSON object per line, either ``{"prompt": "..."}`` (plain text) or
 ``{"messages": [{"role": "user", "content": "..."}, ...]}`` (a chat, formatted with the
 model's chat template and a generation prompt). It is used wherever a domain is taken, as
-the domain ``file:PATH`` (commands also take ``--prompts PATH``).
+the domain ``file:PATH`` (a ``prompts`` argument is such a PATH too).
 
 Each row's split (train / validation / test) comes from a hash of its content, as the
 built-in sets' come from their stable ids: searches use train rows, comparisons test rows,
@@ -42,7 +42,7 @@ def is_user_domain(domain: str) -> bool:
 
 
 def domain_for(path: str) -> str:
-    """The domain name of a prompt file (what ``--prompts PATH`` stands for)."""
+    """The domain name of a prompt file (what a ``prompts`` PATH stands for)."""
     if not str(path).strip():
         raise LayersearchError("prompts needs a JSONL file of prompts", fields="prompts")
     import os
@@ -52,7 +52,7 @@ def domain_for(path: str) -> str:
 
 def read_rows(path: str, *, distinct: bool = True) -> tuple[PromptRow, ...]:
     """Every distinct row of the prompt file ``path`` (``distinct`` False: every row, in file order, as
-    ``generate --prompts`` runs them), validated; one error line per problem. The one reader of
+    ``generate`` runs them), validated; one error line per problem. The one reader of
     prompt files: every command and the API's chat messages follow its rules."""
     from layersearch.common.inputs import read_text
 

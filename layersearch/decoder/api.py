@@ -3,7 +3,7 @@
 ::
 
     import layersearch
-    decoder = layersearch.load_decoder("spec.json")          # from `generate --save-spec`
+    decoder = layersearch.load_decoder("spec.json")          # a DecoderSpec file
     out = decoder.generate("The capital of France is", max_new_tokens=32)
     print(out.text, out.stats.mean_accepted_length)
 
@@ -161,7 +161,7 @@ class Decoder:
 
 
 def _sampling_args(do_sample: Any, temperature: Any, top_p: Any, seed: Any) -> tuple[Any, Any, Any, Any]:
-    """generate's sampling arguments checked as the CLI checks ``--temperature``, ``--top-p``, ``--seed``."""
+    """generate's sampling arguments checked as a spec's ``sampling`` fields are."""
     if do_sample is not None and not isinstance(do_sample, bool):
         raise LayersearchError(f"do_sample must be True, False or None, got {do_sample!r}")
     if temperature is not None:

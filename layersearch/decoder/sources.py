@@ -3,7 +3,7 @@
 A mask source is either a fixed mask or a controller (:mod:`layersearch.runtime.control`) of
 its method (KnapSpec, KNN-SSD, SWIFT on the fly). Each entry names the fields of
 :class:`~layersearch.decoder.spec.MaskSourceSpec` it takes and a builder that imports its method only
-when called, so this module stays light (the names ``generate --mask``
+when called, so this module stays light (the names ``mask_source``
 takes come from here). A new source is its module plus one line in :data:`MASK_SOURCES`.
 
 A builder gets a :class:`SourceInputs` and returns the decoder's keyword arguments: ``{"mask":
@@ -151,7 +151,7 @@ MASK_SOURCES: dict[str, MaskSource] = {
     "router": MaskSource(("file",), (), _router),  # KNN-SSD: each prompt's mask by nearest neighbour
     "swift": MaskSource(("swift",), (), _swift, _check_swift),  # SWIFT's on-the-fly optimisation
 }
-#: The sources that choose the mask while decoding: ``generate --mask knapsack`` re-selects it
-#: (dynamic), ``--mask swift`` optimises it (on the fly).
+#: The sources that choose the mask while decoding: ``mask_source.kind`` ``knapsack`` re-selects it
+#: (dynamic), ``swift`` optimises it (on the fly).
 DYNAMIC_SOURCES = ("knapsack",)
 ON_THE_FLY_SOURCES = ("swift",)

@@ -1,7 +1,7 @@
 """DecoderSpec: everything that decides what a decoder does, as one frozen, JSON-serialisable value.
 
-The spec is the deployable artefact: ``generate --save-spec`` writes the spec of what it ran,
-``generate --spec`` and :func:`layersearch.load_decoder` run one, and
+The spec is the deployable artefact: ``generate`` writes the spec of what it ran and runs
+one, as :func:`layersearch.load_decoder` does, and
 :func:`layersearch.decoder.build.build_decoder` turns it into a decoder. It records the model (the
 reference as given and, once bound, its fingerprint), the drafter, the mask source, a steering
 file, the lookahead rule, the verifier, the sampling settings and the default length.
@@ -200,7 +200,7 @@ class LookaheadSpec:
 
     def __post_init__(self) -> None:
         _require_name(self.name, lookahead_names(), "lookahead")
-        check_draft_length(self.max_draft, "lookahead.max_draft")  # the bound --max-draft has
+        check_draft_length(self.max_draft, "lookahead.max_draft")  # the bound the CLI has too
         check_fraction(self.threshold, "draft threshold")
         if (self.name in FILE_LOOKAHEADS) != (self.file is not None):
             raise LayersearchError(f"lookahead {self.name!r} " + ("needs a file" if self.file is None else "takes no file"))
@@ -241,7 +241,7 @@ class SamplingSpec:
         if not 0 < self.top_p <= 1:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.seed is not None:
-            check_seed(self.seed, "sampling.seed")  # the bound --seed has
+            check_seed(self.seed, "sampling.seed")  # the bound the CLI has too
 
     @property
     def temperature_used(self) -> float:
@@ -254,7 +254,7 @@ class DecoderSpec:
     """What a decoder does (see the module docstring for the file)."""
 
     model: ModelSpec
-    plain: bool = False  # transformers' generate, no drafting (``generate --baseline``)
+    plain: bool = False  # transformers' generate, no drafting (the baseline)
     drafter: DrafterSpec = field(default_factory=DrafterSpec)
     mask_source: MaskSourceSpec = field(default_factory=MaskSourceSpec)
     steering: str | None = None  # SD² steering file

@@ -2,7 +2,7 @@
 
 * :mod:`.measure`   the harness: decode prompts with a decoder, time them, speedups and their intervals
 * :mod:`.bench`     ``layersearch bench``: plain vs speculative decoding side by side
-* :mod:`.specbench` Spec-Bench's answer files and per-group table (``bench --spec-bench``)
+* :mod:`.specbench` Spec-Bench's answer files and per-group table (``bench``'s Spec-Bench run)
 * :mod:`.transfer`  a mask found on one domain, measured on others
 * :mod:`.plots`     the figures (studies' trials, bench tables, masks)
 

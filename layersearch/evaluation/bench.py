@@ -132,7 +132,7 @@ def _drafter_configs(
     model, masks: Sequence[SkipMask], drafters: Sequence[str], draft_models: Mapping[str, torch.nn.Module],
     rules: Sequence[tuple[str | None, Any]], own_rule: Any, vocab=None, compile: bool = False,
 ) -> list[Configuration]:
-    """The rows of the ``--drafters`` items: each a spec of its drafter (see :func:`configs`)."""
+    """The rows of the ``drafters`` items: each a spec of its drafter (see :func:`configs`)."""
     from layersearch.runtime.drafters import drafter_entry
     from layersearch.runtime.lookahead import HeuristicLookahead
 
@@ -360,7 +360,7 @@ def format_table(domain: str, rows: list[dict[str, Any]]) -> str:
 # ----- the ``layersearch bench`` run: checked settings, draft models, the per-domain loop -------------
 @dataclass(frozen=True)
 class BenchSettings:
-    """What one ``bench`` run measures (the CLI's options as values; see ``layersearch bench --help``).
+    """What one ``bench`` run measures (the command's options as values).
 
     ``peers`` and ``drafters`` are items of the ``KIND:MODEL@QUANT`` grammar
     (:mod:`layersearch.decoder.fragments`), ``lookaheads`` registered rule names, ``specs`` decoder
@@ -417,8 +417,8 @@ def check_lookaheads(names: Sequence[str], flag: str = "lookaheads") -> tuple[st
 
 
 def bench_masks(skip_ratios: str, masks: str, info: Any) -> list[SkipMask]:
-    """``bench``'s masks: an evenly spread one per ``--skip-ratios`` value (labelled ``uniform R``),
-    then the files of ``--masks`` (each checked against the model; labelled by file name unless
+    """``bench``'s masks: an evenly spread one per ``skip_ratios`` value (labelled ``uniform R``),
+    then the files of ``masks`` (each checked against the model; labelled by file name unless
     the file carries a label)."""
     ratios = []
     for part in filter(None, skip_ratios.split(",")):
@@ -554,7 +554,7 @@ def read_specs(text: str, model: str) -> list[tuple[str, str, Any, Any]]:
 
 
 def _check_spec_model(path: str, spec: Any, model: str) -> None:
-    """A spec not yet bound to a model (no fingerprint) must name the bench's ``--model``."""
+    """A spec not yet bound to a model (no fingerprint) must name the bench's ``model``."""
     if spec.model.info is not None:
         return
     ref = spec.model.ref

@@ -244,12 +244,12 @@ def _num(value: float | None, width: int, decimals: int = 2) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
 
 
-# ----- ``layersearch bench --spec-bench``: every chosen question by vanilla and each mask ---------------
+# ----- ``bench``'s Spec-Bench run: every chosen question by vanilla and each mask ---------------
 @dataclass(frozen=True)
 class SpecBenchRun:
-    """What ``bench --spec-bench`` answers: the question file, the filter, the answer folder, the
-    masks (``--skip-ratios`` / ``--masks``), the draft policy's settings, the lookahead rules
-    (``--lookaheads``: one method per rule and mask; empty: the policy's own rule), the report file."""
+    """What ``bench``'s Spec-Bench run answers: the question file, the filter, the answer folder, the
+    masks (``skip_ratios`` / ``masks``), the draft policy's settings, the lookahead rules
+    (``lookaheads``: one method per rule and mask; empty: the policy's own rule), the report file."""
 
     questions: str
     answers: str | None
@@ -297,7 +297,7 @@ def run_specbench(run: SpecBenchRun, loaded: Any, say: Callable[[str], None], sh
     policy = DraftPolicy(run.max_draft, run.draft_threshold)
     methods = {"vanilla": lambda ids, n: hf_generate(model, ids, n)}
     for label, mask in masks:
-        for rule in run.lookaheads or (None,):  # one method per --lookaheads rule (default: the policy's rule)
+        for rule in run.lookaheads or (None,):  # one method per ``lookaheads`` rule (default: the policy's rule)
             name = f"ours-{label}" if rule is None else f"ours-{label}-{rule}"
             methods[name] = assemble(model, mask_spec(mask, lookahead=policy_lookahead(policy, rule))).generate
     stop = eos_ids(model)
@@ -340,7 +340,7 @@ def _check_first_turns_fit(loaded: Any, questions: Iterable[Question], new_token
 
 
 def labelled_masks(skip_ratios: str, mask_files: str, info: Any) -> list[tuple[str, Any]]:
-    """(file-name-safe label, mask): ``uniform-0.2`` for ``--skip-ratios``, the file's stem for ``--masks``."""
+    """(file-name-safe label, mask): ``uniform-0.2`` for ``skip_ratios``, the file's stem for ``mask_files``."""
     import re
 
     from layersearch.evaluation.bench import bench_masks
@@ -355,8 +355,8 @@ def labelled_masks(skip_ratios: str, mask_files: str, info: Any) -> list[tuple[s
 
 
 def answers_folder(given: str) -> Path:
-    """``--answers``: an existing folder, or a new one whose parent exists (made only when the
-    answers are written); checked before any work, like every ``--out``."""
+    """``answers``: an existing folder, or a new one whose parent exists (made only when the
+    answers are written); checked before any work, like every ``out``."""
     from layersearch.common.outputs import check_output
 
     folder = Path(given)

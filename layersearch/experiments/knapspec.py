@@ -10,7 +10,7 @@ the same prompt, every run greedy and lossless:
 * ``fixed-short``  the knapsack's choice at the shortest context (~256 tokens) held fixed, the
                    static mask a context-unaware search would have found.
 
-With ``space="plans"`` (``--space plans``) the knapsack selects draft plans (each sub-layer full,
+With ``space="plans"`` the knapsack selects draft plans (each sub-layer full,
 int8 or skipped, the head full or int8; the profile needs int8 timings) instead of skip masks;
 ``bound`` is left out there (a plan gives each sub-layer its own precision) and the other
 candidate method timed beside it is KnapSpec's skip-mask DP.
@@ -363,7 +363,7 @@ def _one_context(settings, loaded, profile, ids, fixed, say):
 
 
 def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str, Any]:
-    """Run the top ``--check-candidates`` contenders (by predicted TPT) as fixed masks with their
+    """Run the top ``check_candidates`` contenders (by predicted TPT) as fixed masks with their
     gamma: does the one the profile ranks first measure fastest?"""
     from dataclasses import replace
 

@@ -160,7 +160,7 @@ def check_draft_vocab(loaded, n: int, what: str = "draft_vocab") -> int:
 
 
 def draft_vocabulary(loaded, n: int, what: str = "draft_vocab") -> VocabSubset | None:
-    """The draft vocabulary for ``--draft-vocab n`` of a loaded model (0: None, the full head):
+    """The draft vocabulary for ``drafter.vocab`` ``n`` of a loaded model (0: None, the full head):
     its tokenizer's ``n`` most frequent tokens plus its special and end tokens. ``what`` names
     where ``n`` came from in errors (the option, or a spec's field)."""
     vocab_size = check_draft_vocab(loaded, n, what)

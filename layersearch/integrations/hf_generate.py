@@ -48,7 +48,7 @@ class LayersearchGenerateOutput(GenerateDecoderOnlyOutput):
 def decoding(spec_or_path: DecoderSpec | str | os.PathLike, *, kernels: str = "auto", seed: int | None = None,
              tokenizer: Any = None) -> "Decoding":
     """A decoding method for ``model.generate(..., custom_generate=...)`` running ``spec_or_path``
-    (a DecoderSpec, or a spec file as ``generate --save-spec`` and ``tune`` write it).
+    (a DecoderSpec, or a spec file as ``generate`` and ``tune`` write it).
 
     ``kernels`` (auto, stock, numba): the CPU kernels, as for ``load_decoder``. ``seed``: the
     sampling seed of every call; None draws each call's seed from torch's global generator, so

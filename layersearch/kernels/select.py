@@ -31,7 +31,7 @@ from layersearch.kernels import KERNEL_NAMES
 
 #: Kernel sets, in the order a profile times them (one list: a profile file is checked against it).
 KERNELS = KERNEL_NAMES
-#: ``--kernels`` choices: a kernel set, or ``auto`` (the profile's choice).
+#: ``kernels=`` choices: a kernel set, or ``auto`` (the profile's choice).
 CHOICES = ("auto", *KERNELS)
 
 

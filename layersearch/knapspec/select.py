@@ -30,7 +30,7 @@ from layersearch.knapspec.dp import (
     int8_importance, item_importance, plan_costs,
 )
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine, window_from_prompt
-from layersearch.knapspec.weights import build_groups, profile_weights
+from layersearch.knapspec.weights import Group, build_groups, profile_weights
 from layersearch.masks.mask import SkipMask
 
 PAPER_MAX_DRAFT = 10  # KnapSpec's maximum draft length D (the paper's setting)
@@ -225,43 +225,50 @@ class KnapSpecSelector:
                 scored = [replace(c, alpha=a) for c, a in zip(picked, alphas)]
             else:
                 scored = self._score(picked, alpha_windows, keep_cosine=True)
-        elif cfg.method == "plans":
-            scored, t1 = self._plans(windows, context, alpha_windows)
         else:
-            # Importance is a per-item cosine drop: it does not depend on the latency weights, so it
-            # is measured once (on the first windows seen) and reused until reset().
-            if self.item_values is None:
-                self.item_values = item_importance(self.model, windows, groups, runner=self.runner)
-            all_candidates = candidates_item_values(groups, self.item_values, self.runner.num_layers, max_budget=cap, info=info)
-            t1 = time.perf_counter()
-            picked = [all_candidates[i] for i in spread_indices(len(all_candidates), cfg.max_alpha_candidates)]
-            scored = self._score(picked, alpha_windows or windows, keep_cosine=False)
+            scored, t1 = self._knapsack(windows, context, alpha_windows, groups, cap)
         t2 = time.perf_counter()
         return scored, {"dp_seconds": t1 - t0, "alpha_seconds": t2 - t1}
 
-    def _plans(
-        self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None
+    def _knapsack(
+        self, windows: Sequence[ReferenceWindow], context: int, alpha_windows: Sequence[ReferenceWindow] | None,
+        groups: Sequence[Group], cap: int,
     ) -> tuple[list[Candidate], float]:
-        """Plan candidates (method ``"plans"``), each with the full and (where it costs less) the
-        int8 head, alpha and cosine measured; and the time the knapsack was done."""
+        """Candidates of methods ``"items"`` (masks) and ``"plans"``: per-item cosine drops measured
+        once, the knapsack for every budget, and an even spread of its candidates with alpha and
+        cosine measured (plans with the full and each cheaper low-bit head); and the time the
+        knapsack was done."""
         cfg = self.config
-        require_int8_profile(self.profile)
-        L = self.runner.num_layers
-        if self.item_values is None:  # cosine drops of skipping and of int8, measured once as for "items"
-            groups = build_groups(L, 1, 1, keep_last_layers=cfg.keep_last_layers)
+        plans = cfg.method == "plans"
+        if plans:
+            require_int8_profile(self.profile)
+            groups = build_groups(self.runner.num_layers, 1, 1, keep_last_layers=cfg.keep_last_layers)
+        # Importance is a per-item cosine drop: it does not depend on the latency weights, so it
+        # is measured once (on the first windows seen) and reused until reset().
+        if self.item_values is None:
             self.item_values = item_importance(self.model, windows, groups, runner=self.runner)
-            self.int8_values = int8_importance(self.model, windows, runner=self.runner)
-            if self.profile.has_int4:  # int4 is a choice where the profile can cost it
-                self.int4_values = int4_importance(self.model, windows, runner=self.runner)
-        plans = candidates_plans(plan_costs(self.profile, context), self.item_values, self.int8_values, L,
-                                 keep_last_layers=cfg.keep_last_layers, tau=cfg.tau, info=self.profile.model,
-                                 int4_values=self.int4_values, int4_group_size=self.runner.int4_group_size())
+            if plans:  # and the drops of each sub-layer's int8 (int4 where the profile can cost it) twin
+                self.int8_values = int8_importance(self.model, windows, runner=self.runner)
+                if self.profile.has_int4:
+                    self.int4_values = int4_importance(self.model, windows, runner=self.runner)
+        found = self._plan_candidates(context) if plans else candidates_item_values(
+            groups, self.item_values, self.runner.num_layers, max_budget=cap, info=self.profile.model)
         t1 = time.perf_counter()
-        picked = [plans[i] for i in spread_indices(len(plans), cfg.max_alpha_candidates)]
-        heads: tuple[str, ...] = ("full",) + tuple(
-            quant for quant in ("int8", "int4") if getattr(self.profile, f"has_{quant}")
-            and (getattr(self.profile, f"{quant}_head_saving") or 0) > 0)
-        return self._score(picked, alpha_windows or windows, keep_cosine=False, heads=heads), t1
+        picked = [found[i] for i in spread_indices(len(found), cfg.max_alpha_candidates)]
+        return self._score(picked, alpha_windows or windows, keep_cosine=False, heads=self._heads() if plans else ("full",)), t1
+
+    def _plan_candidates(self, context: int) -> list[Candidate]:
+        """The multiple-choice knapsack's plans at ``context`` from the measured drops."""
+        assert self.item_values is not None and self.int8_values is not None
+        return candidates_plans(plan_costs(self.profile, context), self.item_values, self.int8_values,
+                                self.runner.num_layers, keep_last_layers=self.config.keep_last_layers, tau=self.config.tau,
+                                info=self.profile.model, int4_values=self.int4_values,
+                                int4_group_size=self.runner.int4_group_size())
+
+    def _heads(self) -> tuple[str, ...]:
+        """The LM head precisions a plan is scored with: full, and each low-bit one the profile makes cheaper."""
+        return ("full",) + tuple(quant for quant in ("int8", "int4") if getattr(self.profile, f"has_{quant}")
+                                 and (getattr(self.profile, f"{quant}_head_saving") or 0) > 0)
 
     def _score(
         self, picked: list[Candidate], windows: Sequence[ReferenceWindow], keep_cosine: bool, heads: tuple[str, ...] = ("full",)

@@ -267,13 +267,13 @@ class SkipMask(ModelBoundJson):
                              f"{quant}_head": head or getattr(self, f"{quant}_head")})
 
     def kept_in_int8(self, head: bool = True) -> "SkipMask":
-        """The plan that runs every sub-layer this one does not skip in int8 (``--draft-quant int8``
-        on a self-draft), and the head in int8 when ``head``."""
+        """The plan that runs every sub-layer this one does not skip in int8 (``drafter.quant``
+        ``"int8"`` on a self-draft), and the head in int8 when ``head``."""
         return self.kept_in("int8", head)
 
     def kept_in_int4(self, head: bool = True) -> "SkipMask":
-        """The plan that runs every sub-layer this one does not skip in int4 (``--draft-quant int4``
-        on a self-draft), and the head in int4 when ``head``."""
+        """The plan that runs every sub-layer this one does not skip in int4 (``drafter.quant``
+        ``"int4"`` on a self-draft), and the head in int4 when ``head``."""
         return self.kept_in("int4", head)
 
     def skips_only(self) -> "SkipMask":

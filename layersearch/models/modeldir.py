@@ -86,7 +86,7 @@ def save_model_dir(path: str | Path, model, tokenizer, what: str = "out") -> Pat
         from layersearch.common.outputs import umask_modes
 
         # The user's umask for every file and folder (safetensors saves 0600, mkdtemp makes 0700);
-        # an existing empty --out folder keeps its own mode.
+        # an existing empty ``path`` folder keeps its own mode.
         existing = target.stat().st_mode & 0o7777 if target.is_dir() else None
         umask_modes(temp, existing)
         os.replace(temp, target)  # onto a missing or empty directory

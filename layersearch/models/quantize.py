@@ -12,7 +12,7 @@ rest; quantizing it took the 1.5B's greedy agreement with its own fp32 outputs f
 ~0.78 on code prompts, while every other Linear costs nothing measurable in agreement
 (docs/results.md, "Draft model in int8"). torch marks ``torch.ao.quantization`` deprecated in
 favour of torchao, whose CPU int8 paths measured slower here (``_weight_int8pack_mm``: 3x fp32's
-time for one token); where torch drops it, ``--draft-quant`` becomes one clear error.
+time for one token); where torch drops it, ``drafter.quant`` becomes one clear error.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ File format (schema_version 1)::
      "kernel_timings": [{"kernels": "stock", "one_token_seconds": ..., "verify_ratios": [...]}, ...]}
 
 ``kernels`` names the CPU kernels every timing of the profile was measured with, and the ones
-``--kernels auto`` then runs; ``kernel_timings`` holds the verification sweep of each kernel set
+``kernels="auto"`` then runs; ``kernel_timings`` holds the verification sweep of each kernel set
 that was timed to make that choice (:func:`pick_kernels`).
 
 Precision (draft plans, :class:`~layersearch.masks.mask.SkipMask` with int8 sub-layers): where the
@@ -607,7 +607,7 @@ def describe_profile(profile: "LatencyProfile") -> str:
 
 
 def validation_mask(spec: str, info: ModelInfo) -> SkipMask:
-    """A mask ``profile --validate`` times: ``uniform:R`` or a mask file, for this model."""
+    """A mask the validation of a profile times: ``uniform:R`` or a mask file, for this model."""
     if spec.startswith("uniform:"):
         from layersearch.common.checks import check_fraction
 

@@ -5,7 +5,7 @@ independent small drafter sharing the verifier's tokenizer) starts from a layer-
 the same embeddings, final norm, LM head and tokenizer, and ``N`` of the decoder layers
 (the first and the last included), renumbered ``0 .. N-1`` in a config with
 ``num_hidden_layers = N``. It is an ordinary causal LM with its own KV cache; untrained it
-drafts poorly, which fine-tuning (``steer train --finetune-drafter``) is for.
+drafts poorly, which fine-tuning (``TrainSettings.drafter_lr``) is for.
 """
 
 from __future__ import annotations

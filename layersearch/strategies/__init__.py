@@ -7,7 +7,7 @@ strategy is one new module here and one line in :data:`REGISTRY`; the contract s
 (``tests/strategies/test_contract.py``) runs over the registry. All strategies search either
 space of :mod:`layersearch.strategies.space`: skip masks (``skips``, the default and every
 paper preset's) or draft plans (``plans``: each sub-layer skipped, int4, int8 or full, the head
-int4, int8 or full), chosen per study (``study create --space``) and passed as ``space``.
+int4, int8 or full), chosen per study (its settings' ``space``) and passed as ``space``.
 
 In the ``plans`` space: ``selfsd-bo`` probes the all-int8 and all-int4 plans and each probe in
 int8 or int4 by turns, and its GP relaxes the plan's 6L + 2 bits; ``swift`` keeps its count of

@@ -15,12 +15,12 @@ seeded with known-good probe masks. Here:
   not-yet-measured neighbour. The skipped count is free: the objective (e.g. tokens/s) has to
   price the draft's cost.
 
-Options (``study create --acquisition/--kappa/--n-startup-trials/--kernel``) and
-``--preset paper`` (:data:`PAPER_OPTIONS`, :data:`PAPER_SETTINGS`) run the search as Self-SD's
+Options (``acquisition``, ``kappa``, ``n_startup_trials``, ``kernel``) and
+preset ``paper`` (:data:`PAPER_OPTIONS`, :data:`PAPER_SETTINGS`) run the search as Self-SD's
 code does: ``maximize(init_points=0)`` starts from the probes with no random points, and
 bayes_opt's defaults are UCB (kappa 2.576) over a Matern-2.5 GP.
 
-In the ``plans`` space (``study create --space plans``; the paper preset keeps ``skips``) the GP
+In the ``plans`` space (``space="plans"``; the paper preset keeps ``skips``) the GP
 relaxes the plan's ``6L + 2`` bits (skips, then 1 = int8 and 1 = int4 per sub-layer, then the head's; see
 :mod:`layersearch.strategies.space`) exactly as it relaxes the skips: ``[0, 1]^{6L+2}``, rounded
 at 0.5, single-flip neighbours. Every vector is a plan (a skipped sub-layer's precision bits
@@ -52,7 +52,7 @@ N_STARTUP_TRIALS = 10
 #: bayes_opt's default UCB kappa (Self-SD's ``maximize`` call kept bayes_opt's acquisition).
 UCB_KAPPA = 2.576
 #: Self-SD's code as published: probes, no random initial points (``init_points=0``), bayes_opt's
-#: default acquisition (UCB, kappa 2.576) and GP kernel (Matern 2.5). ``--preset paper``.
+#: default acquisition (UCB, kappa 2.576) and GP kernel (Matern 2.5). Preset ``paper``.
 PAPER_OPTIONS = {"acquisition": "ucb", "kappa": UCB_KAPPA, "n_startup_trials": 0, "kernel": "matern-2.5"}
 OPTIONS = ("acquisition", "kappa", "n_startup_trials", "kernel")
 #: The study settings of Self-SD's search: tokens/s of the decoder over 8 prompts, 32 new

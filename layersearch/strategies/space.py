@@ -10,7 +10,7 @@ each an ``IntDistribution(0, 1)`` where 1 means "skipped". Indices are zero-padd
 digits, or to as many as the largest index needs (three when ``L > 100``), so the names sort
 in layer order in the dashboard. That is the whole ``skips`` space, every paper's space.
 
-The ``plans`` space (:data:`PLANS`, opt-in per study: ``study create --space plans``) adds
+The ``plans`` space (:data:`PLANS`, opt-in per study: ``space="plans"``) adds
 what a draft plan gives a sub-layer it keeps, and the LM head::
 
     attn_00_precision, mlp_00_precision, ..., head_precision

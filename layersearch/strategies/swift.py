@@ -42,7 +42,7 @@ from layersearch.swift.search import (  # noqa: F401  (this module's names for t
     is_bo_step, propose, skip_count,
 )
 
-#: SWIFT's settings (Appendix B.2) for ``study create --preset paper``: matchness over a
+#: SWIFT's settings (Appendix B.2) for preset ``paper``: matchness over a
 #: 32-token window, r = 0.45, beta = 25, kappa = 2.5, stop at 0.95 / 300 / 1000.
 PAPER_PRESET = {
     "objective": "matchness", "skip_ratio": SKIP_RATIO, "gamma": 32, "bo_interval": BO_INTERVAL, "kappa": KAPPA,

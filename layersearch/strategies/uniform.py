@@ -6,8 +6,8 @@ setting). It is the baseline every searched mask must beat, and a study of it ne
 trial: its stop rule fires once one trial has completed.
 
 In the ``plans`` space it proposes the uniform int8 self-draft: the same skips, every kept
-sub-layer and the LM head in int8 (:meth:`SkipMask.kept_in_int8`; ``--skip-ratio 0``: the whole
-model in int8, what ``--draft-quant int8`` drafts with), the plan every searched plan must beat.
+sub-layer and the LM head in int8 (:meth:`SkipMask.kept_in_int8`; skip ratio 0: the whole
+model in int8, what ``drafter.quant`` ``"int8"`` drafts with), the plan every searched plan must beat.
 """
 
 from __future__ import annotations

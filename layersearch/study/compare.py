@@ -155,7 +155,7 @@ def _measure_rows(
 
 
 def table_paths(out_prefix: Any) -> dict[str, str]:
-    """The files an ``--out-prefix`` names, unchecked ({what: path}, for the check that no output
+    """The files an ``out_prefix`` names, unchecked ({what: path}, for the check that no output
     overwrites an input): PREFIX.csv and PREFIX.json; none for no prefix or ``-``."""
     from layersearch.common.outputs import check_file_name
 

@@ -83,7 +83,7 @@ def _pick_trial(study: Any, name: str, which: str | int) -> Any:
 
 
 def mask_from_source(name: str, source: str) -> Any:
-    """``knn build --domain NAME=SOURCE``'s mask: a mask file, or ``study:STUDY[@STORAGE]``: that study's best trial."""
+    """The mask of ``knn build``'s domain ``NAME=SOURCE``: a mask file, or ``study:STUDY[@STORAGE]``: that study's best trial."""
     from layersearch.masks.mask import SkipMask
 
     if not source.startswith("study:"):

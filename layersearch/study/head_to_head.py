@@ -3,13 +3,13 @@ uniform) under one wall-clock budget each.
 
 A benchmark in the spirit of swift.txt Table 12 (SWIFT 1.56x after 116 s; Self-SD's BO 0.97x
 after 155 s). On one model and one domain, each strategy gets its own study, searched with
-its native objective for ``--budget`` seconds (Optuna's timeout: no trial starts after the
+its native objective for ``budget`` seconds (Optuna's timeout: no trial starts after the
 budget, the running one finishes):
 
 ==========  ==============================================================================
 swift       matchness (its paper's objective), fixed skip count int((L-2)*2r), r = 0.45
 selfsd-bo   time-per-token of the speculative decoder (Self-SD's objective)
-random      ``--random-objective`` (default matchness, with swift's skip ratio: the control
+random      the objective its plan names (default matchness, with swift's skip ratio: the control
             that shows what SWIFT's sampler adds over random masks of the same size)
 ==========  ==============================================================================
 
@@ -18,9 +18,9 @@ measured at the end, in this one process: tokens/s of the speculative decoder wi
 study's best mask against plain ``generate`` on the same domain prompts (``study compare``),
 plus the M and alpha of that run. The model is loaded once and shared by all the searches.
 
-The report (``--out``, JSON) gives per strategy its best-so-far curve against wall time, the
+The report (``out``, JSON) gives per strategy its best-so-far curve against wall time, the
 held-out speedup, the best mask, its skip ratio, M, alpha and the seconds it took to reach 95%
-of its final best; the figure (``--plot``) draws the curves, one panel per strategy (their
+of its final best; the figure (``plot``) draws the curves, one panel per strategy (their
 objectives differ), with the held-out speedups in the legends.
 """
 

@@ -112,7 +112,7 @@ def check_name(name: str) -> str:
 
 
 def storage_location(url: str | None, name: str | None = None) -> StorageLocation:
-    """Parse ``--storage`` (None: the default sqlite file of study ``name``)."""
+    """Parse a ``storage`` URL (None: the default sqlite file of study ``name``)."""
     if url is None:
         if name is None:
             raise LayersearchError("no storage given and no study name to derive the default from")

@@ -92,7 +92,7 @@ def prompt_counts(prompts: str, train: int | None, test: int | None) -> tuple[in
     from layersearch.data.splits import FRACTIONS
     from layersearch.data.user import domain_for, split_sizes
 
-    domain_for(prompts)  # an empty --prompts named as such
+    domain_for(prompts)  # an empty ``prompts`` named as such
     sizes = split_sizes(prompts)
     total = sum(sizes.values())
     if (train is None and not sizes["train"]) or (test is None and not sizes["test"]):

@@ -1,8 +1,8 @@
-"""The tune study: one Optuna study per ``--name``, resumable, in any layersearch storage.
+"""The tune study: one Optuna study per ``name``, resumable, in any layersearch storage.
 
 The study records what it was made for (study attribute :data:`IDENTITY_ATTR`: the prompt
 file, the model's fingerprint, the draft model, the measurement sizes) and its mask pool
-(:data:`POOL_ATTR`), so the same ``--name`` continues the same search with the same choices
+(:data:`POOL_ATTR`), so the same ``name`` continues the same search with the same choices
 and a mismatch is one error line. Each trial records its spec (``spec``, the DecoderSpec's
 JSON) and measured figures as user attributes; optuna-dashboard shows them.
 """

@@ -16,6 +16,8 @@ from layersearch.knapspec import (
     KnapSpecConfig,
     PerTokenInt8Linear,
     SubLayerRunner,
+    build_groups,
+    candidates_item_values,
     candidates_plans,
     int8_importance,
     knapsack_plans,
@@ -131,6 +133,25 @@ def test_plan_candidates_are_the_best_plans_within_their_cost(seed, with_int4):
         assert plan_loss(plan, skip, int8, int4) == pytest.approx(best, abs=1e-9)
         assert cand.cosine == pytest.approx(1 - best, abs=1e-9) and cand.cosine >= 0.5
     assert candidates[-1].mask == SkipMask.none(L)  # the largest budget keeps every sub-layer full
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_skip_only_plans_knapsack_is_the_masks_knapsack(seed):
+    """With skip and full the only options (no int8 or int4 to offer), the plans' multiple-choice
+    knapsack finds the same masks, with the same cosine estimates, as the skip masks' 0/1 knapsack."""
+    rng = np.random.default_rng(seed)
+    L = 4
+    w_attn, w_mlp = (int(w) for w in rng.integers(1, 9, size=2))
+    skip = rng.uniform(0.0, 0.1, 2 * L)
+    groups = build_groups(L, w_attn, w_mlp, keep_last_layers=1)
+    weights = np.array([g.weight for g in groups])
+    masks = candidates_item_values(groups, skip, L, max_budget=sum(g.weight for g in groups if g.skippable))
+    costs = np.stack([np.zeros(2 * L, dtype=int), weights, weights, weights], axis=1)
+    no_int8 = np.full(2 * L, 1.0)  # an int8 twin that costs what the full sub-layer does and loses more
+    plans = candidates_plans(costs, skip, no_int8, L, keep_last_layers=1, tau=-1.0)
+    assert not any(c.mask.has_int8 or c.mask.has_int4 for c in plans)
+    assert {c.mask: c.cosine for c in plans} == pytest.approx({c.mask: c.cosine for c in masks}, abs=1e-12)
+    assert len(masks) > 2  # the weights leave room for more than the empty and the largest mask
 
 
 def test_plan_costs_come_from_the_profile():

@@ -23,7 +23,7 @@ def check_mask(mask: Any, info: Any, where: str) -> None:
 
 
 def threshold_margin(value: float) -> float | None:
-    """``--threshold-margin``: a finite number >= 0 (0: no OOD threshold, None)."""
+    """``threshold_margin``: a finite number >= 0 (0: no OOD threshold, None)."""
     if not math.isfinite(value) or value < 0:
         raise LayersearchError(f"threshold_margin must be a finite number >= 0, got {value}", fields="threshold_margin")
     return None if value == 0 else value
@@ -89,7 +89,7 @@ def build_router_from(job: BuildJob, load: Callable[[], Any], say: Callable[...,
 
 
 def parse_ratios(text: str) -> list[float]:
-    """``--mix-ratios``: distinct comma-separated numbers in [0, 1]."""
+    """``mix_ratios``: distinct comma-separated numbers in [0, 1]."""
     values = []
     for part in text.split(","):
         if not part.strip():
