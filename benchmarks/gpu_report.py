@@ -554,10 +554,14 @@ def int4_missing() -> str:
     return ""
 
 
-def int4_plan(layers: int, skip: float = 0.0) -> SkipMask:
-    """Every kept sub-layer and the head in int4, ``skip`` of the sub-layers skipped (spread evenly)."""
+def int4_plan(model, skip: float = 0.0) -> SkipMask:
+    """Every kept sub-layer and the head in int4, ``skip`` of the sub-layers skipped (spread evenly),
+    in groups of 128 where they divide the model's widths (the largest that does otherwise)."""
+    from layersearch.models.int4 import fit_group_size
+
+    layers = model.config.num_hidden_layers
     base = SkipMask.uniform(layers, skip) if skip else SkipMask.none(layers)
-    return base.kept_in_int4(head=True)
+    return fit_group_size(base.kept_in_int4(head=True), model)
 
 
 def spread(values: list[float]) -> dict:
@@ -635,7 +639,7 @@ def int4_shape_rows(shape: str, device: str, new_tokens: int, repeats: int, skip
             "hf_static_per_call": lambda: hf_static_per_call(model, ids, new_tokens),
             "ours_captured": lambda: plain.generate(ids, new_tokens)}
     seconds = interleaved_raw(device, runs, repeats)
-    plans = {} if skip_reason else {"int4": int4_plan(layers), f"skip {INT4_SKIP:g} + int4": int4_plan(layers, INT4_SKIP)}
+    plans = {} if skip_reason else {"int4": int4_plan(model), f"skip {INT4_SKIP:g} + int4": int4_plan(model, INT4_SKIP)}
     parts = int4_parts(plain, device, 128 + new_tokens // 2, plans, repeats)
     row = {"shape": shape, "new_tokens": new_tokens, "repeats": repeats, "seconds": seconds, "parts": parts,
            "int4": "" if not skip_reason else f"skipped: {skip_reason}"}
@@ -686,8 +690,8 @@ def exact_int4_rows(shape: str, device: str, new_tokens: int, repeats: int, ks=(
     run's own parts predict (HF static's and the loop's token times, the plan's draft cost, verify(k))."""
     model = build(shape, device, torch.bfloat16)
     layers = model.config.num_hidden_layers
-    plan = int4_plan(layers, INT4_SKIP)
-    exact_int4_weights(model, plan)
+    plan = int4_plan(model, INT4_SKIP)
+    exact_int4_weights(model, plan, plan.int4_group_size)
     ids = prompts(model.config.vocab_size, 1, 128)[0]
     plain = SpeculativeDecoder(model, compile=True)
     decoders = {k: SpeculativeDecoder(model, plan, lookahead=StaticLookahead(k), compile=True) for k in ks}
@@ -723,7 +727,7 @@ def int4_greedy_section(device: str, new_tokens: int, count: int) -> dict:
     model = build("1b", device, torch.float32, head_scale=4.0, layers=4)
     layers = model.config.num_hidden_layers
     rows = {}
-    for name, plan in (("int4", int4_plan(layers)), (f"skip {INT4_SKIP:g} + int4", int4_plan(layers, INT4_SKIP))):
+    for name, plan in (("int4", int4_plan(model)), (f"skip {INT4_SKIP:g} + int4", int4_plan(model, INT4_SKIP))):
         decoder = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(2), compile=True)
         same = 0
         for ids in prompts(model.config.vocab_size, count, 32, seed=7):
@@ -739,7 +743,7 @@ def int4_sampling_section(device: str, runs: int) -> dict:
     """The sampling law with an int4 draft, captured: 3 tokens of a 6-token vocabulary, chi-square
     against the exact law of the target (and, for contrast, the draft's)."""
     model = build("1b", device, torch.bfloat16, vocab=6, head_scale=3.0, seed=5, layers=4)
-    plan = int4_plan(model.config.num_hidden_layers, INT4_SKIP)
+    plan = int4_plan(model, INT4_SKIP)
     prompt = [1, 4, 2]
     target = three_token_law(model, prompt)
     observed, drafted, accepted = np.zeros(216), 0, 0
