@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
@@ -176,7 +176,7 @@ class KnapSpecSelector:
     Holds the per-item values of ``method="items"`` once measured (:meth:`reset` forgets them).
     """
 
-    def __init__(self, model: nn.Module, profile, config: KnapSpecConfig = KnapSpecConfig()) -> None:
+    def __init__(self, model: PreTrainedModel, profile, config: KnapSpecConfig = KnapSpecConfig()) -> None:
         self.model = model
         self.profile = profile
         self.config = config
@@ -247,7 +247,7 @@ class KnapSpecSelector:
         cfg = self.config
         require_int8_profile(self.profile)
         L = self.runner.num_layers
-        if self.item_values is None:  # cosine drops of skipping and of int8, measured once as for "items"
+        if self.item_values is None or self.int8_values is None:  # cosine drops of skipping and of int8, measured once as for "items"
             groups = build_groups(L, 1, 1, keep_last_layers=cfg.keep_last_layers)
             self.item_values = item_importance(self.model, windows, groups, runner=self.runner)
             self.int8_values = int8_importance(self.model, windows, runner=self.runner)
@@ -296,7 +296,7 @@ class KnapSpecSelector:
 
 
 def knapsack_masks(
-    model: nn.Module,
+    model: PreTrainedModel,
     profile,
     prompts_ids: Sequence[torch.Tensor | Sequence[int]],
     *,
@@ -323,6 +323,7 @@ def knapsack_masks(
     for cand in scored:
         if cand.mask.is_empty:
             continue
+        assert cand.alpha is not None  # candidates() measures every returned candidate's alpha
         tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_draft=config.max_draft)
         mask = cand.mask.with_provenance(strategy="knapsack", objective="tpt", score=tpt)
         rows.append((mask, tpt, gamma, float(cand.alpha)))
@@ -331,7 +332,7 @@ def knapsack_masks(
 
 
 def knapsack_plans(
-    model: nn.Module,
+    model: PreTrainedModel,
     profile,
     prompts_ids: Sequence[torch.Tensor | Sequence[int]],
     *,
