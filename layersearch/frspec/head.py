@@ -54,11 +54,11 @@ class SubsetHead:
     """The LM head of ``model`` restricted to ``subset``: its rows sliced once, kept contiguous."""
 
     def __init__(self, model: torch.nn.Module, subset: VocabSubset, int8: bool = False, int4_group: int | None = None) -> None:
-        head = model.get_output_embeddings()
+        head = _lm_head(model)
         quantized = is_quantized_linear(head)  # an int8 draft model's head (models/quantize.py)
         self.int8 = int8
         self.int4_group = int4_group
-        weight = head.weight().dequantize() if quantized else head.weight  # [vocab, hidden]
+        weight, bias = _head_tensors(head)  # [vocab, hidden], [vocab] or None
         self.vocab = int(weight.shape[0])
         if subset.token_ids[-1] >= self.vocab:
             raise LayersearchError(
@@ -70,7 +70,6 @@ class SubsetHead:
         self.source = weight
         self.ids = torch.tensor(subset.token_ids, device=weight.device)  # [N]
         self.weight = weight.detach().index_select(0, self.ids).contiguous()  # [N, hidden]
-        bias = head.bias() if quantized else getattr(head, "bias", None)
         self.bias = None if bias is None else bias.detach().index_select(0, self.ids)  # [N]
         # The rows run in int8 when the head they came from is int8, or the plan asks for it; in
         # int4 when the plan asks (each row's groups are its own, so these are the int4 head's rows).
@@ -85,7 +84,7 @@ class SubsetHead:
 
     def fits(self, model: torch.nn.Module) -> bool:
         """True when this head was sliced from ``model``'s own LM head."""
-        head = model.get_output_embeddings()
+        head = _lm_head(model)
         return head is self.module and (is_quantized_linear(head) or head.weight is self.source)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -114,6 +113,25 @@ def _rows_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Li
         if bias is not None:
             linear.bias.copy_(bias)
     return linear
+
+
+def _lm_head(model: torch.nn.Module) -> torch.nn.Module:
+    """``model``'s LM head: a transformers model's output embedding."""
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if not isinstance(head, torch.nn.Module):
+        raise LayersearchError(f"{type(model).__name__} has no LM head (get_output_embeddings) to draft with")
+    return head
+
+
+def _head_tensors(head: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The LM head's weight [vocab, hidden] (dequantized from an int8 head) and bias [vocab] or None."""
+    if is_quantized_linear(head):
+        return head.weight().dequantize(), head.bias()
+    weight, bias = getattr(head, "weight", None), getattr(head, "bias", None)
+    if not isinstance(weight, torch.Tensor):
+        raise LayersearchError(f"an LM head needs a weight matrix; {type(head).__name__} has none")
+    return weight, bias if isinstance(bias, torch.Tensor) else None
 
 
 class DraftHeads:

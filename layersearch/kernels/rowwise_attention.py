@@ -90,7 +90,7 @@ def attend_serial(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: n
 
 
 def rowwise_attention(
-    module: torch.nn.Module,
+    module: torch.nn.Module | None,  # the calling attention module (unused; None in the warm-up)
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,

@@ -38,7 +38,7 @@ from numba import njit, prange
 if "NUMBA_THREADING_LAYER" not in os.environ:
     # numba's default OpenMP pool keeps spinning between launches; in the same process it made
     # torch's own (OpenMP) ops 3-5x slower on this 2-core machine. Its workqueue pool sleeps.
-    numba.config.THREADING_LAYER = "workqueue"
+    numba.config.THREADING_LAYER = "workqueue"  # type: ignore[attr-defined]  # numba.config defines its settings at import, unseen by mypy
 
 #: Tokens per pass over a row block (the kernel's register block; fixed, see the module doc).
 TOKEN_BLOCK = 4

@@ -21,13 +21,16 @@ slower. numba is the ``kernels`` extra: without it ``auto`` runs ``stock`` (said
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, TypeGuard
 
 import torch
 
 from layersearch.common.errors import LayersearchError
 from layersearch.common.extras import has_module, install_command, note_once, require_extra
 from layersearch.kernels import KERNEL_NAMES
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 #: Kernel sets, in the order a profile times them (one list: a profile file is checked against it).
 KERNELS = KERNEL_NAMES
@@ -52,7 +55,7 @@ def check_kernels(name: str) -> str:
 
 
 @contextlib.contextmanager
-def model_kernels(model: torch.nn.Module, kernels: str) -> Iterator[int]:
+def model_kernels(model: PreTrainedModel, kernels: str) -> Iterator[int]:
     """Run ``model``'s forwards with ``kernels`` inside the block; yields the layers routed.
 
     ``stock`` changes nothing (yields 0). ``numba`` sets an instance ``forward`` on each
@@ -72,17 +75,18 @@ def model_kernels(model: torch.nn.Module, kernels: str) -> Iterator[int]:
     warm_up()
     rowwise_attention.register()
     attention = model.config._attn_implementation
-    model._layersearch_kernels = kernels
+    marks = vars(model)  # a plain attribute (the loop reads it), not a parameter, buffer or sub-module
+    marks["_layersearch_kernels"] = kernels
     try:
         for module in linears:
-            module.forward = _routed_forward(module)
+            vars(module)["forward"] = _routed_forward(module)  # an instance forward, as nn.Module.__setattr__ stores it
         model.set_attn_implementation(rowwise_attention.NAME)
         yield len(linears)
     finally:
         for module in linears:
             vars(module).pop("forward", None)
         model.set_attn_implementation(attention)
-        del model._layersearch_kernels
+        del marks["_layersearch_kernels"]
 
 
 def choose_kernels(requested: str, profile=None) -> str:
@@ -111,14 +115,15 @@ def warm_up() -> None:
     from layersearch.kernels.rowwise_attention import rowwise_attention
     from layersearch.kernels.rowwise_linear import rowwise_linear
 
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # numba.config defines its settings at import, unseen by mypy
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), most)))
     rowwise_linear(torch.zeros(1, 8), torch.zeros(5, 8))
     query = torch.zeros(1, 2, 1, 4)
     rowwise_attention(None, query, torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4), None)
     rowwise_attention(None, query, torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4), torch.ones(1, 1, 1, 3, dtype=torch.bool))
 
 
-def _supported_linear(module: torch.nn.Module) -> bool:
+def _supported_linear(module: torch.nn.Module) -> TypeGuard[torch.nn.Linear]:
     if not isinstance(module, torch.nn.Linear) or "forward" in vars(module):
         return False
     weight = module.weight

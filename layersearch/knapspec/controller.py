@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import Cache, PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector, require_int8_profile
@@ -63,7 +64,7 @@ class KnapSpecController:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         profile,
         *,
         max_draft: int = MAX_DRAFT,
@@ -96,11 +97,14 @@ class KnapSpecController:
             return None
         if view.step == 0:
             self.selector.reset()  # per-item values (method "items") are measured per generation
-        sequence = view.sequence[0].to(view.model.device)  # [position + 1]
-        windows = [window_from_cache(view.cache, sequence, self.window)]
+        cache = view.cache
+        if not isinstance(cache, Cache):
+            raise LayersearchError(f"the KnapSpec controller reads a transformers Cache, not a {type(cache).__name__}")
+        sequence = view.sequence[0].to(self.selector.model.device)  # [position + 1]; the model the view runs
+        windows = [window_from_cache(cache, sequence, self.window)]
         alpha_windows = None
         if self.alpha_window is not None and self.alpha_window > self.window:
-            alpha_windows = [window_from_cache(view.cache, sequence, self.alpha_window)]
+            alpha_windows = [window_from_cache(cache, sequence, self.alpha_window)]
         choice = self.selector.select(windows, view.position, alpha_windows)
         record: dict[str, Any] = choice.record()
         record.update(self.selector.last_timing)
@@ -125,7 +129,7 @@ def _config_for_space(space: Any, config: KnapSpecConfig | None, max_draft: int)
     return config
 
 
-def _refuse_plans_without_int8(model: torch.nn.Module, profile: Any, config: KnapSpecConfig) -> None:
+def _refuse_plans_without_int8(model: PreTrainedModel, profile: Any, config: KnapSpecConfig) -> None:
     """Plans are costed by the profile's int8 timings and run by int8 twins: both checked before decoding."""
     if config.method != "plans":
         return
@@ -135,7 +139,7 @@ def _refuse_plans_without_int8(model: torch.nn.Module, profile: Any, config: Kna
     check_int8_device(model)
 
 
-def _refuse_evicting_windows(model: torch.nn.Module, tokens: int) -> None:
+def _refuse_evicting_windows(model: PreTrainedModel, tokens: int) -> None:
     """Reference windows read the context their tokens attend to from the committed cache; a
     sliding-window layer keeps only its last ``window - 1`` positions, too few for ``tokens > 1``."""
     from layersearch.runtime.cache import sliding_windows

@@ -37,7 +37,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.mckp import solve_choices_all_budgets
@@ -45,6 +45,9 @@ from layersearch.knapspec.solver import solve_all_budgets
 from layersearch.knapspec.sublayers import ReferenceWindow, SubLayerRunner, mean_cosine
 from layersearch.knapspec.weights import Group, default_max_budget, mask_from_groups, skippable_weight
 from layersearch.masks.mask import ModelInfo, SkipMask
+
+#: Per-item values (or losses) as callers hold them: a list of floats or a 1-D float array.
+Values = Sequence[float] | np.ndarray
 
 TAU = 0.5
 
@@ -66,7 +69,7 @@ class DPResult:
     """Candidates by increasing budget, their final hidden states ``[n, R, d]`` and the full model's ``[R, d]``."""
 
     candidates: list[Candidate]
-    final_states: torch.Tensor | None
+    final_states: torch.Tensor  # [n, R, d]
     reference: torch.Tensor
     seconds: float = 0.0
     states_evaluated: int = 0
@@ -83,7 +86,7 @@ def _check_groups(groups: Sequence[Group], num_layers: int) -> None:
 
 
 def candidates_hidden_dp(
-    model: nn.Module,
+    model: PreTrainedModel,
     windows: Sequence[ReferenceWindow],
     groups: Sequence[Group],
     *,
@@ -167,7 +170,7 @@ def _backtrack(choice: np.ndarray, groups: Sequence[Group], budget: int, num_lay
 
 
 def item_importance(
-    model: nn.Module,
+    model: PreTrainedModel,
     windows: Sequence[ReferenceWindow],
     groups: Sequence[Group],
     *,
@@ -192,7 +195,7 @@ def item_importance(
 
 
 def int8_importance(
-    model: nn.Module, windows: Sequence[ReferenceWindow], *, runner: SubLayerRunner | None = None
+    model: PreTrainedModel, windows: Sequence[ReferenceWindow], *, runner: SubLayerRunner | None = None
 ) -> np.ndarray:
     """Per sub-layer (interleaved, 2L): ``1 - cos(full final state, final state with only that
     sub-layer run by its int8 twin)``, measured as :func:`item_importance` measures skipping."""
@@ -200,14 +203,14 @@ def int8_importance(
 
 
 def int4_importance(
-    model: nn.Module, windows: Sequence[ReferenceWindow], *, runner: SubLayerRunner | None = None
+    model: PreTrainedModel, windows: Sequence[ReferenceWindow], *, runner: SubLayerRunner | None = None
 ) -> np.ndarray:
     """:func:`int8_importance` with the int4 twins (in the runner's group size)."""
     return low_bit_importance(model, windows, "int4", runner=runner)
 
 
 def low_bit_importance(
-    model: nn.Module, windows: Sequence[ReferenceWindow], quant: str, *, runner: SubLayerRunner | None = None
+    model: PreTrainedModel, windows: Sequence[ReferenceWindow], quant: str, *, runner: SubLayerRunner | None = None
 ) -> np.ndarray:
     """Per sub-layer (interleaved, 2L): the cosine drop of running only that sub-layer in ``quant``."""
     runner = runner or SubLayerRunner(model)
@@ -252,14 +255,14 @@ def plan_costs(profile, context: int) -> np.ndarray:
 
 def candidates_plans(
     costs: np.ndarray,
-    skip_values: Sequence[float],
-    int8_values: Sequence[float],
+    skip_values: Values,
+    int8_values: Values,
     num_layers: int,
     *,
     keep_last_layers: int = 1,
     tau: float = TAU,
     info: ModelInfo | None = None,
-    int4_values: Sequence[float] | None = None,
+    int4_values: Values | None = None,
     int4_group_size: int = 128,
 ) -> list[Candidate]:
     """One plan per cost budget ``0..sum of full costs`` by the multiple-choice knapsack.
@@ -312,7 +315,7 @@ def candidates_plans(
 
 def candidates_item_values(
     groups: Sequence[Group],
-    values: Sequence[float],
+    values: Values,
     num_layers: int,
     *,
     max_budget: int | None = None,
@@ -328,16 +331,16 @@ def candidates_item_values(
     at their smallest budget.
     """
     _check_groups(groups, num_layers)
-    values = np.asarray(values, dtype=np.float64)
-    if values.shape != (len(groups),):
-        raise LayersearchError(f"need one value per DP item ({len(groups)}), got shape {values.shape}")
-    if not np.isfinite(values).all():
+    item = np.asarray(values, dtype=np.float64)  # [groups]
+    if item.shape != (len(groups),):
+        raise LayersearchError(f"need one value per DP item ({len(groups)}), got shape {item.shape}")
+    if not np.isfinite(item).all():
         raise LayersearchError("item values must be finite")
     movable = [g for g, group in enumerate(groups) if group.skippable]
     total = sum(groups[g].weight for g in movable)
     cap = default_max_budget(groups) if max_budget is None else max(0, min(int(max_budget), total))
     weights = np.array([groups[g].weight for g in movable], dtype=np.int64)
-    item_values = np.maximum(values[movable], 1e-9)
+    item_values = np.maximum(item[movable], 1e-9)
     _, chosen = solve_all_budgets(weights, item_values, total)
     out: list[Candidate] = []
     seen: set[tuple[bool, ...]] = set()
@@ -352,5 +355,5 @@ def candidates_item_values(
             continue
         seen.add(flat)
         budget = int(weights[~executed].sum())
-        out.append(Candidate(mask, budget, float(1.0 - values[movable][~executed].sum())))
+        out.append(Candidate(mask, budget, float(1.0 - item[movable][~executed].sum())))
     return out

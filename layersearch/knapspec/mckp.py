@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from layersearch.common.errors import LayersearchError
 
+njit: Callable[..., Any] | None  # numba's decorator factory, None without numba
 try:
-    from numba import njit
+    from numba import njit as _numba_njit
+    njit = _numba_njit
 except ModuleNotFoundError:  # numba is an optional extra: the reference solver answers instead
     njit = None
 

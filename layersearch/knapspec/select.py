@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
@@ -176,7 +176,7 @@ class KnapSpecSelector:
     Holds the per-item values of ``method="items"`` once measured (:meth:`reset` forgets them).
     """
 
-    def __init__(self, model: nn.Module, profile, config: KnapSpecConfig = KnapSpecConfig()) -> None:
+    def __init__(self, model: PreTrainedModel, profile, config: KnapSpecConfig = KnapSpecConfig()) -> None:
         self.model = model
         self.profile = profile
         self.config = config
@@ -303,7 +303,7 @@ class KnapSpecSelector:
 
 
 def knapsack_masks(
-    model: nn.Module,
+    model: PreTrainedModel,
     profile,
     prompts_ids: Sequence[torch.Tensor | Sequence[int]],
     *,
@@ -330,6 +330,7 @@ def knapsack_masks(
     for cand in scored:
         if cand.mask.is_empty:
             continue
+        assert cand.alpha is not None  # candidates() measures every returned candidate's alpha
         tpt, gamma = profile.best_tpt(float(cand.alpha), cand.mask, context, max_draft=config.max_draft)
         mask = cand.mask.with_provenance(strategy="knapsack", objective="tpt", score=tpt)
         rows.append((mask, tpt, gamma, float(cand.alpha)))
@@ -338,7 +339,7 @@ def knapsack_masks(
 
 
 def knapsack_plans(
-    model: nn.Module,
+    model: PreTrainedModel,
     profile,
     prompts_ids: Sequence[torch.Tensor | Sequence[int]],
     *,

@@ -34,15 +34,17 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from layersearch.common.errors import LayersearchError
 from layersearch.common.extras import install_command, note_once
 
+njit: Callable[..., Any] | None  # numba's decorator factory, None without numba
 try:
-    from numba import njit
+    from numba import njit as _numba_njit
+    njit = _numba_njit
 except ModuleNotFoundError:  # the kernels extra is missing: solve_all_budgets uses the reference
     njit = None
 

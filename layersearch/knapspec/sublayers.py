@@ -46,18 +46,23 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import nn
-from transformers import Cache
+from transformers import Cache, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.families import layout_for
+from layersearch.models.parts import submodule
 from layersearch.models.skipping import decoder_layers
 from layersearch.runtime.cache import new_cache, sliding_windows
 from layersearch.runtime.forward import forward_tokens
+
+if TYPE_CHECKING:
+    from layersearch.models.quantize import AnyQuantizedLinear
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ def window_from_cache(cache: Cache, sequence: torch.Tensor | Sequence[int], size
         raise LayersearchError(f"reference window must hold at least one token, got {size}")
     size = min(size, int(ids.shape[0]))
     start = int(ids.shape[0]) - size
-    layers = list(cache.layers)
+    layers = _attention_layers(cache)
     held = min((layer.get_seq_length() for layer in layers), default=0)
     if held < start:
         raise LayersearchError(f"the cache holds {held} positions but the reference window starts at {start}")
@@ -100,6 +105,16 @@ def window_from_cache(cache: Cache, sequence: torch.Tensor | Sequence[int], size
     pieces = [_layer_context(layer, start) for layer in layers]
     context = tuple((keys, values) for keys, values, _ in pieces)
     return ReferenceWindow(ids[start:].clone(), start, context, tuple(first for _, _, first in pieces))
+
+
+def _attention_layers(cache: Cache) -> list[CacheLayerMixin]:
+    """``cache``'s layers, each holding keys and values (a linear-attention layer holds neither)."""
+    layers = []
+    for layer in cache.layers:
+        if not isinstance(layer, CacheLayerMixin):
+            raise LayersearchError(f"a reference window reads keys and values, which a {type(layer).__name__} cache layer does not hold")
+        layers.append(layer)
+    return layers
 
 
 def _layer_context(layer: Any, start: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -116,7 +131,7 @@ def _layer_context(layer: Any, start: int) -> tuple[torch.Tensor, torch.Tensor, 
     return layer.keys[:, :, lo:hi], layer.values[:, :, lo:hi], first_needed
 
 
-def window_from_prompt(model: nn.Module, ids: torch.Tensor | Sequence[int], size: int) -> ReferenceWindow:
+def window_from_prompt(model: PreTrainedModel, ids: torch.Tensor | Sequence[int], size: int) -> ReferenceWindow:
     """A window over the last ``size`` tokens of a prompt; the rest is prefilled into a fresh cache."""
     ids = torch.as_tensor(ids if isinstance(ids, torch.Tensor) else list(ids)).reshape(-1)
     if ids.numel() == 0:
@@ -136,7 +151,7 @@ class _ContextCache:
         self.keys, self.values = keys, values
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-        if self.keys is None or self.keys.shape[-2] == 0:
+        if self.keys is None or self.values is None or self.keys.shape[-2] == 0:  # both None, or both held
             return key_states, value_states
         return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
 
@@ -144,7 +159,7 @@ class _ContextCache:
 class SubLayerRunner:
     """Embedding, single sub-layers, final norm and LM head of a causal LM of a supported family."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.layers = decoder_layers(model)
         self.num_layers = len(self.layers)
@@ -154,20 +169,29 @@ class SubLayerRunner:
         self.layer_types = getattr(model.config, "layer_types", None)
         base = getattr(model, "model", model)
         missing = [name for name in (*self.layout.attention_norms, *self.layout.mlp_norms) if not hasattr(self.layers[0], name)]
-        self.rotary = getattr(base, "rotary_emb", None)
-        self.norm = getattr(base, "norm", None)
-        self.head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        if missing or self.rotary is None or self.norm is None or self.head is None:
+        rotary = getattr(base, "rotary_emb", None)
+        norm = getattr(base, "norm", None)
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if missing or rotary is None or norm is None or head is None:
             raise LayersearchError(
                 f"{type(model).__name__}: per-sub-layer execution needs its layers' norms "
                 f"({', '.join(missing) or 'present'}), model.rotary_emb, model.norm and an LM head"
             )
-        self.embedding = model.get_input_embeddings()
+        self.rotary: nn.Module = rotary
+        self.norm: nn.Module = norm
+        self.head: nn.Module = head
+        embedding = model.get_input_embeddings()
+        if not isinstance(embedding, nn.Embedding):  # every supported family embeds with one
+            raise LayersearchError(f"{type(model).__name__}: per-sub-layer execution needs an nn.Embedding input embedding, "
+                                   f"not {type(embedding).__name__}")
+        self.embedding = embedding
         self.softcap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2
-        self._rotary_takes_type = "layer_type" in inspect.signature(self.rotary.forward).parameters
+        self._rotary_takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
+        if self._rotary_takes_type and self.layer_types is None:
+            raise LayersearchError(f"{type(model).__name__}: its rotary embedding takes a layer type, but its config has no layer_types")
         # transformers 5.x renamed the attention's past_key_values to cache (and warns on the old
         # name, a FutureWarning the user would see): pass whichever this version takes.
-        attention = self.layers[0].self_attn.forward if len(self.layers) else None
+        attention = submodule(self.layers[0], "self_attn").forward if len(self.layers) else None
         self._cache_keyword = "cache" if attention is not None and "cache" in inspect.signature(attention).parameters \
             else "past_key_values"
         self._masks: dict[tuple, torch.Tensor] = {}
@@ -191,10 +215,10 @@ class SubLayerRunner:
         layer = self.layers[item // 2]
         layout = self.layout
         if item % 2:
-            mlp = self.low_bit_sublayer(item, precision) if precision != "full" else layer.mlp
+            mlp = self.low_bit_sublayer(item, precision) if precision != "full" else submodule(layer, "mlp")
             out = mlp(getattr(layer, layout.mlp_pre)(h))
             return h + (getattr(layer, layout.mlp_post)(out) if layout.mlp_post else out)
-        attention = self.low_bit_sublayer(item, precision) if precision != "full" else layer.self_attn
+        attention = self.low_bit_sublayer(item, precision) if precision != "full" else submodule(layer, "self_attn")
         out = self._attention(item // 2, layer, h, windows, attention)
         return h + (getattr(layer, layout.attention_post)(out) if layout.attention_post else out)
 
@@ -241,6 +265,7 @@ class SubLayerRunner:
             offset += r
             positions = torch.arange(window.start, window.start + r, device=x.device).repeat(batch).unsqueeze(0)
             if self._rotary_takes_type:
+                assert self.layer_types is not None  # checked in __init__
                 cos_sin = self.rotary(part, positions, self.layer_types[index])
             else:
                 cos_sin = self.rotary(part, positions)
@@ -287,6 +312,7 @@ class SubLayerRunner:
         (with ``int8_head`` True or ``"int8"`` the int8 twin of the head, ``"int4"`` the int4 one;
         soft-capping is monotone, so it is left out)."""
         precision = "int8" if int8_head is True else "full" if int8_head is False else int8_head
+        head: nn.Module
         if precision == "int8":
             head = PerTokenInt8Linear(self.twins().head.linear)
         elif precision == "int4":
@@ -343,9 +369,10 @@ class PerTokenInt8Linear(nn.Module):
 
     def __init__(self, quantized: nn.Module) -> None:
         super().__init__()
-        self.quantized = _fbgemm(quantized)
-        if self.quantized is None:
+        linear = _fbgemm(quantized)
+        if linear is None:
             raise LayersearchError(f"per-token int8 needs an int8 Linear, not {type(quantized).__name__}")
+        self.quantized = linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in] -> [..., out], each row quantized with its own activation range."""
@@ -372,7 +399,7 @@ def _per_token_twin(twin: nn.Module) -> nn.Module:
     return module
 
 
-def _fbgemm(module: nn.Module) -> nn.Module | None:
+def _fbgemm(module: nn.Module) -> "AnyQuantizedLinear | None":
     """torch's dynamic int8 Linear inside an int8 twin's Linear (the module itself, or the
     ``kernel`` a wrapper runs for one token), None for anything else."""
     from layersearch.models.quantize import is_quantized_linear

@@ -35,6 +35,8 @@ def kmeans(points: np.ndarray, k: int, *, n_init: int = 10, max_iter: int = 100,
         run = _lloyd(points, _plus_plus(points, k, rng), max_iter)
         if best is None or run.inertia < best.inertia:
             best = run
+    if best is None:
+        raise LayersearchError(f"k-means needs at least one run (n_init >= 1), got n_init={n_init}")
     return best
 
 

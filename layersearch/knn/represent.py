@@ -11,6 +11,7 @@ from typing import Iterable
 
 import numpy as np
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.models.skipping import decoder_layers
 from layersearch.runtime.cache import new_cache
@@ -23,7 +24,7 @@ def mean_representation(hidden: torch.Tensor) -> np.ndarray:
 
 
 @torch.inference_mode()
-def prompt_representation(model: torch.nn.Module, input_ids: torch.Tensor | Iterable[int]) -> np.ndarray:
+def prompt_representation(model: PreTrainedModel, input_ids: torch.Tensor | Iterable[int]) -> np.ndarray:
     """The representation of one prompt, from the same prefill forward the decoder runs."""
     ids = torch.as_tensor(input_ids if isinstance(input_ids, torch.Tensor) else list(input_ids)).reshape(-1)
     last = len(decoder_layers(model)) - 1

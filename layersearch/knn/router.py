@@ -77,6 +77,7 @@ class Router(ModelBoundJson):
     threshold: float | None = None
     fallback: SkipMask | None = None
     build: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    _unit: np.ndarray = field(init=False, repr=False, compare=False)  # [A, d] unit anchors, set in __post_init__
 
     def __post_init__(self) -> None:
         anchors = np.array(self.anchors, dtype=np.float32)  # a private copy, made read-only below

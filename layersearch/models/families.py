@@ -31,6 +31,7 @@ wrapper whose decoder sits elsewhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from layersearch.common.errors import LayersearchError
 
@@ -77,10 +78,10 @@ SUPPORTED_FAMILIES: dict[str, LayerLayout] = {
 }
 
 
-def layout_for(config) -> LayerLayout:
+def layout_for(config: Any) -> LayerLayout:
     """The :class:`LayerLayout` of a model config; an unsupported family is a LayersearchError."""
     model_type = getattr(config, "model_type", None)
-    layout = SUPPORTED_FAMILIES.get(model_type)
+    layout = SUPPORTED_FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if layout is None:
         hint = " (load its text-only causal LM, model_type gemma3_text)" if model_type == "gemma3" else ""
         raise LayersearchError(

@@ -81,7 +81,7 @@ def check_group_size(group_size: object) -> int:
     """``group_size`` if the kernel takes it; one error line naming the field otherwise."""
     if isinstance(group_size, bool) or group_size not in GROUP_SIZES:
         raise LayersearchError(f"int4 group_size must be one of {', '.join(map(str, GROUP_SIZES))}, got {group_size!r}")
-    return int(group_size)  # type: ignore[call-overload]
+    return int(group_size)
 
 
 def check_int4_device(model: nn.Module) -> None:
@@ -140,6 +140,13 @@ class Int4Linear(nn.Module):
     """A Linear in weight-only int4 (module docstring). CUDA: tinygemm over bf16 activations;
     CPU: the GPU-rounding bf16 emulation; either way the output comes back in the activations' dtype."""
 
+    # Buffers registered in __init__ (torch types registered buffers as ``Tensor | Module``).
+    packed: torch.Tensor  # [out, in / 2] uint8
+    scales_and_zeros: torch.Tensor  # [groups, out, 2]
+    bias: torch.Tensor | None  # [out]
+    tiles: torch.Tensor  # CUDA only: tinygemm's packed weight
+    weight: torch.Tensor | None  # CPU: [out, in] bf16; CUDA: None
+
     def __init__(self, linear: nn.Linear, group_size: int = DEFAULT_GROUP_SIZE, name: str = "a Linear") -> None:
         super().__init__()
         self.group_size = check_group_size(group_size)
@@ -178,6 +185,7 @@ class Int4Linear(nn.Module):
             out = torch.ops.aten._weight_int4pack_mm(flat, self.tiles, self.group_size, self.scales_and_zeros)  # [n, out]
             out = out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         else:  # bf16 products of the GPU-rounded weight, fp32 accumulation as on the GPU
+            assert self.weight is not None  # registered on every CPU twin
             out = nn.functional.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)
         return out if self.bias is None else out + self.bias
 

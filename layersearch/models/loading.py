@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from transformers import (
@@ -106,7 +106,7 @@ def check_vocabulary(model: Any, tokenizer: Any, name: str) -> None:
     rows = getattr(embedding, "num_embeddings", None)
     if rows is None:
         weight = getattr(embedding, "weight", None)
-        rows = weight.shape[0] if getattr(weight, "ndim", 0) == 2 else None
+        rows = weight.shape[0] if isinstance(weight, torch.Tensor) and weight.ndim == 2 else None
     try:
         tokens = len(tokenizer)
     except TypeError:  # not a transformers tokenizer: the API checks the type where it is given
@@ -138,7 +138,7 @@ def load_model(
     else:
         _suggest_embedded(name)
         model, tokenizer = _load_from_hub(name, torch_dtype)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers wraps PreTrainedModel.to with functools.wraps(Module.to), which mistypes self
     model.eval().requires_grad_(False)
     set_greedy_generation(model, tokenizer)
     return LoadedModel(model, tokenizer, describe_model(model, name))
@@ -436,8 +436,8 @@ def _check_cache_folders(folder: Path) -> None:
 def _load_gguf(gguf_dir: Path, gguf_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load model and tokenizer from a GGUF file through transformers (dequantised to float32)."""
     try:
-        model, loading_info = AutoModelForCausalLM.from_pretrained(
-            str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
+        model, loading_info = _with_loading_info(AutoModelForCausalLM.from_pretrained(
+            str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True))
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
     except Exception as exc:  # a damaged or truncated file, or an incompatible gguf package
         raise LayersearchError(f"cannot read {gguf_dir / gguf_name}: {_one_line(exc)}") from exc
@@ -451,7 +451,7 @@ def _write_converted(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     # save_pretrained refuses a GGUF-loaded model while it carries the GGUF quantizer, although
     # its weights are already dequantised floats: drop the quantizer and save it as it is (no
     # second copy of the weights, which matters for a 1.5B model: 6 GB in float32).
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # set by from_pretrained; transformers does not declare it on PreTrainedModel
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(str(out))  # safetensors; a tied lm_head is stored once
@@ -576,8 +576,8 @@ def _from_pretrained(
     attention = {} if config.model_type == "gemma2" else {"attn_implementation": "sdpa"}
     # ignore_mismatched_sizes: a weight of the wrong shape is reported in loading_info (and
     # refused below, naming it) instead of an error pointing at a log the CLI does not show.
-    model, loading_info = AutoModelForCausalLM.from_pretrained(
-        source, config=config, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **attention, **kwargs)
+    model, loading_info = _with_loading_info(AutoModelForCausalLM.from_pretrained(
+        source, config=config, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **attention, **kwargs))
     check_weights_match(loading_info, config, name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
@@ -586,6 +586,12 @@ def _from_pretrained(
         where = f" ({', '.join(os.path.join(source, f) for f in files)})" if files else ""
         raise LayersearchError(f"cannot load model {name!r}: its tokenizer{where} cannot be read: {_one_line(exc)}") from exc
     return model, tokenizer
+
+
+def _with_loading_info(loaded: object) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """``from_pretrained(..., output_loading_info=True)``'s (model, loading info) pair, which
+    transformers types as the model alone."""
+    return cast(tuple[PreTrainedModel, dict[str, Any]], loaded)
 
 
 # The files a tokenizer is read from, named when it cannot be read.
@@ -631,6 +637,7 @@ def _layer_indices(keys: list[str]) -> set[int]:
 def _ranges(numbers: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
     parts: list[str] = []
+    last = 0  # set before it is read: parts is empty on the first number
     for number in numbers:
         if parts and number == last + 1:
             parts[-1] = f"{parts[-1].split('-')[0]}-{number}"

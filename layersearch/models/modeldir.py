@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from layersearch.common.errors import LayersearchError
 
@@ -45,7 +46,8 @@ def check_model_config(name: str, what: str) -> None:
     data = read_json_file(config, f"{what} config")
     if not isinstance(data, dict):
         raise LayersearchError(f"{what} {name}: config.json is not an object")
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data  # multimodal configs nest it
+    nested = data.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else data  # multimodal configs nest it
     for key, (low, high) in CONFIG_BOUNDS.items():
         if text.get(key) is not None:
             check_int(text[key], f"{what} {name}: config.json {key}", minimum=low, maximum=high)

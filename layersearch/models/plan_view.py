@@ -77,7 +77,7 @@ def plan_view(model: PreTrainedModel, plan: SkipMask) -> PreTrainedModel:
 
         twins = plan_twins(model, plan)
     whole = set(plan.attention) & set(plan.mlp)
-    new_layers = []
+    new_layers: list[nn.Module] = []
     for i, layer in enumerate(layers):
         if i in whole:
             new_layers.append(SkippedLayer())

@@ -39,7 +39,7 @@ import itertools
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -48,6 +48,9 @@ from layersearch.common.errors import LayersearchError
 from layersearch.models.int4 import Int4Twins, int4_twins as _int4_twins
 from layersearch.models.quantize import is_quantized_linear, quantized_like
 from layersearch.models.twins import TwinHead, build_twins
+
+if TYPE_CHECKING:
+    from layersearch.models.quantize import QuantizedLinear
 
 #: The low-bit LM head (int8 or int4): :class:`~layersearch.models.twins.TwinHead`.
 Int8Head = TwinHead
@@ -82,6 +85,12 @@ class Int8Linear(nn.Module):
     """A Linear in int8. CPU: fbgemm's dynamic int8 kernel for one token, per-token activation
     quantization over the dequantized int8 weights for several (see the module docstring).
     CUDA: int8 weights per output channel, activations in the model's dtype (weight-only)."""
+
+    kernel: "QuantizedLinear | None"  # CPU: fbgemm's dynamic int8 Linear; None on the weight-only path
+    # Weight-only buffers registered in __init__ (torch types registered buffers as ``Tensor | Module``).
+    qweight: torch.Tensor  # [out, in] int8
+    scale: torch.Tensor  # [out]
+    bias: torch.Tensor | None  # [out]
 
     def __init__(self, linear: nn.Linear, *, weight_only: bool | None = None) -> None:
         """``weight_only`` None: the device's int8 path (weight-only on CUDA, fbgemm on CPU)."""

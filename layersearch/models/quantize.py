@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import copy
 import warnings
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
 from layersearch.common.errors import LayersearchError
 
 from layersearch.common.checks import QUANT_SCHEMES, SELF_DRAFT_QUANTS  # noqa: F401 (the one list of each)
+
+if TYPE_CHECKING:  # imported where used: torch may lack torch.ao (_int8_parts says so)
+    from torch.ao.nn.quantized import Linear as AnyQuantizedLinear
+    from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 
 # Linears left in fp32: inputs with outlier channels that one activation scale cannot cover.
 _KEPT_FP32 = ("down_proj",)
@@ -82,7 +87,7 @@ def quantized_copy(model: torch.nn.Module, scheme: str = "int8") -> torch.nn.Mod
     return quantize_draft(copy.deepcopy(model), scheme)
 
 
-def is_quantized_linear(module: torch.nn.Module) -> bool:
+def is_quantized_linear(module: torch.nn.Module) -> "TypeGuard[AnyQuantizedLinear]":
     """True for a Linear that :func:`quantize_draft` replaced."""
     return type(module).__name__ == "Linear" and type(module).__module__.startswith("torch.ao.nn.quantized")
 
@@ -92,7 +97,7 @@ def is_quantized(model: torch.nn.Module) -> bool:
     return any(is_quantized_linear(m) for m in model.modules())
 
 
-def quantized_like(linear: torch.nn.Linear) -> torch.nn.Module:
+def quantized_like(linear: torch.nn.Linear) -> "QuantizedLinear":
     """``linear`` quantized the way :func:`quantize_draft` quantizes (for a head sliced from a
     quantized one)."""
     quantized_linear, qconfig = _int8_parts()

@@ -26,6 +26,7 @@ from torch import nn
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.families import LayerLayout, layout_for
+from layersearch.models.parts import submodule
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -76,18 +77,18 @@ def _overrides(model: nn.Module, layers: nn.ModuleList, mask: SkipMask, layout: 
     overrides: list[tuple[nn.Module, Any]] = [(layers[i], _skipped_layer) for i in sorted(whole)]
     for i in mask.attention:
         if i not in whole:
-            overrides.append((layers[i].self_attn, _skipped_attention))
+            overrides.append((submodule(layers[i], "self_attn"), _skipped_attention))
             overrides += [(norm, _bypassed_norm) for norm in _branch_norms(layers[i], layout.attention_norms)]
     for i in mask.mlp:
         if i not in whole:
-            overrides.append((layers[i].mlp, _skipped_mlp))
+            overrides.append((submodule(layers[i], "mlp"), _skipped_mlp))
             overrides += [(norm, _bypassed_norm) for norm in _branch_norms(layers[i], layout.mlp_norms)]
     if mask.num_int8 or mask.num_int4:
         from layersearch.models.precision import plan_twins
 
         for quant, twins in plan_twins(model, mask).items():  # int8 and int4 alike
-            overrides += [(layers[i].self_attn, twins.attention[i].forward) for i in mask.quantized(quant, "attention")]
-            overrides += [(layers[i].mlp, twins.mlp[i].forward) for i in mask.quantized(quant, "mlp")]
+            overrides += [(submodule(layers[i], "self_attn"), twins.attention[i].forward) for i in mask.quantized(quant, "attention")]
+            overrides += [(submodule(layers[i], "mlp"), twins.mlp[i].forward) for i in mask.quantized(quant, "mlp")]
     return overrides
 
 

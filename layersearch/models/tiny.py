@@ -7,6 +7,8 @@ width 64, so a forward pass takes milliseconds and nothing is downloaded.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -27,7 +29,9 @@ TINY_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3
 # Families whose layers can use sliding-window attention (``sliding_window=`` below).
 SLIDING_FAMILIES = ("qwen2", "mistral", "phi3", "gemma2", "gemma3")
 
-_CONFIG_CLASSES: dict[str, type[PretrainedConfig]] = {
+# Each family's config class, called with the fields every family shares (the base class
+# declares none of them).
+_CONFIG_CLASSES: dict[str, Callable[..., PretrainedConfig]] = {
     "llama": LlamaConfig,
     "qwen2": Qwen2Config,
     "qwen3": Qwen3Config,

@@ -6,12 +6,13 @@ both built by :func:`build_twins`."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch import nn
 
 from layersearch.common.errors import LayersearchError
+from layersearch.models.parts import submodule
 
 
 class TwinHead:
@@ -38,12 +39,12 @@ def build_twins(model: nn.Module, make: Callable[[nn.Linear, str], nn.Module], w
     if not isinstance(layers, nn.ModuleList) or not all(hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
         raise LayersearchError(f"{type(model).__name__} has no decoder layers with self_attn and mlp: it cannot take {what} twins")
     names = {module: name for name, module in model.named_modules()}
-    head = model.get_output_embeddings()
+    head = cast(Any, model).get_output_embeddings()  # a transformers model, typed as the Module the callers hold
     config = model.config
     softcap = getattr(getattr(config, "get_text_config", lambda: config)(), "final_logit_softcapping", None)
     with torch.no_grad():
-        attention = tuple(_twin(layer.self_attn, make, names) for layer in layers)
-        mlp = tuple(_twin(layer.mlp, make, names) for layer in layers)
+        attention = tuple(_twin(submodule(layer, "self_attn"), make, names) for layer in layers)
+        mlp = tuple(_twin(submodule(layer, "mlp"), make, names) for layer in layers)
         quantized_head = TwinHead(make(_linear(head, what), names.get(head, "lm_head")), softcap)
     return attention, mlp, quantized_head
 

@@ -119,7 +119,9 @@ class KernelTiming:
         """Parse one ``kernel_timings`` entry."""
         if not isinstance(data, dict) or not isinstance(data.get("verify_ratios"), list):
             raise LayersearchError("kernel_timings entries must be objects with kernels, one_token_seconds, verify_ratios")
-        return cls(data.get("kernels"), data.get("one_token_seconds"), tuple(data["verify_ratios"]))
+        kernels: Any = data.get("kernels")  # JSON values: __post_init__ checks them
+        seconds: Any = data.get("one_token_seconds")
+        return cls(kernels, seconds, tuple(data["verify_ratios"]))
 
 
 #: The draft the kernel choice weighs: 4 tokens, each half a forward (a typical static or confidence
@@ -501,7 +503,7 @@ class LatencyProfile(ModelBoundJson):
             attention_windows=tuple(data.get("attention_windows", ())),
             kernels=data.get("kernels", "stock"),
             kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
-            **{name: data.get(name) for name in (*INT8_FIELDS, *INT4_FIELDS)},
+            **_optional_fields(data, (*INT8_FIELDS, *INT4_FIELDS)),
             transformers_version=data.get("transformers_version", ""),
             commit=data.get("commit", ""),
             compile_mode=data.get("compile_mode", "eager"),
@@ -556,6 +558,12 @@ def _checked_ratios(ratios: Any) -> tuple[float, ...]:
     if abs(values[0] - 1.0) > 1e-9:
         raise LayersearchError(f"verify_ratios[0] must be 1.0 (one token vs one token), got {values[0]!r}")
     return tuple(float(v) for v in values)
+
+
+def _optional_fields(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The optional fields ``names`` of a profile's JSON object, None where absent (unchecked JSON
+    values: LatencyProfile's __post_init__ checks them)."""
+    return {name: data.get(name) for name in names}
 
 
 def _checked_windows(windows: Any, num_layers: int) -> tuple[int | None, ...]:

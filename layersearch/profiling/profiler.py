@@ -58,10 +58,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers import Cache, PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
@@ -81,7 +81,7 @@ INT8_SETTINGS = ("int8", "int8_no_attention", "int8_no_mlp", "int8_head")
 
 
 def measure_profile(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     info: ModelInfo,
     *,
     contexts: Sequence[int] = (64, 256, 512, 1024),
@@ -116,7 +116,8 @@ def measure_profile(
         profile = replace(profile, kernel_timings=(KernelTiming("stock", profile.target_seconds(middle), profile.verify_ratios),))
         return _with_provenance(profile, model, compile_mode, random_weights, report)
     candidates = _candidates(model, kernels)
-    chosen, sweeps = candidates[0], ()
+    chosen = candidates[0]
+    sweeps: tuple[KernelTiming, ...] = ()
     if len(candidates) > 1:
         sweeps = _kernel_sweeps(model, middle, max_verify, repeats, candidates)
         chosen = pick_kernels(sweeps, baseline=candidates[0])
@@ -142,7 +143,7 @@ def _captured_backend(compile_mode: str) -> str | None:
     return None if compile_mode == "eager" else compile_mode.split(":", 1)[1]
 
 
-def _with_provenance(profile: LatencyProfile, model: torch.nn.Module, compile_mode: str, random_weights: bool,
+def _with_provenance(profile: LatencyProfile, model: PreTrainedModel, compile_mode: str, random_weights: bool,
                      report: Callable[[str], None]) -> LatencyProfile:
     """``profile`` with where and how it was measured, and the loop's per-step overhead."""
     from layersearch.common.provenance import layersearch_commit, package_version
@@ -154,7 +155,7 @@ def _with_provenance(profile: LatencyProfile, model: torch.nn.Module, compile_mo
                    step_overhead_seconds=overhead, architecture=model_architecture(model))
 
 
-def model_architecture(model: torch.nn.Module) -> dict:
+def model_architecture(model: PreTrainedModel) -> dict:
     """The config fields that determine ``model``'s costs (:data:`~layersearch.profiling.profile.ARCHITECTURE_FIELDS`)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     heads = getattr(config, "num_attention_heads", None)
@@ -166,7 +167,7 @@ def model_architecture(model: torch.nn.Module) -> dict:
     return {**fields, "head_dim": head_dim, "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")}
 
 
-def loop_overhead(model: torch.nn.Module, backend: str | None = None, tokens: int = OVERHEAD_TOKENS) -> float:
+def loop_overhead(model: PreTrainedModel, backend: str | None = None, tokens: int = OVERHEAD_TOKENS) -> float:
     """Seconds per step our decode loop spends outside its forwards, decoding plainly (nothing
     skipped) ``tokens`` tokens; captured with ``backend`` (its compiles in a first, untimed run)."""
     from layersearch.runtime.captured import compile_with
@@ -175,7 +176,7 @@ def loop_overhead(model: torch.nn.Module, backend: str | None = None, tokens: in
     if backend is not None:
         compile_with(model, _compiler(model, backend))
     decoder = SpeculativeDecoder(model, SkipMask.none(len(decoder_layers(model))), compile=backend is not None)
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     prompt = torch.randint(vocab, (16,), generator=torch.Generator().manual_seed(0)).tolist()
     samples = []
     for round_ in range(3):  # round 0 compiles (captured) and warms up
@@ -185,7 +186,15 @@ def loop_overhead(model: torch.nn.Module, backend: str | None = None, tokens: in
     return statistics.median(samples)
 
 
-def _candidates(model: torch.nn.Module, kernels: str) -> tuple[str, ...]:
+def _vocab_size(model: PreTrainedModel) -> int:
+    """Rows of ``model``'s input embedding: the token ids a timing may feed it."""
+    embedding = model.get_input_embeddings()
+    if not isinstance(embedding, torch.nn.Embedding):  # every supported family embeds with one
+        raise LayersearchError(f"{type(model).__name__}: timing needs an nn.Embedding input embedding, not {type(embedding).__name__}")
+    return embedding.num_embeddings
+
+
+def _candidates(model: PreTrainedModel, kernels: str) -> tuple[str, ...]:
     """The kernel sets to time: all of them for ``auto`` on CPU (stock first, the baseline), stock
     alone where numba is not installed."""
     if kernels == "auto":
@@ -194,11 +203,11 @@ def _candidates(model: torch.nn.Module, kernels: str) -> tuple[str, ...]:
 
 
 def _kernel_sweeps(
-    model: torch.nn.Module, context: int, max_verify: int, repeats: int, candidates: Sequence[str]
+    model: PreTrainedModel, context: int, max_verify: int, repeats: int, candidates: tuple[str, ...]
 ) -> tuple[KernelTiming, ...]:
     """Each kernel set's verify sweep at ``context``, the sets interleaved round by round."""
     clock = Clock(model.device)
-    samples = {name: [[] for _ in range(max_verify)] for name in candidates}
+    samples: dict[str, list[list[float]]] = {name: [[] for _ in range(max_verify)] for name in candidates}  # [k][round]
     with torch.inference_mode():
         cache = _prefilled_cache(model, context)
         for round_ in range(repeats + 1):  # round 0 is the warm-up
@@ -208,7 +217,7 @@ def _kernel_sweeps(
                     for k, seconds in enumerate(_verify_seconds(model, cache, context, max_verify, clock)):
                         if round_:
                             samples[name][k].append(seconds)
-    sweeps = []
+    sweeps: list[KernelTiming] = []
     for name in candidates:
         medians = [statistics.median(values) for values in samples[name]]
         sweeps.append(KernelTiming(name, medians[0], tuple(1.0 if k == 0 else t / medians[0] for k, t in enumerate(medians))))
@@ -216,7 +225,7 @@ def _kernel_sweeps(
 
 
 def _measure(
-    model: torch.nn.Module, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report
+    model: PreTrainedModel, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report
 ) -> LatencyProfile:
     """The profile's timings with whatever kernels the model runs now."""
     masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model), _int4_group(model))
@@ -241,7 +250,7 @@ def _measure(
 
 
 def _measure_captured(
-    model: torch.nn.Module, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report,
+    model: PreTrainedModel, info: ModelInfo, contexts: list[int], middle: int, max_verify: int, repeats: int, report,
     backend: str,
 ) -> LatencyProfile:
     """The profile's timings through forwards compiled by ``backend`` over one static cache."""
@@ -265,7 +274,7 @@ def _measure_captured(
     return _profile(model, info, timings, ratios, ())
 
 
-def _compiler(model: torch.nn.Module, backend: str):
+def _compiler(model: PreTrainedModel, backend: str):
     """The compiler of ``model``'s shared captured forwards where it uses ``backend`` (so whatever
     counts or configures that compiler sees the profile's compiles too), else a fresh one."""
     from layersearch.runtime.captured import captured_forwards, dynamo_compiler
@@ -274,11 +283,11 @@ def _compiler(model: torch.nn.Module, backend: str):
     return shared.compiler if shared.backend == backend else dynamo_compiler(backend)
 
 
-def _prefill_static(model: torch.nn.Module, cache, length: int) -> None:
+def _prefill_static(model: PreTrainedModel, cache, length: int) -> None:
     """Fill the static ``cache``'s first ``length`` positions from random token ids."""
     from layersearch.runtime.cache import seat_static_cache
 
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     ids = torch.randint(vocab, (length,), generator=torch.Generator().manual_seed(0))
     seat_static_cache(cache, 0)
     forward_tokens(model, ids, 0, cache, keep=1)
@@ -303,7 +312,7 @@ def _captured_seconds(forwards, cache, plan: SkipMask | None, tokens: list[int],
 
 def _time_captured_settings(forwards, cache, n: int, masks: dict[str, SkipMask], repeats: int, clock: Clock) -> dict[str, float]:
     """:func:`_time_settings` through compiled forwards (round 0 compiles and warms up)."""
-    vocab = forwards.model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(forwards.model)
     names = tuple(masks)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(repeats + 1):
@@ -319,7 +328,7 @@ def _time_captured_settings(forwards, cache, n: int, masks: dict[str, SkipMask],
 def _captured_verify_ratios(forwards, cache, n: int, max_verify: int, repeats: int, clock: Clock) -> tuple[float, ...]:
     """Median compiled forward over k = 1..max_verify tokens at ``n``, each divided by the k = 1
     median of the same sweep."""
-    vocab = forwards.model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(forwards.model)
     tokens = [(n + i) % vocab for i in range(max_verify)]
     samples: list[list[float]] = [[] for _ in range(max_verify)]
     for round_ in range(repeats + 1):  # round 0 compiles and warms up
@@ -360,7 +369,7 @@ def _setting_masks(num_layers: int, int8: bool = False, int4_group: int | None =
     return masks
 
 
-def _int4_group(model: torch.nn.Module) -> int | None:
+def _int4_group(model: PreTrainedModel) -> int | None:
     """The group size the int4 timings are taken with: 128 (the default) where it divides every
     Linear's width, else the largest that does (a group's size barely moves the cost); None
     where the model cannot run int4 twins (device, dtype) or no group size fits."""
@@ -375,7 +384,7 @@ def _int4_group(model: torch.nn.Module) -> int | None:
     return 128 if 128 in fitting else max(fitting, default=None)
 
 
-def _can_run_int8(model: torch.nn.Module) -> bool:
+def _can_run_int8(model: PreTrainedModel) -> bool:
     """True where the model can run int8 twins (CPU, float32, torch's int8 engine present)."""
     from layersearch.models.precision import check_int8_device
 
@@ -386,17 +395,17 @@ def _can_run_int8(model: torch.nn.Module) -> bool:
     return True
 
 
-def _prefilled_cache(model: torch.nn.Module, length: int) -> DynamicCache:
+def _prefilled_cache(model: PreTrainedModel, length: int) -> Cache:
     """A cache holding ``length`` positions of random token ids (content does not affect timing)."""
     generator = torch.Generator().manual_seed(0)
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     ids = torch.randint(vocab, (length,), generator=generator)
     cache = new_cache(model)
     forward_tokens(model, ids, 0, cache, keep=1)
     return cache
 
 
-def _timed_forward(model: torch.nn.Module, cache: DynamicCache, n: int, tokens: list[int], clock: Clock, head=None) -> float:
+def _timed_forward(model: PreTrainedModel, cache: Cache, n: int, tokens: list[int], clock: Clock, head=None) -> float:
     """Seconds of one forward of ``tokens`` at position ``n`` (``head``: a draft head in place of
     the LM head); the cache is cut back to ``n`` after."""
     start = clock.now()
@@ -408,10 +417,10 @@ def _timed_forward(model: torch.nn.Module, cache: DynamicCache, n: int, tokens: 
 
 
 def _time_settings(
-    model: torch.nn.Module, cache: DynamicCache, n: int, masks: dict[str, SkipMask], repeats: int, clock: Clock
+    model: PreTrainedModel, cache: Cache, n: int, masks: dict[str, SkipMask], repeats: int, clock: Clock
 ) -> dict[str, float]:
     """Median one-token forward time at context ``n`` under each mask of :data:`SETTINGS`."""
-    token = [n % model.get_input_embeddings().num_embeddings]
+    token = [n % _vocab_size(model)]
     names = tuple(masks)
     samples: dict[str, list[float]] = {name: [] for name in names}
     from layersearch.models.precision import plan_head
@@ -430,10 +439,10 @@ def _time_settings(
 
 
 def _verify_ratios(
-    model: torch.nn.Module, cache: DynamicCache, n: int, max_verify: int, repeats: int, clock: Clock
+    model: PreTrainedModel, cache: Cache, n: int, max_verify: int, repeats: int, clock: Clock
 ) -> tuple[float, ...]:
     """Median time of a full forward over k = 1..max_verify tokens at context ``n``, over k = 1."""
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     tokens = [(n + i) % vocab for i in range(max_verify)]
     samples: list[list[float]] = [[] for _ in range(max_verify)]
     for round_ in range(repeats + 1):  # round 0 is the warm-up
@@ -444,16 +453,16 @@ def _verify_ratios(
     return tuple(1.0 if k == 1 else t / medians[0] for k, t in enumerate(medians, start=1))
 
 
-def _verify_seconds(model: torch.nn.Module, cache: DynamicCache, n: int, max_verify: int, clock: Clock) -> list[float]:
+def _verify_seconds(model: PreTrainedModel, cache: Cache, n: int, max_verify: int, clock: Clock) -> list[float]:
     """Seconds of one full forward over k = 1..max_verify tokens at context ``n``."""
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     tokens = [(n + i) % vocab for i in range(max_verify)]
     return [_timed_forward(model, cache, n, tokens[:k], clock) for k in range(1, max_verify + 1)]
 
 
 # ----- from timings to a profile ----------------------------------------------------------------
 def _profile(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     info: ModelInfo,
     timings: dict[int, dict[str, float]],
     ratios: tuple[float, ...],
@@ -464,7 +473,7 @@ def _profile(
     windows = windows if any(w is not None for w in windows) else ()
     effective = [mean_effective_context(n, windows) for n in contexts]
     slope, intercept = fit_line(effective, [attention for attention, _ in per_context])
-    low_bit: dict[str, float] = {}
+    low_bit: dict[str, Any] = {}  # LatencyProfile's int8_* and int4_* fields by name (floats)
     for quant in ("int8", "int4"):  # the same differences, with every kept sub-layer's twin
         if not all(quant in timings[n] for n in contexts):
             continue
@@ -543,7 +552,7 @@ def device_name(device: torch.device) -> str:
 
 
 def _checked_arguments(
-    model: torch.nn.Module, info: ModelInfo, num_layers: int, contexts: Sequence[int], max_verify: int, repeats: int
+    model: PreTrainedModel, info: ModelInfo, num_layers: int, contexts: Sequence[int], max_verify: int, repeats: int
 ) -> list[int]:
     if info.num_layers != num_layers:
         raise LayersearchError(f"model info {info.name!r} says {info.num_layers} layers but the model has {num_layers}")
@@ -576,7 +585,7 @@ QUICK_CONTEXTS = (64, 256, 1024)
 
 
 def quick_profile(
-    model: torch.nn.Module, info, *, contexts: Sequence[int] = QUICK_CONTEXTS, max_verify: int = 12,
+    model: PreTrainedModel, info, *, contexts: Sequence[int] = QUICK_CONTEXTS, max_verify: int = 12,
     repeats: int = 2, progress=None, kernels: str = "stock", compile_mode: str = "eager",
 ):
     """A fast, rough latency profile for when none was given: the one helper every command and
@@ -590,7 +599,7 @@ def quick_profile(
 
 # ----- validation: the profile's per-forward predictions against fresh timings -------------------
 def validate_profile(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     profile: LatencyProfile,
     masks: Sequence[SkipMask],
     *,
@@ -615,7 +624,7 @@ def validate_profile(
     backend = _captured_backend(profile.compile_mode)
     if backend is not None:
         return _validate_captured(model, profile, masks, contexts, verify_lengths, repeats, report, backend)
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     rows: list[dict] = []
     with torch.inference_mode():
         cache = _prefilled_cache(model, max(contexts))
@@ -642,7 +651,7 @@ def _validate_captured(model, profile: LatencyProfile, masks: Sequence[SkipMask]
     from layersearch.runtime.captured import CapturedForwards
 
     clock = Clock(model.device)
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = _vocab_size(model)
     forwards = CapturedForwards(model, max_entries=len(masks) + len(verify_lengths) + 1, compiler=_compiler(model, backend))
     rows: list[dict] = []
     with torch.inference_mode():

@@ -209,9 +209,10 @@ def fixed_ratio(name: str, skip_ratio: float | None = None) -> bool:
 def skip_count(name: str, *, num_layers: int, skip_ratio: float | None = None) -> int | None:
     """The exact number of skipped sub-layers the strategy promises, or None when it is free."""
     ratio = _resolve_ratio(name, skip_ratio)
-    if ratio is None:
+    count = REGISTRY[name].skip_count
+    if ratio is None or count is None:  # a resolved ratio means the strategy counts (takes_ratio)
         return None
-    return REGISTRY[name].skip_count(num_layers, ratio)
+    return count(num_layers, ratio)
 
 
 def stop_reason(name: str, study: Study, *, rule: StopRule | None = None) -> str | None:

@@ -35,7 +35,7 @@ from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.strategies._sampler import MaskSampler, history
-from layersearch.strategies.base import Strategy, check_kappa
+from layersearch.strategies.base import Strategy, StrategyInputs, check_kappa
 # SWIFT's count, starting mask and proposals live with its on-the-fly optimiser, without Optuna.
 from layersearch.swift.search import (  # noqa: F401  (this module's names for them, as before)
     BO_INTERVAL, KAPPA, MATCHNESS_TARGET, MAX_TRIALS, PATIENCE, SKIP_RATIO, allowed_positions, initial_mask, initial_masks,
@@ -141,6 +141,12 @@ def _stop_reason(study: Study, rule: StopRule | None = None) -> str | None:
     return (rule or StopRule()).reason(study)
 
 
+def _initial_masks(inputs: StrategyInputs) -> tuple[SkipMask, ...]:
+    """SWIFT's starting masks at the inputs' resolved skip ratio (SWIFT's own where they carry none)."""
+    ratio = SKIP_RATIO if inputs.skip_ratio is None else inputs.skip_ratio
+    return initial_masks(inputs.num_layers, ratio, inputs.space)
+
+
 STRATEGY = Strategy(
     name="swift",
     summary="SWIFT: random subsets + a GP-UCB step every 25th trial; skips int((L-2)*2r), r=.45",
@@ -152,7 +158,7 @@ STRATEGY = Strategy(
     presets={"paper": PAPER_PRESET},
     skip_count=skip_count,
     default_ratio=SKIP_RATIO,
-    initial_masks=lambda inputs: initial_masks(inputs.num_layers, inputs.skip_ratio, inputs.space),
+    initial_masks=_initial_masks,
     stop_reason=_stop_reason,
     objective="matchness",
 )
