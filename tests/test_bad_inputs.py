@@ -1855,7 +1855,9 @@ _API_CALLS.update({
     "SamplingSpec(do_sample=True, temperature=-1.0)": (lambda ls, d, torch: _specs().SamplingSpec(True, -1.0),
                                                        "sampling.temperature must be a finite number >= 0"),
     "generate(temperature=-1)": (lambda ls, d, torch: d.generate("w1", 2, temperature=-1), "temperature must be"),
-    "DrafterSpec(quant='int4')": (lambda ls, d, torch: _specs().DrafterSpec(quant="int4"), "unknown draft quantization 'int4'"),
+    "DrafterSpec(quant='int3')": (lambda ls, d, torch: _specs().DrafterSpec(quant="int3"), "unknown draft quantization 'int3'"),
+    "DrafterSpec(model=..., quant='int4')": (lambda ls, d, torch: _specs().DrafterSpec(model=_specs().ModelRef.given("x"), quant="int4"),
+                                             "a draft model takes int8 only"),
     "LookaheadSpec('disco', file='')": (lambda ls, d, torch: _specs().LookaheadSpec("disco", file=""), "lookahead.file must be"),
 })
 

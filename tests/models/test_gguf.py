@@ -158,7 +158,8 @@ def test_a_gguf_path_converts_once_and_is_reused(tmp_path: Path, empty_cache: Pa
 
     def fake(gguf_dir, name):
         calls.append(1)
-        return build_tiny_model("llama", num_layers=3, vocab_size=128), loaded.tokenizer
+        # a tiny model with the tokenizer's vocabulary (a smaller embedding is refused at load)
+        return build_tiny_model("llama", num_layers=3, vocab_size=len(loaded.tokenizer)), loaded.tokenizer
 
     monkeypatch.setattr(loading, "_load_gguf", fake)
     before = path.stat()
