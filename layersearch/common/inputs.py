@@ -82,7 +82,7 @@ def open_input(path: str | Path, what: str) -> BinaryIO:
         raise
 
 
-def check_regular_file(path: str | Path, what: str) -> Path:
+def check_regular_file(path: str | os.PathLike[str], what: str) -> Path:
     """``path`` when it is a regular file (after symlinks), for inputs handed to a library that opens
     them itself; a missing path is left to that reader's own message. Raises LayersearchError for a
     directory, FIFO, device or socket (a library opening a FIFO would wait forever)."""
