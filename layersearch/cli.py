@@ -44,7 +44,7 @@ class Parser(argparse.ArgumentParser):
         where = f"{command}: " if command else ""
         self.exit(2, f"layersearch: error: {where}{' '.join(message.split())}\n")
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         """argparse's parse, then an empty value refused: a script's unset variable (``--spec "$SPEC"``)
         must not quietly run without the file, as if the option were absent. Only the options of
         :data:`EMPTY_MEANS_NONE` take one; an option left out keeps its default, even an empty one."""
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         from layersearch.common.extras import extra_of, missing_message
 
-        if isinstance(exc, ModuleNotFoundError) and extra_of(exc.name):  # an extra reached by a path requires.py misses
+        if isinstance(exc, ModuleNotFoundError) and exc.name is not None and extra_of(exc.name):  # an extra reached by a path requires.py misses
             return _fail(missing_message(exc.name), 2)
         lines = str(exc).strip().splitlines()
         first = lines[0] if lines else type(exc).__name__

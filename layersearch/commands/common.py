@@ -90,7 +90,13 @@ def spec_inputs(paths: Any, option: str) -> list[tuple[str, str]]:
         except LayersearchError:
             spec = None
         if spec is not None:
-            spec.with_paths(lambda file: found.append((f"{option} {path}'s", file)) or file)
+            where = f"{option} {path}'s"
+
+            def note(file: str) -> str:
+                found.append((where, file))
+                return file
+
+            spec.with_paths(note)
     return found
 
 

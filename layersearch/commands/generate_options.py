@@ -184,7 +184,7 @@ def check_options_on_model(options: Any, loaded: Any) -> None:
 
         check_draft_vocab(loaded, options.draft_vocab or 0)
         kind, value = parse_mask_option(options.mask) if options.mask else (None, None)
-        if kind == "mask":  # the --mask file against the model, named as the file
+        if kind == "mask" and value is not None:  # the --mask file against the model, named as the file
             from layersearch.common.modelfile import naming
             from layersearch.masks.mask import SkipMask
 

@@ -41,7 +41,7 @@ def check_overwrites(given: Mapping[str, Any], derived: Mapping[str, str] | None
     storage = _storage_file(given.get("storage"))
     if storage is not None:  # read and written: a report onto it destroys the study, even one made by this run
         outputs["--storage"] = storage
-    inputs = []
+    inputs: list[tuple[str, str]] = []
     for name, value in given.items():
         if name in OUTPUT_OPTIONS or name in ("out_prefix", "storage") or name in _NOT_PATHS:
             continue

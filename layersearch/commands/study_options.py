@@ -31,9 +31,11 @@ def domain_from_options(options: Any, default: str | None = None) -> str:
         raise LayersearchError("give --domain or --prompts, not both")
     if prompts is not None:
         return domain_for(prompts)
-    if domain is None and default is None:
+    if domain is not None:
+        return domain
+    if default is None:
         raise LayersearchError("say which prompts to search on: --domain NAME or --prompts FILE.jsonl")
-    return domain if domain is not None else default
+    return default
 
 
 def settings_from_options(options: Any, *, strategy: str | None = None, objective: str | None = None,

@@ -82,7 +82,7 @@ def open_input(path: str | Path, what: str) -> BinaryIO:
         raise
 
 
-def check_regular_file(path: str | Path, what: str) -> Path:
+def check_regular_file(path: str | os.PathLike[str], what: str) -> Path:
     """``path`` when it is a regular file (after symlinks), for inputs handed to a library that opens
     them itself; a missing path is left to that reader's own message. Raises LayersearchError for a
     directory, FIFO, device or socket (a library opening a FIFO would wait forever)."""
@@ -139,9 +139,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     data = dict(pairs)
     if len(data) != len(pairs):
         seen: set[str] = set()
-        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        repeated = next(key for key, _ in pairs if _seen_before(key, seen))
         raise ValueError(f"key {repeated!r} appears twice in one object (keep one)")
     return data
+
+
+def _seen_before(key: str, seen: set[str]) -> bool:
+    """True when ``key`` is already in ``seen``; adds it otherwise."""
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
 
 
 def _finite_float(literal: str) -> float:

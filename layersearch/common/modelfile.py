@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Iterator, TypeVar
 from layersearch.common.checks import check_int
 from layersearch.common.errors import LayersearchError
 from layersearch.common.jsonfile import read_json_file, write_json_atomic
+from layersearch.common.outputs import OutputTarget
 
 _MODEL_FIELDS = ("name", "num_layers", "hidden_size", "fingerprint")
 
@@ -128,7 +129,7 @@ class ModelBoundJson:
         """Raise unless this file was made for ``model``."""
         self.FILE.check_model(self.model, model)  # type: ignore[attr-defined]
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path | OutputTarget) -> Path:
         """Write the file atomically (a crash never leaves a partial file); returns the path given."""
         if not isinstance(path, (str, PathLike)):
             raise LayersearchError(f"{self.FILE.called} file must be a path (str or Path), got {type(path).__name__}")

@@ -51,6 +51,13 @@ class OutputTarget:
     def __str__(self) -> str:
         return "stdout" if self.to_stdout else self.given
 
+    @property
+    def file(self) -> Path:
+        """The file written (``real``); raises LayersearchError for stdout, which has none."""
+        if self.real is None:
+            raise LayersearchError(f"{self.given} is stdout, not a file")
+        return self.real
+
     def __fspath__(self) -> str:
         return self.given
 
@@ -231,9 +238,9 @@ def write_outputs(items: Sequence[tuple["str | Path | OutputTarget", str | bytes
     try:
         for target, data in files:
             if target.make_folder:
-                target.real.parent.mkdir(exist_ok=True)
-            temps.append(_write_temp(target.real, data))
-        _replace_all([(tmp, target.real) for tmp, (target, _) in zip(temps, files)])
+                target.file.parent.mkdir(exist_ok=True)
+            temps.append(_write_temp(target.file, data))
+        _replace_all([(tmp, target.file) for tmp, (target, _) in zip(temps, files)])
     except OSError as exc:
         raise LayersearchError(f"cannot write {_failed_name(exc, files)}: {exc.strerror or exc}; nothing was written") from None
     finally:
@@ -297,7 +304,8 @@ def _replace_all(pairs: Sequence[tuple[Path, Path]]) -> None:
 
 
 def _write_stream(target: OutputTarget, data: bytes) -> None:
-    if target.to_stdout:
+    real = target.real
+    if real is None:  # stdout
         sys.stdout.flush()
         out = getattr(sys.stdout, "buffer", None)
         if out is None:  # a text-only stream (tests capturing stdout)
@@ -307,12 +315,12 @@ def _write_stream(target: OutputTarget, data: bytes) -> None:
         sys.stdout.flush()
         return
     try:
-        if stat.S_ISFIFO(os.stat(target.real).st_mode) and target.real not in _FIFOS:
-            _hold_fifo(target.real, target.given, "output")
-        fd = _FIFOS.pop(target.real, None)
+        if stat.S_ISFIFO(os.stat(real).st_mode) and real not in _FIFOS:
+            _hold_fifo(real, target.given, "output")
+        fd = _FIFOS.pop(real, None)
         if fd is not None:
             os.set_blocking(fd, True)  # a reader is there: wait for it to take the data
-        with (os.fdopen(fd, "wb") if fd is not None else open(target.real, "wb")) as handle:
+        with (os.fdopen(fd, "wb") if fd is not None else open(real, "wb")) as handle:
             handle.write(data)
     except OSError as exc:
         raise LayersearchError(f"cannot write {target.given}: {exc.strerror}") from None
@@ -330,7 +338,7 @@ def check_distinct(outputs: Sequence[tuple[str, "str | Path"]], inputs: Sequence
     """Raise LayersearchError when an output is, by resolved path (symlinks followed) or as a hard
     link, one of ``inputs`` or another output: each pair is (the option, as the user names it;
     the path). Streams (``-``, a device, a FIFO) are left out: writing one destroys nothing."""
-    seen: list[tuple[str, str, tuple]] = []
+    seen: list[tuple[str, str, frozenset[object]]] = []
     for label, path in outputs:
         keys = _identity(path)
         if keys is None:
@@ -350,7 +358,7 @@ def check_distinct(outputs: Sequence[tuple[str, "str | Path"]], inputs: Sequence
                                        "that input; give the output another name")
 
 
-def _identity(path: "str | Path") -> "frozenset | None":
+def _identity(path: "str | Path") -> "frozenset[object] | None":
     """What makes two names the same file: the resolved path, and (dev, inode) when it exists;
     None for a stream."""
     given = os.fspath(path)

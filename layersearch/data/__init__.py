@@ -53,7 +53,7 @@ SHOTS = MappingProxyType({domain: _SOURCES[domain].SHOTS for domain in DOMAINS})
 
 
 def load_prompts(
-    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, specbench: str | os.PathLike | None = None,
+    domain: str, n: int = 8, *, seed: int = 0, split: str | None = None, specbench: str | os.PathLike[str] | None = None,
     tokenizer=None,
 ) -> tuple[Prompt, ...]:
     """n prompts of one domain, deterministic for seed; few-shot examples drawn disjoint

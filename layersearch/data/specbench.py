@@ -13,6 +13,7 @@ MT-bench categories). As a prompt source a question is its first turn; the stabl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -48,7 +49,7 @@ class Question:
         return f"{PREFIX}{self.category}/{self.question_id}"
 
 
-def read_questions(path: str | Path) -> tuple[Question, ...]:
+def read_questions(path: str | os.PathLike[str]) -> tuple[Question, ...]:
     """Every question of a Spec-Bench ``question.jsonl``; LayersearchError names a bad line."""
     from layersearch.common.inputs import check_regular_file
 
@@ -118,7 +119,7 @@ def select(
     return tuple(out)
 
 
-def prompts(path: str | Path, group: str, n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
+def prompts(path: str | os.PathLike[str], group: str, n: int, seed: int, split: str | None = None) -> tuple[Prompt, ...]:
     """``n`` first-turn prompts of a Spec-Bench group, chosen by ``seed`` from ``split``."""
     if group not in GROUPS:
         raise LayersearchError(f"unknown Spec-Bench group {group!r}: choose one of {', '.join(GROUPS)}")

@@ -201,6 +201,8 @@ def read_sdist(path: str, stamp: tuple[float, int]) -> tuple[dict[int, str], tup
                 if not name or "/" in folder.strip("/") or not member.isfile():
                     continue  # only <top>/tests/fixtures/optimizer/tpc-h/<file>
                 handle = archive.extractfile(member)
+                if handle is None:  # only for a member that is not a file, skipped above
+                    continue
                 if name == "tpc-h.sql":
                     queries = parse_queries(handle.read().decode("utf-8"))
                 elif name.endswith(".csv.gz"):

@@ -55,7 +55,7 @@ def read_pairs(files: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         with open(file, "rb") as handle:
             # gettext keeps the parsed messages in _catalog (stable since Python 2); it has
             # no public way to list them, and parsing .mo by hand would repeat its code.
-            catalogue = gettext.GNUTranslations(handle)._catalog
+            catalogue = gettext.GNUTranslations(handle)._catalog  # type: ignore[attr-defined]  # private: not in typeshed
         for key, german in catalogue.items():
             if isinstance(key, tuple):  # a plural form: (message, index)
                 continue

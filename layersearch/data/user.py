@@ -96,6 +96,8 @@ def split_sizes(path: str) -> dict[str, int]:
 def render(row: PromptRow, tokenizer: Any, path: str) -> str:
     """A row's text: as written, or its messages through the tokenizer's chat template."""
     if row.messages is None:
+        if row.text is None:  # read_rows gives every row one of the two
+            raise LayersearchError(f"{path}: row {row.id} has neither text nor messages")
         return row.text
     if tokenizer is None:
         raise LayersearchError(f"{path}: chat rows need the model's tokenizer to format them, which this command does not load")

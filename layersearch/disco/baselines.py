@@ -64,6 +64,7 @@ def roc_threshold(scores: np.ndarray, matched: np.ndarray) -> float | None:
 class RocConfidenceLookahead:
     """transformers' confidence rule with its ROC re-fit (see the module docstring)."""
 
+    reads_confidence = True  # a class attribute, not a field: it stops on the draft's confidence
     max_draft: int = MAX_DRAFT
     threshold: float = HF_START_THRESHOLD
     scores: tuple[float, ...] = ()
@@ -94,6 +95,7 @@ class PerplexityLookahead:
     """Stop when exp(mean -log p) over the draft's tokens so far and the next one exceeds
     ``threshold`` (greedy: p is the top-1 probability of each position)."""
 
+    reads_confidence = True  # a class attribute, not a field: the perplexity is of the draft's confidence
     max_draft: int = MAX_DRAFT
     threshold: float = 2.0
     trace: DraftTrace = field(default_factory=DraftTrace, compare=False, repr=False)

@@ -102,7 +102,7 @@ def train(
     val_target = _target(validation, loss)
     optimizer = torch.optim.Adam(net.parameters(), lr=lr)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
-    best = (float("inf"), 0, None)
+    best: tuple[float, int, list[torch.Tensor] | None] = (float("inf"), 0, None)  # (loss, epoch, weights)
     with torch.enable_grad():
         for epoch in range(epochs):
             optimizer.zero_grad()
@@ -112,6 +112,8 @@ def train(
                 val = float(bce(net(val_inputs).squeeze(-1), val_target))
             if val < best[0]:
                 best = (val, epoch + 1, [p.detach().clone() for p in net.parameters()])
+    if best[2] is None:
+        raise LayersearchError(f"the classifier's validation loss was never finite in {epochs} epochs: nothing to keep")
     w1, b1, w2, b2 = best[2]
     classifier = Classifier(
         tuple(mean.tolist()), tuple(scale.tolist()), tuple(map(tuple, w1.tolist())), tuple(b1.tolist()),

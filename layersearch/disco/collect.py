@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
@@ -79,13 +80,15 @@ class Rows:
         )
 
 
-def prompt_rows(model: torch.nn.Module, mask: SkipMask, prompt: Sequence[int], new_tokens: int, stop=frozenset()) -> Rows:
+def prompt_rows(model: PreTrainedModel, mask: SkipMask, prompt: Sequence[int], new_tokens: int, stop=frozenset()) -> Rows:
     """Rows of one prompt: the target's ``new_tokens`` greedy tokens, draft predictions of t_1.."""
     run = target_continuation(model, prompt, new_tokens, stop, keep_logits=True)
     draft = draft_logits(model, mask, run).float()  # [n, vocab]: row j-1 predicts t_j
     n = draft.shape[0]
     if n == 0:
         return _empty()
+    if run.logits is None:  # asked for above (keep_logits=True)
+        raise LayersearchError("the target's run kept no logits")
     target = torch.tensor(run.tokens[1:])  # [n]
     draft_probs = torch.softmax(draft, -1)  # [n, vocab]
     target_probs = torch.softmax(run.logits[1:], -1)  # [n, vocab]
@@ -98,7 +101,7 @@ def prompt_rows(model: torch.nn.Module, mask: SkipMask, prompt: Sequence[int], n
 
 
 def collect(
-    model: torch.nn.Module, mask: SkipMask, prompts: Sequence[Sequence[int]], new_tokens: int,
+    model: PreTrainedModel, mask: SkipMask, prompts: Sequence[Sequence[int]], new_tokens: int,
     progress: Callable[[str], None] | None = None, stop=frozenset(),
 ) -> Rows:
     """Rows of every prompt (prompt ids 0..len-1), saying progress per prompt."""

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.disco.classifier import Classifier, f1
 from layersearch.disco.collect import Rows
@@ -83,7 +84,8 @@ class Replay:
 def replay(prompts: Sequence[Rows], rule: Rule | None, sl_max: int, costs: Costs) -> Replay:
     """Replay greedy decoding of every prompt under ``rule`` (None: the oracle, which drafts
     exactly the tokens that will be accepted)."""
-    totals = dict(tokens=0, steps=0, drafted=0, accepted=0, draft_forwards=0, seconds=0.0)
+    totals = dict(tokens=0, steps=0, drafted=0, accepted=0, draft_forwards=0)
+    seconds = 0.0
     predicted: list[bool] = []
     truth: list[bool] = []
     offset = 0
@@ -123,10 +125,10 @@ def replay(prompts: Sequence[Rows], rule: Rule | None, sl_max: int, costs: Costs
             totals["drafted"] += drafted
             totals["accepted"] += accepted
             totals["draft_forwards"] += forwards
-            totals["seconds"] += forwards * costs.draft + costs.verify_seconds(drafted)
+            seconds += forwards * costs.draft + costs.verify_seconds(drafted)
             start += accepted + 1
         offset += n
-    return Replay(**totals, predicted=tuple(predicted), truth=tuple(truth))
+    return Replay(**totals, seconds=seconds, predicted=tuple(predicted), truth=tuple(truth))
 
 
 def static_rule(row: int, index: int, seen: list) -> bool:
@@ -186,7 +188,7 @@ def tune(classifier: Classifier, validation: Rows, costs: Costs, max_draft: int)
 
 
 @torch.inference_mode()
-def measure_costs(model: torch.nn.Module, mask: SkipMask, prompt: Sequence[int], max_draft: int, repeats: int = 5) -> Costs:
+def measure_costs(model: PreTrainedModel, mask: SkipMask, prompt: Sequence[int], max_draft: int, repeats: int = 5) -> Costs:
     """Median seconds of one masked draft forward and of target forwards over 1..max_draft+1
     tokens, after ``prompt`` on this device."""
     clock = Clock(model.device)

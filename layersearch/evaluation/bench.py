@@ -13,6 +13,7 @@ import contextlib
 import os
 import statistics
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -21,12 +22,14 @@ import torch
 from layersearch.decoder.build import assemble
 from layersearch.common.errors import LayersearchError
 from layersearch.common.modelfile import naming
+from layersearch.common.outputs import OutputTarget
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.masks.mask import SkipMask
 from layersearch.evaluation.measure import Configuration, Measurement, acceptance_per_position, compare, median_speedup
 from layersearch.profiling.profile import LatencyProfile
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.draft_policy import DraftPolicy
+from layersearch.runtime.loop import GenerationResult
 from layersearch.runtime.stats import combine
 from layersearch.decoder.spec import DrafterSpec, LookaheadSpec, compile_wanted
 from layersearch.decoder.fragments import (drafter_kinds, drafter_spec, loaded_spec, mask_source, model_names, parse_drafters,
@@ -77,7 +80,8 @@ def configs(
     (FR-Spec), under the first rule. ``compile``: our rows run captured forwards. On CUDA,
     transformers' static-cache ``generate`` (:data:`STATIC`) joins as the baseline users run there."""
     draft_models = dict(draft_models or {})
-    rules = [(name, policy_lookahead(policy, name)) for name in lookaheads] or [(None, policy_lookahead(policy))]
+    rules: list[tuple[str | None, LookaheadSpec]] = [(name, policy_lookahead(policy, name)) for name in lookaheads]
+    rules = rules or [(None, policy_lookahead(policy))]
     result = [Configuration(PLAIN, lambda ids, n: hf_generate(model, ids, n))]
     if model.device.type == "cuda":
         result.append(Configuration(STATIC, lambda ids, n: hf_generate(model, ids, n, cache_implementation="static")))
@@ -114,7 +118,7 @@ def _peer_configs(model, peers: bool | Sequence[str], draft_models: Mapping[str,
             result.append(PEER_ROWS[kind](model))
         else:  # assisted:MODEL
             assistant = draft_models[name]
-            result.append(Configuration(f"hf assisted ({_short(name)})", lambda ids, n, a=assistant: hf_generate(model, ids, n, assistant_model=a)))
+            result.append(Configuration(f"hf assisted ({_short(name)})", partial(hf_generate, model, assistant_model=assistant)))
             if static:
                 result.append(assisted_static_row(model, name, assistant))
     return result
@@ -173,10 +177,11 @@ def spec_configs(loaded, specs: Sequence[tuple[str, Any, Any]]) -> list[Configur
     for label, spec, files in specs:
         built = build_decoder(loaded, spec, files, kernels="stock")  # the bench switches kernels around every row
         greedy = built.sampling(do_sample=False)
+        generate: Callable[[torch.Tensor, int], GenerationResult]
         if built.speculative is None:  # a plain spec: transformers' generate
-            generate = lambda ids, n, s=greedy: hf_generate(loaded.model, ids, n, sampling=s)  # noqa: E731
+            generate = partial(hf_generate, loaded.model, sampling=greedy)
         else:
-            generate = lambda ids, n, d=built.speculative, s=greedy: d.generate(ids, n, sampling=s)  # noqa: E731
+            generate = partial(built.speculative.generate, sampling=greedy)
         result.append(Configuration(f"spec: {label}", generate, _fixed_mask(built.spec), loaded.model))
     return result
 
@@ -317,7 +322,8 @@ def _step_prediction(profile: LatencyProfile, steps) -> dict[str, Any]:
 
 def _median_ms(seconds: list[float | None]) -> float | None:
     """The median in milliseconds, None where any is missing."""
-    return None if any(v is None for v in seconds) else 1e3 * statistics.median(seconds)
+    known = [v for v in seconds if v is not None]
+    return None if len(known) != len(seconds) else 1e3 * statistics.median(known)
 
 
 def _cell(value: float | None, width: int, decimals: int = 2) -> str:
@@ -367,7 +373,7 @@ class BenchSettings:
     spec files; ``domains`` may include the domain of the ``prompts`` file."""
 
     model: str
-    out: str
+    out: str | Path | OutputTarget
     domains: tuple[str, ...] = ("summarization", "math", "code")
     prompts: str | None = None
     prompts_per_domain: int = 3

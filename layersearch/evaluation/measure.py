@@ -138,9 +138,10 @@ def median_speedup(base: Measurement, m: Measurement, *, decode: bool = False) -
     if base.error or m.error or len(base.stats) != len(m.stats) or not m.stats:
         return None
     ratios = [(decode_speedup if decode else stats_speedup)(b, r) for b, r in zip(base.stats, m.stats)]
-    if any(r is None for r in ratios):
+    known = [r for r in ratios if r is not None]
+    if len(known) != len(ratios):
         return None
-    return statistics.median(ratios)
+    return statistics.median(known)
 
 
 def figures(stats: Sequence["DecodeStats"]) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def plain_text(draw: _F) -> _F:
 
 
 @plain_text
-def plot_mask(mask: SkipMask, out: str | Path, *, title: str | None = None) -> Path:
+def plot_mask(mask: SkipMask, out: "str | Path | OutputTarget", *, title: str | None = None) -> Path:
     """Draw ``mask`` as a layers x {attention, MLP} grid and write it as a PNG to ``out``."""
     # Lay the figure out in inches around square cells, so the grid fills it at any depth.
     cell = min(0.5, 14.0 / mask.num_layers)  # 8 layers: 0.5 in; 80 layers: 0.175 in
@@ -85,7 +85,7 @@ def plot_mask(mask: SkipMask, out: str | Path, *, title: str | None = None) -> P
 
 
 @plain_text
-def plot_history(study: "optuna.Study", out: str | Path, *, title: str | None = None) -> Path:
+def plot_history(study: "optuna.Study", out: "str | Path | OutputTarget", *, title: str | None = None) -> Path:
     """Plot each completed trial's objective and the best-so-far curve against wall-clock seconds."""
     direction = _single_direction(study)
     trials = _completed_trials(study)
@@ -113,7 +113,7 @@ def plot_history(study: "optuna.Study", out: str | Path, *, title: str | None = 
 
 @plain_text
 def plot_compare(
-    studies: Sequence["optuna.Study"], out: str | Path, *, labels: Sequence[str] | None = None
+    studies: Sequence["optuna.Study"], out: "str | Path | OutputTarget", *, labels: Sequence[str] | None = None
 ) -> Path:
     """Plot the best-so-far curves of several studies against their search wall-clock on one axes."""
     if not studies:
@@ -194,8 +194,8 @@ def plot_swift_stream(
     for method, values in speedups.items():
         top.plot(x, values, marker="o", markersize=3, linewidth=1.4, label=method, color=colors[method])
     top.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    for method, values in matchness.items():
-        bottom.plot(x, [float("nan") if v is None else v for v in values], marker="s", markersize=3, linewidth=1.2,
+    for method, scores in matchness.items():
+        bottom.plot(x, [float("nan") if v is None else v for v in scores], marker="s", markersize=3, linewidth=1.2,
                     label=method, color=colors[method])
     for ax in (top, bottom):
         start, block = 0, 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+from transformers import PreTrainedModel
 
 from layersearch.evaluation.bench import PLAIN, run_domain, summarize
 from layersearch.evaluation.measure import Configuration
@@ -48,7 +49,7 @@ class Trained:
 
 
 def train_domain(
-    model: torch.nn.Module, info: ModelInfo, mask: SkipMask, train_prompts: Sequence[Sequence[int]],
+    model: PreTrainedModel, info: ModelInfo, mask: SkipMask, train_prompts: Sequence[Sequence[int]],
     val_prompts: Sequence[Sequence[int]], *, new_tokens: int, max_draft: int, loss: str, say: Say,
     domain: str, train_rows: Rows | None = None,
 ) -> Trained:

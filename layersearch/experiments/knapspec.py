@@ -385,10 +385,12 @@ def _check_candidates(model, ids, contenders, policy, settings, say) -> dict[str
                      "alpha_predicted": row.get("alpha"), "alpha_measured": entry["acceptance_rate"]})
         say(f"  candidate {row['mask']} gamma {gamma}: predicted {row['tpt']:.2f} tok/s, "
             f"measured {entry['decode_tokens_per_second']:.2f} tok/s")
+    if not rows:
+        return {"rows": rows, "predicted_best_is_fastest": None, "predicted_best_over_fastest": None}
     measured = [r["measured_tokens_per_second"] for r in rows]
-    best = max(range(len(rows)), key=measured.__getitem__) if rows else None
-    return {"rows": rows, "predicted_best_is_fastest": best == 0 if rows else None,
-            "predicted_best_over_fastest": measured[0] / measured[best] if rows else None}
+    best = max(range(len(rows)), key=measured.__getitem__)
+    return {"rows": rows, "predicted_best_is_fastest": best == 0,
+            "predicted_best_over_fastest": measured[0] / measured[best]}
 
 
 def _mask_from_string(text: str, num_layers: int):

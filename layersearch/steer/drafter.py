@@ -10,12 +10,17 @@ the q speculative sampling corrects with; greedy verification never trusts a dra
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 
 from layersearch.runtime.drafters.base import Drafter, StepRequest, Proposal
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.steer.hooks import intermediate_size, steered
 from layersearch.steer.params import SteeringParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class SteeredDrafter:
@@ -62,7 +67,8 @@ class SteeredDrafter:
         """The inner drafter's proposal, drafted with the bias W_s g (computed once per stage)."""
         if self._states is None or request.limit <= 0:
             return self.inner.propose(request)
-        model = getattr(self.inner, "model", None) or request.model
+        # A transformers model either way: the runtime's protocols type it as a Module.
+        model = cast("PreTrainedModel", getattr(self.inner, "model", None) or request.model)
         with torch.inference_mode():
             bias = self.steering.bias(self._states.to(self.steering.hml.weight.device))  # [intermediate]
         with steered(model, bias.to(model.device)):

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
@@ -27,6 +27,9 @@ from layersearch.masks.mask import SkipMask
 from layersearch.common.modelfile import FileKind, ModelInfo, naming
 from layersearch.common.outputs import write_output
 from layersearch.steer.params import SteeringParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 SCHEMA_VERSION = 1
 KIND = "sd2-steering"
@@ -73,12 +76,12 @@ class SteeringFile:
         if (drafter is None) != (self.drafter is None):
             trained = "the layer-skip self-drafter" if self.drafter is None else f"draft model {self.drafter.name!r}"
             raise LayersearchError(f"steering was trained for {trained}")
-        if drafter is not None:
+        if drafter is not None and self.drafter is not None:  # both or neither, checked above
             STEERING_FILE.check_model(self.drafter, drafter, "draft model")
         if drafter_model is not None:
             self.check_drafter_weights(drafter_model)
 
-    def check_params(self, draft_model: torch.nn.Module) -> None:
+    def check_params(self, draft_model: PreTrainedModel) -> None:
         """Raise unless the matrices fit ``draft_model`` (the masked verifier or the independent
         drafter): W_hml gives its hidden size, W_s its MLPs' width."""
         from layersearch.steer.hooks import intermediate_size

@@ -10,7 +10,7 @@ nothing without any bookkeeping here.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, cast
 
 import torch
 from torch import nn
@@ -23,8 +23,9 @@ def up_projections(model: nn.Module) -> list[nn.Module]:
     """Every decoder layer's ``mlp.up_proj``; refuses a model without a separate up projection."""
     from layersearch.models.quantize import is_quantized_linear
 
-    projections = [getattr(layer.mlp, "up_proj", None) for layer in decoder_layers(model)]
-    if any(not (isinstance(p, nn.Linear) or is_quantized_linear(p)) for p in projections):  # int8 drafts: quantized
+    found = [getattr(layer.mlp, "up_proj", None) for layer in decoder_layers(model)]
+    projections = [p for p in found if isinstance(p, nn.Linear) or (isinstance(p, nn.Module) and is_quantized_linear(p))]
+    if len(projections) != len(found):  # int8 drafts: quantized
         raise LayersearchError(
             f"{type(model).__name__}: steering needs gated MLPs with a separate up_proj (Llama, Qwen, Mistral, Gemma)"
         )
@@ -33,7 +34,8 @@ def up_projections(model: nn.Module) -> list[nn.Module]:
 
 def intermediate_size(model: nn.Module) -> int:
     """The width the bias must have: the up projections' output size."""
-    return up_projections(model)[0].out_features
+    # An int on nn.Linear and the quantized Linear alike; torch types Module attributes as Tensor | Module.
+    return cast(int, up_projections(model)[0].out_features)
 
 
 @contextmanager

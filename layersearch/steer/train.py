@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
+from transformers import Cache, PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
@@ -91,7 +92,7 @@ class Example:
 
 @torch.no_grad()
 def collect(
-    verifier: torch.nn.Module, prompts: Sequence[torch.Tensor], layers: tuple[int, ...], settings: TrainSettings,
+    verifier: PreTrainedModel, prompts: Sequence[torch.Tensor], layers: tuple[int, ...], settings: TrainSettings,
     generator: torch.Generator, progress: Callable[[int], None] | None = None,
 ) -> list[Example]:
     """Sample a T = 1 continuation per prompt ([n] ids each) and record the verifier's view."""
@@ -108,7 +109,7 @@ def collect(
     return examples
 
 
-def _sample(model: torch.nn.Module, prompt: torch.Tensor, new: int, generator: torch.Generator) -> torch.Tensor:
+def _sample(model: PreTrainedModel, prompt: torch.Tensor, new: int, generator: torch.Generator) -> torch.Tensor:
     """prompt + up to ``new`` tokens sampled at T = 1 (stops after an end-of-sequence token)."""
     from layersearch.runtime.loop import eos_ids
 
@@ -125,13 +126,24 @@ def _sample(model: torch.nn.Module, prompt: torch.Tensor, new: int, generator: t
     return torch.tensor(ids)
 
 
-def _view(model: torch.nn.Module, ids: torch.Tensor, start: int, layers: tuple[int, ...]) -> Example:
+def _view(model: PreTrainedModel, ids: torch.Tensor, start: int, layers: tuple[int, ...]) -> Example:
     cache = new_cache(model)
     logits, states = forward_tokens(model, ids.tolist(), 0, cache, hidden_layers=layers)  # [n, vocab], [n, L, d]
     targets = torch.log_softmax(logits[start - 1 : -1].float(), -1)  # [m, vocab]
-    keys = tuple(layer.keys.detach() for layer in cache.layers)
-    values = tuple(layer.values.detach() for layer in cache.layers)
+    keys, values = _entries(cache)
     return Example(ids.cpu(), start, targets, states.detach(), keys, values)
+
+
+def _entries(cache: Cache) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Every layer's keys and values ``[1, heads, n, head_dim]``, detached."""
+    keys, values = [], []
+    for layer in cache.layers:
+        k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
+            raise LayersearchError(f"steering reads the verifier's keys and values; a {type(layer).__name__} cache layer holds none")
+        keys.append(k.detach())
+        values.append(v.detach())
+    return tuple(keys), tuple(values)
 
 
 def sources(example: Example, max_offset: int, generator: torch.Generator, positions: torch.Tensor) -> torch.Tensor:
@@ -141,12 +153,14 @@ def sources(example: Example, max_offset: int, generator: torch.Generator, posit
 
 
 def kl_loss(
-    params: SteeringParams, verifier: torch.nn.Module, example: Example, mask: SkipMask | None,
-    drafter: torch.nn.Module | None, max_offset: int, generator: torch.Generator,
+    params: SteeringParams, verifier: PreTrainedModel, example: Example, mask: SkipMask | None,
+    drafter: PreTrainedModel | None, max_offset: int, generator: torch.Generator,
 ) -> torch.Tensor:
     """Mean KL(π_V ‖ π_D) over the example's queries, the drafter steered by g_{q−δ}."""
     n = example.ids.shape[0]
     if drafter is None:
+        if mask is None:
+            raise LayersearchError("kl_loss: the self-drafter (drafter=None) needs a mask")
         queries = torch.arange(example.start - 1, n - 1)  # [m]
         bias = params.bias(example.states[sources(example, max_offset, generator, queries)])  # [m, intermediate]
         logits = _self_draft_logits(verifier, example, mask, queries, bias)
@@ -173,14 +187,15 @@ def _self_draft_logits(verifier, example: Example, mask: SkipMask, queries: torc
     allowed[:, n:] = torch.eye(m, dtype=torch.bool)  # and the query's own new entry
     attention = torch.zeros(m, n + m, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).view(1, 1, m, n + m)
     with skipping(verifier, mask), steered(verifier, bias.to(verifier.device)):
-        return forward_tokens(
+        # Without hidden_layers forward_tokens returns the logits alone, not a (logits, states) pair.
+        return cast(torch.Tensor, forward_tokens(
             verifier, example.ids[queries].tolist(), 0, cache, positions=queries, attention_mask=attention
-        )  # [m, vocab]
+        ))  # [m, vocab]
 
 
 def train(
-    params: SteeringParams, verifier: torch.nn.Module, examples: Sequence[Example], settings: TrainSettings, *,
-    mask: SkipMask | None = None, drafter: torch.nn.Module | None = None,
+    params: SteeringParams, verifier: PreTrainedModel, examples: Sequence[Example], settings: TrainSettings, *,
+    mask: SkipMask | None = None, drafter: PreTrainedModel | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train ``params`` in place (and, with ``settings.drafter_lr``, the drafter's
@@ -192,7 +207,7 @@ def train(
     generator = torch.Generator().manual_seed(settings.seed)
     params.train().requires_grad_(True)
     groups = [{"params": list(params.parameters()), "lr": settings.lr}]
-    tuned = tunable(drafter) if settings.drafter_lr is not None else []
+    tuned = tunable(drafter) if settings.drafter_lr is not None and drafter is not None else []
     if tuned:
         for weight in tuned:
             weight.requires_grad_(True)
@@ -212,7 +227,7 @@ def _cosine(step: int, steps: int) -> float:
     return 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, steps) / steps))
 
 
-def tunable(drafter: torch.nn.Module) -> list[torch.nn.Parameter]:
+def tunable(drafter: PreTrainedModel) -> list[torch.nn.Parameter]:
     """The drafter's weights fine-tuning trains: all but the input embeddings and the LM head."""
     frozen = {id(w) for w in drafter.get_input_embeddings().parameters()}
     frozen |= {id(w) for w in drafter.get_output_embeddings().parameters()}

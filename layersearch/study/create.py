@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from layersearch.common.errors import LayersearchError
 from layersearch.study.rebuild import check_prompts, initial_masks, load_study_model, prompt_texts, strategy_plan
@@ -91,7 +91,7 @@ def create_study(
     storage_obj = open_storage(location, create=True)
     try:
         with quiet_warnings():
-            study = optuna.create_study(study_name=name, storage=storage_obj, direction=settings.direction)
+            study = optuna.create_study(study_name=name, storage=storage_obj, direction=_direction(settings.direction))
     except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile
         existing = _existing(name, location, settings)
         if existing is not None:
@@ -103,6 +103,15 @@ def create_study(
     for mask in initial:
         study.enqueue_trial(params_from_mask(mask, settings.space))
     return CreateResult(name, location.url, True, settings, len(initial))
+
+
+def _direction(direction: str) -> Literal["minimize", "maximize"]:
+    """An objective's direction as Optuna takes it."""
+    if direction == "minimize":
+        return "minimize"
+    if direction == "maximize":
+        return "maximize"
+    raise LayersearchError(f"an objective's direction is minimize or maximize, not {direction!r}")
 
 
 def _existing(name: str, location: StorageLocation, settings: StudySettings) -> CreateResult | None:

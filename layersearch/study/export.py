@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.study.storage import open_study
 from layersearch.study.trials import best_trial
 
+if TYPE_CHECKING:
+    from layersearch.common.outputs import OutputTarget
 
-def export_mask(name: str, out: str | Path, *, storage: str | None = None, trial: str | int = "best") -> tuple[Path, SkipMask]:
+
+def export_mask(name: str, out: "str | Path | OutputTarget", *, storage: str | None = None, trial: str | int = "best") -> tuple[Path, SkipMask]:
     """Write the mask of ``trial`` ("best" or a trial number) as a mask file with provenance."""
     from layersearch.common.outputs import check_output
 

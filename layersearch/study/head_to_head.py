@@ -43,13 +43,13 @@ def run_head_to_head(plans: Sequence[tuple[str, Any]], *, prefix: str, storage: 
     key = (plans[0][1].model, plans[0][1].device, plans[0][1].dtype)
     names = []
     for name, settings in plans:
-        result = create_study(name, settings, storage=storage, profile_path=profile_path, loaded=loaded, log=log)
-        if profile_path is None and result.settings.profile is not None:
+        created = create_study(name, settings, storage=storage, profile_path=profile_path, loaded=loaded, log=log)
+        if profile_path is None and created.settings.profile is not None:
             # Measure the profile once and reuse it for the other studies.
             from layersearch.profiling.profile import LatencyProfile
 
-            profile_path = _profile_file(LatencyProfile.from_dict(result.settings.profile), prefix)
-        log(f"{'created' if result.created else 'resuming'} {name}: {settings.strategy} / {settings.objective}, "
+            profile_path = _profile_file(LatencyProfile.from_dict(created.settings.profile), prefix)
+        log(f"{'created' if created.created else 'resuming'} {name}: {settings.strategy} / {settings.objective}, "
             f"budget {budget:g} s")
         summary = run_study(name, storage=storage, timeout=budget, quiet=quiet, loaded=loaded)
         log(format_run_summary(summary))

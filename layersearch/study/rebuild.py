@@ -7,7 +7,7 @@ original would have; ``tpe`` (a stream RNG) is seeded with ``seed + finished tri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from layersearch.masks.mask import SkipMask
 from layersearch.study.settings import StudySettings
@@ -50,7 +50,7 @@ def initial_masks(settings: StudySettings, loaded: Any, texts: Sequence[str], pr
     )
 
 
-def prompt_texts(settings: StudySettings, split: str | None | bool = False, tokenizer: Any = None) -> list[str]:
+def prompt_texts(settings: StudySettings, split: str | None | Literal[False] = False, tokenizer: Any = None) -> list[str]:
     """The study's prompts: its search split by default, another split when given (None: all);
     ``tokenizer`` formats the chat rows of a user prompt file."""
     from layersearch.data import load_prompts

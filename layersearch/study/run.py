@@ -255,15 +255,19 @@ def summarize(study: Any, settings: Any, location: Any, *, ran: int, stale: int,
 def storage_fault(exc: BaseException) -> BaseException | None:
     """The storage failing under a run (read-only, locked, gone, disk full) in ``exc`` or what
     it was raised from: Optuna's own clean-up may fail on the same storage and hide the cause."""
+    faults: tuple[type[BaseException], ...] = (OSError,)  # no SQLAlchemy: only file faults
     try:
         from sqlalchemy.exc import SQLAlchemyError
+
+        faults = (OSError, SQLAlchemyError)
     except ImportError:
-        SQLAlchemyError = OSError  # noqa: N806 (no SQLAlchemy: only file faults)
+        pass
     seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, (OSError, SQLAlchemyError)):
-            return exc
-        exc = exc.__cause__ or exc.__context__
+    cause: BaseException | None = exc
+    while cause is not None and seen < 10:
+        if isinstance(cause, faults):
+            return cause
+        cause = cause.__cause__ or cause.__context__
         seen += 1
     return None
 

@@ -164,6 +164,8 @@ def open_storage(
     check_optuna_storage(location, write=not read_only)
     with _storage_errors(location), quiet_warnings():
         if location.kind == "journal":
+            if location.path is None:
+                raise LayersearchError(f"storage {location.url} names no journal file")
             return open_journal(location.path, read_only=read_only, log=_warn)
         kwargs: dict[str, Any] = {}
         engine_kwargs = _engine_kwargs(location.connect_url)

@@ -37,7 +37,7 @@ seconds spent choosing, which is the optimization time); :func:`optimization_sec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from layersearch.runtime.control import DecodeView, Selection
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.swift.proposals import trial_seed
 from layersearch.swift import search as swift_search
+
+if TYPE_CHECKING:
+    from transformers import Cache, PreTrainedModel
 
 #: Scores a mask on a window: (mask, view, window start, window tokens) -> matchness in [0, 1].
 Matchness = Callable[[SkipMask, DecodeView, int, Sequence[int]], float]
@@ -139,8 +142,10 @@ class SwiftController:
 
     def _restart(self, start: SkipMask) -> None:
         """A fresh optimization phase from ``start`` (at the stream's start, or after lowering the ratio)."""
-        self.best, self.best_score = start, None
-        self.optimizing, self.stop_reason = True, None
+        self.best = start
+        self.best_score: float | None = None
+        self.optimizing = True
+        self.stop_reason: str | None = None
         self.steps = self.since_improvement = 0
         self._x: list[list[int]] = []  # flat 0/1 masks scored in this phase
         self._y: list[float] = []
@@ -152,13 +157,15 @@ class SwiftController:
             self._begin_input()
         record: dict[str, Any] = {"input": len(self.inputs)}
         window = self._window(view)
-        if window is not None and not self._input["scored"]:
-            self._input["scored"] = True
-            self.best_score = self._score(self.best, view, window)
-            self._input["matchness"] = self.best_score
-            record["incumbent_matchness"] = self.best_score
-            if self.optimizing:
-                self._check_stop()
+        if window is not None:
+            current = self._current()
+            if not current["scored"]:
+                current["scored"] = True
+                self.best_score = self._score(self.best, view, window)
+                current["matchness"] = self.best_score
+                record["incumbent_matchness"] = self.best_score
+                if self.optimizing:
+                    self._check_stop()
         if window is not None and self.optimizing:
             record.update(self._optimization_step(view, window))
         elif self.optimizing:
@@ -193,6 +200,12 @@ class SwiftController:
         self.finish()
         self._input = dict(scored=False, matchness=None, drafted=0, accepted=0, steps=0)
 
+    def _current(self) -> dict[str, Any]:
+        """The current input's counts (an input begins at a view's step 0)."""
+        if self._input is None:
+            raise LayersearchError("SwiftController: a step before its input's step 0 (select begins each input there)")
+        return self._input
+
     def _window(self, view: DecodeView) -> tuple[int, list[int]] | None:
         """(start, tokens) of the input's first γ + 1 generated tokens, once more than γ + 1 exist."""
         generated = view.position + 1 - view.prompt_length  # emitted tokens, the newest not cached yet
@@ -212,7 +225,7 @@ class SwiftController:
         self._x.append([int(b) for b in candidate.to_flat()])
         self._y.append(score)
         self.steps += 1
-        self._input["steps"] += 1
+        self._current()["steps"] += 1
         kept = self.best_score is None or score > self.best_score
         if kept:
             self.best, self.best_score, self.since_improvement = candidate, score, 0
@@ -260,7 +273,9 @@ def model_matchness(mask: SkipMask, view: DecodeView, start: int, tokens: Sequen
     (at their positions, seeing only the cache before ``start``) against ``tokens[1:]``."""
     from layersearch.runtime.teacher import draft_logits_in_cache, matched_tokens
 
-    logits = draft_logits_in_cache(view.model, mask, view.cache, tokens[:-1], start, valid=view.position)  # [γ, vocab]
+    # The loop's transformers model and cache: DecodeView types them as a Module and an object.
+    model, cache = cast("PreTrainedModel", view.model), cast("Cache", view.cache)
+    logits = draft_logits_in_cache(model, mask, cache, tokens[:-1], start, valid=view.position)  # [γ, vocab]
     return matched_tokens(logits, tokens[1:]) / (len(tokens) - 1)
 
 

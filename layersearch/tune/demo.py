@@ -23,7 +23,10 @@ def shipped_plan() -> Path:
     """The path of the searched plan shipped with the package (:data:`PLAN_FILE`)."""
     from importlib.resources import files
 
-    return Path(str(files("layersearch.data").joinpath(*PLAN_FILE)))
+    plan = files("layersearch.data")
+    for part in PLAN_FILE:
+        plan = plan.joinpath(part)
+    return Path(str(plan))
 
 
 @dataclass(frozen=True)

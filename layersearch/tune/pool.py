@@ -127,13 +127,13 @@ def _search(runtime: Any, objective: Any, strategy: str, ratio: float, seconds: 
     with no_interrupt_tracebacks():  # Ctrl-C here too: "interrupted", not Optuna's traceback of the trial it stopped
         while not study.trials or time.monotonic() < deadline:
             study.optimize(lambda trial: objective.evaluate(runtime, suggest_mask(trial, layers)).value, n_trials=1)
-    done = sorted((t for t in study.trials if t.value is not None), key=lambda t: -t.value)
+    done = sorted(((t.value, t) for t in study.trials if t.value is not None), key=lambda pair: -pair[0])
     best: list[tuple[str, SkipMask, float]] = []
-    for trial in done:
+    for value, trial in done:
         found = mask_from_params(trial.params, layers)
         mask = SkipMask(layers, found.attention, found.mlp, runtime.info)
         if all(mask.to_flat() != m.to_flat() for _, m, _ in best):
-            best.append((f"{strategy} r{ratio:g} #{trial.number}", mask, float(trial.value)))
+            best.append((f"{strategy} r{ratio:g} #{trial.number}", mask, float(value)))
         if len(best) == BEST_PER_SEARCH:
             break
     return best

@@ -95,8 +95,8 @@ def curve_png(records: Sequence[TrialRecord], title: str) -> bytes:
     ax = fig.add_subplot(1, 1, 1)
     done = [r for r in records if r.value is not None]
     for kind in sorted({r.kind for r in done}):
-        points = [r for r in done if r.kind == kind]
-        ax.scatter([r.elapsed for r in points], [r.value for r in points], s=14, label=kind, alpha=0.7)
+        points = [(r.elapsed, r.value) for r in done if r.kind == kind and r.value is not None]
+        ax.scatter([x for x, _ in points], [y for _, y in points], s=14, label=kind, alpha=0.7)
     xs, ys = best_curve(records)
     ax.step(xs, ys, where="post", color="black", label="best so far")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)

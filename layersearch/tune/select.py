@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec
 from layersearch.tune.study import SPEC_ATTR
 
@@ -83,7 +84,11 @@ def remeasure(loaded: Any, chosen: Sequence[Finalist], prompts: Sequence[Any], n
     from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.tune.objective import spec_config, with_kernels
 
-    named = {draft_ref if quant is None else f"{draft_ref}@{quant}": d.model for quant, d in (drafts or {}).items()}
+    named: dict[str, Any] = {}
+    for quant, d in (drafts or {}).items():
+        if draft_ref is None:
+            raise LayersearchError("drafts need draft_ref, the draft model's name", fields="draft_ref")
+        named[draft_ref if quant is None else f"{draft_ref}@{quant}"] = d.model
     peers = ("prompt-lookup", *(f"assisted:{name}" for name in named))
     base = [with_kernels(c, loaded.model, kernels) for c in configs(loaded.model, [], DraftPolicy(), peers=peers, draft_models=named)]
     ours = [spec_config(loaded, f.spec, f.label, drafts, kernels) for f in chosen]
@@ -126,8 +131,9 @@ def _row(label: str, row: Mapping[str, Any], peers: Mapping[str, Mapping[str, An
 def choose(rows: Sequence[HeldOutRow], plain_spec: DecoderSpec) -> Selection:
     """The fastest finalist (a row with a spec) that is identical to plain decoding and faster
     than it on the held-out prompts; plain decoding when there is none."""
-    eligible = [r for r in rows if r.spec is not None and r.identical and r.speedup is not None and r.speedup > 1.0]
+    eligible = [(r.speedup, r.spec, r.label) for r in rows
+                if r.spec is not None and r.identical and r.speedup is not None and r.speedup > 1.0]
     if not eligible:
         return Selection(tuple(rows), PLAIN_LABEL, plain_spec, True)
-    best = max(eligible, key=lambda r: r.speedup)
-    return Selection(tuple(rows), best.label, best.spec, False)
+    _, spec, label = max(eligible, key=lambda item: item[0])
+    return Selection(tuple(rows), label, spec, False)

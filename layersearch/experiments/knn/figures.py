@@ -13,10 +13,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from layersearch.common.errors import LayersearchError
+from layersearch.common.outputs import OutputTarget
 from layersearch.evaluation.plots import _figure_class, _save_atomic, check_png_output
 
 
-def plot_mix_ratio(result, out: str | Path) -> Path:
+def plot_mix_ratio(result, out: str | Path | OutputTarget) -> Path:
     """Speedup over plain decoding against mix ratio, one line per method (a KnnBenchResult)."""
     target = check_png_output(out)
     fig = _figure_class()(figsize=(6.0, 4.0))
@@ -47,7 +48,7 @@ def pca_2d(points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def plot_representations(
-    representations: Mapping[str, np.ndarray], anchors: np.ndarray, anchor_domains: Sequence[str], out: str | Path,
+    representations: Mapping[str, np.ndarray], anchors: np.ndarray, anchor_domains: Sequence[str], out: str | Path | OutputTarget,
     *, title: str = "prompt representations (PCA), anchors ringed",
 ) -> Path:
     """2-D PCA of each domain's representations ``[n_d, d]``, the anchors ``[A, d]`` ringed."""

@@ -172,8 +172,8 @@ def run_knn_bench(job: BenchJob, load: Callable[[], Any], say: Callable[[str], N
     routing = None
     if routing_texts:
         held_out = {d: [loaded.tokenizer(t, return_tensors="pt").input_ids for t in items] for d, items in routing_texts.items()}
-        for domain, items in held_out.items():
-            for i, ids in enumerate(items):
+        for domain, tokenized in held_out.items():
+            for i, ids in enumerate(tokenized):
                 check_context(loaded, ids.shape[1], f"{domain} routing prompt {i + 1}")
         routing = held_out_routing(loaded, router, held_out, progress=say)
     result = knn_bench(loaded, router, prompts, ratios, job.instances, mixed_mask=mixed, max_new_tokens=job.max_new_tokens,

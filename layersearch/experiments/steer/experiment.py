@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -109,10 +109,10 @@ def bias_cost_ms(params: SteeringParams, repeats: int = 200) -> float:
 def summary(results: Sequence[ArmResult]) -> dict:
     """Per temperature: mean M and tokens/s of each arm, each arm's speedup over plain decoding
     (``speedup_vs_plain``) and the steered / unsteered ratios."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}  # the report's JSON
     for temperature in sorted({r.temperature for r in results}):
         rows = [r for r in results if r.temperature == temperature]
-        arms = {}
+        arms: dict[str, dict[str, Any]] = {}
         for arm in dict.fromkeys(r.arm for r in rows):
             mine = [r for r in rows if r.arm == arm]
             ms = [r.block_efficiency for r in mine]
@@ -122,7 +122,7 @@ def summary(results: Sequence[ArmResult]) -> dict:
                 "tokens_per_second": sum(r.tokens_per_second for r in mine) / len(mine),
                 "draft_ms_per_forward": sum(r.draft_ms_per_forward for r in mine) / len(mine),
             }
-        entry = {"arms": arms}
+        entry: dict[str, Any] = {"arms": arms}
         if PLAIN in arms and arms[PLAIN]["tokens_per_second"]:
             base = arms[PLAIN]["tokens_per_second"]
             entry["speedup_vs_plain"] = {arm: rate_speedup(base, row["tokens_per_second"]) for arm, row in arms.items() if arm != PLAIN}

@@ -96,7 +96,7 @@ def train_steering(job: TrainJob, load: Callable[[], Any]) -> list[str]:
     if drafter is not None:  # the fingerprint is structural: this tells the tuned weights from the original
         training["drafter_weights"] = weights_record(drafter.model)
     lines = []
-    if job.finetune_drafter is not None:
+    if job.finetune_drafter is not None and drafter is not None:  # it needs a drafter: checked above
         drafter_info = _save_finetuned(job.finetune_drafter, drafter)
         training["finetuned_from"] = drafter.info.to_dict()
     SteeringFile(params, loaded.info, drafter_info, mask, training).save(job.out)
