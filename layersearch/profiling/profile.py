@@ -482,7 +482,7 @@ class LatencyProfile(ModelBoundJson):
             raise LayersearchError(f"not a latency profile (kind {data.get('kind')!r})")
         version = data.get("schema_version")
         if isinstance(version, bool) or version not in READ_VERSIONS:
-            raise LayersearchError(f"unsupported schema_version {version!r} (expected one of {', '.join(map(str, READ_VERSIONS))})")
+            raise LayersearchError(f"unsupported schema_version {version!r} (expected {', '.join(map(str, READ_VERSIONS))})")
         if not isinstance(data.get("architecture", {}), dict):
             raise LayersearchError("architecture must be an object")
         missing = [key for key in _REQUIRED if key not in data]

@@ -24,7 +24,7 @@ def up_projections(model: nn.Module) -> list[nn.Module]:
     from layersearch.models.quantize import is_quantized_linear
 
     found = [getattr(layer.mlp, "up_proj", None) for layer in decoder_layers(model)]
-    projections = [p for p in found if isinstance(p, nn.Linear) or (isinstance(p, nn.Module) and is_quantized_linear(p))]
+    projections: list[nn.Module] = [p for p in found if isinstance(p, nn.Linear) or (isinstance(p, nn.Module) and is_quantized_linear(p))]
     if len(projections) != len(found):  # int8 drafts: quantized
         raise LayersearchError(
             f"{type(model).__name__}: steering needs gated MLPs with a separate up_proj (Llama, Qwen, Mistral, Gemma)"
