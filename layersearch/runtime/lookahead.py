@@ -27,12 +27,10 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime import LOOKAHEADS, DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
+from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.runtime.host import to_host
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
-
-LOOKAHEAD_NAMES = tuple(LOOKAHEADS)
 
 
 @dataclass(frozen=True)
@@ -201,12 +199,3 @@ class HeuristicLookahead(_CappedRule):
             return self
         grown = self.max_draft + 2 if outcome.accepted == outcome.drafted else self.max_draft - 1
         return replace(self, max_draft=max(1, min(self.ceiling, grown)))
-
-
-def lookahead_named(name: str, settings: LookaheadSettings = LookaheadSettings()) -> Lookahead:
-    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`, the registry
-    :data:`layersearch.runtime.LOOKAHEADS`) with these settings."""
-    factory = LOOKAHEADS.get(name)
-    if factory is None:
-        raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
-    return factory(settings)
