@@ -64,6 +64,8 @@ def roc_threshold(scores: np.ndarray, matched: np.ndarray) -> float | None:
 class RocConfidenceLookahead:
     """transformers' confidence rule with its ROC re-fit (see the module docstring)."""
 
+    reads_confidence = True  # it reads each drafted position's probability
+
     max_draft: int = MAX_DRAFT
     threshold: float = HF_START_THRESHOLD
     scores: tuple[float, ...] = ()
@@ -85,6 +87,11 @@ class RocConfidenceLookahead:
         threshold = self.threshold if fitted is None else min(1.0, fitted)
         return replace(self, scores=scores, matched=matched, threshold=threshold)
 
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
+
     def with_max_draft(self, max_draft: int) -> Lookahead:
         return replace(self, max_draft=max_draft)
 
@@ -93,6 +100,8 @@ class RocConfidenceLookahead:
 class PerplexityLookahead:
     """Stop when exp(mean -log p) over the draft's tokens so far and the next one exceeds
     ``threshold`` (greedy: p is the top-1 probability of each position)."""
+
+    reads_confidence = True  # it reads each drafted position's probability
 
     max_draft: int = MAX_DRAFT
     threshold: float = 2.0
@@ -104,6 +113,11 @@ class PerplexityLookahead:
 
     def update(self, outcome: StepOutcome) -> Lookahead:
         return self
+
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
 
     def with_max_draft(self, max_draft: int) -> Lookahead:
         return replace(self, max_draft=max_draft)

@@ -72,6 +72,11 @@ class Lookahead(Protocol):
         """Whether the rule reads the draft's confidence."""
         ...
 
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule may ask for (a static cache is sized for it)."""
+        ...
+
     def keep_drafting(self, position: DraftPosition) -> bool:
         """Draft a token at ``position``? (``position.index < max_draft`` is the caller's job.)"""
         ...
@@ -104,6 +109,11 @@ class _CappedRule:
 
     def __post_init__(self) -> None:
         _check_max(self.max_draft)
+
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
 
     def update(self, outcome: StepOutcome) -> "Lookahead":
         return self  # type: ignore[return-value]

@@ -180,7 +180,7 @@ class _Run:
         self.forward_timer = RegionTimer(self.model.device)  # every forward, no sync per forward
         self.generator = self.sampling.generator(self.model.device)
         blocker = decoder.capture_blocker() if decoder.compile else ""
-        longest = max(self.lookahead.max_draft, getattr(self.lookahead, "ceiling", 0))
+        longest = max(self.lookahead.max_draft, self.lookahead.ceiling)
         self.backend = choose_backend(
             self.model, decoder.compiled, decoder.compile, blocker, self.forward_timer.region,
             capacity(self.prompt_length, max_new, longest), lambda: self.lookahead.max_draft + 2,
@@ -275,7 +275,7 @@ class _Run:
     # ----- helpers ----------------------------------------------------------------------
     def _prefill(self) -> None:
         t0 = self.clock.now()
-        wants_prompt = bool(getattr(self.controller, "wants_prompt_hidden", False))
+        wants_prompt = self.controller.wants_prompt_hidden
         layers = self.hidden_layers + ((self.num_layers - 1,) if wants_prompt else ())
         if layers:
             logits, hidden = self.backend.forward(self.prompt[0], 0, keep=1, hidden_layers=layers)  # hidden [n, layers, d]

@@ -182,7 +182,7 @@ def draft_chain(
     branches: list[tuple[int, ...]] = []
     greedy = request.sampling.greedy
     branching = branching if greedy else None
-    reads_confidence = getattr(request.lookahead, "reads_confidence", True)
+    reads_confidence = request.lookahead.reads_confidence
     # Greedy under a rule that reads no confidence and without branches: the argmax is all a
     # position needs, so no DraftPosition is built (the same tokens, no host read).
     argmax_only = greedy and not reads_confidence and branching is None
