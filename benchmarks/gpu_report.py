@@ -39,6 +39,7 @@ from layersearch.experiments.knapspec import knapspec_decoder
 from layersearch.masks.mask import SkipMask
 from layersearch.models.loading import describe_model
 from layersearch.models.skipping import skipping
+from layersearch.runtime.backend import compile_key
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
@@ -290,7 +291,7 @@ def parts_section(decoder: SpeculativeDecoder, device: str, context: int, ks=ran
 
     def forward(plan, n):
         view = decoder.view(plan)
-        key = (plan, n, n, id(None), cache.get_max_length())  # the runtime's own key: generations reuse these
+        key = compile_key(decoder.model, plan, n, n, None, cache)  # the runtime's own key: generations reuse these
         return lambda: decoder.compiled.forward(view, key, cache, ids[:n], context, n, None)
 
     verify_ms = {k: replay_ms(device, forward(None, k)) for k in ks}
@@ -603,7 +604,7 @@ def int4_parts(decoder: SpeculativeDecoder, device: str, context: int, plans: di
 
     def forward(plan, n):
         view = decoder.view(plan)
-        key = (plan, n, n, id(None), cache.get_max_length(), None)  # the decode loop's key layout
+        key = compile_key(decoder.model, plan, n, n, None, cache)  # the runtime's own key: generations reuse these
         return lambda: decoder.compiled.forward(view, key, cache, ids[:n], context, n, None)
 
     runs = {f"verify {k}": forward(None, k) for k in ks}

@@ -65,6 +65,7 @@ class RocConfidenceLookahead:
     """transformers' confidence rule with its ROC re-fit (see the module docstring)."""
 
     reads_confidence = True  # a class attribute, not a field: it stops on the draft's confidence
+
     max_draft: int = MAX_DRAFT
     threshold: float = HF_START_THRESHOLD
     scores: tuple[float, ...] = ()
@@ -86,6 +87,11 @@ class RocConfidenceLookahead:
         threshold = self.threshold if fitted is None else min(1.0, fitted)
         return replace(self, scores=scores, matched=matched, threshold=threshold)
 
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
+
     def with_max_draft(self, max_draft: int) -> Lookahead:
         return replace(self, max_draft=max_draft)
 
@@ -96,6 +102,7 @@ class PerplexityLookahead:
     ``threshold`` (greedy: p is the top-1 probability of each position)."""
 
     reads_confidence = True  # a class attribute, not a field: the perplexity is of the draft's confidence
+
     max_draft: int = MAX_DRAFT
     threshold: float = 2.0
     trace: DraftTrace = field(default_factory=DraftTrace, compare=False, repr=False)
@@ -106,6 +113,11 @@ class PerplexityLookahead:
 
     def update(self, outcome: StepOutcome) -> Lookahead:
         return self
+
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
 
     def with_max_draft(self, max_draft: int) -> Lookahead:
         return replace(self, max_draft=max_draft)

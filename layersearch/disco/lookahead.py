@@ -51,6 +51,11 @@ class DiscoLookahead:
         """The same rule, ``outcome.emitted`` tokens further into the generation."""
         return replace(self, generated=self.generated + outcome.emitted)
 
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
+
     def with_max_draft(self, max_draft: int) -> Lookahead:
         """Another SL_max."""
         return replace(self, max_draft=max_draft)

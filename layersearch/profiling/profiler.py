@@ -68,6 +68,7 @@ from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.profiling.profile import KernelTiming, LatencyProfile, kernel_choice_text, pick_kernels
 from layersearch.kernels.select import KERNELS, check_kernels, model_kernels, numba_available
+from layersearch.runtime.backend import compile_key
 from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, truncate_cache
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.timing import Clock
@@ -303,7 +304,7 @@ def _captured_seconds(forwards, cache, plan: SkipMask | None, tokens: list[int],
 
         head = int8_twins(forwards.model).head
     ids = torch.as_tensor(tokens, device=forwards.model.device)  # [k]
-    key = (plan, len(tokens), len(tokens), id(head), cache.get_max_length(), None)  # the decode loop's key layout
+    key = compile_key(forwards.model, plan, len(tokens), len(tokens), head, cache)  # the decode loop's own key
     view = forwards.view(plan)
     start = clock.now()
     forwards.forward(view, key, cache, ids, n, len(tokens), head)

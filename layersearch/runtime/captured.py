@@ -15,6 +15,7 @@ of :func:`_forward`'s code: entries never evict each other from dynamo's per-cod
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import types
 import weakref
@@ -25,6 +26,7 @@ from typing import Any, Callable, Hashable, Iterator, cast
 import torch
 from transformers import PreTrainedModel
 
+from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.plan_view import plan_view
 from layersearch.runtime.cache import new_static_cache, seat_static_cache
@@ -107,8 +109,9 @@ class CapturedForwards:
     """One model's plan views, static KV cache and compiled forwards, shared by every decoder
     of that model (:func:`captured_forwards`), keyed by (plan, n, keep, head, capacity).
 
-    Like transformers' model-held static cache, the cache is one per model: two generations
-    of one model must not run at the same time."""
+    Like transformers' model-held static cache, the cache is one per model: a generation
+    holds it (:meth:`claim`), and a second one of the same model started meanwhile (another
+    thread) gets a clear error instead of writing into the first one's cache."""
 
     def __init__(self, model: PreTrainedModel, max_entries: int = MAX_ENTRIES,
                  compiler: Compiler | None = None) -> None:
@@ -123,6 +126,7 @@ class CapturedForwards:
         self.compile_seconds = 0.0  # the compiling calls so far (a plain attribute: the loop reads it per step)
         self._views: dict[SkipMask, PreTrainedModel] = {}
         self._cache: Any = None
+        self._busy = threading.Lock()
 
     @property
     def model(self) -> PreTrainedModel:
@@ -149,6 +153,19 @@ class CapturedForwards:
         if self._cache is None or self._cache.get_max_length() < capacity:
             self._cache = new_static_cache(self.model, -(-capacity // 256) * 256)
         return self._cache
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[None]:
+        """Hold the static cache for one generation; raises LayersearchError while another holds it."""
+        if not self._busy.acquire(blocking=False):
+            raise LayersearchError(
+                "another captured generation of this model is running: its decoders share one static cache; "
+                "run them one after the other, give each thread its own model, or use compile=False"
+            )
+        try:
+            yield
+        finally:
+            self._busy.release()
 
     def forward(self, model: PreTrainedModel, key: Hashable, cache: Any, ids: torch.Tensor, start: int, keep: int, head: Any) -> torch.Tensor:
         """Logits [keep, vocab] of ``model`` (a plan's view) over ``ids`` [n] at ``start``, by the

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
-from layersearch.runtime.lookahead import ConfidenceLookahead, Lookahead, lookahead_named
+from layersearch.runtime.registry import lookahead_named
+from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
+from layersearch.runtime.lookahead import ConfidenceLookahead, Lookahead
 
 
 @dataclass(frozen=True)

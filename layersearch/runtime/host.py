@@ -11,6 +11,14 @@ from __future__ import annotations
 
 import torch
 
+#: Where the step's values live, said in their types: a count or length the host holds (read
+#: once, already paid for), token ids read to the host, token ids on the CPU (the prompt and
+#: the emitted ids), and token ids on the model's device (no read until :func:`to_host`).
+HostInt = int
+HostTokens = tuple[int, ...]
+HostIds = torch.Tensor  # [n] long, on the CPU
+DeviceIds = torch.Tensor  # [n] long, on the model's device
+
 _reads = 0
 
 

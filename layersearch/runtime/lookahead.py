@@ -27,12 +27,10 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime import LOOKAHEADS, DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
+from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT
 from layersearch.runtime.host import to_host
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
-
-LOOKAHEAD_NAMES = tuple(LOOKAHEADS)
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,11 @@ class Lookahead(Protocol):
         """Whether the rule reads the draft's confidence."""
         ...
 
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule may ask for (a static cache is sized for it)."""
+        ...
+
     def keep_drafting(self, position: DraftPosition) -> bool:
         """Draft a token at ``position``? (``position.index < max_draft`` is the caller's job.)"""
         ...
@@ -106,6 +109,11 @@ class _CappedRule:
 
     def __post_init__(self) -> None:
         _check_max(self.max_draft)
+
+    @property
+    def ceiling(self) -> int:
+        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
+        return self.max_draft
 
     def update(self, outcome: StepOutcome) -> "Lookahead":
         return self  # type: ignore[return-value]
@@ -201,12 +209,3 @@ class HeuristicLookahead(_CappedRule):
             return self
         grown = self.max_draft + 2 if outcome.accepted == outcome.drafted else self.max_draft - 1
         return replace(self, max_draft=max(1, min(self.ceiling, grown)))
-
-
-def lookahead_named(name: str, settings: LookaheadSettings = LookaheadSettings()) -> Lookahead:
-    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`, the registry
-    :data:`layersearch.runtime.LOOKAHEADS`) with these settings."""
-    factory = LOOKAHEADS.get(name)
-    if factory is None:
-        raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")
-    return factory(settings)

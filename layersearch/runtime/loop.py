@@ -5,9 +5,9 @@ cache and ``last`` the newest token (not yet in the cache)::
 
     control  controller.select(view)             maybe a new mask / draft-length cap (before the step)
     draft    drafter.propose(request)             d1..dk (the lookahead rule decides k)
-    cut      every cache layer back to pos        a layer-skip draft's entries are not the target's
+             backend.rollback(pos)                a layer-skip draft's entries are not the target's
     verify   verifier.verify(request, proposal)   one target forward over [last, d1..dk] -> a, next
-    cut      the cache back to pos + a + 1
+    commit   backend.rollback(pos + a + 1)        keep last and the a accepted tokens
     emit     the a accepted tokens and next
     feed     lookahead.update / drafter.observe / controller.observe with the StepOutcome
 
@@ -28,10 +28,13 @@ output is the target's own, whatever they decide. The plug-in points:
              :mod:`layersearch.runtime.tree` (SWIFT's top-k token tree)
 * controller :mod:`layersearch.runtime.control`    (fixed mask; KnapSpec in knapspec/)
 
-Captured (``compile=True``): the target's forwards run over a static KV cache, each shape
-compiled once (:mod:`layersearch.runtime.captured`; a CUDA graph on CUDA), and the cuts above
-move nothing: every forward writes from its first position and the causal mask hides what lies
-beyond. Tokens stay on the device from draft to verdict, so a step whose lookahead reads no
+Where the forwards run is the backend's business (:mod:`layersearch.runtime.backend`), chosen
+once per generation, so the step has no captured/eager branch: eager, a dynamic cache that a
+rollback cuts; captured (``compile=True``), a static KV cache, each shape compiled once
+(:mod:`layersearch.runtime.captured`; a CUDA graph on CUDA), where a rollback moves nothing:
+every forward writes from its first position and the causal mask hides what lies beyond. The
+step's timing, compile seconds, host reads and outcomes are recorded by a
+:class:`~layersearch.runtime.timing.StepRecorder` around its phases. Tokens stay on the device from draft to verdict, so a step whose lookahead reads no
 confidence makes one host read: the verdict (:func:`~layersearch.runtime.verification.verify_chain`).
 A part that cannot run captured (a token tree's per-step mask, a drafter reading hidden
 states, a sliding-window cache, a module forward replaced by untraceable code) makes the generation run
@@ -47,22 +50,20 @@ import torch
 from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
-from layersearch.kernels.select import is_traceable
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
-from layersearch.runtime.cache import has_sliding_window, new_cache, seat_static_cache, truncate_cache
-from layersearch.runtime.captured import CaptureStats, CompileNote, captured_forwards, note_compile
+from layersearch.runtime.backend import capacity, capture_blocker, choose_backend
+from layersearch.runtime.captured import CaptureStats, captured_forwards
 from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
-from layersearch.runtime.drafters import Drafter, LayerSkipDrafter, StepRequest
+from layersearch.runtime.drafters import Drafter, LayerSkipDrafter, Proposal, StepRequest
 from layersearch.runtime.draft_policy import DraftPolicy
-from layersearch.runtime.forward import forward_tokens
-from layersearch.runtime.host import host_reads, to_host
+from layersearch.runtime.host import to_host
 from layersearch.runtime.lookahead import Lookahead
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 from layersearch.runtime.stats import DecodeStats
-from layersearch.runtime.timing import Clock, Marks, RegionTimer
-from layersearch.runtime.verification import ChainVerifier, Verifier
+from layersearch.runtime.timing import Clock, RegionTimer, StepRecorder
+from layersearch.runtime.verification import ChainVerifier, Verdict, Verifier
 
 
 @dataclass(frozen=True)
@@ -129,16 +130,7 @@ class SpeculativeDecoder:
 
     def capture_blocker(self) -> str:
         """Why this decoder's forwards cannot run captured ("" when they can)."""
-        if getattr(self.verifier, "capturable", False) is not True:
-            return f"the {self.verifier.name!r} verifier masks a token tree per step"
-        if getattr(self.drafter, "hidden_layers", None):
-            return "the drafter reads the verifier's hidden states"
-        if has_sliding_window(self.model):
-            return "sliding-window attention keeps a ring cache that cannot roll back"
-        overrides = [vars(module)["forward"] for module in self.model.modules() if "forward" in vars(module)]
-        if not all(is_traceable(forward) for forward in overrides):  # the kernels' routed forwards are traceable
-            return "a module's forward is overridden by code that cannot be traced"
-        return ""
+        return capture_blocker(self.model, self.drafter, self.verifier)
 
     def capture_stats(self) -> CaptureStats:
         """The compiled-forward table's size, hit rate and compile seconds so far."""
@@ -184,111 +176,90 @@ class _Run:
         self.stop_when = stop_when
         self.decoder = decoder
         self.clock = Clock(self.model.device)  # synchronizes: read at the generation's start and end only
-        self.marks = Marks(self.model.device)  # step phases, no sync to take a mark
+        self.recorder = StepRecorder(self.model.device, decoder.compiled)  # phases, compiling, host reads, outcomes
         self.forward_timer = RegionTimer(self.model.device)  # every forward, no sync per forward
         self.generator = self.sampling.generator(self.model.device)
-        self.path_reason = decoder.capture_blocker() if decoder.compile else ""
-        self.captured = decoder.compile and not self.path_reason
-        capacity = self.prompt_length + max_new + self.lookahead_ceiling() + 2
-        self.cache = decoder.static_cache(capacity) if self.captured else new_cache(self.model)
-        before = decoder.compiled.stats()
-        self.compile_before, self.misses_before = before.compile_seconds, before.misses
+        blocker = decoder.capture_blocker() if decoder.compile else ""
+        longest = max(self.lookahead.max_draft, self.lookahead.ceiling)
+        self.backend = choose_backend(
+            self.model, decoder.compiled, decoder.compile, blocker, self.forward_timer.region,
+            capacity(self.prompt_length, max_new, longest), lambda: self.lookahead.max_draft + 2,
+        )
+        self.compile_before = decoder.compiled.stats().compile_seconds
         self.last_ids: torch.Tensor | None = None  # [1] the newest token, on the device
         # Prompt and emitted ids on the CPU; views of it are what drafters and controllers read.
         self.ids = torch.zeros(self.prompt_length + max_new + 1, dtype=torch.long)  # [capacity]
         self.ids[: self.prompt_length] = prompt[0].cpu()
         self.tokens: list[int] = []
-        self.outcomes: list[StepOutcome] = []
         self.selections: list[dict[str, Any]] = []
-        self.seconds = dict(prefill=0.0, draft_prefill=0.0)
+        self.prefill_seconds = 0.0
         self.prompt = prompt
         self.prompt_hidden: torch.Tensor | None = None
         self.num_layers = decoder.num_layers
         # Verifier hidden states a drafter asked for (SD²-style steering), captured from the
         # prefill and every verification forward, never from an extra forward.
         self.hidden_layers: tuple[int, ...] = tuple(getattr(self.drafter, "hidden_layers", ()) or ())
-        self.capturing = False
-        self.captured_hidden: torch.Tensor | None = None  # [n, len(hidden_layers), hidden] of the last verification
         self.stop_now = False
-        self.plan: SkipMask | None = None  # the last draft plan a forward ran, and its view of the model
-        self.plan_model: PreTrainedModel = self.model
-
-    def lookahead_ceiling(self) -> int:
-        """The longest draft any rule state may ask for (the static cache must hold it)."""
-        return max(self.lookahead.max_draft, getattr(self.lookahead, "ceiling", 0), 64)
 
     def execute(self) -> GenerationResult:
         start = self.clock.now()
-        self.drafter.begin(self.prompt[0])
-        self._prefill()
-        while not self._finished():
-            self._consult_controller(step=len(self.outcomes))
-            self._step()
+        with self.backend.claim():
+            self.drafter.begin(self.prompt[0])
+            self._prefill()
+            while not self._finished():
+                self._consult_controller(step=len(self.recorder.outcomes))
+                self._step()
         total = self.clock.now() - start
         del self.tokens[self.max_new :]
         return GenerationResult(tuple(self.tokens), self._stats(total))
 
     # ----- the step ---------------------------------------------------------------------
     def _step(self) -> None:
-        """One draft-and-verify step, top to bottom: draft, cut, verify, cut, emit, feed back."""
-        reads_before, compiled = host_reads(), self.decoder.compiled
-        c0 = compiled.compile_seconds  # a first call's compiling is its own phase, not the step's
+        """One step: draft -> verify -> commit -> emit (the recorder times the phases and files the outcome)."""
+        request = self._request()
+        with self.recorder.phase("draft"):
+            proposal = self.drafter.propose(request)  # d1..dk, ids [k] on the device (k <= request.limit)
+            self.backend.rollback(request.position)  # a layer-skip draft's entries are not the target's
+        with self.recorder.phase("verify"):
+            verdict = self._verify(request, proposal)  # one target forward over [last, d1..dk]: a accepted, next
+            self.backend.rollback(request.position + verdict.num_accepted + 1)  # commit: last and the a accepted
+            self.last_ids = verdict.next_ids  # [1] on the device: the next draft starts there, no host read
+        accepted = verdict.path if verdict.path is not None else proposal.tokens[: verdict.num_accepted]
+        emitted = self._emit([*accepted, verdict.next_token])  # a tree's branch or the draft's prefix, and next
+        self._feed_back(self.recorder.outcome(request.position, proposal, verdict, emitted, self.mask, self.lookahead))
+
+    def _request(self) -> StepRequest:
+        # One request for the whole step: the drafter and the verifier read the same value.
         position = self.prompt_length + len(self.tokens) - 1  # cached positions: every emitted token but the newest
         room = self.max_new - len(self.tokens) - 1  # never draft past max_new: verification adds a token of its own
-        # One request for the whole step: the drafter and the verifier read the same value.
-        request = StepRequest(
-            model=self.model, cache=self.cache, position=position,
+        return StepRequest(
+            model=self.model, cache=self.backend.cache, position=position,
             sequence=self.ids[: position + 1],  # [position + 1] on the CPU, the newest not cached
             limit=max(0, min(self.lookahead.max_draft, room)), mask=self.mask, lookahead=self.lookahead,
-            sampling=self.sampling, generator=self.generator, forward=self._forward, timed=self.forward_timer.region,
+            sampling=self.sampling, generator=self.generator, forward=self.backend.forward, timed=self.forward_timer.region,
             last_ids=self.last_ids,  # [1] the newest token, on the device
         )
 
-        # draft: d1..dk (k <= limit; the lookahead rule may stop sooner), ids [k] on the device
-        m0 = self.marks.mark()
-        proposal = self.drafter.propose(request)
-        # cut: a layer-skip draft appended entries at position.. in the layers it ran; they are not the target's
-        if not self.captured:  # captured: the verification writes over them, the causal mask hides the rest
-            truncate_cache(self.cache, position)
-        m1, c1 = self.marks.mark(), compiled.compile_seconds
+    def _verify(self, request: StepRequest, proposal: Proposal) -> Verdict:
+        if not self.hidden_layers:
+            return self.verifier.verify(request, proposal)
+        with self.backend.capturing(self.hidden_layers):  # SD²: the states from the verification forward itself
+            verdict = self.verifier.verify(request, proposal)
+        if self.backend.hidden is not None:  # the states at the input whose output gave the token
+            self._observe_hidden(self.backend.hidden[verdict.source_node])
+        return verdict
 
-        # verify: one target forward over [last, d1..dk] at position -> a accepted, the target's next token
-        self.capturing = bool(self.hidden_layers)
-        verdict = self.verifier.verify(request, proposal)
-        self.capturing = False
-        # cut: keep last and the a accepted tokens (positions position..position + a)
-        if not self.captured:
-            truncate_cache(self.cache, position + verdict.num_accepted + 1)
-        if self.hidden_layers and self.captured_hidden is not None:  # the states at the input whose output gave the token
-            self._observe_hidden(self.captured_hidden[verdict.source_node])
-        self.last_ids = verdict.next_ids  # [1] on the device: the next step drafts from it without a host read
-        m2 = self.marks.mark()
-
-        # emit: the accepted tokens (a tree's branch, or the draft's prefix) and the target's own
-        accepted = verdict.path if verdict.path is not None else proposal.tokens[: verdict.num_accepted]
-        emitted = self._emit([*accepted, verdict.next_token])
-
-        # feed back: one StepOutcome to the lookahead rule, the drafter and the controller
-        self.seconds["draft_prefill"] += proposal.prefill_seconds
-        rule = type(self.lookahead).__name__.removesuffix("Lookahead").lower()
-        outcome = StepOutcome(
-            step=len(self.outcomes), position=position, drafted=int(proposal.ids.shape[0]), accepted=verdict.num_accepted,
-            emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or self.mask,  # the plan the draft really ran
-            lookahead=f"{rule}:{self.lookahead.max_draft}", draft_forwards=proposal.forwards,
-            draft_seconds=max(self.marks.seconds(m0, m1) - (c1 - c0), 0.0),
-            verify_seconds=max(self.marks.seconds(m1, m2) - (compiled.compile_seconds - c1), 0.0),
-            confidences=proposal.confidences, host_reads=host_reads() - reads_before,
-        )
-        self.outcomes.append(outcome)
+    def _feed_back(self, outcome: StepOutcome) -> None:
+        # One StepOutcome to the lookahead rule, the drafter and the controller.
         self.lookahead = self.lookahead.update(outcome)
         self.drafter.observe(outcome)
         self.controller.observe(outcome)
 
     def _consult_controller(self, step: int) -> None:
-        t0 = self.marks.mark()
+        t0 = self.recorder.marks.mark()
         position = self.prompt_length + len(self.tokens) - 1
         view = DecodeView(
-            self.model, self.cache, self.ids[: position + 1].unsqueeze(0), position, step, self.prompt_length,
+            self.model, self.backend.cache, self.ids[: position + 1].unsqueeze(0), position, step, self.prompt_length,
             self.mask, self.lookahead.max_draft, self.prompt_hidden,
         )
         chosen: Selection | None = self.controller.select(view)
@@ -298,63 +269,25 @@ class _Run:
         if chosen.max_draft is not None:
             self.lookahead = self.lookahead.with_max_draft(chosen.max_draft)
         if chosen.record:
-            seconds = self.marks.seconds(t0, self.marks.mark())
+            seconds = self.recorder.marks.seconds(t0, self.recorder.marks.mark())
             self.selections.append({"step": step, "context": position, **chosen.record, "seconds": seconds})
 
     # ----- helpers ----------------------------------------------------------------------
     def _prefill(self) -> None:
         t0 = self.clock.now()
-        wants_prompt = bool(getattr(self.controller, "wants_prompt_hidden", False))
+        wants_prompt = self.controller.wants_prompt_hidden
         layers = self.hidden_layers + ((self.num_layers - 1,) if wants_prompt else ())
         if layers:
-            logits, hidden = self._forward(self.prompt[0], 0, keep=1, hidden_layers=layers)  # hidden [n, layers, d]
+            logits, hidden = self.backend.forward(self.prompt[0], 0, keep=1, hidden_layers=layers)  # hidden [n, layers, d]
             if wants_prompt:
                 self.prompt_hidden = hidden[:, -1]  # [n, d]: the last decoder layer's output
             if self.hidden_layers:
                 self._observe_hidden(hidden[-1, : len(self.hidden_layers)])
         else:
-            logits = self._forward(self.prompt[0], 0, keep=1)
+            logits = self.backend.forward(self.prompt[0], 0, keep=1)
         self.last_ids = self._choose(logits[-1])
         self._emit(to_host(self.last_ids))
-        self.seconds["prefill"] += self.clock.now() - t0
-
-    def _forward(self, tokens, start: int, keep: int | None = None, *, plan: SkipMask | None = None,
-                 head: Any = None, **options) -> torch.Tensor:
-        # Every target forward goes through here, so time outside them is measurable bookkeeping.
-        if plan is None:
-            model = self.model
-        elif plan is self.plan:  # the drafter's plan is one object until the controller changes the mask
-            model = self.plan_model
-        else:
-            self.plan, self.plan_model = plan, self.decoder.view(plan)
-            model = self.plan_model
-        with self.forward_timer.region():
-            if self.capturing:
-                if self.captured:
-                    seat_static_cache(self.cache, start)
-                logits, self.captured_hidden = forward_tokens(
-                    model, tokens, start, self.cache, keep, hidden_layers=self.hidden_layers, head=head, **options
-                )
-            elif self.captured and not options and start > 0:  # the prefill's length varies: eager
-                ids = torch.as_tensor(tokens, device=self.model.device).view(-1)  # [n]
-                n = ids.shape[0]
-                kernels = getattr(self.model, "_layersearch_kernels", None)  # a graph traced with numba's ops differs
-                key = (plan, n, n if keep is None else keep, id(head), self.cache.get_max_length(), kernels)
-                if key not in self.decoder.compiled:
-                    self._note_compile(plan, n)
-                logits = self.decoder.compiled.forward(model, key, self.cache, ids, start, n if keep is None else keep, head)
-            else:
-                if self.captured:
-                    seat_static_cache(self.cache, start)
-                logits = forward_tokens(model, tokens, start, self.cache, keep, head=head, **options)
-        return logits
-
-    def _note_compile(self, plan: SkipMask | None, n: int) -> None:
-        # Bound: verifications of 1..max_draft + 1 tokens and a one-token draft forward under the plan.
-        number = self.decoder.compiled.stats().misses - self.misses_before + 1
-        what = f"draft {n} token{'s' if n > 1 else ''} under the plan" if plan is not None else \
-            "one token" if n == 1 else f"verify {n} tokens"
-        note_compile(CompileNote(number, self.lookahead.max_draft + 2, what))
+        self.prefill_seconds += self.clock.now() - t0
 
     def _observe_hidden(self, states: torch.Tensor) -> None:
         # Optional on the drafter protocol: only a drafter with ``hidden_layers`` has it.
@@ -386,13 +319,13 @@ class _Run:
         return self.stop_now or len(self.tokens) >= self.max_new
 
     def _stats(self, total: float) -> DecodeStats:
-        steps = tuple(self.outcomes)
+        steps = tuple(self.recorder.outcomes)
         return DecodeStats(
             new_tokens=len(self.tokens),
             target_forwards=len(steps),
             drafted=sum(s.drafted for s in steps),
             accepted=sum(s.accepted for s in steps),
-            prefill_seconds=self.seconds["prefill"],
+            prefill_seconds=self.prefill_seconds,
             draft_seconds=sum(s.draft_seconds for s in steps),
             verify_seconds=sum(s.verify_seconds for s in steps),
             total_seconds=total,
@@ -400,9 +333,9 @@ class _Run:
             forward_seconds=self.forward_timer.total(),
             steps=steps,
             selections=tuple(self.selections),
-            draft_prefill_seconds=self.seconds["draft_prefill"],
-            path="captured" if self.captured else "eager",
-            path_reason=self.path_reason,
+            draft_prefill_seconds=self.recorder.draft_prefill_seconds,
+            path=self.backend.path,
+            path_reason=self.backend.reason,
             compile_seconds=self.decoder.compiled.stats().compile_seconds - self.compile_before,
         )
 

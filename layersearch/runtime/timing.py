@@ -6,15 +6,21 @@ three times however many forwards it runs. :class:`RegionTimer` sums the time sp
 many small regions (every forward of the loop) without synchronizing per region: on CUDA each
 region is a pair of CUDA events recorded on the stream and resolved once, at the end (as
 gpt-fast times its loop); on CPU it is ``perf_counter`` around the region.
+:class:`StepRecorder` wraps the decode step's phases with these marks and files each step's
+outcome, so the step itself reads as the algorithm.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator
+from typing import Any, Iterator, Protocol
 
 import torch
+
+from layersearch.masks.mask import SkipMask
+from layersearch.runtime.host import host_reads
+from layersearch.runtime.outcome import StepOutcome
 
 
 class Clock:
@@ -88,3 +94,51 @@ class Marks:
             end.synchronize()  # type: ignore[attr-defined]
             return start.elapsed_time(end) / 1e3  # type: ignore[attr-defined]
         return end - start  # type: ignore[operator]
+
+
+class CompileClock(Protocol):
+    """What counts the seconds spent compiling (:class:`~layersearch.runtime.captured.CapturedForwards`)."""
+
+    compile_seconds: float
+
+
+class StepRecorder:
+    """Everything a step records, kept out of the step: its phases' marks, the seconds a first
+    call spent compiling (its own phase, not the step's), the host reads it made, and the
+    :class:`~layersearch.runtime.outcome.StepOutcome` it files. The loop wraps each phase in
+    :meth:`phase` and hands the step's values to :meth:`outcome`."""
+
+    def __init__(self, device: torch.device | str, compiled: CompileClock) -> None:
+        self.marks = Marks(device)  # step phases, no sync to take a mark
+        self.compiled = compiled
+        self.outcomes: list[StepOutcome] = []
+        self.draft_prefill_seconds = 0.0
+        self._seconds: dict[str, float] = {}
+        self._reads = 0
+        self._rules: dict[type, str] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase ``name`` of the step ("draft" opens a step), compiling excluded."""
+        if name == "draft":
+            self._reads = host_reads()
+        m0, c0 = self.marks.mark(), self.compiled.compile_seconds
+        yield
+        compiling = self.compiled.compile_seconds - c0
+        self._seconds[name] = max(self.marks.seconds(m0, self.marks.mark()) - compiling, 0.0)
+
+    def outcome(self, position: int, proposal: Any, verdict: Any, emitted: int, mask: SkipMask, lookahead: Any) -> StepOutcome:
+        """The step's :class:`StepOutcome`, filed with the generation's steps."""
+        self.draft_prefill_seconds += proposal.prefill_seconds
+        rule = self._rules.get(type(lookahead))
+        if rule is None:
+            rule = self._rules[type(lookahead)] = type(lookahead).__name__.removesuffix("Lookahead").lower()
+        outcome = StepOutcome(
+            step=len(self.outcomes), position=position, drafted=int(proposal.ids.shape[0]), accepted=verdict.num_accepted,
+            emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or mask,  # the plan the draft really ran
+            lookahead=f"{rule}:{lookahead.max_draft}", draft_forwards=proposal.forwards,
+            draft_seconds=self._seconds["draft"], verify_seconds=self._seconds["verify"],
+            confidences=proposal.confidences, host_reads=host_reads() - self._reads,
+        )
+        self.outcomes.append(outcome)
+        return outcome

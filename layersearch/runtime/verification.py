@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from layersearch.runtime.host import to_host
+from layersearch.runtime.host import DeviceIds, HostInt, HostTokens, to_host
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 
 if TYPE_CHECKING:
@@ -29,11 +29,11 @@ class Verdict:
     ``path`` holds the accepted tokens when they are not a prefix of the draft chain (a tree
     verifier accepted a branch); otherwise it is None."""
 
-    num_accepted: int
-    next_token: int
-    path: tuple[int, ...] | None = None
-    node: int | None = None  # the verified input whose logits gave next_token (None: num_accepted)
-    next_ids: torch.Tensor | None = None  # [1] next_token on the device (the next step drafts from it)
+    num_accepted: HostInt
+    next_token: HostInt
+    path: HostTokens | None = None
+    node: HostInt | None = None  # the verified input whose logits gave next_token (None: num_accepted)
+    next_ids: DeviceIds | None = None  # [1] next_token on the device (the next step drafts from it)
 
     @property
     def source_node(self) -> int:

@@ -22,13 +22,8 @@ from layersearch.runtime.drafters import (
     lookup_continuation,
 )
 from layersearch.runtime import MAX_DRAFT, LookaheadSettings
-from layersearch.runtime.lookahead import (
-    LOOKAHEAD_NAMES,
-    ConfidenceLookahead,
-    HeuristicLookahead,
-    StaticLookahead,
-    lookahead_named,
-)
+from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead
+from layersearch.runtime.registry import LOOKAHEAD_NAMES, lookahead_named
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.verification import ChainVerifier

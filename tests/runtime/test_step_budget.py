@@ -19,15 +19,20 @@ import layersearch
 import layersearch.runtime.loop as loop
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.captured import _forward, compile_with
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.loop import SpeculativeDecoder
 
 PACKAGE = layersearch.__file__.rsplit("/", 1)[0] + "/"
 
-#: A step after the first: everything planned once per generation or per mask is in place.
-STEADY_FUNCTIONS, STEADY_FILES = 25, 12
+#: A step after the first: everything planned once per generation or per mask is in place. The
+#: step's own functions (request, verify, feed back), the backend's (forward, rollback, plan view)
+#: and the recorder's (phase marks, the outcome) are counted here; the loop holds no path branch.
+STEADY_FUNCTIONS, STEADY_FILES = 33, 13
+#: The same, captured (the compile key, the compiled-forward table and the static cache's seating).
+CAPTURED_FUNCTIONS, CAPTURED_FILES = 33, 13
 #: The first step also builds the mask's plan view and resolves the drafter's plan (once per mask).
-FIRST_FUNCTIONS, FIRST_FILES = 36, 16
+FIRST_FUNCTIONS, FIRST_FILES = 48, 17
 #: StepRequest, Proposal, Verdict, StepOutcome.
 VALUE_OBJECTS = 4
 
@@ -57,9 +62,12 @@ class Crossing:
 
 
 def crossings(steps: int = 3, compile: bool = False) -> list[Crossing]:
-    """The crossings of the first ``steps`` steps of a default Self-SD generation."""
+    """The crossings of the first ``steps`` steps of a default Self-SD generation (captured: the
+    eager forward stands in for the compiled one, so what is counted is the loop's own path)."""
     model = build_tiny_model("llama", num_layers=4, seed=0)
     model.generation_config.eos_token_id = None
+    if compile:
+        compile_with(model, lambda device: _forward)
     decoder = SpeculativeDecoder(model, SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3), compile=compile)
     seen: list[Crossing] = []
     step = loop._Run._step
@@ -77,7 +85,7 @@ def crossings(steps: int = 3, compile: bool = False) -> list[Crossing]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loop._Run, "_step", profiled)
         result = decoder.generate(torch.tensor([1, 2, 3, 4, 5]), 16)
-    assert result.stats.path == "eager" and all(s.drafted == 3 for s in result.stats.steps[:steps])
+    assert result.stats.path == ("captured" if compile else "eager") and all(s.drafted == 3 for s in result.stats.steps[:steps])
     return seen
 
 
@@ -88,6 +96,15 @@ def test_a_steady_step_crosses_few_functions_in_few_files():
         assert len(crossing.files) <= STEADY_FILES, sorted(crossing.files)
     assert len(first.calls) <= FIRST_FUNCTIONS, sorted(first.calls)
     assert len(first.files) <= FIRST_FILES, sorted(first.files)
+
+
+def test_a_captured_step_crosses_as_few_and_cuts_nothing():
+    _, *steady = crossings(compile=True)
+    for crossing in steady:
+        assert len(crossing.calls) <= CAPTURED_FUNCTIONS, sorted(crossing.calls)
+        assert len(crossing.files) <= CAPTURED_FILES, sorted(crossing.files)
+        assert ("runtime/cache.py", "truncate_cache") not in crossing.calls  # a rollback moves nothing
+        assert crossing.calls[("runtime/backend.py", "compile_key")] == 4  # 3 draft tokens, 1 verification
 
 
 def test_per_generation_work_is_not_done_per_step():

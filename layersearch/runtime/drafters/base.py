@@ -20,7 +20,7 @@ import torch
 
 from layersearch.masks.mask import SkipMask
 from layersearch.runtime.forward import Head
-from layersearch.runtime.host import to_host
+from layersearch.runtime.host import DeviceIds, HostIds, HostInt, to_host
 from layersearch.runtime.lookahead import DraftPosition, Lookahead
 from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig
@@ -64,9 +64,9 @@ class StepRequest:
 
     model: torch.nn.Module
     cache: object  # transformers Cache holding ``position`` committed entries
-    sequence: torch.Tensor  # [position + 1] prompt and emitted ids (CPU); the last is not cached
-    position: int
-    limit: int  # at most this many tokens (lookahead cap and room left before max_new_tokens)
+    sequence: HostIds  # [position + 1] prompt and emitted ids (CPU); the last is not cached
+    position: HostInt
+    limit: HostInt  # at most this many tokens (lookahead cap and room left before max_new_tokens)
     mask: SkipMask  # the controller's current mask (the same object until the controller changes it)
     lookahead: Lookahead
     sampling: SamplingConfig
@@ -75,7 +75,7 @@ class StepRequest:
     # A drafter running its own model times each of its forwards in this region, so the loop's
     # clock counts them as model time, not bookkeeping (the target's forwards are timed already).
     timed: Callable[[], ContextManager] = contextlib.nullcontext
-    last_ids: torch.Tensor | None = None  # [1] the newest token on the model's device (None: from sequence)
+    last_ids: DeviceIds | None = None  # [1] the newest token on the model's device (None: from sequence)
 
     @property
     def last_token(self) -> int:
@@ -182,7 +182,7 @@ def draft_chain(
     branches: list[tuple[int, ...]] = []
     greedy = request.sampling.greedy
     branching = branching if greedy else None
-    reads_confidence = getattr(request.lookahead, "reads_confidence", True)
+    reads_confidence = request.lookahead.reads_confidence
     # Greedy under a rule that reads no confidence and without branches: the argmax is all a
     # position needs, so no DraftPosition is built (the same tokens, no host read).
     argmax_only = greedy and not reads_confidence and branching is None

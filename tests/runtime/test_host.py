@@ -1,0 +1,104 @@
+"""Every device-to-host read a step makes goes through :func:`~layersearch.runtime.host.to_host`,
+so ``StepOutcome.host_reads`` is every read there is: a ``TorchFunctionMode`` sees each
+``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, ``int(tensor)`` ... made by
+layersearch code during a step (the model's own code, which a captured forward compiles away,
+is not the loop's)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+import layersearch
+import layersearch.runtime.loop as loop
+from layersearch.masks.mask import SkipMask
+from layersearch.models.tiny import build_tiny_model
+from layersearch.runtime.captured import _forward, compile_with
+from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
+from layersearch.runtime.loop import SpeculativeDecoder
+from layersearch.runtime.sampling import SamplingConfig
+
+PACKAGE = layersearch.__file__.rsplit("/", 1)[0] + "/"
+HOST = PACKAGE + "runtime/host.py"
+#: Tensor methods that read a value to the host (a sync on an accelerator).
+READS = frozenset({"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"})
+
+
+class HostReads(TorchFunctionMode):
+    """Counts host reads by the file that made them: ``to_host``'s, and any other layersearch file's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sanctioned = 0
+        self.elsewhere: Counter = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in READS:
+            caller = sys._getframe(1)
+            path = caller.f_code.co_filename
+            if path == HOST:
+                self.sanctioned += 1
+            elif path.startswith(PACKAGE):
+                self.elsewhere[(path[len(PACKAGE):], caller.f_lineno, func.__name__)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _counted_steps(decoder: SpeculativeDecoder, prompt: torch.Tensor, new: int) -> list[HostReads]:
+    counted: list[HostReads] = []
+    step = loop._Run._step
+
+    def counting(run) -> None:
+        with HostReads() as reads:
+            step(run)
+        counted.append(reads)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop._Run, "_step", counting)
+        result = decoder.generate(prompt, new)
+    assert len(counted) == len(result.stats.steps) > 0
+    for reads, outcome in zip(counted, result.stats.steps):
+        assert not reads.elsewhere, reads.elsewhere  # a read that bypasses to_host
+        assert reads.sanctioned == outcome.host_reads  # the outcome's count is every read
+    return counted
+
+
+def _model(seed: int) -> torch.nn.Module:
+    model = build_tiny_model("llama", num_layers=4, seed=seed)
+    model.generation_config.eos_token_id = None
+    compile_with(model, lambda device: _forward)  # the eager forward stands in for a compiled one
+    return model
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_every_host_read_of_a_static_greedy_step_goes_through_to_host(compile):
+    decoder = SpeculativeDecoder(_model(30), SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3), compile=compile)
+    counted = _counted_steps(decoder, torch.tensor([[1, 2, 3, 4, 5]]), 16)
+    assert all(reads.sanctioned == 1 for reads in counted)  # the verdict, once per step
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.8, seed=0)])
+def test_every_host_read_of_a_confidence_step_goes_through_to_host(sampling):
+    """A confidence rule reads each draft position's confidence: more reads, all counted."""
+    decoder = SpeculativeDecoder(_model(31), SkipMask.uniform(4, 0.5), lookahead=ConfidenceLookahead(4, 0.5),
+                                 sampling=sampling)
+    _counted_steps(decoder, torch.tensor([[1, 2, 3, 4, 5]]), 12)
+
+
+def test_a_read_that_bypasses_to_host_is_caught(monkeypatch):
+    """The counter is not blind: an added ``bool(tensor)`` in the step fails the check above."""
+    feed_back = loop._Run._feed_back
+
+    def reading(run, outcome) -> None:
+        if bool(run.last_ids.sum() >= 0):  # a sync on an accelerator, outside to_host
+            feed_back(run, outcome)
+
+    monkeypatch.setattr(loop._Run, "_feed_back", reading)
+    root = PACKAGE.rsplit("/", 2)[0] + "/"  # the repository: layersearch's files and this one, not transformers'
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", root)
+    decoder = SpeculativeDecoder(_model(32), SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3))
+    with pytest.raises(AssertionError, match="__bool__"):
+        _counted_steps(decoder, torch.tensor([[1, 2, 3, 4, 5]]), 8)
