@@ -255,12 +255,7 @@ def test_the_flag_finder_finds_flags_and_skips_docstrings(tmp_path, monkeypatch)
 
 #: Docstrings below the CLI that still name a flag, to be reworded to the spec field or API argument
 #: (module: its flags); entries only ever go away.
-DOC_FLAGS_LEFT = {
-    "runtime/__init__.py": ("--help",),
-    "runtime/draft_policy.py": ("--max-draft", "--draft-threshold"),
-    "runtime/drafters/__init__.py": ("--drafter", "--help"),
-    "runtime/drafters/layer_skip.py": ("--draft-quant",),
-}
+DOC_FLAGS_LEFT: dict[str, tuple[str, ...]] = {}
 
 
 def doc_flags(path: Path) -> list[str]:

@@ -4,7 +4,7 @@ The registries of the plug-ins that need no trained file live in
 :mod:`layersearch.runtime.registry` (re-exported here) and :mod:`layersearch.runtime.drafters`
 (drafters): name -> factory, so a new lookahead rule or verifier is one module and one line
 there. This module stays light (no torch), since the CLI builds its ``choices`` from these
-names for ``--help`` too. Mask sources (controllers) sit with their methods: :mod:`layersearch.decoder.sources`.
+names for the help text too. Mask sources (controllers) sit with their methods: :mod:`layersearch.decoder.sources`.
 """
 
 from layersearch.runtime.registry import (

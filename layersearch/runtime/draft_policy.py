@@ -1,6 +1,6 @@
 """Draft settings as one value: the cap and the confidence threshold.
 
-:class:`DraftPolicy` is what the CLI's ``--max-draft`` and ``--draft-threshold`` describe; :meth:`DraftPolicy.lookahead` turns it into the lookahead
+:class:`DraftPolicy` is what a spec's ``lookahead.max_draft`` and ``lookahead.threshold`` describe; :meth:`DraftPolicy.lookahead` turns it into the lookahead
 rule the decode loop runs (see :mod:`layersearch.runtime.lookahead` for all rules).
 """
 

@@ -2,7 +2,7 @@
 
 The lookahead rules and verifiers that need no trained file are listed here (drafters in
 :mod:`layersearch.runtime.drafters`). Factories import their module when called: this module
-stays light (no torch), since the CLI builds its ``choices`` from these names for ``--help``
+stays light (no torch), since the CLI builds its ``choices`` from these names for the help text
 too. The runtime's modules import the tables from here, never from the package ``__init__``.
 """
 

@@ -4,8 +4,8 @@
 what the drafter needs (a plan, a draft model, a head, ...). Everything above the runtime (the
 spec's checks, the command line, bench, tune's space and report, the builder) reads these
 declarations and never a drafter's name, so a new drafter is its module plus one entry here.
-This package stays light (no torch until a drafter is made): the CLI's ``--drafter`` choices
-come from the registry, and its parsers are built for ``--help`` too. The classes below load on
+This package stays light (no torch until a drafter is made): the CLI's drafter choices (``drafter.name``)
+come from the registry, and its parsers are built for the help text too. The classes below load on
 first use.
 """
 

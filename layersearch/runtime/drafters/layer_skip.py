@@ -2,7 +2,7 @@
 
 The plan (a :class:`~layersearch.masks.mask.SkipMask`) skips some sub-layers and may run others and
 the LM head in int8 or int4 (their twins: :mod:`layersearch.models.precision`,
-:mod:`layersearch.models.int4`). With ``quant="int8"`` or ``"int4"`` (``--draft-quant`` without a
+:mod:`layersearch.models.int4`). With ``quant="int8"`` or ``"int4"`` (``drafter.quant`` without a
 draft model) every sub-layer the plan keeps, and the head, run in that precision: the model
 drafts for itself at a fraction of a forward's cost.
 
