@@ -202,9 +202,10 @@ def scoring_text(result: Any) -> str:
     text = ("Trials were scored by their measured decode-phase speedup." if scored == "measured" else
             f"Trials decoded eagerly (acceptance and output measured here) and were scored by the speedup "
             f"{scored} (the latency profile's costs for each run's own steps), train column included.")
-    if getattr(result, "compiled_forwards", 0):
-        text += (f" Only the finalists were compiled: {result.compiled_forwards} forwards; compiling took "
-                 f"{result.compile_seconds:.1f} s, outside every score.")
+    if getattr(result, "compiled_forwards", 0) or getattr(result, "compile_seconds", 0.0):
+        # the finalists reuse what the captured profile compiled (the same forward keys): only the rest is new
+        text += (f" Only the finalists were compiled: {result.compiled_forwards} forwards beyond those the captured "
+                 f"profile compiled; compiling took {result.compile_seconds:.1f} s, outside every score.")
     return text
 
 
