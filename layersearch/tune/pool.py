@@ -4,7 +4,8 @@ Uniform masks at several ratios, plus the best masks of a short matchness search
 registry's strategies (SWIFT's random-subset + GP-UCB sampler at two skip ratios) on the
 train prompts; and, where the latency profile timed int8 sub-layers (CPU, float32), the int8
 self-draft plans: the whole model in int8 (:data:`INT8_RATIOS` 0) and the uniform masks with
-every kept sub-layer and the head in int8. The latency profile then prices each one: a mask whose draft is too slow to pay
+every kept sub-layer and the head in int8; likewise in int4 where it timed int4 twins
+(:data:`INT4_RATIOS`). The latency profile then prices each one: a mask whose draft is too slow to pay
 even when every draft token is accepted is dropped before anything is decoded, and the rest
 are ranked by the speedup the profile predicts at their matchness (SWIFT's stand-in for the
 acceptance rate). Matchness runs one teacher-forced forward per prompt, so the pre-search
@@ -22,6 +23,9 @@ from layersearch.masks.mask import SkipMask
 UNIFORM_RATIOS = (0.1, 0.15, 0.2, 0.3, 0.45)
 #: Skip ratios of the int8 self-draft plans (0: nothing skipped, every sub-layer int8).
 INT8_RATIOS = (0.0, 0.1)
+#: Skip ratios of the int4 self-draft plans, where the profile costs int4 twins (a GPU's profile:
+#: tinygemm; on a CPU the emulation costs more than a forward, so the profile prunes them).
+INT4_RATIOS = (0.0, 0.25)
 #: (strategy, skip ratio) of each short matchness search; the time is shared equally.
 PRESEARCH = (("swift", 0.15), ("swift", 0.3))
 BEST_PER_SEARCH = 3
@@ -82,6 +86,12 @@ def candidate_pool(
     if getattr(profile, "has_int8", False):  # the profile can cost int8 plans: the model drafts for itself in int8
         for ratio in INT8_RATIOS:
             _add(found, f"int8 uniform {ratio:g}", SkipMask.uniform(info.num_layers, ratio, info).kept_in_int8())
+    if getattr(profile, "has_int4", False):  # and in int4, in the groups the model's widths take
+        from layersearch.models.int4 import fit_group_size
+
+        for ratio in INT4_RATIOS:
+            plan = SkipMask.uniform(info.num_layers, ratio, info).kept_in_int4()
+            _add(found, f"int4 uniform {ratio:g}", fit_group_size(plan, loaded.model))
     scores = {label: objective.evaluate(runtime, mask).value for label, mask in found.items() if pays(mask)}
     searches = [(s, r) for s, r in PRESEARCH if pays(SkipMask.uniform(info.num_layers, r, info))]
     for strategy, ratio in searches:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from layersearch.profiling.profile import LatencyProfile
 from layersearch.tune.pool import candidate_pool, predicted_speedup
@@ -49,3 +50,19 @@ def test_a_profile_with_int8_timings_puts_int8_self_drafts_in_the_pool(loaded):
     assert whole.mask.num_skipped == 0 and whole.mask.num_int8 == 2 * loaded.info.num_layers and whole.mask.int8_head
     assert whole.matchness > 0.5 and whole is pool[0]  # it agrees most, at a quarter of the cost: predicted best
     assert not any(c.label.startswith("int8") for c in candidate_pool(loaded, TEXTS, _profile(loaded.info, base=0.0), 32, 0.5, size=8))
+
+
+def test_a_profile_with_int4_timings_puts_int4_self_drafts_in_the_pool(loaded):
+    """A GPU's profile prices int4 twins below int8 ones: tune then considers the int4 self-draft,
+    in groups the model's widths take."""
+    from dataclasses import replace
+
+    profile = replace(_profile(loaded.info, base=0.0), int4_attention_slope=0.0, int4_attention_intercept=1.5e-4,
+                      int4_mlp_seconds=1.5e-4, int4_head_saving=0.0)
+    pool = candidate_pool(loaded, TEXTS, profile, 32, 0.5, size=8)
+    whole = next(c for c in pool if c.label == "int4 uniform 0")  # the whole model in int4
+    assert whole.mask.num_skipped == 0 and whole.mask.num_int4 == 2 * loaded.info.num_layers and whole.mask.int4_head
+    widths = {m.in_features for m in loaded.model.modules() if isinstance(m, torch.nn.Linear)}
+    assert all(width % whole.mask.int4_group_size == 0 for width in widths)
+    assert whole.matchness > 0.5
+    assert not any(c.label.startswith("int4") for c in candidate_pool(loaded, TEXTS, _profile(loaded.info, base=0.0), 32, 0.5, size=8))
