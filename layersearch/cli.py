@@ -65,7 +65,7 @@ class Parser(argparse.ArgumentParser):
 
 #: What ``layersearch --help`` says the tool is (pyproject.toml's description says the same).
 DESCRIPTION = ("Lossless speculative decoding for Hugging Face causal LMs: search and run draft plans (sub-layers "
-               "skipped or in int8), prompt lookup and draft models, and tune them on your prompts.")
+               "skipped, in int8 or int4), prompt lookup and draft models, and tune them on your prompts.")
 
 
 def build_parser() -> argparse.ArgumentParser:
