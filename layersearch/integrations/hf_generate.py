@@ -33,6 +33,17 @@ __all__ = ["Decoding", "LayersearchGenerateOutput", "decoding", "folder_decoding
 #: model, not in a module-level weak map, because a decoder refers to its model: a weak map's entry
 #: would keep its own key alive, while an attribute makes a cycle the garbage collector frees.
 BUILT_ATTRIBUTE = "_layersearch_decoders"
+
+
+class BuiltDecoders(dict):
+    """The decoders built on one model, by spec. A copy or a pickle of the model carries none
+    (they hold the model itself, twins and compiled forwards): a copy builds its own on first use."""
+
+    def __deepcopy__(self, memo: dict) -> "BuiltDecoders":
+        return BuiltDecoders()
+
+    def __reduce__(self) -> tuple:
+        return (BuiltDecoders, ())
 #: The exported folders' decodings, by their spec's JSON (transformers loads the folder's module per call).
 _FOLDERS: dict[str, "Decoding"] = {}
 
@@ -138,7 +149,7 @@ class Decoding:
             raise LayersearchError("the spec's drafter.vocab reduces the draft head with the tokenizer's frequencies: "
                                    "pass it as layersearch.decoding(spec, tokenizer=tokenizer)")
         key = (repr(self.spec.to_dict()), self.kernels, id(self.tokenizer) if self.spec.drafter.vocab else None)
-        per_model = vars(model).setdefault(BUILT_ATTRIBUTE, {})
+        per_model = vars(model).setdefault(BUILT_ATTRIBUTE, BuiltDecoders())
         if key not in per_model:
             name = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "") or type(model).__name__
             loaded = LoadedModel(model, self.tokenizer, describe_model(model, name))

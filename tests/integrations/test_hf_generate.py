@@ -252,3 +252,20 @@ def test_the_embedded_model_end_to_end(embedded_dir):
     method = layersearch.decoding(spec_of("skip", ref=str(embedded_dir)))
     out = model.generate(**inputs, max_new_tokens=24, do_sample=False, custom_generate=method)
     assert out.tolist() == plain.tolist() and method.last_stats.drafted > 0
+
+
+def test_a_model_that_ran_a_spec_still_copies_and_its_copy_builds_its_own(tiny_llama):
+    """The decoders kept on the model stay out of ``copy.deepcopy`` (a quantized draft copy, a
+    user's copy): the copy decodes the same, with a decoder of its own."""
+    import copy
+
+    from layersearch.integrations.hf_generate import BUILT_ATTRIBUTE
+
+    model = tiny_llama
+    ids = torch.tensor([PROMPT])
+    method = layersearch.decoding(spec_of("int8"))
+    first = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, custom_generate=method)
+    twin = copy.deepcopy(model)
+    assert vars(twin)[BUILT_ATTRIBUTE] == {} and vars(model)[BUILT_ATTRIBUTE]  # the decoders stay with the model
+    again = twin.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, custom_generate=method)
+    assert torch.equal(first, again) and len(vars(twin)[BUILT_ATTRIBUTE]) == 1
