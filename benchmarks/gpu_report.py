@@ -473,6 +473,11 @@ def captured_greedy_section(device: str, new_tokens: int, count: int) -> dict:
     layers = model.config.num_hidden_layers
     decoders = {"plain": SpeculativeDecoder(model, compile=True),
                 "uniform-0.5 k=2": SpeculativeDecoder(model, half_mask(layers), lookahead=StaticLookahead(2), compile=True)}
+    return greedy_rows(model, decoders, new_tokens, count)
+
+
+def greedy_rows(model, decoders: dict, new_tokens: int, count: int) -> dict:
+    """Per named decoder: how many of ``count`` prompts it decodes exactly as HF generate does."""
     rows = {}
     for name, decoder in decoders.items():
         same = 0
@@ -726,18 +731,9 @@ def int4_greedy_section(device: str, new_tokens: int, count: int) -> dict:
     """Greedy equality in fp32 with int4 plans captured: the uniform int4 self-draft and the
     25%-skipped int4 plan at k = 2, against HF generate."""
     model = build("1b", device, torch.float32, head_scale=4.0, layers=4)
-    layers = model.config.num_hidden_layers
-    rows = {}
-    for name, plan in (("int4", int4_plan(model)), (f"skip {INT4_SKIP:g} + int4", int4_plan(model, INT4_SKIP))):
-        decoder = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(2), compile=True)
-        same = 0
-        for ids in prompts(model.config.vocab_size, count, 32, seed=7):
-            theirs = tuple(hf_eager(model, ids, new_tokens)[0, ids.shape[1]:].tolist())
-            result = decoder.generate(ids, new_tokens)
-            same += result.token_ids == theirs
-        rows[name] = {"identical": same, "sequences": count, "path": result.stats.path}
-        print(f"  fp32 captured {name} k=2: {same}/{count} identical to HF generate ({result.stats.path})", flush=True)
-    return rows
+    plans = {"int4": int4_plan(model), f"skip {INT4_SKIP:g} + int4": int4_plan(model, INT4_SKIP)}
+    decoders = {name: SpeculativeDecoder(model, plan, lookahead=StaticLookahead(2), compile=True) for name, plan in plans.items()}
+    return greedy_rows(model, decoders, new_tokens, count)
 
 
 def int4_sampling_section(device: str, runs: int) -> dict:
