@@ -454,7 +454,9 @@ def use_backend(backend: str) -> None:
     """Compile every model :func:`gpu_common.build` makes from now on with dynamo's ``backend``."""
     import gpu_common
 
-    from layersearch.runtime.captured import compile_with, dynamo_compiler
+    from layersearch.runtime.backend import compile_with
+
+    from layersearch.runtime.backend import dynamo_compiler
 
     inner = gpu_common.build
 

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not hasattr(args, "compile"):
             return int(module.run(args) or 0)
         from layersearch.common.progress import say
-        from layersearch.runtime.captured import compile_notes
+        from layersearch.runtime.compiling import compile_notes
 
         with compile_notes(lambda note: say(note.line())):  # --compile on: each forward compiling is a line on stderr
             return int(module.run(args) or 0)

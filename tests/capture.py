@@ -11,7 +11,9 @@ since a model's decoders share its compiled forwards.
 
 from __future__ import annotations
 
-from layersearch.runtime.captured import compile_with, dynamo_compiler
+from layersearch.runtime.backend import compile_with
+
+from layersearch.runtime.backend import dynamo_compiler
 
 #: The paths a lossless suite runs on.
 PATHS = ("eager", "captured")

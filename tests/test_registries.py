@@ -17,6 +17,7 @@ import torch
 
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.runtime.draft_policy import DraftPolicy
+from layersearch.runtime.step import Drafter
 
 TOY_TEXT = "toy-repeat"  # drafts the newest token again: runs no model
 TOY_MODEL = "toy-greedy"  # drafts greedily with its own draft model, re-reading the sequence each token
@@ -24,7 +25,7 @@ TOY_RULE = "toy-static"
 PROMPT = [[5, 9, 11, 5, 9, 11, 5]]
 
 
-class RepeatDrafter:
+class RepeatDrafter(Drafter):
     """Proposes the newest token twice (greedy only): a drafter that reads the text alone."""
 
     name = TOY_TEXT

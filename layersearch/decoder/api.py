@@ -59,7 +59,7 @@ class Decoder:
         return self._built.loaded.model
 
     def capture_stats(self) -> Any:
-        """The captured forwards so far, a :class:`~layersearch.runtime.captured.CaptureStats`:
+        """The captured forwards so far, a :class:`~layersearch.runtime.compiling.CaptureStats`:
         compiled entries, hits, misses, evictions, ``hit_rate`` and ``compile_seconds`` (paid once
         per entry, apart from decoding). The table is shared by every decoder of this model; an
         eager decoder adds nothing to it. None for a plain spec (transformers' ``generate``)."""

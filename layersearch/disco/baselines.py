@@ -22,8 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from layersearch.runtime import MAX_DRAFT
-from layersearch.runtime.lookahead import DraftPosition, Lookahead
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import DraftPosition, Lookahead, StepOutcome
 
 HF_START_THRESHOLD = 0.4  # transformers' default assistant_confidence_threshold
 
@@ -61,7 +60,7 @@ def roc_threshold(scores: np.ndarray, matched: np.ndarray) -> float | None:
 
 
 @dataclass(frozen=True)
-class RocConfidenceLookahead:
+class RocConfidenceLookahead(Lookahead):
     """transformers' confidence rule with its ROC re-fit (see the module docstring)."""
 
     reads_confidence = True  # a class attribute, not a field: it stops on the draft's confidence
@@ -87,17 +86,9 @@ class RocConfidenceLookahead:
         threshold = self.threshold if fitted is None else min(1.0, fitted)
         return replace(self, scores=scores, matched=matched, threshold=threshold)
 
-    @property
-    def ceiling(self) -> int:
-        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
-        return self.max_draft
-
-    def with_max_draft(self, max_draft: int) -> Lookahead:
-        return replace(self, max_draft=max_draft)
-
 
 @dataclass(frozen=True)
-class PerplexityLookahead:
+class PerplexityLookahead(Lookahead):
     """Stop when exp(mean -log p) over the draft's tokens so far and the next one exceeds
     ``threshold`` (greedy: p is the top-1 probability of each position)."""
 
@@ -110,17 +101,6 @@ class PerplexityLookahead:
     def keep_drafting(self, position: DraftPosition) -> bool:
         self.trace.see(position)
         return perplexity(self.trace.values) <= self.threshold
-
-    def update(self, outcome: StepOutcome) -> Lookahead:
-        return self
-
-    @property
-    def ceiling(self) -> int:
-        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
-        return self.max_draft
-
-    def with_max_draft(self, max_draft: int) -> Lookahead:
-        return replace(self, max_draft=max_draft)
 
 
 def perplexity(probabilities) -> float:

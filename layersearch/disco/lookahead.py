@@ -17,12 +17,11 @@ from layersearch.disco.classifier import Classifier
 from layersearch.disco.features import features
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime import MAX_DRAFT
-from layersearch.runtime.lookahead import DraftPosition, Lookahead
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import DraftPosition, Lookahead, StepOutcome
 
 
 @dataclass(frozen=True)
-class DiscoLookahead:
+class DiscoLookahead(Lookahead):
     """Draft while the classifier's acceptance score stays at or above ``tau``."""
 
     reads_confidence = True  # its classifier reads the draft distribution
@@ -50,12 +49,3 @@ class DiscoLookahead:
     def update(self, outcome: StepOutcome) -> Lookahead:
         """The same rule, ``outcome.emitted`` tokens further into the generation."""
         return replace(self, generated=self.generated + outcome.emitted)
-
-    @property
-    def ceiling(self) -> int:
-        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
-        return self.max_draft
-
-    def with_max_draft(self, max_draft: int) -> Lookahead:
-        """Another SL_max."""
-        return replace(self, max_draft=max_draft)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from layersearch.masks.mask import SkipMask
     from layersearch.runtime.loop import GenerationResult
-    from layersearch.runtime.outcome import StepOutcome
+    from layersearch.runtime.step import StepOutcome
     from layersearch.runtime.stats import DecodeStats
 
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 from layersearch.common.errors import LayersearchError
+from layersearch.runtime.step import Controller
 
 CHARS_PER_TOKEN = 4.7
 
@@ -217,11 +218,9 @@ def _run_entry(name, result, select_seconds=0.0, exclude=0.0, **extra) -> dict[s
     }
 
 
-class _Analysed:
+class _Analysed(Controller):
     """Wraps a dynamic decoder's selector: at the first selection also scores, on the same window,
     the bound items, the fixed mask and the other candidate method (their time is kept apart)."""
-
-    wants_prompt_hidden = False
 
     def __init__(self, dynamic, profile, fixed):
         self.dynamic, self.profile, self.fixed = dynamic, profile, fixed

@@ -47,6 +47,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: The model's own attribute naming the kernel set :func:`model_kernels` switched on it (absent:
+#: stock); compiled forwards key by it (``vars(model).get(ROUTED_KERNELS)``).
+ROUTED_KERNELS = "_layersearch_kernels"
+
+
 def check_kernels(name: str) -> str:
     """``name`` if it is a kernel set, else one error line."""
     if name not in KERNELS:
@@ -69,14 +74,14 @@ def model_kernels(model: PreTrainedModel, kernels: str) -> Iterator[int]:
     require_extra("numba", "kernels")
     from layersearch.kernels import rowwise_attention
 
-    if getattr(model, "_layersearch_kernels", None):
+    if vars(model).get(ROUTED_KERNELS):
         raise LayersearchError("kernels are already switched on this model")
     linears = [m for m in model.modules() if _supported_linear(m)]
     warm_up()
     rowwise_attention.register()
     attention = model.config._attn_implementation
-    marks = vars(model)  # a plain attribute (the loop reads it), not a parameter, buffer or sub-module
-    marks["_layersearch_kernels"] = kernels
+    marks = vars(model)  # a plain attribute (compile keys read it), not a parameter, buffer or sub-module
+    marks[ROUTED_KERNELS] = kernels
     try:
         for module in linears:
             vars(module)["forward"] = _routed_forward(module)  # an instance forward, as nn.Module.__setattr__ stores it
@@ -86,7 +91,7 @@ def model_kernels(model: PreTrainedModel, kernels: str) -> Iterator[int]:
         for module in linears:
             vars(module).pop("forward", None)
         model.set_attn_implementation(attention)
-        del marks["_layersearch_kernels"]
+        del marks[ROUTED_KERNELS]
 
 
 def choose_kernels(requested: str, profile=None) -> str:

@@ -46,8 +46,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.knapspec.select import KnapSpecConfig, KnapSpecSelector, require_int8_profile
 from layersearch.knapspec.sublayers import window_from_cache
 from layersearch.runtime import MAX_DRAFT
-from layersearch.runtime.control import DecodeView, Selection
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import Controller, DecodeView, Selection, StepOutcome
 
 DEFAULT_INTERVAL = 64
 DEFAULT_WINDOW = 5
@@ -57,7 +56,7 @@ DEFAULT_ALPHA_CANDIDATES = 8
 SPACES = ("skips", "plans")
 
 
-class KnapSpecController:
+class KnapSpecController(Controller):
     """Re-selects the draft sub-network ``(S*, gamma*)`` by KnapSpec's knapsack + TPT."""
 
     wants_prompt_hidden = False

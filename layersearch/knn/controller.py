@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from layersearch.knn.represent import mean_representation
 from layersearch.knn.router import Route, Router
-from layersearch.runtime.control import DecodeView, Selection
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import Controller, DecodeView, Selection
 
 
-class KnnController:
+class KnnController(Controller):
     """Routes each input once, at step 0, by 1-NN cosine over the router's anchors."""
 
     wants_prompt_hidden = True
@@ -35,5 +34,3 @@ class KnnController:
         self.routes.append(route)
         return Selection(route.mask, None, route.record())
 
-    def observe(self, outcome: StepOutcome) -> None:
-        """Routing is decided once per input; feedback changes nothing."""

@@ -41,7 +41,7 @@ and all of its timings are then measured with the chosen kernels.
 
 Captured (``compile_mode="captured:<backend>"``, what the runtime runs on a GPU): the same
 settings and the verification sweep are timed through compiled forwards over one static KV cache
-(:class:`~layersearch.runtime.captured.CapturedForwards`, one compiled forward per setting and per
+(:class:`~layersearch.runtime.backend.CapturedForwards`, one compiled forward per setting and per
 verified length, each compiled in the warm-up round, outside the timings). A static cache's
 attention reads its whole capacity, so the attention slope there is the mask's small share; the
 capacity is the longest context plus the verified tokens, rounded up as the runtime rounds it.
@@ -171,7 +171,7 @@ def model_architecture(model: PreTrainedModel) -> dict:
 def loop_overhead(model: PreTrainedModel, backend: str | None = None, tokens: int = OVERHEAD_TOKENS) -> float:
     """Seconds per step our decode loop spends outside its forwards, decoding plainly (nothing
     skipped) ``tokens`` tokens; captured with ``backend`` (its compiles in a first, untimed run)."""
-    from layersearch.runtime.captured import compile_with
+    from layersearch.runtime.backend import compile_with
     from layersearch.runtime.loop import SpeculativeDecoder
 
     if backend is not None:
@@ -255,7 +255,7 @@ def _measure_captured(
     backend: str,
 ) -> LatencyProfile:
     """The profile's timings through forwards compiled by ``backend`` over one static cache."""
-    from layersearch.runtime.captured import CapturedForwards
+    from layersearch.runtime.backend import CapturedForwards
 
     masks = _setting_masks(len(decoder_layers(model)), _can_run_int8(model))
     forwards = CapturedForwards(model, max_entries=len(masks) + max_verify + 1, compiler=_compiler(model, backend))
@@ -278,7 +278,8 @@ def _measure_captured(
 def _compiler(model: PreTrainedModel, backend: str):
     """The compiler of ``model``'s shared captured forwards where it uses ``backend`` (so whatever
     counts or configures that compiler sees the profile's compiles too), else a fresh one."""
-    from layersearch.runtime.captured import captured_forwards, dynamo_compiler
+    from layersearch.runtime.backend import captured_forwards
+    from layersearch.runtime.backend import dynamo_compiler
 
     shared = captured_forwards(model)
     return shared.compiler if shared.backend == backend else dynamo_compiler(backend)
@@ -649,7 +650,7 @@ def validate_profile(
 def _validate_captured(model, profile: LatencyProfile, masks: Sequence[SkipMask], contexts, verify_lengths, repeats: int,
                        report, backend: str) -> list[dict]:
     """:func:`validate_profile`'s rows through forwards compiled by ``backend`` over one static cache."""
-    from layersearch.runtime.captured import CapturedForwards
+    from layersearch.runtime.backend import CapturedForwards
 
     clock = Clock(model.device)
     vocab = _vocab_size(model)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.registry import lookahead_named
 from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
-from layersearch.runtime.lookahead import ConfidenceLookahead, Lookahead
+from layersearch.runtime.lookahead import ConfidenceLookahead
+from layersearch.runtime.step import Lookahead
 
 
 @dataclass(frozen=True)

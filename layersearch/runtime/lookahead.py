@@ -21,73 +21,10 @@ Rules here:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Protocol, runtime_checkable
-
-import torch
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT
-from layersearch.runtime.host import to_host
-from layersearch.runtime.outcome import StepOutcome
-from layersearch.runtime.sampling import SamplingConfig, next_token_probs
-
-
-@dataclass(frozen=True)
-class DraftPosition:
-    """The draft's view of the next position: ``index`` tokens drafted so far, its logits, and
-    the top-1 probability the draft had at the previous position (1.0 before the first token)."""
-
-    index: int
-    logits: torch.Tensor  # [vocab]
-    sampling: SamplingConfig
-    previous_confidence: float = 1.0
-
-    @cached_property
-    def probs(self) -> torch.Tensor:
-        """The distribution a token would be drawn from: [vocab] (plain softmax when greedy)."""
-        if self.sampling.greedy:
-            return torch.softmax(self.logits.float(), -1)
-        return next_token_probs(self.logits, self.sampling)
-
-    @property
-    def confidence(self) -> float:
-        """Top-1 probability of :attr:`probs`."""
-        return to_host(self.probs.max())[0]
-
-
-@runtime_checkable
-class Lookahead(Protocol):
-    """Decides the draft length, one position at a time. ``reads_confidence`` says whether
-    :meth:`keep_drafting` (or :meth:`update`) reads the draft's confidence: a rule that does
-    not lets a draft run on the device without a host read per token."""
-
-    @property
-    def max_draft(self) -> int:
-        """The longest draft this step (a rule is a frozen value: read only)."""
-        ...
-
-    @property
-    def reads_confidence(self) -> bool:
-        """Whether the rule reads the draft's confidence."""
-        ...
-
-    @property
-    def ceiling(self) -> int:
-        """The longest draft any later state of the rule may ask for (a static cache is sized for it)."""
-        ...
-
-    def keep_drafting(self, position: DraftPosition) -> bool:
-        """Draft a token at ``position``? (``position.index < max_draft`` is the caller's job.)"""
-        ...
-
-    def update(self, outcome: StepOutcome) -> "Lookahead":
-        """The rule for the next step, given how this step's draft fared."""
-        ...
-
-    def with_max_draft(self, max_draft: int) -> "Lookahead":
-        """The same rule with another cap."""
-        ...
+from layersearch.runtime.step import DraftPosition, Lookahead, StepOutcome
 
 
 def _check_max(max_draft: int) -> None:
@@ -101,25 +38,13 @@ def _check_threshold(threshold: float) -> None:
 
 
 @dataclass(frozen=True)
-class _CappedRule:
-    """Shared parts: a validated ``max_draft`` and no adaptation."""
+class _CappedRule(Lookahead):
+    """Shared parts: a validated ``max_draft`` (the base's defaults: no adaptation, the cap its ceiling)."""
 
     max_draft: int = MAX_DRAFT
-    reads_confidence = True  # a class attribute, not a field: what the rule is, not a setting
 
     def __post_init__(self) -> None:
         _check_max(self.max_draft)
-
-    @property
-    def ceiling(self) -> int:
-        """The longest draft any later state of the rule asks for: its cap (it never grows it)."""
-        return self.max_draft
-
-    def update(self, outcome: StepOutcome) -> "Lookahead":
-        return self  # type: ignore[return-value]
-
-    def with_max_draft(self, max_draft: int) -> "Lookahead":
-        return replace(self, max_draft=max_draft)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ cache and ``last`` the newest token (not yet in the cache)::
     emit     the a accepted tokens and next
     feed     lookahead.update / drafter.observe / controller.observe with the StepOutcome
 
-The drafter and the verifier read one :class:`~layersearch.runtime.drafters.base.StepRequest`;
-four values cross per step (request, Proposal, Verdict, StepOutcome). What does not change
+The drafter and the verifier read one :class:`~layersearch.runtime.step.StepRequest`;
+four values cross per step (request, Proposal, Verdict, StepOutcome), and each plug-in subclasses
+its base there (:mod:`layersearch.runtime.step`), which declares what the loop may read of it. What does not change
 within a generation is worked out once, not per step: which cache layers slide (the cut),
 the layers' kinds (the attention mask's sizing), the draft plan and its view of the model
 (once per mask).
@@ -31,11 +32,12 @@ output is the target's own, whatever they decide. The plug-in points:
 Where the forwards run is the backend's business (:mod:`layersearch.runtime.backend`), chosen
 once per generation, so the step has no captured/eager branch: eager, a dynamic cache that a
 rollback cuts; captured (``compile=True``), a static KV cache, each shape compiled once
-(:mod:`layersearch.runtime.captured`; a CUDA graph on CUDA), where a rollback moves nothing:
+(:mod:`layersearch.runtime.backend`; a CUDA graph on CUDA), where a rollback moves nothing:
 every forward writes from its first position and the causal mask hides what lies beyond. The
 step's timing, compile seconds, host reads and outcomes are recorded by a
-:class:`~layersearch.runtime.timing.StepRecorder` around its phases. Tokens stay on the device from draft to verdict, so a step whose lookahead reads no
-confidence makes one host read: the verdict (:func:`~layersearch.runtime.verification.verify_chain`).
+:class:`~layersearch.runtime.timing.StepRecorder` around its phases. Tokens stay on the device
+from draft to verdict, so a step whose lookahead reads no confidence makes one host read: the
+verdict (:func:`~layersearch.runtime.verification.verify_chain`).
 A part that cannot run captured (a token tree's per-step mask, a drafter reading hidden
 states, a sliding-window cache, a module forward replaced by untraceable code) makes the generation run
 eagerly, with the same output; ``stats.path`` and ``stats.path_reason`` say which ran and why.
@@ -44,7 +46,7 @@ eagerly, with the same output; ``stats.path`` and ``stats.path_reason`` say whic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 import torch
 from transformers import PreTrainedModel
@@ -52,18 +54,23 @@ from transformers import PreTrainedModel
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
-from layersearch.runtime.backend import capacity, capture_blocker, choose_backend
-from layersearch.runtime.captured import CaptureStats, captured_forwards
-from layersearch.runtime.control import Controller, DecodeView, FixedMask, Selection
-from layersearch.runtime.drafters import Drafter, LayerSkipDrafter, Proposal, StepRequest
+from layersearch.runtime.backend import capacity, capture_blocker
+from layersearch.runtime.backend import captured_forwards, choose_backend
+from layersearch.runtime.compiling import CaptureStats
+from layersearch.runtime.control import FixedMask
 from layersearch.runtime.draft_policy import DraftPolicy
-from layersearch.runtime.host import to_host
-from layersearch.runtime.lookahead import Lookahead
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
 from layersearch.runtime.stats import DecodeStats
-from layersearch.runtime.timing import Clock, RegionTimer, StepRecorder
-from layersearch.runtime.verification import ChainVerifier, Verdict, Verifier
+from layersearch.runtime.step import (
+    Controller, DecodeView, DeviceIds, Drafter, HostIds, HostInt, Lookahead, Proposal, StepOutcome, StepRequest,
+    Verdict, Verifier, to_host,
+)
+from layersearch.runtime.timing import StepRecorder
+from layersearch.runtime.verification import ChainVerifier
+
+
+Part = TypeVar("Part")
 
 
 @dataclass(frozen=True)
@@ -87,9 +94,10 @@ class SpeculativeDecoder:
 
     ``SpeculativeDecoder(model, mask)`` is Self-SD: a fixed mask, the layer-skip drafter, the
     policy's confidence rule and chain verification. Pass ``drafter``, ``lookahead``,
-    ``verifier`` or ``controller`` to change one part; ``mask`` and ``controller`` exclude
-    each other (a controller chooses the mask). ``compile=True`` runs the target's forwards
-    captured (see the module docstring) wherever every part allows it.
+    ``verifier`` or ``controller`` to change one part (each an instance of its base in
+    :mod:`layersearch.runtime.step`); ``mask`` and ``controller`` exclude each other (a
+    controller chooses the mask). ``compile=True`` runs the target's forwards captured (see the
+    module docstring) wherever every part allows it.
     """
 
     def __init__(
@@ -110,17 +118,16 @@ class SpeculativeDecoder:
         self.model = model
         self.num_layers = len(decoder_layers(model))
         self.sampling = sampling
-        self.drafter = drafter or LayerSkipDrafter()
-        self.lookahead = lookahead or policy.lookahead()
-        self.verifier = verifier or ChainVerifier()
-        self.controller = controller or FixedMask(mask if mask is not None else SkipMask.none(self.num_layers))
+        self.drafter = _plug_in("drafter", drafter or LayerSkipDrafter(), Drafter)
+        self.lookahead = _plug_in("lookahead", lookahead or policy.lookahead(), Lookahead)
+        self.verifier = _plug_in("verifier", verifier or ChainVerifier(), Verifier)
+        self.controller = _plug_in(
+            "controller", controller or FixedMask(mask if mask is not None else SkipMask.none(self.num_layers)), Controller)
         if mask is not None:
             with skipping(model, mask):  # validates the mask against the model's layers up front
                 pass
-        for part in (self.drafter, self.verifier):
-            check = getattr(part, "check_target", None)
-            if check is not None:
-                check(model)
+        self.drafter.check_target(model)
+        self.verifier.check_target(model)
         if not isinstance(compile, bool):
             raise LayersearchError(f"compile must be True or False, got {compile!r}")
         self.compile = compile
@@ -151,67 +158,83 @@ class SpeculativeDecoder:
         an end-of-sequence id is: generation ends right after the token it stops at (stop strings)."""
         prompt = _as_prompt(input_ids, self.model.device)
         stop = eos_ids(self.model) if eos_token_ids is None else frozenset(eos_token_ids)
-        return _Run(self, prompt, max_new_tokens, stop, sampling, on_tokens, stop_when).execute()
+        tokens = _Tokens(prompt, max_new_tokens, stop, stop_when, on_tokens)
+        return _Run(self, prompt, tokens, sampling).execute()
+
+
+class _Tokens:
+    """The generation's tokens on the host: the prompt and every emitted token, and when to stop."""
+
+    def __init__(self, prompt: torch.Tensor, max_new: int, stop: frozenset[int],
+                 stop_when: Callable[[Sequence[int]], bool] | None, on_tokens: Callable[[Sequence[int]], None] | None):
+        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+            raise LayersearchError(f"max new tokens must be an integer >= 1, got {max_new!r}")
+        self.prompt_length: HostInt = prompt.shape[1]
+        self.max_new = max_new
+        # Prompt and emitted ids on the CPU; views of it are what drafters and controllers read.
+        self.ids = HostIds(torch.zeros(self.prompt_length + max_new + 1, dtype=torch.long))  # [capacity]
+        self.ids[: self.prompt_length] = prompt[0].cpu()
+        self.new: list[int] = []
+        self.stop, self.stop_when, self.on_tokens = stop, stop_when, on_tokens
+        self.stopped = False
+
+    @property
+    def position(self) -> HostInt:
+        """Positions in the cache: every token so far but the newest."""
+        return self.prompt_length + len(self.new) - 1
+
+    @property
+    def finished(self) -> bool:
+        """An end-of-sequence token, a stop, or max_new tokens emitted."""
+        return self.stopped or len(self.new) >= self.max_new
+
+    def emit(self, tokens: Sequence[int]) -> int:
+        """Append ``tokens`` up to the first that stops the generation, as generate() does; how many."""
+        emitted = 0
+        for token in tokens:
+            self.ids[self.prompt_length + len(self.new)] = token
+            self.new.append(token)
+            emitted += 1
+            if token in self.stop or (self.stop_when is not None and self.stop_when(self.new)):
+                self.stopped = True
+                break
+        if self.on_tokens is not None:
+            kept = max(0, min(emitted, self.max_new - (len(self.new) - emitted)))  # what the result keeps
+            if kept:
+                self.on_tokens(tuple(self.new[len(self.new) - emitted : len(self.new) - emitted + kept]))
+        return emitted
 
 
 class _Run:
     """State of one generation; ``execute`` is the loop of the module docstring."""
 
-    def __init__(
-        self, decoder: SpeculativeDecoder, prompt: torch.Tensor, max_new: int, stop: frozenset[int],
-        sampling: SamplingConfig | None = None, on_tokens: Callable[[Sequence[int]], None] | None = None,
-        stop_when: Callable[[Sequence[int]], bool] | None = None,
-    ):
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise LayersearchError(f"max new tokens must be an integer >= 1, got {max_new!r}")
-        self.model = decoder.model
-        self.sampling = decoder.sampling if sampling is None else sampling
-        self.on_tokens = on_tokens
+    def __init__(self, decoder: SpeculativeDecoder, prompt: torch.Tensor, tokens: _Tokens,
+                 sampling: SamplingConfig | None = None):
+        self.decoder, self.model, self.prompt, self.tokens = decoder, decoder.model, prompt, tokens
         self.drafter, self.verifier, self.controller = decoder.drafter, decoder.verifier, decoder.controller
-        self.lookahead = decoder.lookahead
-        self.mask = SkipMask.none(decoder.num_layers)  # until the controller chooses one
-        self.prompt_length = prompt.shape[1]
-        self.max_new = max_new
-        self.stop = stop
-        self.stop_when = stop_when
-        self.decoder = decoder
-        self.clock = Clock(self.model.device)  # synchronizes: read at the generation's start and end only
-        self.recorder = StepRecorder(self.model.device, decoder.compiled)  # phases, compiling, host reads, outcomes
-        self.forward_timer = RegionTimer(self.model.device)  # every forward, no sync per forward
+        self.sampling = decoder.sampling if sampling is None else sampling
         self.generator = self.sampling.generator(self.model.device)
+        self.lookahead, self.mask = decoder.lookahead, SkipMask.none(decoder.num_layers)  # until the controller chooses
+        self.recorder = StepRecorder(self.model.device, decoder.compiled)  # times, compiling, host reads, outcomes
         blocker = decoder.capture_blocker() if decoder.compile else ""
         longest = max(self.lookahead.max_draft, self.lookahead.ceiling)
         self.backend = choose_backend(
-            self.model, decoder.compiled, decoder.compile, blocker, self.forward_timer.region,
-            capacity(self.prompt_length, max_new, longest), lambda: self.lookahead.max_draft + 2,
+            self.model, decoder.compiled, decoder.compile, blocker, self.recorder.forwards.region,
+            capacity(tokens.prompt_length, tokens.max_new, longest), lambda: self.lookahead.max_draft + 2,
         )
-        self.compile_before = decoder.compiled.stats().compile_seconds
-        self.last_ids: torch.Tensor | None = None  # [1] the newest token, on the device
-        # Prompt and emitted ids on the CPU; views of it are what drafters and controllers read.
-        self.ids = torch.zeros(self.prompt_length + max_new + 1, dtype=torch.long)  # [capacity]
-        self.ids[: self.prompt_length] = prompt[0].cpu()
-        self.tokens: list[int] = []
-        self.selections: list[dict[str, Any]] = []
-        self.prefill_seconds = 0.0
-        self.prompt = prompt
-        self.prompt_hidden: torch.Tensor | None = None
-        self.num_layers = decoder.num_layers
-        # Verifier hidden states a drafter asked for (SD²-style steering), captured from the
-        # prefill and every verification forward, never from an extra forward.
-        self.hidden_layers: tuple[int, ...] = tuple(getattr(self.drafter, "hidden_layers", ()) or ())
-        self.stop_now = False
+        self.last_ids: DeviceIds | None = None  # [1] the newest token, on the device
+        self.prompt_hidden: torch.Tensor | None = None  # [n, hidden] for a controller that wants it
 
     def execute(self) -> GenerationResult:
-        start = self.clock.now()
+        self.recorder.start()
         with self.backend.claim():
             self.drafter.begin(self.prompt[0])
             self._prefill()
-            while not self._finished():
+            while not self.tokens.finished:
                 self._consult_controller(step=len(self.recorder.outcomes))
                 self._step()
-        total = self.clock.now() - start
-        del self.tokens[self.max_new :]
-        return GenerationResult(tuple(self.tokens), self._stats(total))
+        stats = self.recorder.stats(min(len(self.tokens.new), self.tokens.max_new), self.backend.path, self.backend.reason)
+        return GenerationResult(tuple(self.tokens.new[: self.tokens.max_new]), stats)
 
     # ----- the step ---------------------------------------------------------------------
     def _step(self) -> None:
@@ -225,28 +248,29 @@ class _Run:
             self.backend.rollback(request.position + verdict.num_accepted + 1)  # commit: last and the a accepted
             self.last_ids = verdict.next_ids  # [1] on the device: the next draft starts there, no host read
         accepted = verdict.path if verdict.path is not None else proposal.tokens[: verdict.num_accepted]
-        emitted = self._emit([*accepted, verdict.next_token])  # a tree's branch or the draft's prefix, and next
+        emitted = self.tokens.emit([*accepted, verdict.next_token])  # a tree's branch or the draft's prefix, and next
         self._feed_back(self.recorder.outcome(request.position, proposal, verdict, emitted, self.mask, self.lookahead))
 
     def _request(self) -> StepRequest:
         # One request for the whole step: the drafter and the verifier read the same value.
-        position = self.prompt_length + len(self.tokens) - 1  # cached positions: every emitted token but the newest
-        room = self.max_new - len(self.tokens) - 1  # never draft past max_new: verification adds a token of its own
+        position = self.tokens.position
+        room = self.tokens.max_new - len(self.tokens.new) - 1  # never draft past max_new: verification adds a token
         return StepRequest(
             model=self.model, cache=self.backend.cache, position=position,
-            sequence=self.ids[: position + 1],  # [position + 1] on the CPU, the newest not cached
+            sequence=HostIds(self.tokens.ids[: position + 1]),  # [position + 1] on the CPU, the newest not cached
             limit=max(0, min(self.lookahead.max_draft, room)), mask=self.mask, lookahead=self.lookahead,
-            sampling=self.sampling, generator=self.generator, forward=self.backend.forward, timed=self.forward_timer.region,
-            last_ids=self.last_ids,  # [1] the newest token, on the device
+            sampling=self.sampling, generator=self.generator, forward=self.backend.forward,
+            timed=self.recorder.forwards.region, last_ids=self.last_ids,  # [1] the newest token, on the device
         )
 
     def _verify(self, request: StepRequest, proposal: Proposal) -> Verdict:
-        if not self.hidden_layers:
+        layers = self.drafter.hidden_layers
+        if not layers:
             return self.verifier.verify(request, proposal)
-        with self.backend.capturing(self.hidden_layers):  # SD²: the states from the verification forward itself
+        with self.backend.capturing(layers):  # SD²: the states from the verification forward itself
             verdict = self.verifier.verify(request, proposal)
         if self.backend.hidden is not None:  # the states at the input whose output gave the token
-            self._observe_hidden(self.backend.hidden[verdict.source_node])
+            self.drafter.observe_hidden(self.backend.hidden[verdict.source_node])  # [len(layers), hidden]
         return verdict
 
     def _feed_back(self, outcome: StepOutcome) -> None:
@@ -256,88 +280,53 @@ class _Run:
         self.controller.observe(outcome)
 
     def _consult_controller(self, step: int) -> None:
-        t0 = self.recorder.marks.mark()
-        position = self.prompt_length + len(self.tokens) - 1
-        view = DecodeView(
-            self.model, self.backend.cache, self.ids[: position + 1].unsqueeze(0), position, step, self.prompt_length,
-            self.mask, self.lookahead.max_draft, self.prompt_hidden,
-        )
-        chosen: Selection | None = self.controller.select(view)
-        if chosen is None:
-            return
-        self.mask = chosen.mask
-        if chosen.max_draft is not None:
-            self.lookahead = self.lookahead.with_max_draft(chosen.max_draft)
-        if chosen.record:
-            seconds = self.recorder.marks.seconds(t0, self.recorder.marks.mark())
-            self.selections.append({"step": step, "context": position, **chosen.record, "seconds": seconds})
+        position = self.tokens.position
+        with self.recorder.selecting(step, position) as records:
+            view = DecodeView(
+                self.model, self.backend.cache, self.tokens.ids[: position + 1].unsqueeze(0), position, step,
+                self.tokens.prompt_length, self.mask, self.lookahead.max_draft, self.prompt_hidden,
+            )
+            chosen = self.controller.select(view)
+            if chosen is None:
+                return
+            self.mask = chosen.mask
+            if chosen.max_draft is not None:
+                self.lookahead = self.lookahead.with_max_draft(chosen.max_draft)
+            if chosen.record:
+                records.append(chosen.record)
 
-    # ----- helpers ----------------------------------------------------------------------
+    # ----- the prefill ------------------------------------------------------------------
     def _prefill(self) -> None:
-        t0 = self.clock.now()
-        wants_prompt = self.controller.wants_prompt_hidden
-        layers = self.hidden_layers + ((self.num_layers - 1,) if wants_prompt else ())
-        if layers:
-            logits, hidden = self.backend.forward(self.prompt[0], 0, keep=1, hidden_layers=layers)  # hidden [n, layers, d]
-            if wants_prompt:
-                self.prompt_hidden = hidden[:, -1]  # [n, d]: the last decoder layer's output
-            if self.hidden_layers:
-                self._observe_hidden(hidden[-1, : len(self.hidden_layers)])
-        else:
-            logits = self.backend.forward(self.prompt[0], 0, keep=1)
-        self.last_ids = self._choose(logits[-1])
-        self._emit(to_host(self.last_ids))
-        self.prefill_seconds += self.clock.now() - t0
+        with self.recorder.prefill():
+            hidden_layers = self.drafter.hidden_layers
+            wants_prompt = self.controller.wants_prompt_hidden
+            layers = hidden_layers + ((self.decoder.num_layers - 1,) if wants_prompt else ())
+            if layers:
+                logits, hidden = self.backend.forward(self.prompt[0], 0, keep=1, hidden_layers=layers)  # hidden [n, layers, d]
+                if wants_prompt:
+                    self.prompt_hidden = hidden[:, -1]  # [n, d]: the last decoder layer's output
+                if hidden_layers:
+                    self.drafter.observe_hidden(hidden[-1, : len(hidden_layers)])
+            else:
+                logits = self.backend.forward(self.prompt[0], 0, keep=1)
+            self.last_ids = self._choose(logits[-1])
+            self.tokens.emit(to_host(self.last_ids))
 
-    def _observe_hidden(self, states: torch.Tensor) -> None:
-        # Optional on the drafter protocol: only a drafter with ``hidden_layers`` has it.
-        getattr(self.drafter, "observe_hidden")(states)  # states [len(hidden_layers), hidden]
-
-    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
+    def _choose(self, logits: torch.Tensor) -> DeviceIds:
         # The next token as a [1] device tensor: the argmax, or a draw from the warped law.
         if self.sampling.greedy:
-            return logits.argmax(-1, keepdim=True)
-        return torch.multinomial(next_token_probs(logits, self.sampling), 1, generator=self.generator)
+            return DeviceIds(logits.argmax(-1, keepdim=True))
+        return DeviceIds(torch.multinomial(next_token_probs(logits, self.sampling), 1, generator=self.generator))
 
-    def _emit(self, new_tokens: list[int]) -> int:
-        # Stop right after the first end-of-sequence token, as generate() does.
-        emitted = 0
-        for token in new_tokens:
-            self.ids[self.prompt_length + len(self.tokens)] = token
-            self.tokens.append(token)
-            emitted += 1
-            if token in self.stop or (self.stop_when is not None and self.stop_when(self.tokens)):
-                self.stop_now = True
-                break
-        if self.on_tokens is not None:
-            kept = max(0, min(emitted, self.max_new - (len(self.tokens) - emitted)))  # what the result keeps
-            if kept:
-                self.on_tokens(tuple(self.tokens[len(self.tokens) - emitted : len(self.tokens) - emitted + kept]))
-        return emitted
 
-    def _finished(self) -> bool:
-        return self.stop_now or len(self.tokens) >= self.max_new
-
-    def _stats(self, total: float) -> DecodeStats:
-        steps = tuple(self.recorder.outcomes)
-        return DecodeStats(
-            new_tokens=len(self.tokens),
-            target_forwards=len(steps),
-            drafted=sum(s.drafted for s in steps),
-            accepted=sum(s.accepted for s in steps),
-            prefill_seconds=self.prefill_seconds,
-            draft_seconds=sum(s.draft_seconds for s in steps),
-            verify_seconds=sum(s.verify_seconds for s in steps),
-            total_seconds=total,
-            draft_forwards=sum(s.draft_forwards for s in steps),
-            forward_seconds=self.forward_timer.total(),
-            steps=steps,
-            selections=tuple(self.selections),
-            draft_prefill_seconds=self.recorder.draft_prefill_seconds,
-            path=self.backend.path,
-            path_reason=self.backend.reason,
-            compile_seconds=self.decoder.compiled.stats().compile_seconds - self.compile_before,
+def _plug_in(point: str, part: Part, base: type) -> Part:
+    # A plug-in subclasses its base: the base declares every capability the loop reads, with its default.
+    if not isinstance(part, base):
+        raise LayersearchError(
+            f"{point} must subclass layersearch.runtime.step.{base.__name__} (it declares the optional capabilities "
+            f"the loop reads, with defaults); got {type(part).__name__}"
         )
+    return part
 
 
 def _as_prompt(input_ids: torch.Tensor | Iterable[int], device: torch.device) -> torch.Tensor:

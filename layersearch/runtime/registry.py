@@ -15,8 +15,7 @@ from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSe
 
 if TYPE_CHECKING:  # (this module imports no torch: the types come from the modules the factories load)
     from layersearch.runtime.drafters.base import Branching
-    from layersearch.runtime.lookahead import Lookahead
-    from layersearch.runtime.verification import Verifier
+    from layersearch.runtime.step import Lookahead, Verifier
 
 
 def _static(settings: LookaheadSettings) -> Lookahead:

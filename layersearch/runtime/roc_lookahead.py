@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from layersearch.runtime.lookahead import DraftPosition, _CappedRule, _check_threshold
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.lookahead import _CappedRule, _check_threshold
+
+from layersearch.runtime.step import DraftPosition, StepOutcome
 
 #: Cost of a false negative (an acceptable token not drafted) against a false positive.
 FALSE_NEGATIVE_COST = 3.0

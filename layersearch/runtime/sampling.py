@@ -7,7 +7,7 @@ target's warped distribution exactly).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,7 @@ class SamplingConfig:
     top_p: float = 1.0
     seed: int | None = None
     top_k: int = 0
+    greedy: bool = field(init=False, repr=False, compare=False)  # deterministic argmax (temperature 0)
 
     def __post_init__(self) -> None:
         if not 0 <= self.temperature < float("inf"):
@@ -32,11 +33,8 @@ class SamplingConfig:
             raise LayersearchError(f"seed must be in 0..2**64-1, got {self.seed}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise LayersearchError(f"top-k must be an integer >= 0 (0: every token), got {self.top_k!r}")
-
-    @property
-    def greedy(self) -> bool:
-        """True when decoding is deterministic argmax."""
-        return self.temperature == 0
+        # A field, not a property: the step reads it several times per token.
+        object.__setattr__(self, "greedy", self.temperature == 0)
 
     def generator(self, device: torch.device | str) -> torch.Generator | None:
         """A seeded generator for sampling (None when greedy)."""

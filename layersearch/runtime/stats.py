@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import StepOutcome
 
 
 @dataclass(frozen=True)

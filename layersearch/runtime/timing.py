@@ -6,21 +6,21 @@ three times however many forwards it runs. :class:`RegionTimer` sums the time sp
 many small regions (every forward of the loop) without synchronizing per region: on CUDA each
 region is a pair of CUDA events recorded on the stream and resolved once, at the end (as
 gpt-fast times its loop); on CPU it is ``perf_counter`` around the region.
-:class:`StepRecorder` wraps the decode step's phases with these marks and files each step's
-outcome, so the step itself reads as the algorithm.
+:class:`StepRecorder` wraps the decode step's phases with these marks, files each step's
+outcome and sums the generation's statistics, so the step itself reads as the algorithm.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Mapping, Protocol
 
 import torch
 
 from layersearch.masks.mask import SkipMask
-from layersearch.runtime.host import host_reads
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.stats import DecodeStats
+from layersearch.runtime.step import Lookahead, Proposal, StepOutcome, Verdict, host_reads
 
 
 class Clock:
@@ -97,25 +97,42 @@ class Marks:
 
 
 class CompileClock(Protocol):
-    """What counts the seconds spent compiling (:class:`~layersearch.runtime.captured.CapturedForwards`)."""
+    """What counts the seconds spent compiling (:class:`~layersearch.runtime.backend.CapturedForwards`)."""
 
     compile_seconds: float
 
 
 class StepRecorder:
-    """Everything a step records, kept out of the step: its phases' marks, the seconds a first
-    call spent compiling (its own phase, not the step's), the host reads it made, and the
-    :class:`~layersearch.runtime.outcome.StepOutcome` it files. The loop wraps each phase in
-    :meth:`phase` and hands the step's values to :meth:`outcome`."""
+    """Everything a generation records, kept out of its step: the wall clock, the time inside
+    forwards (:attr:`forwards`), each step's phase marks, the seconds a first call spent
+    compiling (its own phase, not the step's), the host reads a step made, the prefill, the
+    controller's selections and the :class:`~layersearch.runtime.step.StepOutcome` of every step.
+    The loop wraps its phases in :meth:`phase`, hands a step's values to :meth:`outcome` and
+    reads the generation's :class:`~layersearch.runtime.stats.DecodeStats` from :meth:`stats`."""
 
     def __init__(self, device: torch.device | str, compiled: CompileClock) -> None:
+        self.clock = Clock(device)  # synchronizes: read at the generation's start and end and around the prefill
+        self.forwards = RegionTimer(device)  # every forward, no sync per forward
         self.marks = Marks(device)  # step phases, no sync to take a mark
         self.compiled = compiled
         self.outcomes: list[StepOutcome] = []
-        self.draft_prefill_seconds = 0.0
+        self.selections: list[dict[str, Any]] = []
+        self.prefill_seconds = self.draft_prefill_seconds = 0.0
+        self._start, self._compiled_before = 0.0, compiled.compile_seconds
         self._seconds: dict[str, float] = {}
         self._reads = 0
         self._rules: dict[type, str] = {}
+
+    def start(self) -> None:
+        """The generation starts now (its wall clock's origin)."""
+        self._start = self.clock.now()
+
+    @contextlib.contextmanager
+    def prefill(self) -> Iterator[None]:
+        """Time the block as the prefill (the target's prompt forward and its first token)."""
+        t0 = self.clock.now()
+        yield
+        self.prefill_seconds += self.clock.now() - t0
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -127,7 +144,18 @@ class StepRecorder:
         compiling = self.compiled.compile_seconds - c0
         self._seconds[name] = max(self.marks.seconds(m0, self.marks.mark()) - compiling, 0.0)
 
-    def outcome(self, position: int, proposal: Any, verdict: Any, emitted: int, mask: SkipMask, lookahead: Any) -> StepOutcome:
+    @contextlib.contextmanager
+    def selecting(self, step: int, context: int) -> Iterator[list[Mapping[str, Any]]]:
+        """Time a controller's choice; a record put in the yielded list is kept with its seconds."""
+        t0 = self.marks.mark()
+        records: list[Mapping[str, Any]] = []
+        yield records
+        for record in records:
+            seconds = self.marks.seconds(t0, self.marks.mark())
+            self.selections.append({"step": step, "context": context, **record, "seconds": seconds})
+
+    def outcome(self, position: int, proposal: Proposal, verdict: Verdict, emitted: int, mask: SkipMask,
+                lookahead: Lookahead) -> StepOutcome:
         """The step's :class:`StepOutcome`, filed with the generation's steps."""
         self.draft_prefill_seconds += proposal.prefill_seconds
         rule = self._rules.get(type(lookahead))
@@ -142,3 +170,17 @@ class StepRecorder:
         )
         self.outcomes.append(outcome)
         return outcome
+
+    def stats(self, new_tokens: int, path: str, path_reason: str) -> DecodeStats:
+        """The generation's statistics, its wall clock read now (from :meth:`start`); ``path``: the backend that ran it."""
+        total = self.clock.now() - self._start
+        steps = tuple(self.outcomes)
+        return DecodeStats(
+            new_tokens=new_tokens, target_forwards=len(steps), drafted=sum(s.drafted for s in steps),
+            accepted=sum(s.accepted for s in steps), prefill_seconds=self.prefill_seconds,
+            draft_seconds=sum(s.draft_seconds for s in steps), verify_seconds=sum(s.verify_seconds for s in steps),
+            total_seconds=total, draft_forwards=sum(s.draft_forwards for s in steps),
+            forward_seconds=self.forwards.total(), steps=steps, selections=tuple(self.selections),
+            draft_prefill_seconds=self.draft_prefill_seconds, path=path, path_reason=path_reason,
+            compile_seconds=self.compiled.compile_seconds - self._compiled_before,
+        )

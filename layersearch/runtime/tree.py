@@ -30,9 +30,8 @@ from typing import Any
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.drafters.base import Proposal, StepRequest
-from layersearch.runtime.lookahead import DraftPosition
-from layersearch.runtime.verification import ChainVerifier, Verdict
+from layersearch.runtime.step import DraftPosition, Proposal, StepRequest, Verdict, Verifier
+from layersearch.runtime.verification import ChainVerifier
 
 # SWIFT's (upper confidence bound, k) pairs.
 SWIFT_TOP_K = ((0.5, 10), (0.8, 5), (0.95, 3), (1.0, 1))
@@ -134,7 +133,7 @@ def refuse_sliding_window(model: torch.nn.Module) -> None:
         raise LayersearchError("tree verification supports models with full attention only (this one uses sliding windows); use chain verification")
 
 
-class TreeVerifier:
+class TreeVerifier(Verifier):
     """Verifies a proposal's token tree in one forward (greedy); the chain when sampling."""
 
     name = "tree"

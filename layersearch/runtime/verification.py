@@ -11,38 +11,10 @@ emitted sequence then follows the target distribution p exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
 import torch
 
-from layersearch.runtime.host import DeviceIds, HostInt, HostTokens, to_host
 from layersearch.runtime.sampling import SamplingConfig, next_token_probs
-
-if TYPE_CHECKING:
-    from layersearch.runtime.drafters.base import Proposal, StepRequest
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Outcome of verifying one draft: accepted draft count and the target's next token.
-    ``path`` holds the accepted tokens when they are not a prefix of the draft chain (a tree
-    verifier accepted a branch); otherwise it is None."""
-
-    num_accepted: HostInt
-    next_token: HostInt
-    path: HostTokens | None = None
-    node: HostInt | None = None  # the verified input whose logits gave next_token (None: num_accepted)
-    next_ids: DeviceIds | None = None  # [1] next_token on the device (the next step drafts from it)
-
-    @property
-    def source_node(self) -> int:
-        """Index, in the verified input, of the node whose output gave ``next_token``."""
-        return self.num_accepted if self.node is None else self.node
-
-    def accepted_tokens(self, chain: tuple[int, ...]) -> tuple[int, ...]:
-        """The accepted draft tokens, given the proposal's chain."""
-        return self.path if self.path is not None else tuple(chain[: self.num_accepted])
+from layersearch.runtime.step import DeviceIds, Proposal, StepRequest, Verdict, Verifier, to_host
 
 
 def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
@@ -111,34 +83,17 @@ def _verdict(accepted: torch.Tensor, next_token: torch.Tensor, draft: torch.Tens
     """One host read of ``[accepted, next, draft...]`` -> the Verdict, its path the accepted draft."""
     values = to_host(torch.cat([accepted.view(1), next_token.view(1), draft.view(-1)]))
     count = values[0]
-    return Verdict(count, values[1], tuple(values[2 : 2 + count]), next_ids=next_token.view(1))
+    return Verdict(count, values[1], tuple(values[2 : 2 + count]), next_ids=DeviceIds(next_token.view(1)))
 
 
-@runtime_checkable
-class Verifier(Protocol):
-    """Runs the target over a proposal and says how much of it to keep.
-
-    It gets the step's :class:`~layersearch.runtime.drafters.base.StepRequest` (the one the
-    drafter got) and the drafter's proposal. Afterwards the cache must hold the target's
-    entries for ``request.last_token`` and the accepted tokens at positions
-    ``position..position + num_accepted`` (the loop cuts anything beyond).
-    """
-
-    name: str
-
-    def verify(self, request: "StepRequest", proposal: "Proposal") -> Verdict:
-        """The verdict on ``proposal``."""
-        ...
-
-
-class ChainVerifier:
+class ChainVerifier(Verifier):
     """A draft chain verified in one forward: greedy match or speculative sampling."""
 
     name = "chain"
 
-    capturable = True  # one fixed-shape forward per draft length: it runs captured
+    capturable = True  # one fixed-shape forward per draft length
 
-    def verify(self, request: "StepRequest", proposal: "Proposal") -> Verdict:
+    def verify(self, request: StepRequest, proposal: Proposal) -> Verdict:
         """Forward ``[last, d1..dk]`` at ``position`` and apply the greedy or sampling rule,
         on the device, with one host read."""
         last = request.last_ids if request.last_ids is not None else torch.tensor([request.last_token], dtype=torch.long)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
-from layersearch.runtime.drafters.base import Drafter, StepRequest, Proposal
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.drafters.model import ModelDrafter
+from layersearch.runtime.step import Drafter, Proposal, StepOutcome, StepRequest
 from layersearch.steer.hooks import intermediate_size, steered
 from layersearch.steer.params import SteeringParams
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
-class SteeredDrafter:
+class SteeredDrafter(Drafter):
     """Wraps a :class:`LayerSkipDrafter` (steers the executed MLPs of the masked verifier) or a
     :class:`ModelDrafter` (steers every MLP of the draft model)."""
 
@@ -33,9 +33,10 @@ class SteeredDrafter:
         self.hidden_layers = steering.layers
         self.name = f"steered-{inner.name}"
         self._states: torch.Tensor | None = None  # [len(hidden_layers), d_verifier]
-        own = getattr(inner, "model", None)
-        if own is not None:
-            self._check_width(own)
+        # The model whose MLPs are steered: a draft model's own (None: the target, a self-draft).
+        self.own_model: torch.nn.Module | None = inner.model if isinstance(inner, ModelDrafter) else None
+        if self.own_model is not None:
+            self._check_width(self.own_model)
 
     def _check_width(self, model: torch.nn.Module) -> None:
         from layersearch.common.errors import LayersearchError
@@ -48,10 +49,8 @@ class SteeredDrafter:
 
     def check_target(self, target: torch.nn.Module) -> None:
         """The inner drafter's checks, plus: the self-drafter's MLPs fit the bias."""
-        check = getattr(self.inner, "check_target", None)
-        if check is not None:
-            check(target)
-        if getattr(self.inner, "model", None) is None:
+        self.inner.check_target(target)
+        if self.own_model is None:
             self._check_width(target)
 
     def begin(self, prompt: torch.Tensor) -> None:
@@ -68,7 +67,7 @@ class SteeredDrafter:
         if self._states is None or request.limit <= 0:
             return self.inner.propose(request)
         # A transformers model either way: the runtime's protocols type it as a Module.
-        model = cast("PreTrainedModel", getattr(self.inner, "model", None) or request.model)
+        model = cast("PreTrainedModel", self.own_model or request.model)
         with torch.inference_mode():
             bias = self.steering.bias(self._states.to(self.steering.hml.weight.device))  # [intermediate]
         with steered(model, bias.to(model.device)):

@@ -44,8 +44,7 @@ import numpy as np
 from layersearch.common.checks import check_fraction, check_int
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
-from layersearch.runtime.control import DecodeView, Selection
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import Controller, DecodeView, Selection, StepOutcome
 from layersearch.swift.proposals import trial_seed
 from layersearch.swift import search as swift_search
 
@@ -114,7 +113,7 @@ class InputSummary:
         return self.accepted / self.drafted if self.drafted else None
 
 
-class SwiftController:
+class SwiftController(Controller):
     """SWIFT's optimizer: context accumulation, random + GP-UCB candidates scored by matchness."""
 
     wants_prompt_hidden = False

@@ -178,7 +178,7 @@ def tune(
     pool = stored_pool(study)
     compile = compile or "auto"
     compiled = compile_wanted(compile, loaded.model.device.type)
-    from layersearch.runtime.captured import captured_forwards
+    from layersearch.runtime.backend import captured_forwards
 
     compile_before = _compile_seconds(loaded)
     if profile is None and compiled:  # the costs of what ships: captured, measured once
@@ -292,14 +292,14 @@ def given_profile(profile: Any, loaded: Any) -> bool:
 
 def _compile_seconds(loaded: Any) -> float:
     """Seconds the model's shared captured forwards have spent compiling so far."""
-    from layersearch.runtime.captured import captured_forwards
+    from layersearch.runtime.backend import captured_forwards
 
     return captured_forwards(loaded.model).stats().compile_seconds
 
 
 def _compiled_entries(loaded: Any) -> int:
     """Forwards the model's shared captured table has compiled so far (its misses)."""
-    from layersearch.runtime.captured import captured_forwards
+    from layersearch.runtime.backend import captured_forwards
 
     return captured_forwards(loaded.model).stats().misses
 

@@ -262,8 +262,7 @@ def test_a_file_for_another_model_is_refused(tmp_path):
 
 
 def test_hf_confidence_rule_refits_its_threshold_from_what_was_accepted():
-    from layersearch.runtime.lookahead import DraftPosition
-    from layersearch.runtime.outcome import StepOutcome
+    from layersearch.runtime.step import DraftPosition, StepOutcome
 
     def position(index, top):
         logits = torch.log(torch.tensor([top, 1 - top]))

@@ -15,7 +15,7 @@ from layersearch.evaluation.measure import (
 from layersearch.runtime.baseline import hf_generate
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import StepOutcome
 from layersearch.runtime.stats import DecodeStats
 
 

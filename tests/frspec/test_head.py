@@ -14,6 +14,7 @@ from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.cache import new_cache
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter, ModelDrafter, make_drafter
+from layersearch.runtime.step import Drafter
 from layersearch.runtime.forward import forward_tokens
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
@@ -32,7 +33,7 @@ def plain_generate(model, prompt, new=NEW):
     return out[0, prompt.shape[1]:].tolist()
 
 
-class Recording:
+class Recording(Drafter):
     """Delegates to a drafter and keeps every token it proposed."""
 
     def __init__(self, inner):
@@ -52,7 +53,7 @@ class Recording:
         self.inner.observe(outcome)
 
     def check_target(self, target):
-        getattr(self.inner, "check_target", lambda t: None)(target)
+        self.inner.check_target(target)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from layersearch.knapspec import KnapSpecConfig
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.profiling.profile import LatencyProfile
 from layersearch.experiments.knapspec import knapspec_decoder
-from layersearch.runtime.control import Selection
+from layersearch.runtime.step import Controller, Selection
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.draft_policy import DraftPolicy
 from layersearch.runtime.sampling import SamplingConfig
@@ -84,10 +84,8 @@ def test_dynamic_sampling_runs(tiny_llama):
     assert result.stats.new_tokens == 20 and result.stats.selections
 
 
-class Alternating:
+class Alternating(Controller):
     """A controller switching masks and draft caps every 2 steps, recording what it saw."""
-
-    wants_prompt_hidden = False
 
     def __init__(self, masks):
         self.masks, self.seen, self.observed = masks, [], []

@@ -118,7 +118,7 @@ def test_rules_read_m_and_alpha_from_decode_stats():
 def test_expected_speedup_costs_the_runs_own_steps_when_recorded(info, profile):
     from dataclasses import replace
 
-    from layersearch.runtime.outcome import StepOutcome
+    from layersearch.runtime.step import StepOutcome
 
     mask = SkipMask(4, (0, 1), (3,))
     steps = (StepOutcome(0, 100, 4, 3, 4, "layer-skip", mask, draft_forwards=4),

@@ -265,7 +265,7 @@ def test_load_reports_a_missing_file(tmp_path):
 
 
 def test_step_prediction_costs_each_step_as_the_loop_ran_it():
-    from layersearch.runtime.outcome import StepOutcome
+    from layersearch.runtime.step import StepOutcome
 
     info = ModelInfo("tiny", 4, 64, "x")
     profile = LatencyProfile(info, "cpu", "float32", "x", 1e-6, 1e-3, 2e-3, 4e-3, (1.0, 1.5, 1.8))

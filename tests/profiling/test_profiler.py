@@ -184,7 +184,8 @@ def test_profile_names_device_versions_commit_and_architecture(measured):
 
 def test_captured_profile_compiles_each_setting_and_length_once(model, info):
     """Dynamo's eager backend stands in for inductor: the same full-graph capture over a static cache."""
-    from layersearch.runtime.captured import compile_with, dynamo_compiler
+    from layersearch.runtime.backend import compile_with
+    from layersearch.runtime.backend import dynamo_compiler
 
     built = []
     eager = dynamo_compiler("eager")
@@ -211,7 +212,8 @@ def test_captured_profile_compiles_each_setting_and_length_once(model, info):
 
 def test_a_captured_profile_is_validated_captured(model, info):
     from layersearch.profiling.profiler import validate_profile
-    from layersearch.runtime.captured import compile_with, dynamo_compiler
+    from layersearch.runtime.backend import compile_with
+    from layersearch.runtime.backend import dynamo_compiler
 
     compile_with(model, dynamo_compiler("eager"))
     profile = measure_profile(model, info, contexts=(8,), max_verify=2, repeats=1, compile_mode="captured:eager")

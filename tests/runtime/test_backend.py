@@ -12,8 +12,9 @@ import torch
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.backend import CapturedBackend, EagerBackend, capacity, compile_key
-from layersearch.runtime.captured import _forward, compile_with
+from layersearch.runtime.backend import EagerBackend, capacity, compile_key
+from layersearch.runtime.backend import CapturedBackend, compile_with
+from layersearch.runtime.backend import _forward
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.loop import SpeculativeDecoder
 from tests.runtime.test_plugins import plain_generate, repetitive_prompt

@@ -17,7 +17,8 @@ from layersearch.masks.mask import SkipMask
 from layersearch.models.plan_view import plan_view
 from layersearch.models.skipping import skipping
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.captured import CapturedForwards, _forward, captured_forwards, compile_with
+from layersearch.runtime.backend import CapturedForwards, captured_forwards, compile_with
+from layersearch.runtime.backend import _forward
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, make_drafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead

@@ -1,4 +1,4 @@
-"""Every device-to-host read a step makes goes through :func:`~layersearch.runtime.host.to_host`,
+"""Every device-to-host read a step makes goes through :func:`~layersearch.runtime.step.to_host`,
 so ``StepOutcome.host_reads`` is every read there is: a ``TorchFunctionMode`` sees each
 ``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, ``int(tensor)`` ... made by
 layersearch code during a step (the model's own code, which a captured forward compiles away,
@@ -17,13 +17,14 @@ import layersearch
 import layersearch.runtime.loop as loop
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.captured import _forward, compile_with
+from layersearch.runtime.backend import compile_with
+from layersearch.runtime.backend import _forward
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.sampling import SamplingConfig
+from layersearch.runtime.step import to_host
 
 PACKAGE = layersearch.__file__.rsplit("/", 1)[0] + "/"
-HOST = PACKAGE + "runtime/host.py"
 #: Tensor methods that read a value to the host (a sync on an accelerator).
 READS = frozenset({"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"})
 
@@ -40,7 +41,7 @@ class HostReads(TorchFunctionMode):
         if getattr(func, "__name__", "") in READS:
             caller = sys._getframe(1)
             path = caller.f_code.co_filename
-            if path == HOST:
+            if caller.f_code is to_host.__code__:
                 self.sanctioned += 1
             elif path.startswith(PACKAGE):
                 self.elsewhere[(path[len(PACKAGE):], caller.f_lineno, func.__name__)] += 1

@@ -10,7 +10,8 @@ import torch
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.control import FixedMask, Selection
+from layersearch.runtime.control import FixedMask
+from layersearch.runtime.step import Controller, Drafter, Selection, StepOutcome
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import (
     DRAFTERS,
@@ -24,7 +25,6 @@ from layersearch.runtime.drafters import (
 from layersearch.runtime import MAX_DRAFT, LookaheadSettings
 from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead
 from layersearch.runtime.registry import LOOKAHEAD_NAMES, lookahead_named
-from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.sampling import SamplingConfig
 from layersearch.runtime.verification import ChainVerifier
 from tests.capture import assert_path, captured
@@ -63,7 +63,7 @@ def all_drafters(draft_model):
     }
 
 
-class EveryStepController:
+class EveryStepController(Controller):
     """Switches between two masks every step (stress for the controller point)."""
 
     wants_prompt_hidden = True
@@ -153,6 +153,45 @@ def test_prompt_lookup_drafts_what_followed_the_latest_match(tiny_llama):
     # Its own cap holds below the lookahead's.
     capped = SpeculativeDecoder(tiny_llama, drafter=PromptLookupDrafter(max_draft=2), lookahead=StaticLookahead(8))
     assert max(capped.generate(repetitive_prompt(0), NEW).stats.draft_lengths) <= 2
+
+
+class DuckDrafter:
+    """Has a drafter's methods but not its base: the capabilities the loop reads are undeclared."""
+
+    name = "duck"
+
+    def begin(self, prompt):
+        pass
+
+    def propose(self, request):
+        return PromptLookupDrafter().propose(request)
+
+    def observe(self, outcome):
+        pass
+
+
+class DuckVerifier:
+    name = "duck"
+
+    def verify(self, request, proposal):
+        return ChainVerifier().verify(request, proposal)
+
+
+def test_a_plug_in_must_subclass_its_base(tiny_llama):
+    for given, point in ((dict(drafter=DuckDrafter()), "drafter"), (dict(verifier=DuckVerifier()), "verifier"),
+                         (dict(controller=object()), "controller"), (dict(lookahead=object()), "lookahead")):
+        with pytest.raises(LayersearchError, match=f"{point} must subclass layersearch.runtime.step"):
+            SpeculativeDecoder(tiny_llama, **given)
+    # The base's defaults are all a plug-in needs beyond its one method.
+    class Lookup(Drafter):
+        name = "lookup"
+
+        def propose(self, request):
+            return PromptLookupDrafter().propose(request)
+
+    prompt = repetitive_prompt(0)
+    result = SpeculativeDecoder(tiny_llama, drafter=Lookup()).generate(prompt, NEW)
+    assert list(result.token_ids) == plain_generate(tiny_llama, prompt) and result.stats.drafted > 0
 
 
 def test_hybrid_uses_lookup_when_it_matches_and_layer_skip_otherwise(tiny_llama):

@@ -7,8 +7,7 @@ import random
 import pytest
 import torch
 
-from layersearch.runtime.lookahead import DraftPosition
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import DraftPosition, StepOutcome
 from layersearch.runtime.roc_lookahead import ROCLookahead, roc_threshold
 from layersearch.runtime.sampling import SamplingConfig
 

@@ -15,6 +15,7 @@ from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import HybridDrafter, LayerSkipDrafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
+from layersearch.runtime.step import Verifier
 from layersearch.runtime.tree import TopKBranching, TreeLayout, TreeVerifier, verify_tree_greedy
 from tests.capture import assert_path, captured
 
@@ -34,7 +35,7 @@ def tree_decoder(model, mask, branching=WIDE, lookahead=StaticLookahead(5), veri
     )
 
 
-class Spy:
+class Spy(Verifier):
     """Wraps a verifier and keeps (proposal, verdict) pairs."""
 
     name = "spy"

@@ -14,6 +14,7 @@ from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.drafters import LayerSkipDrafter, ModelDrafter
 from layersearch.runtime.lookahead import StaticLookahead
 from layersearch.runtime.sampling import SamplingConfig
+from layersearch.runtime.step import Drafter
 from layersearch.steer import SteeredDrafter, SteeringParams, default_layers, steered
 from layersearch.steer.hooks import intermediate_size
 from tests.capture import assert_path, captured
@@ -133,15 +134,25 @@ def test_steered_greedy_equals_generate(tiny_llama, draft_model, kind, seed, dec
     assert plain.proposals[0] != drafter.proposals[0]
 
 
-class Recording:
+class Recording(Drafter):
     """Delegates to a drafter and records its proposals' tokens."""
 
     def __init__(self, inner):
         self.inner = inner
+        self.name, self.hidden_layers = inner.name, inner.hidden_layers
         self.proposals = []
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def check_target(self, target):
+        self.inner.check_target(target)
+
+    def begin(self, prompt):
+        self.inner.begin(prompt)
+
+    def observe_hidden(self, states):
+        self.inner.observe_hidden(states)
+
+    def observe(self, outcome):
+        self.inner.observe(outcome)
 
     def propose(self, request):
         proposal = self.inner.propose(request)

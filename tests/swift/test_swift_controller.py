@@ -7,8 +7,7 @@ import torch
 
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
-from layersearch.runtime.control import DecodeView
-from layersearch.runtime.outcome import StepOutcome
+from layersearch.runtime.step import DecodeView, StepOutcome
 from layersearch.strategies.swift import initial_mask, skip_count
 from layersearch.swift import SwiftConfig, SwiftController, optimization_seconds, phase_counts
 

@@ -12,7 +12,8 @@ from layersearch.common.provenance import cpu_name
 from layersearch.decoder.spec import ModelRef, ModelSpec
 from layersearch.models.loading import load_model
 from layersearch.profiling.profiler import measure_profile
-from layersearch.runtime.captured import compile_with, dynamo_compiler
+from layersearch.runtime.backend import compile_with
+from layersearch.runtime.backend import dynamo_compiler
 from layersearch.tune.run import prepare, tune
 from layersearch.tune.settings import TuneSettings
 

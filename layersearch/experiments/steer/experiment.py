@@ -23,7 +23,7 @@ from layersearch.decoder.build import assemble
 from layersearch.models.skipping import decoder_layers
 from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.drafters import LayerSkipDrafter
-from layersearch.runtime.drafters.base import Drafter
+from layersearch.runtime.step import Drafter
 from layersearch.runtime.stats import DecodeStats, combine
 from layersearch.decoder.spec import LookaheadSpec, SamplingSpec
 from layersearch.decoder.fragments import mask_spec

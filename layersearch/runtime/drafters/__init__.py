@@ -18,7 +18,8 @@ from typing import Any, Protocol, TYPE_CHECKING, cast
 from layersearch.common.errors import LayersearchError
 
 if TYPE_CHECKING:  # (the registry imports no torch: its types come through base)
-    from layersearch.runtime.drafters.base import Branching, DraftHead, DraftModel, Drafter
+    from layersearch.runtime.drafters.base import Branching, DraftHead, DraftModel
+    from layersearch.runtime.step import Drafter
 
 
 @dataclass(frozen=True)
@@ -149,19 +150,18 @@ def make_drafter(name: str, *, draft_model: DraftModel | None = None, branching:
     return entry.make(parts)
 
 
-# Public name -> the module defining it, imported on first access (PEP 562).
+# Public name -> the runtime module defining it, imported on first access (PEP 562).
 _LAZY = {
-    "DraftHead": "base",
-    "StepRequest": "base",
-    "Drafter": "base",
-    "Proposal": "base",
-    "StatelessDrafter": "base",
-    "draft_chain": "base",
-    "HybridDrafter": "hybrid",
-    "LayerSkipDrafter": "layer_skip",
-    "ModelDrafter": "model",
-    "PromptLookupDrafter": "prompt_lookup",
-    "lookup_continuation": "prompt_lookup",
+    "DraftHead": "drafters.base",
+    "StepRequest": "step",
+    "Drafter": "step",
+    "Proposal": "step",
+    "draft_chain": "drafters.layer_skip",
+    "HybridDrafter": "drafters.hybrid",
+    "LayerSkipDrafter": "drafters.layer_skip",
+    "ModelDrafter": "drafters.model",
+    "PromptLookupDrafter": "drafters.prompt_lookup",
+    "lookup_continuation": "drafters.prompt_lookup",
 }
 
 
@@ -169,7 +169,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(f"layersearch.runtime.{module}"), name)
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "DrafterEntry", "DrafterFactory", "DrafterParts", "drafter_entry", "make_drafter",

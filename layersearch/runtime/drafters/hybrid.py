@@ -20,10 +20,9 @@ Each step's statistics say which arm drafted it.
 
 from __future__ import annotations
 
-from layersearch.runtime.drafters.base import Drafter, StepRequest, Proposal
+from layersearch.runtime.step import Drafter, Proposal, StepOutcome, StepRequest
 from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
-from layersearch.runtime.outcome import StepOutcome
 
 PLAIN = "plain"  # the arm that drafts nothing
 
@@ -62,7 +61,7 @@ class ArmRates:
         self.counts[arm] += 1
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     """Prompt lookup first, then the fallback drafter (the layer-skip draft with the controller's
     mask, or an independent draft model), or no draft when ``adaptive`` finds that drafting
     does not pay."""
@@ -88,9 +87,7 @@ class HybridDrafter:
 
     def check_target(self, target) -> None:
         """The fallback's own check (a draft model must share the target's vocabulary)."""
-        check = getattr(self.fallback, "check_target", None)
-        if check is not None:
-            check(target)
+        self.fallback.check_target(target)
 
     def propose(self, request: StepRequest) -> Proposal:
         """The chosen arm's proposal (lookup when it matches, unless another arm pays better)."""

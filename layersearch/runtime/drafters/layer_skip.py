@@ -13,17 +13,24 @@ there is no copy of the cache. An empty mask means the draft would *be* the targ
 draft is made and the step is a plain target step. With ``head`` (a
 :class:`~.base.DraftHead`: FR-Spec's vocabulary subset) the draft scores only those tokens;
 the verification still runs the full head.
+
+:func:`draft_chain` is the one-token-at-a-time drafting loop this drafter runs; the draft-model
+drafter runs it too, over its own model.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
+
+import torch
 
 from layersearch.masks.mask import SkipMask
-from layersearch.runtime.drafters.base import DraftHead, StepRequest, Proposal, StatelessDrafter, draft_chain
+from layersearch.runtime.drafters.base import Branching, DraftHead
+from layersearch.runtime.step import DeviceIds, DraftPosition, Drafter, HostIds, Proposal, StepRequest, to_host
 
 
-class LayerSkipDrafter(StatelessDrafter):
+class LayerSkipDrafter(Drafter):
     """Drafts with ``request.mask`` applied to the target (Self-SD, SWIFT, KnapSpec).
 
     ``branching`` (e.g. :class:`~layersearch.runtime.tree.TopKBranching`) makes greedy drafts
@@ -76,3 +83,54 @@ class LayerSkipDrafter(StatelessDrafter):
 
             return {"head": plan_head(model, plan)}
         return {}
+
+
+def draft_chain(
+    request: StepRequest,
+    next_logits: Callable[[DeviceIds, int], torch.Tensor],
+    name: str,
+    branching: Branching | None = None,
+) -> Proposal:
+    """Draft one token at a time: ``next_logits(token, index)`` -> [vocab] logits for draft
+    position ``index`` after ``token`` (a [1] tensor on the model's device); the lookahead may
+    stop before a token is drawn. Tokens stay on the device: a rule that reads no confidence
+    (``reads_confidence`` False) drafts without a single host read. With ``branching`` (greedy
+    only) each position also gets alternative candidates: ``branching(position, chosen_token)``
+    -> tokens to verify as leaves beside it."""
+    tokens: list[torch.Tensor] = []  # [1] each, DeviceIds
+    probs: list[torch.Tensor] = []
+    branches: list[tuple[int, ...]] = []
+    greedy = request.sampling.greedy
+    branching = branching if greedy else None
+    reads_confidence = request.lookahead.reads_confidence
+    # Greedy under a rule that reads no confidence and without branches: the argmax is all a
+    # position needs, so no DraftPosition is built (the same tokens, no host read).
+    argmax_only = greedy and not reads_confidence and branching is None
+    token = request.last_on_device  # [1]
+    forwards = 0
+    confidences: list[float] = []  # top-1 probability at each drafted position (rules learn from them)
+    for index in range(request.limit):
+        logits = next_logits(token, index)  # [vocab]
+        forwards += 1
+        if argmax_only:
+            token = DeviceIds(logits.argmax(-1, keepdim=True))  # [1]
+            tokens.append(token)
+            continue
+        view = DraftPosition(index, logits, request.sampling, confidences[-1] if confidences else 1.0)
+        if reads_confidence and not request.lookahead.keep_drafting(view):
+            break
+        if greedy:
+            token = DeviceIds(logits.argmax(-1, keepdim=True))  # [1]
+            if branching is not None:
+                branches.append(branching(view, to_host(token)[0]))
+        else:
+            token = DeviceIds(torch.multinomial(view.probs, 1, generator=request.generator))  # [1]
+            probs.append(view.probs)
+        tokens.append(token)
+        if reads_confidence:
+            confidences.append(view.confidence)
+    ids = DeviceIds(torch.cat(tokens)) if tokens else HostIds(torch.zeros(0, dtype=torch.long))  # [k]
+    return Proposal(
+        ids, torch.stack(probs) if probs else None, name, forwards,
+        tuple(branches) if branching is not None else None, tuple(confidences),
+    )

@@ -17,14 +17,14 @@ from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
-from layersearch.runtime.drafters.base import DraftHead, StepRequest, Proposal, StatelessDrafter, device_of, draft_chain, vocab_of
+from layersearch.runtime.drafters.base import DraftHead, device_of, vocab_of
+from layersearch.runtime.drafters.layer_skip import draft_chain
+from layersearch.runtime.step import Drafter, Proposal, StepOutcome, StepRequest, to_host
 from layersearch.runtime.forward import forward_tokens
-from layersearch.runtime.host import to_host
-from layersearch.runtime.outcome import StepOutcome
 from layersearch.runtime.timing import Clock
 
 
-class ModelDrafter(StatelessDrafter):
+class ModelDrafter(Drafter):
     """Drafts with ``model``, an independent causal LM with the same vocabulary as the target;
     ``head`` gives it a reduced head, e.g. over a subset of the vocabulary (None: the full head)."""
 
@@ -40,7 +40,7 @@ class ModelDrafter(StatelessDrafter):
         self._pending: list[torch.Tensor] = []
         self._accepted: int | None = None
 
-    def check_target(self, target: PreTrainedModel) -> None:
+    def check_target(self, target: torch.nn.Module) -> None:
         """Refuse a drafter whose vocabulary differs from the target's."""
         if vocab_of(self.model) != vocab_of(target):
             raise LayersearchError(

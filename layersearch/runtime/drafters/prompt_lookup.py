@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.drafters.base import StepRequest, Proposal, StatelessDrafter, device_of, point_mass, vocab_of
+from layersearch.runtime.drafters.base import device_of, point_mass, vocab_of
+from layersearch.runtime.step import Drafter, HostIds, Proposal, StepRequest
 
 
 def lookup_continuation(sequence: torch.Tensor, limit: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[int, ...]:
@@ -40,7 +41,7 @@ def lookup_continuation(sequence: torch.Tensor, limit: int, max_ngram: int = 3, 
     return ()
 
 
-class PromptLookupDrafter(StatelessDrafter):
+class PromptLookupDrafter(Drafter):
     """Drafts by n-gram lookup over the prompt and the output so far."""
 
     name = "prompt-lookup"
@@ -65,4 +66,4 @@ class PromptLookupDrafter(StatelessDrafter):
         probs = None
         if not request.sampling.greedy:
             probs = point_mass(tokens, vocab_of(request.model), device_of(request.model))
-        return Proposal(torch.tensor(tokens, dtype=torch.long), probs, self.name, 0)
+        return Proposal(HostIds(torch.tensor(tokens, dtype=torch.long)), probs, self.name, 0)
