@@ -119,7 +119,7 @@ class StepRecorder:
         self.selections: list[dict[str, Any]] = []
         self.prefill_seconds = self.draft_prefill_seconds = 0.0
         self._start, self._compiled_before = 0.0, compiled.compile_seconds
-        self._seconds: dict[str, float] = {}
+        self._spans: dict[str, tuple[object, object, float]] = {}  # phase -> (start mark, end mark, compiling)
         self._reads = 0
         self._rules: dict[type, str] = {}
 
@@ -136,13 +136,14 @@ class StepRecorder:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase ``name`` of the step ("draft" opens a step), compiling excluded."""
+        """Mark the block as phase ``name`` of the step ("draft" opens a step), compiling excluded.
+        Its span is read in :meth:`outcome`, after the verdict's host read, when the stream is
+        idle: reading the draft's span here would make the verification wait for it on CUDA."""
         if name == "draft":
             self._reads = host_reads()
         m0, c0 = self.marks.mark(), self.compiled.compile_seconds
         yield
-        compiling = self.compiled.compile_seconds - c0
-        self._seconds[name] = max(self.marks.seconds(m0, self.marks.mark()) - compiling, 0.0)
+        self._spans[name] = (m0, self.marks.mark(), self.compiled.compile_seconds - c0)
 
     @contextlib.contextmanager
     def selecting(self, step: int, context: int) -> Iterator[list[Mapping[str, Any]]]:
@@ -165,11 +166,15 @@ class StepRecorder:
             step=len(self.outcomes), position=position, drafted=int(proposal.ids.shape[0]), accepted=verdict.num_accepted,
             emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or mask,  # the plan the draft really ran
             lookahead=f"{rule}:{lookahead.max_draft}", draft_forwards=proposal.forwards,
-            draft_seconds=self._seconds["draft"], verify_seconds=self._seconds["verify"],
+            draft_seconds=self._seconds("draft"), verify_seconds=self._seconds("verify"),
             confidences=proposal.confidences, host_reads=host_reads() - self._reads,
         )
         self.outcomes.append(outcome)
         return outcome
+
+    def _seconds(self, phase: str) -> float:
+        start, end, compiling = self._spans[phase]
+        return max(self.marks.seconds(start, end) - compiling, 0.0)
 
     def stats(self, new_tokens: int, path: str, path_reason: str) -> DecodeStats:
         """The generation's statistics, its wall clock read now (from :meth:`start`); ``path``: the backend that ran it."""

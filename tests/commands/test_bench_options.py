@@ -106,10 +106,10 @@ def test_bench_on_the_users_own_prompts(capsys, tiny_with_embedded_tokenizer, tm
 def test_captured_rows_are_timed_after_their_compiling(capsys, tiny_with_embedded_tokenizer, tmp_path, monkeypatch):
     """``--compile on``: one untimed generation per configuration compiles its shapes first, so
     the measured runs hold no compiling (dynamo's cheap backend stands in for inductor here)."""
-    from layersearch.runtime import captured
+    from layersearch.runtime import backend as runtime_backend
 
-    real = captured.dynamo_compiler
-    monkeypatch.setattr(captured, "dynamo_compiler", lambda backend="inductor": real("eager"))
+    real = runtime_backend.dynamo_compiler
+    monkeypatch.setattr(runtime_backend, "dynamo_compiler", lambda backend="inductor": real("eager"))
     _, _, folder = tiny_with_embedded_tokenizer(0)
     out = tmp_path / "bench.json"
     code, _, err = run_cli(capsys, "bench", "--model", folder, "--domains", "code", "--prompts-per-domain", 1,

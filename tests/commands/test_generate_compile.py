@@ -14,10 +14,10 @@ from layersearch.cli import main
 @pytest.fixture
 def eager_backend(monkeypatch):
     """Dynamo's cheap backend in place of inductor: the same capture, without code generation."""
-    from layersearch.runtime import captured
+    from layersearch.runtime import backend as runtime_backend
 
-    real = captured.dynamo_compiler
-    monkeypatch.setattr(captured, "dynamo_compiler", lambda backend="inductor": real("eager"))
+    real = runtime_backend.dynamo_compiler
+    monkeypatch.setattr(runtime_backend, "dynamo_compiler", lambda backend="inductor": real("eager"))
 
 
 def test_a_captured_generate_shows_each_compile_and_leaves_it_out_of_tokens_per_second(

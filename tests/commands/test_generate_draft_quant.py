@@ -111,10 +111,10 @@ def test_the_int8_self_draft_runs_captured_with_the_numba_kernels(tiny_with_embe
     forwards (as custom ops), the output is plain decoding's, and the spec keeps ``compile``
     (dynamo's cheap backend stands in for inductor)."""
     pytest.importorskip("numba")
-    from layersearch.runtime import captured
+    from layersearch.runtime import backend as runtime_backend
 
-    real = captured.dynamo_compiler
-    monkeypatch.setattr(captured, "dynamo_compiler", lambda backend="inductor": real("eager"))
+    real = runtime_backend.dynamo_compiler
+    monkeypatch.setattr(runtime_backend, "dynamo_compiler", lambda backend="inductor": real("eager"))
     _, _, folder = tiny_with_embedded_tokenizer(0)
     common = ("generate", "--model", folder, "--prompt", "def add(a, b):", "--max-new-tokens", 12, "--threads", 1,
               "--kernels", "numba")

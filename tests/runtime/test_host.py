@@ -17,8 +17,7 @@ import layersearch
 import layersearch.runtime.loop as loop
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
-from layersearch.runtime.backend import compile_with
-from layersearch.runtime.backend import _forward
+from layersearch.runtime.backend import _forward, compile_with, dynamo_compiler
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.sampling import SamplingConfig
@@ -103,3 +102,49 @@ def test_a_read_that_bypasses_to_host_is_caught(monkeypatch):
     decoder = SpeculativeDecoder(_model(32), SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3))
     with pytest.raises(AssertionError, match="__bool__"):
         _counted_steps(decoder, torch.tensor([[1, 2, 3, 4, 5]]), 8)
+
+
+def _sanctioned(function):
+    """``function`` run with CUDA's sync check off: the reads the step is allowed to make."""
+
+    def allowed(*args, **kwargs):
+        mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode(0)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(mode)
+
+    return allowed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
+def test_a_captured_cuda_step_synchronizes_only_where_it_reads_through_to_host(monkeypatch):
+    """On CUDA every captured step runs under ``torch.cuda.set_sync_debug_mode("error")``: a
+    synchronizing call anywhere but :func:`to_host` (and the recorder's span reads, after the
+    verdict) raises. (Eagerly, transformers' own mask code may synchronize: not the loop's.)"""
+    from layersearch.runtime.timing import StepRecorder
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("layersearch.") and getattr(module, "to_host", None) is to_host:
+            monkeypatch.setattr(module, "to_host", _sanctioned(to_host))
+    monkeypatch.setattr(StepRecorder, "outcome", _sanctioned(StepRecorder.outcome))
+    model = build_tiny_model("llama", num_layers=4, seed=33).to("cuda")
+    model.generation_config.eos_token_id = None
+    compile_with(model, dynamo_compiler("eager"))
+    decoder = SpeculativeDecoder(model, SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3), compile=True)
+    prompt = torch.tensor([[1, 2, 3, 4, 5]], device="cuda")
+    expected = decoder.generate(prompt, 16).token_ids  # compiles outside the check
+    step = loop._Run._step
+
+    def checked(run) -> None:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            step(run)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+
+    monkeypatch.setattr(loop._Run, "_step", checked)
+    result = decoder.generate(prompt, 16)
+    assert result.token_ids == expected and result.stats.path == "captured"
+    assert all(outcome.host_reads == 1 for outcome in result.stats.steps)

@@ -33,12 +33,12 @@ PACKAGE = layersearch.__file__.rsplit("/", 1)[0] + "/"
 #: drafter's chain, the verifier's rule, the backend's (forward, rollback, plan view) and the
 #: recorder's (phase marks, the outcome); the loop holds no path branch. Eagerly the model's forward
 #: also crosses the eager forward, the skip-aware cache and the plan's sub-layer stand-ins.
-STEADY_FUNCTIONS, STEADY_FILES = 33, 9
+STEADY_FUNCTIONS, STEADY_FILES = 34, 9
 #: The same, captured: the loop, the step's values, the drafter, the verifier, the backend (the
 #: compile key, the compiled-forward table) and the recorder; the graph runs the model.
-CAPTURED_FUNCTIONS, CAPTURED_FILES = 31, 6
+CAPTURED_FUNCTIONS, CAPTURED_FILES = 32, 6
 #: The first step also builds the mask's plan view and resolves the drafter's plan (once per mask).
-FIRST_FUNCTIONS, FIRST_FILES = 48, 12
+FIRST_FUNCTIONS, FIRST_FILES = 49, 12
 #: StepRequest, Proposal, Verdict, StepOutcome.
 VALUE_OBJECTS = 4
 
