@@ -1932,6 +1932,10 @@ BENCHMARK_ARGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hf_overhead --prompts 9": ("hf_overhead", ("--prompts", "9")),
     "hf_overhead --out onto a file": ("hf_overhead", ("--out", "mask.json")),
     "hf_overhead --out in a missing folder": ("hf_overhead", ("--out", "no/such.json")),
+    "step_time --rounds 0": ("step_time", ("--rounds", "0")),
+    "step_time --tree not a checkout": ("step_time", ("--tree", "nowhere")),
+    "step_time three trees": ("step_time", ("--tree", ".", "--tree", ".", "--tree", ".")),
+    "step_time --out onto a file": ("step_time", ("--out", "mask.json")),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from layersearch.masks.mask import SkipMask
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 #: the scripts this suite runs (pg_scale end to end in tests/study/postgres); the GPU scripts need CUDA
-TOOLS = ("mask_patterns", "pg_scale", "hf_overhead")
+TOOLS = ("mask_patterns", "pg_scale", "hf_overhead", "step_time")
 
 
 def load(name: str):
@@ -116,3 +117,16 @@ def test_int4_grid_rounds_onto_sixteen_levels_per_group_and_is_a_fixed_point():
     assert all(len(set(group.tolist())) <= 16 for group in rounded.float().view(8, 2, 128).reshape(16, 128))
     assert (rounded.float() - weight.float()).abs().max() <= (weight.float().abs().max() * 2 / 15)
     assert torch.equal(grid(rounded, 128), rounded)
+
+
+@pytest.mark.slow
+def test_step_time_compares_a_tree_with_itself(tmp_path, capsys):
+    """Two runs of this checkout, interleaved: each one's loop is this tree's, their tokens agree."""
+    tree = str(BENCHMARKS.parent)
+    out = tmp_path / "step_time.json"
+    assert load("step_time").main(["--tree", tree, "--tree", tree, "--rounds", "2", "--repeats", "1",
+                                   "--new-tokens", "8", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [len(run["ms_per_step"]) for run in report["trees"]] == [2, 2] and len(report["pair_ratios"]) == 2
+    assert report["argv"][0] == "step_time.py" and all(run["commit"] for run in report["trees"])
+    assert "second / first" in capsys.readouterr().out
