@@ -3,9 +3,9 @@
 On a tiny random Llama (4 layers, 64 wide) a step's forwards cost little, so the time per step is
 mostly the loop's bookkeeping: the step a refactor of ``runtime/`` must not slow. The decoder is
 Self-SD with a uniform 0.5 mask and static drafts of 3, greedy, eager, one thread. Each ``--tree``
-(a checkout of layersearch: this one, or ``git worktree add ../old REV``) runs in a Python process
-of its own, the trees interleaved round by round (the order flips every round); every run's tokens
-must match. Printed: each tree's median milliseconds per step and, for two trees, the median of the
+(a checkout of layersearch: this one, or an older commit's, ``git clone . ../old && git -C ../old
+checkout REV``) runs in a Python process of its own, the trees interleaved round by round (the
+order flips every round); every run's tokens must match. Printed: each tree's median milliseconds per step and, for two trees, the median of the
 paired ratios (second over first) with their spread.
 
     python benchmarks/step_time.py --tree ../old --tree . --rounds 5 --out step_time.json
