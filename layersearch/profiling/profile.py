@@ -405,7 +405,7 @@ class LatencyProfile(ModelBoundJson):
         """Speedup over plain decoding that the profile predicts for a run's own steps.
 
         ``steps`` are the loop's per-step records (``position``, ``drafted``, ``draft_forwards``,
-        ``emitted``, ``mask``: :class:`~layersearch.runtime.outcome.StepOutcome`). Unlike
+        ``emitted``, ``mask``: :class:`~layersearch.runtime.step.StepOutcome`). Unlike
         :meth:`expected_speedup`, nothing is inferred from M and alpha: each step's actual draft
         forwards, verified length and context are costed, and plain decoding is costed as one
         target forward per emitted token at its own context.

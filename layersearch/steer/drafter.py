@@ -66,7 +66,7 @@ class SteeredDrafter(Drafter):
         """The inner drafter's proposal, drafted with the bias W_s g (computed once per stage)."""
         if self._states is None or request.limit <= 0:
             return self.inner.propose(request)
-        # A transformers model either way: the runtime's protocols type it as a Module.
+        # A transformers model either way: the runtime's values type it as a Module.
         model = cast("PreTrainedModel", self.own_model or request.model)
         with torch.inference_mode():
             bias = self.steering.bias(self._states.to(self.steering.hml.weight.device))  # [intermediate]

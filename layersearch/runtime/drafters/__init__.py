@@ -1,4 +1,5 @@
-"""Drafters: where draft tokens come from (one module each; see ``base`` for the protocol).
+"""Drafters: where draft tokens come from (one module each; their base class is
+:class:`~layersearch.runtime.step.Drafter`).
 
 :data:`DRAFTERS` is the one registry of drafters: name -> :class:`DrafterEntry`, the factory and
 what the drafter needs (a plan, a draft model, a head, ...). Everything above the runtime (the
