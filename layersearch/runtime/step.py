@@ -22,11 +22,11 @@ a capability only to offer it. The loop reads capabilities as attributes; it nev
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, ContextManager, Mapping, NewType, cast
-import contextlib
 
 import torch
 
