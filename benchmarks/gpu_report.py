@@ -135,19 +135,25 @@ def pooled_pvalue(observed: np.ndarray, probs: np.ndarray) -> float:
     return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
 
 
+def sampled_counts(decoder: SpeculativeDecoder, prompt: list[int], runs: int) -> tuple[np.ndarray, int, int, str]:
+    """Counts of the 216 three-token outcomes over ``runs`` seeded draws at temperature 1, the
+    tokens drafted and accepted, and the path the generations ran."""
+    observed, drafted, accepted, path = np.zeros(216), 0, 0, ""
+    for seed in range(runs):
+        result = decoder.generate(prompt, 3, sampling=SamplingConfig(temperature=1.0, seed=seed))
+        a, b, c = result.token_ids
+        observed[a * 36 + b * 6 + c] += 1
+        drafted, accepted, path = drafted + result.stats.drafted, accepted + result.stats.accepted, result.stats.path
+    return observed, drafted, accepted, path
+
+
 def sampling_section(shape: str, device: str, dtype: torch.dtype, runs: int) -> dict:
     model = build(shape, device, dtype, vocab=6, head_scale=3.0 if shape != "tiny" else 12.0, seed=5)
     mask = SkipMask.uniform(model.config.num_hidden_layers, 0.5)
     prompt = [1, 4, 2]
     target, draft = three_token_law(model, prompt), three_token_law(model, prompt, mask)
-    observed, drafted, accepted = np.zeros(216), 0, 0
     start = time.perf_counter()
-    for seed in range(runs):
-        config = SamplingConfig(temperature=1.0, seed=seed)
-        result = SpeculativeDecoder(model, mask, policy=DraftPolicy(2, 0.0), sampling=config).generate(prompt, 3)
-        a, b, c = result.token_ids
-        observed[a * 36 + b * 6 + c] += 1
-        drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
+    observed, drafted, accepted, _ = sampled_counts(SpeculativeDecoder(model, mask, policy=DraftPolicy(2, 0.0)), prompt, runs)
     out = {"shape": shape, "dtype": str(dtype)[6:], "runs": runs, "drafted": drafted, "accepted": accepted,
            "p_target": pooled_pvalue(observed, target), "p_draft_law": pooled_pvalue(observed, draft),
            "tv_target_draft": 0.5 * float(np.abs(target - draft).sum()), "seconds": time.perf_counter() - start}
@@ -498,17 +504,12 @@ def captured_sampling_section(device: str, runs: int) -> dict:
     mask = half_mask(model.config.num_hidden_layers)
     prompt = [1, 4, 2]
     target, draft = three_token_law(model, prompt), three_token_law(model, prompt, mask)
-    observed, drafted, accepted = np.zeros(216), 0, 0
     decoder = SpeculativeDecoder(model, mask, lookahead=StaticLookahead(2), compile=True)
-    for seed in range(runs):
-        result = decoder.generate(prompt, 3, sampling=SamplingConfig(temperature=1.0, seed=seed))
-        a, b, c = result.token_ids
-        observed[a * 36 + b * 6 + c] += 1
-        drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
+    observed, drafted, accepted, path = sampled_counts(decoder, prompt, runs)
     out = {"runs": runs, "p_target": pooled_pvalue(observed, target), "p_draft_law": pooled_pvalue(observed, draft),
-           "drafted": drafted, "accepted": accepted, "path": result.stats.path}
+           "drafted": drafted, "accepted": accepted, "path": path}
     print(f"  captured sampling: p(target law) = {out['p_target']:.3f}, p(draft law) = {out['p_draft_law']:.2g}, "
-          f"accepted {accepted}/{drafted} ({result.stats.path})", flush=True)
+          f"accepted {accepted}/{drafted} ({path})", flush=True)
     return out
 
 
@@ -745,15 +746,10 @@ def int4_sampling_section(device: str, runs: int) -> dict:
     plan = int4_plan(model, INT4_SKIP)
     prompt = [1, 4, 2]
     target = three_token_law(model, prompt)
-    observed, drafted, accepted = np.zeros(216), 0, 0
     decoder = SpeculativeDecoder(model, plan, lookahead=StaticLookahead(2), compile=True)
-    for seed in range(runs):
-        result = decoder.generate(prompt, 3, sampling=SamplingConfig(temperature=1.0, seed=seed))
-        a, b, c = result.token_ids
-        observed[a * 36 + b * 6 + c] += 1
-        drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
+    observed, drafted, accepted, path = sampled_counts(decoder, prompt, runs)
     out = {"runs": runs, "p_target": pooled_pvalue(observed, target), "drafted": drafted, "accepted": accepted,
-           "path": result.stats.path}
+           "path": path}
     print(f"  int4 draft sampling: p(target law) = {out['p_target']:.3f}, accepted {accepted}/{drafted} ({out['path']})", flush=True)
     return out
 
