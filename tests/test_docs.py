@@ -7,6 +7,8 @@ import argparse
 import re
 from pathlib import Path
 
+import pytest
+
 from layersearch.cli import build_parser
 from layersearch.commands.requires import needed_extras
 
@@ -118,3 +120,75 @@ def test_every_api_name_the_docs_mention_exists():
     missing = {name: where for name, where in names.items() if name not in GONE and not resolves(name)}
     assert missing == {}, "the docs name API that does not exist"
     assert {name for name in GONE if resolves(name)} == set(), "a name the docs call gone still exists"
+
+
+# ----- every promise of token equality says in which dtype it holds -------------------------------
+# Greedy speculative output is plain decoding's token for token in fp32; in bf16/fp16 a forward over
+# k+1 tokens rounds differently from a one-token forward, so near-ties can break differently. A text
+# that promises equal tokens must say so in the same paragraph (README.md: "Lossless: what holds").
+ROOT = CLI_MD.parents[1]
+#: A phrase promising greedy output equal to plain decoding's.
+EQUALITY = re.compile(r"token[- ]for[- ]token|token[- ]by[- ]token|token-identical"
+                      r"|identical to (?:plain|HF|transformers|`*(?:model\.)?generate)"
+                      r"|equals? (?:plain |the model's own (?:greedy )?)?`*(?:model\.)?generate", re.IGNORECASE)
+#: What the paragraph of such a phrase must name: the dtype the equality holds in.
+DTYPE_CONDITION = re.compile(r"\b(?:fp32|float32)\b", re.IGNORECASE)
+#: The Python modules whose text users read as documentation: the package's and the integrations' docstrings,
+#: the Python API and the folder ``export-hf`` writes.
+API_MODULES = ("layersearch/__init__.py", "layersearch/decoder/api.py", "layersearch/integrations/hf_generate.py",
+               "layersearch/integrations/export.py", "layersearch/integrations/arguments.py")
+
+
+def paragraphs(text: str) -> list[str]:
+    """``text``'s paragraphs: blocks between blank lines, each markdown table row and list item its own."""
+    found: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        found += [part for part in re.split(r"\n(?=\s*(?:\||[-*] ))", block) if part.strip()]
+    return found
+
+
+def unconditional_promises(text: str) -> list[str]:
+    """The paragraphs of ``text`` that promise equal tokens without naming fp32."""
+    return [" ".join(p.split())[:160] for p in paragraphs(text) if EQUALITY.search(p) and not DTYPE_CONDITION.search(p)]
+
+
+def help_texts() -> list[str]:
+    """Every description and option help of the CLI's parsers."""
+    texts: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        texts.append(parser.description or "")
+        for action in parser._actions:
+            texts.append(action.help or "")
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    walk(child)
+
+    walk(build_parser())
+    return [t for t in texts if t]
+
+
+@pytest.mark.parametrize("text", [
+    "Greedy output equals `model.generate` token for token; sampled output follows the model's distribution.",
+    "so greedy output is token-for-token what `model.generate` gives",
+    "every output token-identical to plain decoding",
+    "runs the spec (greedy output equals plain generate's)",
+])
+def test_the_check_catches_a_promise_without_its_dtype(text):
+    assert unconditional_promises(text) and not unconditional_promises(text + " In fp32, that is.")
+
+
+def test_the_check_reads_table_rows_and_list_items_apart():
+    assert unconditional_promises("In fp32 below.\n\n| a | b |\n| x | token-identical |\n- fp32 item\n- token for token")
+    assert unconditional_promises("| in fp32 | token for token |\n| z | w |") == []
+
+
+def test_docs_promise_equal_tokens_only_with_the_dtype():
+    found = {path.name: unconditional_promises(path.read_text()) for path in DOCS}
+    assert {name: hits for name, hits in found.items() if hits} == {}
+
+
+def test_api_docstrings_and_help_texts_promise_equal_tokens_only_with_the_dtype():
+    found = {name: unconditional_promises((ROOT / name).read_text()) for name in API_MODULES}
+    found["--help"] = [hit for text in help_texts() for hit in unconditional_promises(text)]
+    assert {name: hits for name, hits in found.items() if hits} == {}

@@ -33,7 +33,9 @@ def model_args(parser: argparse.ArgumentParser, *, threads: int | None = None, k
     with ``kernels``, also ``--kernels`` and ``--compile``."""
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, .gguf file, HF id or local directory (default {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda)")
+    parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32 on cpu, bfloat16 on cuda). "
+                        "Greedy speculative output is plain decoding's token for token in float32; in bfloat16 and "
+                        "float16 near-ties can break differently, as under any change of batch shape")
     threads_arg(parser, default=threads)
     if kernels:
         parser.add_argument(

@@ -76,9 +76,11 @@ class Decoder:
         files and on the command line: a ``temperature`` > 0 samples (``do_sample`` may be left out),
         ``do_sample=True`` without a temperature samples at 1.0 unless the spec samples at its own,
         and ``do_sample=True, temperature=0`` (or ``False`` with a temperature > 0) is refused. The output is
-        lossless: greedy equals the model's own greedy ``generate``, sampling follows its
-        distribution. Every argument is checked first (LayersearchError, as the CLI words it),
-        the prompt and the new tokens against the model's context included."""
+        lossless: in fp32 greedy equals the model's own greedy ``generate`` token for token and
+        sampling follows its distribution; in bf16/fp16 near-ties can break differently, as under
+        any change of batch shape (README.md, "Lossless: what holds"). Every argument is checked
+        first (LayersearchError, as the CLI words it), the prompt and the new tokens against the
+        model's context included."""
         import torch
 
         from layersearch.models.context import check_fits, check_text_fits

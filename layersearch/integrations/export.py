@@ -32,8 +32,10 @@ _GENERATE_PY = '''"""A layersearch decoding method for transformers' generate (w
     model.generate(**inputs, custom_generate="<this repository or folder>", trust_remote_code=True)
 
 runs the decoder spec below with layersearch's lossless speculative decode loop on the model it is
-called on (greedy output equals plain generate's). It imports layersearch (requirements.txt) and
-holds no copy of its code; layersearch_spec.json beside it is the same spec, to read.
+called on (in fp32, greedy output equals plain generate's token for token; in bf16/fp16 near-ties
+can break differently, as under any change of batch shape). It imports layersearch
+(requirements.txt) and holds no copy of its code; layersearch_spec.json beside it is the same
+spec, to read.
 """
 
 import json

@@ -2,8 +2,9 @@
 and one error line (nothing left in the cache) for every file that is not a model we support.
 
 The real conversion test uses the embedded model's own GGUF file given by path (~20 s); the
-real-model tests (Qwen2.5-Coder-0.5B, Gemma-3-270M, fetched by ../shared/models/fetch.sh) skip
-with the reason when the files are absent: the test command never downloads them.
+real-model tests (Qwen2.5-Coder-0.5B-Instruct and Gemma-3-270M as GGUF Q4_K_M files in
+``$LAYERSEARCH_GGUF_DIR``, default ~/.cache/layersearch/gguf/) skip with the reason when the files
+are absent: the test command never downloads them.
 """
 
 from __future__ import annotations
@@ -187,12 +188,13 @@ def test_a_truncated_gguf_leaves_nothing_in_the_cache(tmp_path: Path, empty_cach
     assert leftovers(empty_cache) == []  # refused from its layout (tensor data past the end), before any cache folder
 
 
-# ----- real models (fetched by ../shared/models/fetch.sh; skipped when absent) -----------------
+# ----- real models (GGUF files in GGUF_DIR; skipped when absent) ---------------------------------
 
 
 def real_model(path: Path):
     if not path.is_file():
-        pytest.skip(f"{path.name} not found in {GGUF_DIR}: run ../shared/models/fetch.sh to test real models")
+        pytest.skip(f"{path.name} not found in {GGUF_DIR}: put that GGUF file there (or set LAYERSEARCH_GGUF_DIR "
+                    "to its folder) to test real models")
     return load_model(str(path))
 
 
