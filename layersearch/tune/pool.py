@@ -9,7 +9,8 @@ every kept sub-layer and the head in int8; likewise in int4 where it timed int4 
 even when every draft token is accepted is dropped before anything is decoded, and the rest
 are ranked by the speedup the profile predicts at their matchness (SWIFT's stand-in for the
 acceptance rate). Matchness runs one teacher-forced forward per prompt, so the pre-search
-costs a small share of the budget.
+costs a small share of the budget; with a ``deadline`` (the tune budget's end) no mask is scored
+after it, and a pool cut short holds the masks scored by then.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ def predicted_speedup(profile: Any, mask: SkipMask, acceptance: float, context: 
 
 def candidate_pool(
     loaded: Any, texts: Sequence[str], profile: Any, context: int, seconds: float, *, seed: int = 0,
-    size: int = POOL_SIZE, say: Callable[[str], None] = lambda message: None,
+    size: int = POOL_SIZE, say: Callable[[str], None] = lambda message: None, deadline: float | None = None,
 ) -> tuple[Candidate, ...]:
     """At most ``size`` distinct masks worth decoding, best predicted first (empty when none can pay).
+    ``seconds``: the pre-searches' time; ``deadline`` (``time.monotonic()``): none scores a mask after it.
 
     The profile prices a mask before anything runs: a uniform mask whose ceiling (its speedup at
     acceptance 1) is below :data:`MIN_CEILING` is dropped unscored, and a pre-search is skipped
@@ -92,18 +94,29 @@ def candidate_pool(
         for ratio in INT4_RATIOS:
             plan = SkipMask.uniform(info.num_layers, ratio, info).kept_in_int4()
             _add(found, f"int4 uniform {ratio:g}", fit_group_size(plan, loaded.model))
-    scores = {label: objective.evaluate(runtime, mask).value for label, mask in found.items() if pays(mask)}
+    left = (lambda: float("inf")) if deadline is None else (lambda: deadline - time.monotonic())  # noqa: E731
+    paying = [label for label, mask in found.items() if pays(mask)]
+    scores: dict[str, float] = {}
+    for label in paying:
+        if left() <= 0:
+            break  # the budget is spent: the rest stay unscored, out of the pool
+        scores[label] = objective.evaluate(runtime, found[label]).value
+    unscored = len(paying) - len(scores)
     searches = [(s, r) for s, r in PRESEARCH if pays(SkipMask.uniform(info.num_layers, r, info))]
-    for strategy, ratio in searches:
-        for label, mask, value in _search(runtime, objective, strategy, ratio, seconds / len(searches), seed):
+    spent = left() <= 0
+    share = min(seconds, left())
+    for strategy, ratio in searches if not spent else ():
+        for label, mask, value in _search(runtime, objective, strategy, ratio, share / len(searches), seed):
             if _add(found, label, mask) and pays(mask):
                 scores[label] = value
     kept = sorted((Candidate(label, found[label].with_provenance(label=label), value,
                              predicted_speedup(profile, found[label], 1.0, context),
                              predicted_speedup(profile, found[label], value, context))
                    for label, value in scores.items()), key=lambda c: -c.predicted)[:size]
-    say(f"mask pool: {len(found)} masks, {len(found) - len(scores)} pruned by the profile "
-        f"(< {MIN_CEILING:g}x even at acceptance 1), {len(kept)} kept")
+    say(f"mask pool: {len(found)} masks, {len(found) - len(scores) - unscored} pruned by the profile "
+        f"(< {MIN_CEILING:g}x even at acceptance 1), {len(kept)} kept"
+        + (f"; the budget ran out before {unscored} were scored" if unscored else "")
+        + ("; no pre-search (the budget was spent)" if searches and spent else ""))
     return tuple(kept)
 
 

@@ -1,8 +1,18 @@
 """A whole tune run: check, pool, search, re-measure on held-out prompts, choose.
 
 :func:`prepare` does every check that needs no model (prompt file and its splits, the study's
-storage), :func:`tune` the rest on a loaded model. The budget covers the mask pool's short
-pre-search and the study; the quick latency profile and the held-out re-measurement come on top.
+storage), :func:`tune` the rest on a loaded model. The budget covers the mask pool and the
+study; the quick latency profile and the held-out re-measurement come on top.
+
+The budget is kept by not starting what it cannot hold, never by stopping a measurement
+halfway: the mask pool scores masks only while the budget lasts; then plain ``generate`` is
+timed once on the longest train prompt, which prices plain generate's run over the train
+prompts before any trial, and a candidate's at :data:`CANDIDATE_RUNS` of those (its first run
+builds its draft, and one that does not pay is slower than plain). The first batch takes only
+the enqueued trials whose runs fit beside its plain run at those prices (none: no batch), and
+each later trial starts only while the time left holds one as long as the longest so far
+(:func:`layersearch.tune.study.run_trials`). So the search ends within its budget, but for the
+one measurement that started inside it and ran longer than its price.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ PROFILE_CONTEXTS = (64, 512)
 #: with one plain generate, before the search samples one trial at a time.
 FIRST_BATCH = 3
 PLAIN_SKIPPED = "plain decoding is the reference every trial measures: not searched"
+#: A candidate's run over the train prompts, priced in plain generate's runs before any is measured.
+CANDIDATE_RUNS = 2
 
 
 @dataclass(frozen=True)
@@ -194,7 +206,7 @@ def tune(
     start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)
     deadline = start + settings.budget
     if pool is None:
-        pool = _pool(loaded, train_texts, train, profile, settings, say)
+        pool = _pool(loaded, train_texts, train, profile, settings, say, deadline)
         store_pool(study, pool)
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
     quants = ("none", *(q for q in drafts if q is not None))
@@ -253,15 +265,23 @@ def tune(
         on_trial(Progress(done, best, trial.value, max(0.0, deadline - time.monotonic()), trial.number,
                           str(trial.params.get("drafter", "?"))))
 
+    per_run = run_seconds(loaded, train, settings.max_new_tokens, kernels)
     left = max(0.0, deadline - time.monotonic())
-    say(f"trials: {left:.0f} s of the {settings.budget:g} s budget left after the mask pool ({len(pool)} masks in it); "
-        f"the first {FIRST_BATCH} enqueued measured together")
+    count = batch_size(left, per_run)
+    say(f"trials: {left:.0f} s of the {settings.budget:g} s budget left after the mask pool ({len(pool)} masks in it) "
+        f"and timing plain generate ({per_run:.1f} s on the train prompts); "
+        + (f"the first {count} enqueued measured together" if count else "no batch of the enqueued trials fits"))
     batch_start = time.monotonic()
-    batch = run_batch(study, FIRST_BATCH, spec_of, measure_all, score, after_trial)
-    # A later trial decodes plain generate and one candidate: about two of the batch's configurations.
-    per_trial = 2 * (time.monotonic() - batch_start) / (batch + 1) if batch else 0.0
+    batch = run_batch(study, count, spec_of, measure_all, score, after_trial) if count else 0
+    # A later trial decodes plain generate and one candidate: priced as the batch measured them.
+    if batch:
+        per_run = (time.monotonic() - batch_start) / (1 + CANDIDATE_RUNS * batch)
+    per_trial = (1 + CANDIDATE_RUNS) * per_run
     run_trials(study, objective, deadline, after_trial, expected=per_trial)
     new_trials = done
+    if not new_trials:
+        say(f"the budget held no trial: one decodes plain generate and a candidate on the train prompts, about "
+            f"{per_trial:.1f} s here, and {max(0.0, deadline - time.monotonic()):.0f} s were left; a larger budget searches")
     search_seconds = time.monotonic() - start
     chosen = select.finalists(study, settings.finalists)
     compile_start, entries_start = _compile_seconds(loaded), _compiled_entries(loaded)
@@ -281,6 +301,26 @@ def tune(
                       settings.max_new_tokens, settings.repeats, kernels, quants[1:], settings.budget, tuple(test),
                       tuple(test_texts), scored_by, profile_compile_seconds + finalist_compile, compiled_forwards,
                       profile.predicts_for if profile is not None else "")
+
+
+def run_seconds(loaded: Any, train: list[Any], new_tokens: int, kernels: str) -> float:
+    """A configuration's price before any trial: the seconds plain ``generate`` takes on the
+    longest of the ``train`` prompts, times their count (a drafter that pays runs faster)."""
+    from layersearch.tune.objective import plain_config
+
+    longest = max(train, key=lambda ids: ids.shape[1])
+    begin = time.monotonic()
+    plain_config(loaded, kernels).generate(longest, new_tokens)
+    return (time.monotonic() - begin) * len(train)
+
+
+def batch_size(left: float, per_run: float) -> int:
+    """How many enqueued trials the first batch takes: at most :data:`FIRST_BATCH`, and only as
+    many as ``left`` seconds hold beside the batch's plain run (``per_run`` seconds; a candidate's
+    :data:`CANDIDATE_RUNS` times that)."""
+    if per_run <= 0:
+        return FIRST_BATCH
+    return max(0, min(FIRST_BATCH, int((left / per_run - 1) // CANDIDATE_RUNS)))
 
 
 def given_profile(profile: Any, loaded: Any) -> bool:
@@ -328,12 +368,13 @@ def _profile(loaded: Any, say: Callable[[str], None], kernels: str = "stock", ba
 
 
 def _pool(loaded: Any, texts: list[str], train: list[Any], profile: Any, settings: TuneSettings,
-          say: Callable[[str], None]) -> tuple[Candidate, ...]:
-    """The mask pool from the short pre-search (:mod:`layersearch.tune.pool`)."""
+          say: Callable[[str], None], deadline: float) -> tuple[Candidate, ...]:
+    """The mask pool from the short pre-search (:mod:`layersearch.tune.pool`), scored until ``deadline``."""
     from layersearch.tune.pool import candidate_pool
 
     context = int(sum(ids.shape[1] for ids in train) / len(train)) + settings.max_new_tokens // 2
-    return candidate_pool(loaded, texts, profile, context, settings.budget * PRESEARCH_SHARE, seed=settings.seed, say=say)
+    return candidate_pool(loaded, texts, profile, context, settings.budget * PRESEARCH_SHARE, seed=settings.seed, say=say,
+                          deadline=deadline)
 
 
 def _ids(loaded: Any, texts: list[str]) -> list[Any]:
