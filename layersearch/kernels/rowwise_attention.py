@@ -2,11 +2,19 @@
 
 torch's CPU attention (SDPA's flash kernel, or eager's batched matmul) blocks the queries of a
 call into GEMMs, so a token's attention output differs in its last bits between a one-token
-forward and a verification over k tokens. With the row-wise linear kernel that was the only
-k-dependent part of a decoder forward. :func:`rowwise_attention` computes each (head, query)
-pair on its own: scores over exactly the causal prefix that query sees (the same key count it
-has in a one-token forward at the same position), a softmax, and the weighted sum of values,
-in an order fixed by that key count and the head width only.
+forward and a verification over k tokens. With the row-wise linear kernel (and the activation
+kernel, :mod:`layersearch.kernels.activation`) that was the only k-dependent part of a decoder
+forward. :func:`rowwise_attention` computes each (head, query) pair on its own: scores over
+exactly the causal prefix that query sees (the same key count it has in a one-token forward at
+the same position), a softmax, and the weighted sum of values, in an order fixed by that key
+count and the head width only.
+
+Exactness in half precision. bfloat16 and float16 keys and values are read from the cache as
+they are and widened exactly as read (:mod:`layersearch.kernels.dtypes`); the query is widened
+before the call; scores, softmax and the weighted sum run in float32 in the same order as in a
+float32 model, and each output value is rounded to the query's dtype once. So a query's
+half-precision output is bitwise the same alone or among the k queries of a verification
+(``tests/kernels/test_kernels_half.py``), which torch's SDPA in bfloat16 is not.
 
 It is registered with transformers' ``AttentionInterface`` as :data:`NAME` (masks built as for
 SDPA), so :mod:`layersearch.kernels.select` switches a model to it with
@@ -22,6 +30,7 @@ import torch
 from numba import njit, prange
 
 from layersearch.kernels import rowwise_linear  # noqa: F401  (sets numba's threading layer first)
+from layersearch.kernels.dtypes import DTYPES, kernel_array, widen
 from layersearch.kernels.rowwise_linear import MAX_TOKENS
 
 #: The name under which the kernel is registered with transformers.
@@ -32,8 +41,9 @@ _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}  # order fixed by the loop le
 
 @njit(inline="always")
 def _attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cover - compiled by numba (inlined)
-    # q [h, t, d]; k, v [hkv, n, d]; allowed [t, n] (True = may attend; read if use_mask);
-    # out [t, h, d]. Query i is the (n - t + i)-th position: it sees keys 0 .. n - t + i.
+    # q [h, t, d] float32; k, v [hkv, n, d] float32 or half-precision bits (widened exactly as
+    # read); allowed [t, n] (True = may attend; read if use_mask); out [t, h, d] float32.
+    # Query i is the (n - t + i)-th position: it sees keys 0 .. n - t + i.
     heads, t, d = q.shape
     kv_heads, n, _ = k.shape
     group = heads // kv_heads
@@ -54,7 +64,7 @@ def _attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cove
         for j in range(seen):
             s = np.float32(0.0)
             for c in range(d):
-                s += q[head, i, c] * k[kv, j, c]
+                s += q[head, i, c] * widen(k[kv, j, c])
             s *= scale
             if softcap > 0:
                 s = np.float32(np.tanh(s / softcap) * softcap)
@@ -71,7 +81,7 @@ def _attend(q, k, v, allowed, use_mask, scale, softcap, out):  # pragma: no cove
         for j in range(seen):
             p = scores[j]
             for c in range(d):
-                acc[c] += p * v[kv, j, c]
+                acc[c] += p * widen(v[kv, j, c])
         for c in range(d):
             out[i, head, c] = acc[c] / total
 
@@ -122,11 +132,11 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allo
     _, heads, t, d = query.shape
     out = torch.empty(t, heads, d, dtype=torch.float32)  # [t, h, d]
     (attend if numba.get_num_threads() > 1 else attend_serial)(
-        _array(query[0]), _array(key[0]), _array(value[0]),
+        kernel_array(query[0].to(torch.float32)), kernel_array(key[0]), kernel_array(value[0]),  # the cache read as it is
         allowed.numpy() if allowed is not None else np.ones((1, 1), np.bool_), allowed is not None,
         np.float32(scale), np.float32(softcap), out.numpy(),
     )
-    return out.unsqueeze(0)
+    return out.unsqueeze(0).to(query.dtype)  # half precision: rounded once, per element
 
 
 @torch.library.custom_op("layersearch::rowwise_attention", mutates_args=())
@@ -143,13 +153,10 @@ def _rowwise_attention_shape(query, key, value, allowed, scale, softcap) -> torc
     return query.new_empty((1, t, heads, d))
 
 
-def supported(query: torch.Tensor) -> bool:
-    """Whether the kernel runs this call (fp32 on CPU, one sequence)."""
-    return query.dtype == torch.float32 and query.device.type == "cpu" and query.shape[0] == 1
-
-
-def _array(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().contiguous().numpy()
+def supported(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether the kernel runs this call (float32, bfloat16 or float16 on CPU, one sequence,
+    keys in the queries' dtype)."""
+    return query.dtype in DTYPES and key.dtype == query.dtype and query.device.type == "cpu" and query.shape[0] == 1
 
 
 def _allowed(mask: torch.Tensor | None, t: int, n: int) -> torch.Tensor | None:
@@ -173,8 +180,8 @@ def register() -> None:
 
 def _dispatch(module, query, key, value, attention_mask, **kwargs):
     """The kernel where it applies; transformers' own attention for a long prefill (the same in
-    plain and speculative decoding, and faster there), fp16, GPU or batches."""
-    if supported(query) and query.shape[2] <= MAX_TOKENS:
+    plain and speculative decoding, and faster there), GPU or batches."""
+    if supported(query, key) and query.shape[2] <= MAX_TOKENS:
         return rowwise_attention(module, query, key, value, attention_mask, **kwargs)
     if kwargs.get("softcap"):  # Gemma 2: logit soft-capping, which only eager attention does
         import sys

@@ -16,6 +16,14 @@ tokens share the call (``tests/kernels/test_kernels.py`` checks it), and greedy 
 output equals our plain loop run with the same kernels token by token
 (:mod:`layersearch.kernels.select` routes a model's layers through it).
 
+The same holds in bfloat16 and float16 (:mod:`layersearch.kernels.dtypes`): the kernel reads
+the half-precision weight's own bits and widens each exactly to float32 as it reads it (no
+float32 copy of the weights), the activations are widened exactly before the call, the sum
+runs in float32 through the same loop in the same order, the bias is added in float32 and the
+result is rounded to the weight's dtype once, per element. So a token's half-precision output
+is a function of its own input row alone, as in float32; torch's half-precision linear, whose
+blocking follows the number of rows, rounds a k-token call differently from one-token calls.
+
 Captured forwards. numba's functions are opaque to ``torch.compile``, so the kernel is also the
 custom op ``torch.ops.layersearch.rowwise_linear`` (:func:`rowwise_linear_op`, with a fake
 implementation giving the output's shape): a compiled forward calls it as one node, the same
@@ -29,11 +37,13 @@ import os
 import numba
 import numpy as np
 import torch
+from numba import njit, prange
+
+from layersearch.kernels.dtypes import kernel_array, widen
 
 #: Calls over more tokens than this keep torch's kernels: a long prefill, the same in plain and
 #: speculative decoding, where the stock GEMM and attention are faster. Verification stays below.
 MAX_TOKENS = 64
-from numba import njit, prange
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     # numba's default OpenMP pool keeps spinning between launches; in the same process it made
@@ -53,7 +63,8 @@ _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 
 @njit(inline="always")
 def _rows_times_tokens(x, k, w, out):  # pragma: no cover - compiled by numba (inlined below)
-    # x [k', n] with k' >= k; w [m, n] row-major; out [kp, m], kp = k rounded up to TOKEN_BLOCK.
+    # x [k', n] float32 with k' >= k; w [m, n] row-major, float32 or half-precision bits (widened
+    # exactly as read); out [kp, m] float32, kp = k rounded up to TOKEN_BLOCK.
     # Tokens past k repeat token k - 1 (x is not padded, so no copy); rows past m repeat
     # row m - 1. Every (row, token) pair therefore runs through the same loop below, and its
     # 32 accumulators (8 rows x 4 tokens) stay in vector registers.
@@ -82,42 +93,42 @@ def _rows_times_tokens(x, k, w, out):  # pragma: no cover - compiled by numba (i
             a70 = a71 = a72 = a73 = np.float32(0.0)
             for i in range(n):
                 y0, y1, y2, y3 = x0[i], x1[i], x2[i], x3[i]
-                u = w0[i]
+                u = widen(w0[i])
                 a00 += u * y0
                 a01 += u * y1
                 a02 += u * y2
                 a03 += u * y3
-                u = w1[i]
+                u = widen(w1[i])
                 a10 += u * y0
                 a11 += u * y1
                 a12 += u * y2
                 a13 += u * y3
-                u = w2[i]
+                u = widen(w2[i])
                 a20 += u * y0
                 a21 += u * y1
                 a22 += u * y2
                 a23 += u * y3
-                u = w3[i]
+                u = widen(w3[i])
                 a30 += u * y0
                 a31 += u * y1
                 a32 += u * y2
                 a33 += u * y3
-                u = w4[i]
+                u = widen(w4[i])
                 a40 += u * y0
                 a41 += u * y1
                 a42 += u * y2
                 a43 += u * y3
-                u = w5[i]
+                u = widen(w5[i])
                 a50 += u * y0
                 a51 += u * y1
                 a52 += u * y2
                 a53 += u * y3
-                u = w6[i]
+                u = widen(w6[i])
                 a60 += u * y0
                 a61 += u * y1
                 a62 += u * y2
                 a63 += u * y3
-                u = w7[i]
+                u = widen(w7[i])
                 a70 += u * y0
                 a71 += u * y1
                 a72 += u * y2
@@ -174,7 +185,8 @@ PARALLEL_MIN_WEIGHTS = 1 << 20
 
 
 def rowwise_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias`` by the numba kernel: x [..., n] fp32 on CPU, weight [m, n] -> [..., m].
+    """``x @ weight.T + bias`` by the numba kernel: x [..., n] on CPU, weight [m, n] -> [..., m],
+    x, weight and bias of one dtype in :data:`~layersearch.kernels.dtypes.DTYPES`.
 
     A token's output row is bitwise the same whatever other tokens share the call.
     """
@@ -183,23 +195,28 @@ def rowwise_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 def prepared_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, *, threads: int = 1):
     """:func:`rowwise_linear` for one fixed weight, with the per-call work done once: a function
-    of x [..., n] -> [..., m]. ``threads`` > 1 runs large weights on numba's thread pool."""
-    w = weight.detach().numpy()  # [m, n], shares the parameter's memory
+    of x [..., n] -> [..., m]. ``threads`` > 1 runs large weights on numba's thread pool.
+
+    Half precision: the kernel reads the weight's own bits (no float32 copy), x is widened to
+    float32 (exact), the bias is added in float32 and the sum rounded to the weight's dtype once.
+    """
+    w = kernel_array(weight)  # [m, n], shares the parameter's memory
     m = w.shape[0]
+    dtype = weight.dtype
     parallel = threads > 1 and weight.numel() >= PARALLEL_MIN_WEIGHTS
     kernel = rows_times_tokens if parallel else rows_times_tokens_serial
-    b = None if bias is None else bias.detach()
+    b = None if bias is None else bias.detach().to(torch.float32)
 
     def apply(x: torch.Tensor) -> torch.Tensor:
         n = x.shape[-1]
-        rows = x.detach().reshape(-1, n).contiguous().numpy()  # [k, n]
+        rows = x.detach().reshape(-1, n).to(torch.float32).contiguous().numpy()  # [k, n]
         k = rows.shape[0]
         out = np.empty((-(-k // TOKEN_BLOCK) * TOKEN_BLOCK, m), np.float32)  # [kp, m]
         kernel(rows, k, w, out)
         y = torch.from_numpy(out[:k])
         if b is not None:
             y += b  # elementwise: per token, independent of k
-        return y.view(*x.shape[:-1], m)
+        return y.to(dtype).view(*x.shape[:-1], m)  # the one rounding (none in float32)
 
     return apply
 

@@ -13,7 +13,7 @@ from layersearch.masks.mask import SkipMask
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 #: the scripts this suite runs (pg_scale end to end in tests/study/postgres); the GPU scripts need CUDA
-TOOLS = ("mask_patterns", "pg_scale", "hf_overhead", "step_time", "bf16_divergence")
+TOOLS = ("mask_patterns", "pg_scale", "hf_overhead", "step_time", "bf16_divergence", "kernel_cost")
 
 
 def load(name: str):
@@ -130,3 +130,15 @@ def test_step_time_compares_a_tree_with_itself(tmp_path, capsys):
     assert [len(run["ms_per_step"]) for run in report["trees"]] == [2, 2] and len(report["pair_ratios"]) == 2
     assert report["argv"][0] == "step_time.py" and all(run["commit"] for run in report["trees"])
     assert "second / first" in capsys.readouterr().out
+
+
+def test_kernel_cost_times_both_kernel_sets_on_a_tiny_model(tmp_path, capsys):
+    out = tmp_path / "kernel_cost.json"
+    assert load("kernel_cost").main(["--tiny", "llama", "--context", "20", "--verify", "4", "--repeats", "2",
+                                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| 1 token |" in printed and "| verify 4 |" in printed and "tiny-llama, bfloat16" in printed
+    report = json.loads(out.read_text())
+    assert [len(report["seconds"][name]["4"]) for name in ("stock", "numba")] == [2, 2] and report["commit"]
+    for bad in (["--verify", "1"], ["--tiny", "gpt"], ["--dtype", "float8"], ["--out", str(out)]):
+        assert load("kernel_cost").main(bad) == 2
