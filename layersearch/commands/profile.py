@@ -105,7 +105,7 @@ def _validate(args: Any) -> int:
     masks = [SkipMask.none(loaded.info.num_layers)] + [validation_mask(spec, loaded.info) for spec in args.masks.split(",") if spec]
     contexts = _contexts(args.contexts) if args.contexts is not None else profile.contexts
     check_context(loaded, max(contexts) + 8, "--contexts")  # plus the longest verification
-    with model_kernels(loaded.model, choose_kernels(args.kernels, profile)):  # auto: the profile's kernels
+    with model_kernels(loaded.model, choose_kernels(args.kernels, profile, loaded.model.dtype)):  # auto: the profile's kernels
         rows = validate_profile(loaded.model, profile, masks, contexts=contexts, repeats=args.repeats,
                                 progress=lambda message: print(message, file=sys.stderr, flush=True))
     print(format_validation(rows))

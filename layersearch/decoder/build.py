@@ -202,7 +202,7 @@ def build_decoder(
     from layersearch.kernels.select import choose_kernels
 
     # After every check that names an option; compiled forwards run the numba kernels as custom ops.
-    chosen = choose_kernels(kernels, _profile(spec.profile, info))
+    chosen = choose_kernels(kernels, _profile(spec.profile, info), loaded.model.dtype)
     if spec.plain:
         return BuiltDecoder(loaded, resolved, None, kernels=chosen, compile=compiled)
     twins = _twins(loaded, spec, draft, source.get("mask"))  # built once, now: not inside the first generation's timing

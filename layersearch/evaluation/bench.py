@@ -495,7 +495,7 @@ def run_bench(prepared: PreparedBench, say: Callable[[str], None], show: Callabl
     masks = [SkipMask.none(loaded.info.num_layers, loaded.info)] + bench_masks(settings.skip_ratios, settings.masks, loaded.info)
     profile = _bench_profile(settings, loaded, say)
     compiled = compile_wanted(settings.compile or "auto", loaded.model.device.type)
-    kernels = choose_kernels(settings.kernels, profile)  # compiled forwards run the numba kernels as custom ops
+    kernels = choose_kernels(settings.kernels, profile, loaded.model.dtype)  # compiled forwards run the numba kernels as custom ops
     say(f"kernels: {kernels}; compile: {'on' if compiled else 'off'}")
     from layersearch.common.jsonfile import BENCH_SCHEMA_VERSION
 

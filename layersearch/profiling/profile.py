@@ -30,11 +30,15 @@ File format (schema_version 1)::
      "verify_ratios": [1.0, ...], "contexts": [64, ...], "created": "...",
      "attention_windows": [null, 4096, ...],        (optional; absent or [] = all full)
      "kernels": "numba",                           (optional; absent = "stock")
-     "kernel_timings": [{"kernels": "stock", "one_token_seconds": ..., "verify_ratios": [...]}, ...]}
+     "kernel_timings": [{"kernels": "stock", "one_token_seconds": ..., "verify_ratios": [...]}, ...],
+     "kernel_dtypes": ["float32", "bfloat16", "float16"]}      (optional; absent = [])
 
 ``kernels`` names the CPU kernels every timing of the profile was measured with, and the ones
 ``kernels="auto"`` then runs; ``kernel_timings`` holds the verification sweep of each kernel set
-that was timed to make that choice (:func:`pick_kernels`).
+that was timed to make that choice (:func:`pick_kernels`). ``kernel_dtypes`` names the dtypes the
+numba kernels ran when the profile was measured (:data:`~layersearch.kernels.KERNEL_DTYPES`;
+older files name none: numba then ran float32 alone, so their numba timings of a bfloat16 model
+were stock's, and ``auto`` does not take numba from them for one).
 
 Precision (draft plans, :class:`~layersearch.masks.mask.SkipMask` with int8 sub-layers): where the
 device runs int8 twins, the profile also holds one int8 attention sub-layer's cost
@@ -67,7 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from layersearch.common.errors import LayersearchError
-from layersearch.kernels import KERNEL_NAMES
+from layersearch.kernels import KERNEL_DTYPES, KERNEL_NAMES
 from layersearch.masks.mask import SkipMask
 from layersearch.common.modelfile import FileKind, ModelBoundJson, ModelInfo
 
@@ -182,6 +186,7 @@ class LatencyProfile(ModelBoundJson):
     attention_windows: tuple[int | None, ...] = ()  # [L] per-layer window, None = full; () = all full
     kernels: str = "stock"  # the CPU kernels these timings were measured with
     kernel_timings: tuple[KernelTiming, ...] = ()  # each kernel set's verification sweep (the choice)
+    kernel_dtypes: tuple[str, ...] = ()  # the dtypes the numba kernels ran when timed (older files: none)
     int8_attention_slope: float | None = None  # an int8 attention sub-layer: seconds per context token
     int8_attention_intercept: float | None = None  # ... and at context 0
     int8_mlp_seconds: float | None = None  # an int8 MLP sub-layer, one token
@@ -214,6 +219,9 @@ class LatencyProfile(ModelBoundJson):
         object.__setattr__(self, "kernel_timings", tuple(self.kernel_timings))
         if any(not isinstance(t, KernelTiming) for t in self.kernel_timings):
             raise LayersearchError("profile kernel_timings must hold KernelTiming values")
+        object.__setattr__(self, "kernel_dtypes", tuple(self.kernel_dtypes))
+        if any(name not in KERNEL_DTYPES for name in self.kernel_dtypes):
+            raise LayersearchError(f"profile kernel_dtypes must name dtypes of {', '.join(KERNEL_DTYPES)}, got {list(self.kernel_dtypes)!r}")
         for name in (*INT8_FIELDS, *INT4_FIELDS):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _non_negative(getattr(self, name), name))
@@ -460,6 +468,7 @@ class LatencyProfile(ModelBoundJson):
             "attention_windows": list(self.attention_windows),
             "kernels": self.kernels,
             "kernel_timings": [t.to_dict() for t in self.kernel_timings],
+            "kernel_dtypes": list(self.kernel_dtypes),
             **{name: getattr(self, name) for name in (*INT8_FIELDS, *INT4_FIELDS)},
             # provenance (schema 2)
             "transformers_version": self.transformers_version,
@@ -488,7 +497,7 @@ class LatencyProfile(ModelBoundJson):
         missing = [key for key in _REQUIRED if key not in data]
         if missing:
             raise LayersearchError(f"profile file is missing {', '.join(repr(k) for k in missing)}")
-        for key in ("verify_ratios", "contexts", "attention_windows", "kernel_timings"):
+        for key in ("verify_ratios", "contexts", "attention_windows", "kernel_timings", "kernel_dtypes"):
             if not isinstance(data.get(key, []), list):
                 raise LayersearchError(f"{key} must be a list")
         return cls(
@@ -503,6 +512,7 @@ class LatencyProfile(ModelBoundJson):
             attention_windows=tuple(data.get("attention_windows", ())),
             kernels=data.get("kernels", "stock"),
             kernel_timings=tuple(KernelTiming.from_dict(t) for t in data.get("kernel_timings", [])),
+            kernel_dtypes=tuple(data.get("kernel_dtypes", [])),
             **_optional_fields(data, (*INT8_FIELDS, *INT4_FIELDS)),
             transformers_version=data.get("transformers_version", ""),
             commit=data.get("commit", ""),

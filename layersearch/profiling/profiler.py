@@ -67,6 +67,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.models.skipping import decoder_layers, skipping
 from layersearch.profiling.profile import KernelTiming, LatencyProfile, kernel_choice_text, pick_kernels
+from layersearch.kernels import KERNEL_DTYPES
 from layersearch.kernels.select import KERNELS, check_kernels, model_kernels, numba_available
 from layersearch.runtime.backend import compile_key
 from layersearch.runtime.cache import can_truncate, new_cache, sliding_windows, truncate_cache
@@ -130,8 +131,10 @@ def measure_profile(
         profile = _measure(model, info, contexts, middle, max_verify, repeats, report)
         if not sweeps:  # one kernel set: its sweep is the profile's own
             sweeps = (KernelTiming(chosen, profile.target_seconds(middle), profile.verify_ratios),)
-        return _with_provenance(replace(profile, kernels=chosen, kernel_timings=sweeps), model, compile_mode,
-                                random_weights, report)
+        # The dtypes numba ran: a profile from before half precision was routed names none.
+        timed = KERNEL_DTYPES if any(sweep.kernels == "numba" for sweep in sweeps) else ()
+        return _with_provenance(replace(profile, kernels=chosen, kernel_timings=sweeps, kernel_dtypes=timed), model,
+                                compile_mode, random_weights, report)
 
 
 def _captured_backend(compile_mode: str) -> str | None:

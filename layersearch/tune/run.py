@@ -200,7 +200,7 @@ def tune(
     predicting = profile is not None and (compiled or given_profile(profile, loaded))
     scored_by = f"predicted on {profile.predicts_for}" if predicting else "measured"
     profile_compile_seconds = _compile_seconds(loaded) - compile_before
-    kernels = choose_kernels(kernels, profile)  # compiled forwards run the numba kernels as custom ops
+    kernels = choose_kernels(kernels, profile, loaded.model.dtype)  # compiled forwards run the numba kernels as custom ops
     say(f"kernels: {kernels}; compile: {'on (finalists only; trials run eager)' if compiled else 'off'}; "
         f"trials scored: {scored_by}")
     start = time.monotonic()  # the budget: the pre-search and the study (not loading, profiling or the held-out run)

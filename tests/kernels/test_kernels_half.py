@@ -175,9 +175,8 @@ def test_auto_takes_numba_for_half_precision_only_from_a_profile_that_timed_it(c
         fields = dict(model={"name": "m", "num_layers": 4, "hidden_size": 64, "fingerprint": "f"}, device="cpu",
                       dtype=dtype, torch_version="2", attention_slope=0.0, attention_intercept=1e-3, mlp_seconds=1e-3,
                       base_seconds=1e-3, verify_ratios=[1.0, 1.0], kernels="numba")
-        loaded = LatencyProfile.from_dict({"schema_version": 2, "kind": "latency-profile", **fields})
-        object.__setattr__(loaded, "kernel_dtypes", kernel_dtypes)
-        return loaded
+        return LatencyProfile.from_dict({"schema_version": 2, "kind": "latency-profile", **fields,
+                                         **({"kernel_dtypes": list(kernel_dtypes)} if kernel_dtypes else {})})
 
     assert choose_kernels("auto", profile("float32")) == "numba"
     assert choose_kernels("auto", profile("float32"), torch.float32) == "numba"
@@ -191,3 +190,16 @@ def test_auto_takes_numba_for_half_precision_only_from_a_profile_that_timed_it(c
     assert choose_kernels("numba", before, torch.bfloat16) == "numba"  # asked for: routed
     with pytest.raises(LayersearchError, match="unknown kernels"):
         choose_kernels("fast", timed, torch.bfloat16)
+    assert LatencyProfile.from_dict(timed.to_dict()) == timed  # kernel_dtypes kept in the file
+    with pytest.raises(LayersearchError, match="kernel_dtypes"):
+        profile("bfloat16", ("bf16",))
+
+
+def test_a_profile_that_timed_numba_names_the_dtypes_it_ran(tiny_llama):
+    from layersearch.masks.mask import ModelInfo
+    from layersearch.profiling.profiler import measure_profile
+
+    info = ModelInfo("tiny-llama", 4, 64, "fp-tiny")
+    timed = measure_profile(tiny_llama, info, contexts=(8,), max_verify=2, repeats=1, kernels="numba")
+    assert timed.kernel_dtypes == ("float32", "bfloat16", "float16")
+    assert measure_profile(tiny_llama, info, contexts=(8,), max_verify=2, repeats=1, kernels="stock").kernel_dtypes == ()
