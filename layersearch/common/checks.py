@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 
 from layersearch.common.errors import LayersearchError
 
@@ -20,6 +20,15 @@ def check_int(value: Any, what: str, *, minimum: int = 1, maximum: int | None = 
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise LayersearchError(f"{what} must be an integer {bound}, got {value!r}", fields=what)
+    return value
+
+
+def check_int_choice(value: Any, choices: Sequence[int], what: str) -> int:
+    """``value`` if it is an integer among ``choices``, by type and value: ``64.0 in (32, 64)``
+    and ``True in (1, 2)`` hold in Python, yet a float or a bool reaches the kernels that take the
+    number and fails there, far from the field that held it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
+        raise LayersearchError(f"{what} must be one of {', '.join(map(str, choices))}, got {value!r}", fields=what)
     return value
 
 
@@ -72,6 +81,71 @@ def check_real(
             f"{'>' if low_open else '>='} {low:g}" if math.isfinite(low) else f"{'<' if high_open else '<='} {high:g}")
         raise LayersearchError(f"{what} must be a finite number {shown}, got {value!r}", fields=what)
     return float(value)
+
+
+def check_schema_version(version: Any, readable: Sequence[int], what: str = "schema_version") -> int:
+    """``version`` if this layersearch reads it (one of ``readable``): the one wording of every
+    file's version check. A version above them is named as a newer layersearch's file (an upgrade
+    reads it), anything else (a bool, a string, a version never written) as unsupported."""
+    if isinstance(version, int) and not isinstance(version, bool) and version > max(readable):
+        raise LayersearchError(f"written by a newer layersearch ({what} {version}; this version reads up to "
+                               f"{max(readable)}): upgrade layersearch to read it")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in readable:
+        raise LayersearchError(f"unsupported {what} {version!r} (expected {', '.join(map(str, readable))})")
+    return version
+
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def api_arguments(function: _Function) -> _Function:
+    """``function`` (a public API function, method or constructor) with a call that does not fit
+    its signature refused as one LayersearchError naming the argument and the ones it takes:
+    Python's TypeError is not the error the API promises for a bad argument. The signature
+    itself is unchanged (``help()`` and ``inspect.signature`` show it)."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(function)
+    called = function.__qualname__.removesuffix(".__init__")
+    takes = _parameter_names(signature)
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise LayersearchError(f"{called}(){_binding_problem(exc, signature, kwargs)}; it takes {takes}") from None
+        return function(*args, **kwargs)
+
+    return cast(_Function, checked)
+
+
+def _parameter_names(signature: Any) -> str:
+    """``spec_or_path, model and, by keyword, kernels``: a signature's arguments in words (no ``self``)."""
+    import inspect
+
+    named = [p for p in signature.parameters.values() if p.name not in ("self", "cls")
+             and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    positional = [p.name for p in named if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p.name for p in named if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if not keyword:
+        return ", ".join(positional) or "no arguments"
+    return (f"{', '.join(positional)} and, by keyword, " if positional else "by keyword ") + ", ".join(keyword)
+
+
+def _binding_problem(exc: TypeError, signature: Any, kwargs: Mapping[str, Any]) -> str:
+    """What did not fit: an unknown keyword (with the closest known name), else Python's words."""
+    import difflib
+    import inspect
+
+    parameters = signature.parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        unknown = [name for name in kwargs if name not in parameters or parameters[name].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], [n for n in parameters if n not in ("self", "cls")], n=1)
+            return f" got an unexpected argument {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    return f": {exc}"
 
 
 #: The draft quantizations, the one list of them: a spec's ``drafter.quant`` and a

@@ -17,7 +17,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, TypeVar
 
-from layersearch.common.checks import check_int
+from layersearch.common.checks import check_int, check_schema_version
 from layersearch.common.errors import LayersearchError
 from layersearch.common.jsonfile import read_json_file, write_json_atomic
 from layersearch.common.outputs import OutputTarget
@@ -85,9 +85,7 @@ class FileKind:
 
     def check_version(self, data: dict[str, Any]) -> None:
         """Raise unless ``data`` declares this kind's format version (``true`` is not 1)."""
-        version = data.get("schema_version")
-        if isinstance(version, bool) or version != self.schema_version:
-            raise LayersearchError(f"unsupported schema_version {version!r} (expected {self.schema_version})")
+        check_schema_version(data.get("schema_version"), (self.schema_version,))
 
     def header(self) -> dict[str, Any]:
         """The leading fields of the file's JSON object: its version and, if any, its tag."""

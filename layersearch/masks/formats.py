@@ -126,7 +126,7 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
     check_format(fmt)
     if not mask.is_skip_only:  # every paper's format holds skips only: writing the rest would drop it silently
         raise LayersearchError(f"a {fmt} mask file holds skipped sub-layers only: this plan's "
-                               f"{_low_bit_parts(mask)} would be lost; keep the plan file for them")
+                               f"{mask.low_bit_parts()} would be lost; keep the plan file for them")
     if fmt != "knapspec" and not key:
         raise LayersearchError(f"a {fmt} mask file stores masks under a key: give key", fields="key")
     existing = existing_keys(path, fmt, key)
@@ -134,19 +134,6 @@ def export_mask(mask: SkipMask, fmt: str, path: str | Path, key: str | None = No
         flat = [int(bit) for bit in mask.to_flat()]
         return write_json_atomic(path, flat if key is None else {**existing, key: flat})
     return write_json_atomic(path, {**existing, key: {"attention": list(mask.attention), "mlp": list(mask.mlp)}})
-
-
-def _low_bit_parts(mask: SkipMask) -> str:
-    """The low-bit parts of a plan in words: ``int8 parts (attention 0,1,2, mlp 5, the LM head)``,
-    then its int4 parts the same way."""
-    texts = []
-    for quant in ("int8", "int4"):
-        parts = [f"{kind} {','.join(map(str, mask.quantized(quant, kind)))}" for kind in _SUBLAYERS
-                 if mask.quantized(quant, kind)]
-        parts += ["the LM head"] if getattr(mask, f"{quant}_head") else []
-        if parts:
-            texts.append(f"{quant} parts ({', '.join(parts)})")
-    return " and ".join(texts)
 
 
 def existing_keys(path: str | Path, fmt: str, key: str | None) -> dict[str, Any]:

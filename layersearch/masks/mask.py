@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
-from layersearch.common.checks import check_fraction, check_int
+from layersearch.common.checks import check_finite, check_fraction, check_int, check_int_choice, check_schema_version
 from layersearch.common.errors import LayersearchError
 from layersearch.common.jsonfile import check_kind
 from layersearch.common.modelfile import FileKind, ModelBoundJson, ModelInfo
@@ -100,14 +100,13 @@ class SkipMask(ModelBoundJson):
             raise LayersearchError(f"model must be a ModelInfo or None, got {type(self.model).__name__}")
         if not isinstance(self.provenance, Mapping):
             raise LayersearchError(f"provenance must be a mapping, got {type(self.provenance).__name__}")
+        _check_provenance_numbers(self.provenance)
         for quant in QUANTIZED:
             if not isinstance(getattr(self, f"{quant}_head"), bool):
                 raise LayersearchError(f"{quant} head must be true or false, got {getattr(self, f'{quant}_head')!r}")
         if self.int8_head and self.int4_head:
             raise LayersearchError("the LM head is both int8 and int4: it has one precision")
-        if isinstance(self.int4_group_size, bool) or self.int4_group_size not in INT4_GROUP_SIZES:
-            raise LayersearchError(f"int4 group_size must be one of {', '.join(map(str, INT4_GROUP_SIZES))}, "
-                                   f"got {self.int4_group_size!r}")
+        check_int_choice(self.int4_group_size, INT4_GROUP_SIZES, "int4 group_size")  # 64.0 is no group size
         if self.model is not None and self.model.num_layers != self.num_layers:
             raise LayersearchError(
                 f"num_layers is {self.num_layers} but model.num_layers (the layers of {self.model.name!r} the plan "
@@ -209,6 +208,18 @@ class SkipMask(ModelBoundJson):
     def head_precision(self) -> str:
         """``"full"``, ``"int8"`` or ``"int4"``: how the draft's LM head runs."""
         return next((quant for quant in QUANTIZED if getattr(self, f"{quant}_head")), "full")
+
+    def low_bit_parts(self) -> str:
+        """The low-bit parts in words: ``int8 parts (attention 0,1,2, mlp 5, the LM head)``, then
+        the int4 parts the same way ("" for a skip mask)."""
+        texts = []
+        for quant in QUANTIZED:
+            parts = [f"{kind} {','.join(map(str, self.quantized(quant, kind)))}" for kind in ("attention", "mlp")
+                     if self.quantized(quant, kind)]
+            parts += ["the LM head"] if getattr(self, f"{quant}_head") else []
+            if parts:
+                texts.append(f"{quant} parts ({', '.join(parts)})")
+        return " and ".join(texts)
 
     def quantized(self, quant: str, kind: str) -> tuple[int, ...]:
         """The layers whose ``kind`` (attention/mlp) sub-layer runs in ``quant`` (int8/int4)."""
@@ -317,12 +328,7 @@ class SkipMask(ModelBoundJson):
         check_kind(data, "a mask file")
         if not isinstance(data, dict):
             raise LayersearchError("mask file must hold a JSON object")
-        version = data.get("schema_version")
-        if isinstance(version, int) and not isinstance(version, bool) and version > max(READ_VERSIONS):
-            raise LayersearchError(f"mask file has schema_version {version}, newer than this layersearch reads "
-                                   f"({', '.join(map(str, READ_VERSIONS))}): a newer layersearch wrote it; upgrade to read it")
-        if isinstance(version, bool) or version not in READ_VERSIONS:
-            raise LayersearchError(f"unsupported schema_version {version!r} (expected {', '.join(map(str, READ_VERSIONS))})")
+        version = check_schema_version(data.get("schema_version"), READ_VERSIONS)
         unknown = [key for key in data if key not in FILE_KEYS]
         if unknown:  # a misspelt section (INT8, precision) must not quietly run as all full precision
             raise LayersearchError(f"unknown key {unknown[0]!r} (a plan holds {', '.join(FILE_KEYS)})")
@@ -362,6 +368,15 @@ def _quant_section(data: dict[str, Any], version: int, quant: str) -> dict[str, 
             raise LayersearchError(f"{quant}.{key} must be a list of layer indices")
     return {"attention": section.get("attention", []), "mlp": section.get("mlp", []), "head": section.get("head", False),
             **({"group_size": section["group_size"]} if "group_size" in section else {})}
+
+
+def _check_provenance_numbers(provenance: Mapping[str, Any]) -> None:
+    """The numbers a plan's provenance records (its search score, its trial number), checked by
+    type: they are shown beside the plan and must read as what they claim to be."""
+    if provenance.get("score") is not None:
+        check_finite(provenance["score"], "provenance.score")
+    if provenance.get("trial") is not None:
+        check_int(provenance["trial"], "provenance.trial", minimum=0)
 
 
 def _ranges(indices: tuple[int, ...]) -> str:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from layersearch.common.checks import check_int_choice
 from layersearch.common.errors import LayersearchError
 from layersearch.models.twins import TwinHead, build_twins
 
@@ -78,10 +79,8 @@ class Int4Twins:
 
 
 def check_group_size(group_size: object) -> int:
-    """``group_size`` if the kernel takes it; one error line naming the field otherwise."""
-    if isinstance(group_size, bool) or group_size not in GROUP_SIZES:
-        raise LayersearchError(f"int4 group_size must be one of {', '.join(map(str, GROUP_SIZES))}, got {group_size!r}")
-    return int(group_size)
+    """``group_size`` if the kernel takes it (an int, not 64.0); one error line naming the field otherwise."""
+    return check_int_choice(group_size, GROUP_SIZES, "int4 group_size")
 
 
 def check_int4_device(model: nn.Module) -> None:
@@ -155,7 +154,7 @@ class Int4Linear(nn.Module):
         check_int4_weight(weight.device, weight.dtype)
         if self.in_features % group_size:
             raise LayersearchError(f"int4 group_size {group_size} does not divide the {self.in_features} in-features "
-                                   f"of {name}: choose a group size that does (32, 64, 128 or 256)")
+                                   f"of {name}: {_fitting_words([self.in_features])}")
         codes, scales, zeros = quantize_groups(weight, group_size)  # [out, in], [out, groups] x 2
         self.register_buffer("packed", pack_codes(codes))  # [out, in / 2] uint8
         # [groups, out, 2]: tinygemm's qScaleAndZeros
@@ -190,6 +189,25 @@ class Int4Linear(nn.Module):
         return out if self.bias is None else out + self.bias
 
 
+def _fitting_words(widths: "list[int] | set[int]") -> str:
+    """The advice for group sizes that do not fit: the accepted sizes dividing every width, or that none does."""
+    fitting = [g for g in GROUP_SIZES if all(w % g == 0 for w in widths)]
+    if not fitting:
+        return f"no int4 group size ({', '.join(map(str, GROUP_SIZES))}) divides them: use a plan without int4"
+    return f"choose a group size that does ({' or '.join(map(str, fitting))})"
+
+
+def check_model_group_size(model: nn.Module, group_size: int) -> None:
+    """One error line where ``group_size`` does not divide the in-features of every Linear of
+    ``model`` (the widths :func:`model_group_size` reads), naming the first such Linear and only
+    the group sizes that divide them all (SmolLM2-135M's 576 takes 32 and 64, not 128 or 256)."""
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    for name, linear in linears:
+        if linear.in_features % group_size:
+            raise LayersearchError(f"int4 group_size {group_size} does not divide the {linear.in_features} in-features "
+                                   f"of {name}: {_fitting_words({m.in_features for _, m in linears})}")
+
+
 def model_group_size(model: nn.Module, wanted: int = DEFAULT_GROUP_SIZE) -> int:
     """The group size a searched or self-drafted int4 plan runs on ``model`` with: ``wanted``
     (128) where it divides every Linear's in-features, else the largest accepted size below it
@@ -214,8 +232,9 @@ def int4_twins(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE) -> Int4Tw
     check_group_size(group_size)
     per_model = _TWINS.setdefault(model, {})
     twins = per_model.get(group_size)
+    check_int4_device(model)  # on every use: a model moved to float16 after its twins were built is refused too
     if twins is None:
-        check_int4_device(model)
+        check_model_group_size(model, group_size)
         start = time.perf_counter()
         attention, mlp, head = build_twins(
             model, lambda linear, name: Int4Linear(linear, group_size, name), "int4")

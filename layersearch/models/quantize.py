@@ -25,7 +25,7 @@ import torch
 
 from layersearch.common.errors import LayersearchError
 
-from layersearch.common.checks import QUANT_SCHEMES, SELF_DRAFT_QUANTS  # noqa: F401 (the one list of each)
+from layersearch.common.checks import QUANT_SCHEMES, SELF_DRAFT_QUANTS
 
 if TYPE_CHECKING:  # imported where used: torch may lack torch.ao (_int8_parts says so)
     from torch.ao.nn.quantized import Linear as AnyQuantizedLinear
@@ -45,7 +45,8 @@ def check_quant(scheme: str | None, device: str = "cpu", dtype: str | None = Non
         _check_int4_draft(device, dtype, self_draft)
         return
     if scheme not in QUANT_SCHEMES:
-        raise LayersearchError(f"unknown draft quantization {scheme!r} (choose from {', '.join(QUANT_SCHEMES)})")
+        raise LayersearchError(f"unknown draft quantization {scheme!r} (choose from {', '.join(SELF_DRAFT_QUANTS)}; "
+                               f"a draft model takes {', '.join(QUANT_SCHEMES)})")
     if self_draft and str(device).startswith("cuda"):
         return
     if not str(device).startswith("cpu"):

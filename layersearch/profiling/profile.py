@@ -70,6 +70,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from layersearch.common.checks import check_int, check_schema_version
 from layersearch.common.errors import LayersearchError
 from layersearch.kernels import KERNEL_DTYPES, KERNEL_NAMES
 from layersearch.masks.mask import SkipMask
@@ -91,6 +92,9 @@ _REQUIRED = ("model", "device", "dtype", "torch_version", *_TIME_FIELDS, "verify
 #: Config fields that determine a model's costs (with the dtype): what a profile is bound to.
 ARCHITECTURE_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                        "num_key_value_heads", "head_dim", "vocab_size", "dtype")
+#: The architecture fields that are sizes (integers >= 1, or null where the config has none).
+ARCHITECTURE_SIZES = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                      "head_dim", "vocab_size")
 #: Compile modes a profile records: eager forwards, or forwards captured by a dynamo backend.
 COMPILE_MODES = ("eager", "captured:inductor", "captured:eager")
 
@@ -238,6 +242,11 @@ class LatencyProfile(ModelBoundJson):
             object.__setattr__(self, "step_overhead_seconds", _non_negative(self.step_overhead_seconds, "step_overhead_seconds"))
         if not isinstance(self.architecture, dict) or any(key not in ARCHITECTURE_FIELDS for key in self.architecture):
             raise LayersearchError(f"profile architecture must be an object with the fields {', '.join(ARCHITECTURE_FIELDS)}")
+        for key, value in self.architecture.items():  # sizes compared with a model's config: integers, as there
+            if value is not None and key in ARCHITECTURE_SIZES:
+                check_int(value, f"profile architecture.{key}")
+            elif value is not None and not isinstance(value, str):
+                raise LayersearchError(f"profile architecture.{key} must be a string or null, got {value!r}")
 
     # ----- what the profile is for ----------------------------------------------------------
     @property
@@ -489,9 +498,7 @@ class LatencyProfile(ModelBoundJson):
             raise LayersearchError("profile file must hold a JSON object")
         if data.get("kind", KIND) != KIND:  # files from before the tag have none
             raise LayersearchError(f"not a latency profile (kind {data.get('kind')!r})")
-        version = data.get("schema_version")
-        if isinstance(version, bool) or version not in READ_VERSIONS:
-            raise LayersearchError(f"unsupported schema_version {version!r} (expected {', '.join(map(str, READ_VERSIONS))})")
+        check_schema_version(data.get("schema_version"), READ_VERSIONS)
         if not isinstance(data.get("architecture", {}), dict):
             raise LayersearchError("architecture must be an object")
         missing = [key for key in _REQUIRED if key not in data]
@@ -610,14 +617,15 @@ def architecture_text(architecture: dict[str, Any], info: ModelInfo) -> str:
 
 # ----- text of ``layersearch profile`` and its validation --------------------------------------------
 def describe_profile(profile: "LatencyProfile") -> str:
-    """One line: attention cost fit, MLP and base costs, verify ratio at 8 tokens."""
+    """One line: attention cost fit, MLP and base costs, the verify ratio at the longest length measured (at most 8)."""
+    longest = min(8, len(profile.verify_ratios))  # never a ratio extrapolated past the sweep
     windows = [w for w in profile.attention_windows if w is not None]
     # A sliding layer reads at most window - 1 positions: say so, or the slope reads as per token of context.
     sliding = f" (n capped at window - 1 in {len(windows)} sliding layers)" if windows else ""
     return (
         f"t_attn(n) = {profile.attention_slope * 1e6:.3f} us * n + {profile.attention_intercept * 1e3:.3f} ms{sliding}, "
         f"t_mlp = {profile.mlp_seconds * 1e3:.3f} ms, base = {profile.base_seconds * 1e3:.2f} ms, "
-        f"verify(8)/verify(1) = {profile.verify_ratio(8):.2f} on {profile.predicts_for} {profile.dtype}, "
+        f"verify({longest})/verify(1) = {profile.verify_ratio(longest):.2f} on {profile.predicts_for} {profile.dtype}, "
         f"{profile.kernels} kernels, {profile.compile_mode}"
         + (", random weights" if profile.random_weights else "")
         + (f", loop overhead {profile.step_overhead_seconds * 1e3:.3f} ms/step" if profile.step_overhead_seconds is not None else "")

@@ -36,12 +36,13 @@ seconds spent choosing, which is the optimization time); :func:`optimization_sec
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from layersearch.common.checks import check_fraction, check_int
+from layersearch.common.checks import check_fraction, check_int, check_seed
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import SkipMask
 from layersearch.runtime.step import Controller, DecodeView, Selection, StepOutcome
@@ -78,8 +79,9 @@ class SwiftConfig:
             check_fraction(getattr(self, name), f"SWIFT {name.replace('_', ' ')}")
         for name in ("window", "bo_interval", "patience", "max_steps"):
             check_int(getattr(self, name), f"SWIFT {name.replace('_', ' ')}")
-        if isinstance(self.kappa, bool) or not isinstance(self.kappa, (int, float)) or not self.kappa >= 0:
-            raise LayersearchError(f"SWIFT kappa must be a number >= 0, got {self.kappa!r}")
+        if isinstance(self.kappa, bool) or not isinstance(self.kappa, (int, float)) or not 0 <= self.kappa < math.inf:
+            raise LayersearchError(f"SWIFT kappa must be a number >= 0, got {self.kappa!r}")  # inf ranks every candidate alike
+        check_seed(self.seed, "SWIFT seed")
         if self.min_skip_ratio is not None:
             check_fraction(self.min_skip_ratio, "SWIFT min skip ratio")
             if self.min_skip_ratio > self.skip_ratio:

@@ -40,7 +40,7 @@ def test_value_is_immutable():
         ('{"schema_version": 1, "num_layers": 4, "attention": [1, 1], "mlp": []}', "duplicate layer index 1"),
         ('{"schema_version": 1, "num_layers": 4, "attention": [-1], "mlp": []}', "out of range"),
         ('{"schema_version": 1, "num_layers": 4, "attention": ["2"], "mlp": []}', "not an integer"),
-        ('{"schema_version": 4, "num_layers": 4, "attention": [], "mlp": []}', "schema_version 4, newer than this layersearch reads"),
+        ('{"schema_version": 4, "num_layers": 4, "attention": [], "mlp": []}', r"written by a newer layersearch \(schema_version 4; this version reads up to 3\)"),
         ('{"schema_version": 1, "num_layers": 4, "attention": []}', "missing 'mlp'"),
         ('[1, 2]', "JSON object"),
     ],
@@ -130,7 +130,15 @@ def test_a_plan_round_trips_as_schema_2_and_a_skip_mask_stays_schema_1(tmp_path)
     ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int4": {"bits": 4}}', "int4 has an unknown key 'bits'"),
     ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int8": {"head": true}, "int4": {"head": true}}',
      "the LM head is both int8 and int4"),
-    ('{"schema_version": 9, "num_layers": 4, "attention": [], "mlp": []}', "schema_version 9, newer than this layersearch reads .*: a newer layersearch wrote it"),
+    ('{"schema_version": 9, "num_layers": 4, "attention": [], "mlp": []}', r"written by a newer layersearch \(schema_version 9; this version reads up to 3\): upgrade layersearch"),
+    ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int4": {"mlp": [1], "group_size": 64.0}}',
+     "int4 group_size must be one of 32, 64, 128, 256, got 64.0"),  # 64.0 == 64, yet no kernel takes a float
+    ('{"schema_version": 3, "num_layers": 4, "attention": [], "mlp": [], "int4": {"mlp": [1], "group_size": true}}',
+     "int4 group_size must be one of 32, 64, 128, 256, got True"),
+    ('{"schema_version": 1, "num_layers": 4, "attention": [], "mlp": [], "provenance": {"score": "1.5"}}',
+     "provenance.score must be a finite number, got '1.5'"),
+    ('{"schema_version": 1, "num_layers": 4, "attention": [], "mlp": [], "provenance": {"trial": 3.0}}',
+     r"provenance.trial must be an integer >= 0, got 3.0"),
 ])
 def test_bad_plan_files_are_refused_in_one_line(tmp_path, text, message):
     path = tmp_path / "plan.json"

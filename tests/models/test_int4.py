@@ -103,6 +103,39 @@ def test_a_group_size_that_does_not_divide_the_width_is_one_error_line(tiny_llam
         int4_twins(tiny_llama, 128)
     with pytest.raises(LayersearchError, match="group_size must be one of 32, 64, 128, 256, got 48"):
         int4_twins(tiny_llama, 48)
+    for not_an_int in (64.0, True):  # 64.0 == 64 to Python, but the kernel takes an int
+        with pytest.raises(LayersearchError, match=f"group_size must be one of 32, 64, 128, 256, got {not_an_int}"):
+            int4_twins(tiny_llama, not_an_int)
+
+
+def test_the_group_size_hint_lists_only_sizes_that_divide_the_widths():
+    """SmolLM2-135M's width 576: 128 and 256 do not divide it, so the hint offers 32 and 64 only."""
+    model = build_tiny_model("llama", num_layers=1, hidden_size=576, seed=2)
+    with pytest.raises(LayersearchError) as error:
+        int4_twins(model, 128)
+    message = str(error.value)
+    assert "does not divide the 576 in-features" in message and message.endswith("choose a group size that does (32 or 64)")
+    with pytest.raises(LayersearchError, match=r"choose a group size that does \(32\)$"):
+        Int4Linear(_linear(8, 96, 0), 64)
+
+
+def test_a_model_moved_to_float16_after_its_twins_were_built_is_refused_as_one_loaded_so():
+    """The dtype is checked where the twins are used, not only where they are built: a float32
+    model's int4 twins do not run after ``model.to(torch.float16)``, with the fresh float16 model's words."""
+    plan = SkipMask(2, int4_mlp=(0,), int4_group_size=32)
+    fresh = build_tiny_model("llama", num_layers=2, seed=3).to(torch.float16)
+    with pytest.raises(LayersearchError) as refused_fresh:
+        with skipping(fresh, plan):
+            pass
+    moved = build_tiny_model("llama", num_layers=2, seed=3)
+    with skipping(moved, plan):  # the twins are built in float32
+        pass
+    moved.to(torch.float16)
+    with pytest.raises(LayersearchError) as refused_moved:
+        with skipping(moved, plan):
+            pass
+    assert str(refused_moved.value) == str(refused_fresh.value)
+    assert "from float32 or bfloat16 weights, not float16" in str(refused_moved.value)
 
 
 def test_int4_on_an_unsupported_dtype_or_device_is_one_error_line():

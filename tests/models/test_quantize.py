@@ -70,7 +70,7 @@ def test_sampling_with_an_int8_draft_follows_the_target_law(three_token_chi_squa
 
 
 @pytest.mark.parametrize("scheme, device, message", [
-    ("int3", "cpu", "unknown draft quantization 'int3'"),
+    ("int3", "cpu", r"unknown draft quantization 'int3' \(choose from int8, int4; a draft model takes int8\)"),
     ("int4", "cpu", "a draft model takes int8 only"),  # int4 is the model's own draft (its int4 twins)
     ("int8", "cuda", "CPU only"),
 ])
