@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from layersearch.decoder.build import BuiltDecoder, build_decoder, read_spec_files
-from layersearch.common.checks import check_int, check_real, check_seed, check_text
+from layersearch.common.checks import api_arguments, check_int, check_real, check_seed, check_text
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec
 
@@ -37,9 +37,13 @@ class Generation:
     stats: Any  # DecodeStats
 
 
+setattr(Generation, "__init__", api_arguments(Generation.__init__))  # a bad field: LayersearchError, as everywhere
+
+
 class Decoder:
     """A loaded model decoding as its spec says (see :func:`load_decoder`)."""
 
+    @api_arguments
     def __init__(self, built: BuiltDecoder) -> None:
         self._built = built
 
@@ -66,6 +70,7 @@ class Decoder:
         speculative = self._built.speculative
         return None if speculative is None else speculative.capture_stats()
 
+    @api_arguments
     def generate(
         self, prompt_or_ids: Any, max_new_tokens: int | None = None, *, do_sample: bool | None = None,
         temperature: float | None = None, top_p: float | None = None, seed: int | None = None, streamer: Any = None,
@@ -87,7 +92,7 @@ class Decoder:
 
         max_new = self.spec.max_new_tokens if max_new_tokens is None else check_int(max_new_tokens, "max_new_tokens")
         sampling = self._built.sampling(*_sampling_args(do_sample, temperature, top_p, seed))
-        _check_streamer(streamer)
+        check_streamer(streamer)
         if isinstance(prompt_or_ids, str):  # certainly too long: refused before tokenizing
             check_text_fits(self._built.loaded, check_text(prompt_or_ids, "the prompt"), max_new, "the prompt")
         ids = self.encode(prompt_or_ids)  # [1, n]
@@ -104,6 +109,7 @@ class Decoder:
         text = self.tokenizer.decode(list(result.token_ids), skip_special_tokens=True)
         return Generation(text, tuple(result.token_ids), result.stats)
 
+    @api_arguments
     def encode(self, prompt_or_ids: Any) -> Any:
         """Prompt ids ``[1, n]`` for text, ids or chat messages (each checked: valid Unicode
         text, integer ids inside the model's vocabulary, one row of them)."""
@@ -175,7 +181,7 @@ def _sampling_args(do_sample: Any, temperature: Any, top_p: Any, seed: Any) -> t
     return do_sample, temperature, top_p, seed
 
 
-def _check_streamer(streamer: Any) -> None:
+def check_streamer(streamer: Any) -> None:
     """A streamer has ``put`` and ``end`` (transformers' BaseStreamer), checked before any work."""
     if isinstance(streamer, type):
         raise LayersearchError(f"streamer is the class {streamer.__name__}: pass an instance of it "
@@ -185,6 +191,7 @@ def _check_streamer(streamer: Any) -> None:
                                f"got {type(streamer).__name__}")
 
 
+@api_arguments
 def load_decoder(spec_or_path: DecoderSpec | str | Path, model: Any = None, *, kernels: str = "auto") -> Decoder:
     """The decoder a spec (or spec file) describes. ``model``: an already loaded
     :class:`~layersearch.models.loading.LoadedModel`, or a transformers ``(model, tokenizer)``

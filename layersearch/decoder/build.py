@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.sources import MASK_SOURCES, SourceInputs, load_or_measure_profile
-from layersearch.decoder.spec import DecoderSpec, MaskSourceSpec, check_sampling, compile_wanted
+from layersearch.decoder.spec import DecoderSpec, MaskSourceSpec, check_sampling, compile_wanted, quant_plan_conflict
 
 __all__ = ["BuiltDecoder", "SpecFiles", "assemble", "build_decoder", "load_draft_model", "load_or_measure_profile", "read_spec_files"]
 
@@ -102,6 +102,7 @@ class BuiltDecoder:
         from layersearch.kernels.select import model_kernels
 
         sampling = self.sampling() if sampling is None else sampling
+        self.check_twins()
         with model_kernels(self.loaded.model, self.kernels):  # plain and speculative decoding alike
             if self.speculative is not None:
                 return self.speculative.generate(input_ids, max_new_tokens, sampling=sampling, on_tokens=on_tokens,
@@ -113,6 +114,17 @@ class BuiltDecoder:
         if on_tokens is not None and result.token_ids:
             on_tokens(result.token_ids)
         return result
+
+    def check_twins(self) -> None:
+        """One error line where the model can no longer run the twins its drafts use: the check
+        that built them, again before each run, since the model may have been moved since (a
+        float32 model's int4 twins are refused after ``model.to(torch.float16)``, as they are
+        when the model is loaded in float16)."""
+        from layersearch.models.int4 import Int4Twins, check_int4_device
+        from layersearch.models.precision import check_int8_device
+
+        for twins in self.twins:
+            (check_int4_device if isinstance(twins, Int4Twins) else check_int8_device)(self.loaded.model)
 
     def run_stats(self, result: Any) -> dict[str, Any]:
         """What ``generate`` reports of a :meth:`run`'s result: its stats, the kernels, SWIFT's view
@@ -197,6 +209,10 @@ def build_decoder(
         file_mask = SkipMask.none(info.num_layers, info)  # the low-bit self-draft skips nothing unless told to
     policy = _policy(spec)
     source = MASK_SOURCES[kind].build(SourceInputs(loaded, spec.mask_source, policy, spec.profile, file_mask, files.router))
+    fixed = source.get("mask")
+    quant = spec.drafter.quant
+    if quant is not None and _self_quant(spec, draft) and fixed is not None and not fixed.is_skip_only:  # a file's plan
+        raise LayersearchError(quant_plan_conflict(quant, fixed), fields=("drafter.quant", "mask_source"))
     resolved = _resolved(spec, info, kind, source.get("mask"))
     compiled = compile_wanted(spec.compile, loaded.model.device.type)
     from layersearch.kernels.select import choose_kernels

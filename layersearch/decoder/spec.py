@@ -32,14 +32,14 @@ This module imports no torch.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from layersearch.common.checks import check_device_name, check_draft_length, check_dtype_name, check_fraction, check_int, check_real, check_seed
+from layersearch.common.checks import (api_arguments, check_device_name, check_draft_length, check_dtype_name, check_finite,
+                                      check_fraction, check_int, check_real, check_schema_version, check_seed)
 from layersearch.common.errors import LayersearchError
 from layersearch.masks.mask import ModelInfo, SkipMask
 from layersearch.runtime import DRAFT_THRESHOLD, MAX_DRAFT
@@ -61,6 +61,13 @@ def compile_wanted(choice: str, device_type: str) -> bool:
     costs tens of seconds per shape for no measured gain (docs/results.md, captured runtime)."""
     _require_name(choice, COMPILE_CHOICES, "compile")
     return choice == "on" or (choice == "auto" and device_type == "cuda")
+
+
+def quant_plan_conflict(quant: str, mask: SkipMask) -> str:
+    """The one error line of ``drafter.quant`` given with a plan that has low-bit parts of its own."""
+    return (f"drafter.quant {quant} runs every sub-layer the plan keeps (and the LM head) in {quant}, but the "
+            f"mask_source's plan sets its own precisions, {mask.low_bit_parts()}: give one of the two "
+            "(the plan alone, or drafter.quant with a skip-only mask)")
 
 
 def lookahead_names() -> tuple[str, ...]:
@@ -133,8 +140,7 @@ class DrafterSpec:
         entry = DRAFTERS[self.name]  # what the drafter needs, as it declares it
         if self.model is not None:
             object.__setattr__(self, "model", _model_ref(self.model, "drafter.model"))
-        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
-            raise LayersearchError(f"drafter.vocab must be a count >= 0 (0: the full vocabulary), got {self.vocab!r}")
+        check_int(self.vocab, "drafter.vocab", minimum=0)  # 0: the full vocabulary
         if self.vocab and not entry.takes_head:
             raise LayersearchError(f"drafter {self.name!r} runs no model head, so drafter.vocab has no head to reduce")
         if self.model is not None and not entry.takes_draft_model:
@@ -148,6 +154,16 @@ class DrafterSpec:
             check_quant(self.quant, self_draft=self.model is None)
             if self.model is None and not entry.takes_quant:
                 raise LayersearchError(f"drafter {self.name!r} runs no draft of its own, so drafter.quant has nothing to quantize")
+
+
+#: The drafter a spec that names only a model drafts with, by device type: prompt lookup, the
+#: default that speculates on any model without a search, a second model or a trained file, costs
+#: no forward per drafted token, and pays where text repeats its context (code, edits,
+#: summaries: docs/results.md, "Prompt lookup", 1.54x on code with the 135M on CPU). A layer-skip
+#: draft under an unsearched mask does not pay on a CPU (uniform 0.1: 0.64-0.89x) and drafts
+#: nothing under the confidence rule; the GPU figures measure searched or exact masks, not an
+#: unsearched one, so CUDA keeps prompt lookup too.
+DEFAULT_DRAFTERS = {"cpu": "prompt-lookup", "cuda": "prompt-lookup"}
 
 
 @dataclass(frozen=True)
@@ -234,9 +250,7 @@ class SamplingSpec:
     def __post_init__(self) -> None:
         _require_bool(self.do_sample, "sampling.do_sample")
         for name in ("temperature", "top_p"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise LayersearchError(f"sampling.{name} must be a finite number, got {value!r}")
+            check_finite(getattr(self, name), f"sampling.{name}")
         check_sampling(self.do_sample, self.temperature, "sampling.do_sample", "sampling.temperature")
         if not 0 < self.top_p <= 1:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
@@ -251,11 +265,18 @@ class SamplingSpec:
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """What a decoder does (see the module docstring for the file)."""
+    """What a decoder does (see the module docstring for the file).
+
+    A spec that names only a model (no drafter, mask source, steering, DISCO or profile file:
+    ``DecoderSpec("smollm2-135m")``) drafts by prompt lookup on CPU and on CUDA
+    (:data:`DEFAULT_DRAFTERS`), with no mask: lossless, no search or second model needed, and
+    it pays where the text repeats its context. Naming a mask source, a steering, DISCO or
+    profile file gives the layer-skip drafter (``mask_source`` ``default``: the file's mask,
+    else an evenly spread one skipping a quarter); the spec records the drafter it chose."""
 
     model: ModelSpec
     plain: bool = False  # transformers' generate, no drafting (the baseline)
-    drafter: DrafterSpec = field(default_factory=DrafterSpec)
+    drafter: DrafterSpec = field(default_factory=lambda: _UNNAMED_DRAFTER)  # none named: see the class docstring
     mask_source: MaskSourceSpec = field(default_factory=MaskSourceSpec)
     steering: str | None = None  # SD² steering file
     lookahead: LookaheadSpec = field(default_factory=LookaheadSpec)
@@ -278,11 +299,14 @@ class DecoderSpec:
             _path_field(self, name)
             if getattr(self, name) is not None:
                 _require_str(getattr(self, name), name)
+        if self.drafter is _UNNAMED_DRAFTER:
+            self._default_drafter()
         kind = self.mask_source.kind
         if self.plain and kind not in ("default", "none"):
             raise LayersearchError(f"a plain (baseline) spec takes no mask source, got {kind!r}")
         if self.drafter.model is not None and (kind not in ("default", "none") or self.plain or self.profile):
             raise LayersearchError("a spec drafting with an independent model takes no mask source, plain decoding or profile")
+        self._check_quant_plan()
         if self.plain:  # plain decoding drafts nothing: a drafter setting would be ignored without a word
             default = DrafterSpec()
             unused = [f"drafter.{name}" for name in ("name", "vocab", "quant") if getattr(self.drafter, name) != getattr(default, name)]
@@ -290,6 +314,24 @@ class DecoderSpec:
                 raise LayersearchError(f"plain decoding drafts nothing, so it takes no {', '.join(unused)} "
                                        f"(got {', '.join(repr(getattr(self.drafter, u[8:])) for u in unused)})",
                                        fields=("plain", *unused))
+
+    def _default_drafter(self) -> None:
+        """The drafter of a spec that names none: prompt lookup (:data:`DEFAULT_DRAFTERS`) when
+        nothing else names a draft either, else the layer-skip drafter of the mask, steering,
+        DISCO or profile file the spec names (a plain spec keeps it unused)."""
+        if self.plain or self.mask_source.kind != "default" or self.steering or self.profile or self.lookahead.file:
+            object.__setattr__(self, "drafter", DrafterSpec())
+            return
+        device = check_device_name(self.model.device).group(0).partition(":")[0]
+        object.__setattr__(self, "drafter", DrafterSpec(DEFAULT_DRAFTERS[device]))
+        object.__setattr__(self, "mask_source", MaskSourceSpec("none"))
+
+    def _check_quant_plan(self) -> None:
+        """``drafter.quant`` without a draft model runs every sub-layer the plan keeps in that
+        precision: it would silently replace what a plan with int8 or int4 parts gives them."""
+        mask = self.mask_source.mask
+        if self.drafter.quant is not None and self.drafter.model is None and mask is not None and not mask.is_skip_only:
+            raise LayersearchError(quant_plan_conflict(self.drafter.quant, mask), fields=("drafter.quant", "mask_source"))
 
     # ----- binding to a model ------------------------------------------------------------
     def check_model(self, model: ModelInfo) -> None:
@@ -342,8 +384,7 @@ class DecoderSpec:
             kind = file_kind(data)
             raise LayersearchError(f"this is {kind}, not a decoder spec" if kind else
                                    f"not a decoder spec (expected an object with \"kind\": \"{SPEC_KIND}\")")
-        if isinstance(data.get("format"), bool) or data.get("format") != SPEC_FORMAT:  # true == 1 to Python, not to a file
-            raise LayersearchError(f"unsupported spec format {data.get('format')!r} (this version reads {SPEC_FORMAT})")
+        check_schema_version(data.get("format"), (SPEC_FORMAT,), "format")  # true == 1 to Python, not to a file
         body = _object(data, "spec", required=_TOP_KEYS, optional=("kind", "format", "compile"))
         model = _object(body["model"], "model", required=("ref", "path", "info", "device", "dtype"))
         drafter = _object(body["drafter"], "drafter", required=("name", "model"), optional=("vocab", "quant"))
@@ -533,6 +574,15 @@ def _require_str(value: Any, what: str) -> None:
 def _require_bool(value: Any, what: str) -> None:
     if not isinstance(value, bool):
         raise LayersearchError(f"{what} must be true or false, got {value!r}")
+
+
+#: What ``drafter`` holds while a spec names none (told apart from an explicit ``DrafterSpec()``).
+_UNNAMED_DRAFTER: DrafterSpec = DrafterSpec()
+# A misspelt field (DecoderSpec("m", max_tokens=8)) is a LayersearchError naming the fields, as a bad value is.
+for _spec_class in (ModelRef, ModelSpec, DrafterSpec, MaskSourceSpec, LookaheadSpec, SamplingSpec, DecoderSpec):
+    setattr(_spec_class, "__init__", api_arguments(_spec_class.__init__))
+setattr(DecoderSpec, "save", api_arguments(vars(DecoderSpec)["save"]))
+setattr(DecoderSpec, "load", classmethod(api_arguments(vars(DecoderSpec)["load"].__func__)))
 
 
 __all__ = ["DecoderSpec", "DrafterSpec", "LookaheadSpec", "MaskSourceSpec", "ModelRef", "ModelSpec", "SamplingSpec"]

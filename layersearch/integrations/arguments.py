@@ -120,12 +120,17 @@ def read_request(
 ) -> GenerateRequest:
     """The :class:`GenerateRequest` of a ``generate`` call, or the LayersearchError of its first
     argument layersearch cannot honour (checked in the order a user reads them)."""
-    import torch
+    from layersearch.decoder.api import check_streamer
 
-    config = generation_config if generation_config is not None else model.generation_config
+    config = _generation_config(model, generation_config)
     if getattr(model.config, "is_encoder_decoder", False):
         raise refuse(f"an encoder-decoder model ({type(model).__name__})", "layersearch decodes causal language models")
     streamer = streamer if streamer is not None else caller.get("streamer")
+    check_streamer(streamer)
+    for name, given, words in (("logits_processor", logits_processor, "logits processors (a LogitsProcessorList)"),
+                               ("stopping_criteria", stopping_criteria, "stopping criteria (a StoppingCriteriaList)")):
+        if given is not None and not isinstance(given, (list, tuple)):
+            raise LayersearchError(f"{name} must be a list of {words}, got {type(given).__name__}")
     if caller.get("assistant_model") is not None:
         raise refuse("assistant_model", "the spec's drafter drafts (an assistant model would be a second one)")
     if synced_gpus or caller.get("synced_gpus"):
@@ -135,16 +140,10 @@ def read_request(
         if value not in neutral:
             raise refuse(f"{name}={value!r}", WHY[name])
     _check_prompt_inputs(model_kwargs)
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise refuse("inputs", f"layersearch decodes token ids [1, n], got {type(input_ids).__name__}")
-    if input_ids.shape[0] != 1:
-        raise refuse(f"a batch of {input_ids.shape[0]} prompts", "layersearch decodes one prompt per call "
-                     "(as transformers' assisted generation does)")
-    if input_ids.shape[1] == 0:
-        raise refuse("inputs", "the prompt is empty (layersearch needs at least one token)")
+    _check_input_ids(model, input_ids)
     user_processors = list(caller.get("logits_processor") or ())
     temperature, top_k, top_p = _warps(logits_processor or (), user_processors, config)
-    max_length, eos, stop = _stops(config, stopping_criteria or ())
+    max_length, eos, stop = _stops(config, stopping_criteria or (), input_ids.shape[1])
     if stop_strings_criterion is not None:
         stop = (*stop, stop_strings_criterion())
     max_new = max_length - input_ids.shape[1]
@@ -158,12 +157,57 @@ def read_request(
                            bool(config.return_dict_in_generate))
 
 
+def check_model(model: Any) -> None:
+    """``model`` must be a transformers model (a config and a forward): checked before anything reads it."""
+    if not (hasattr(model, "config") and callable(getattr(model, "forward", None))):
+        raise LayersearchError(f"custom_generate needs a transformers model, got {type(model).__name__}")
+
+
+def _generation_config(model: Any, given: Any) -> Any:
+    """The call's GenerationConfig: the one given, else the model's own."""
+    from transformers import GenerationConfig
+
+    config = given if given is not None else getattr(model, "generation_config", None)
+    if not isinstance(config, GenerationConfig):
+        where = "generation_config" if given is not None else "the model's generation_config"
+        raise LayersearchError(f"{where} must be a transformers GenerationConfig, got {type(config).__name__}")
+    return config
+
+
+def _check_input_ids(model: Any, input_ids: Any) -> None:
+    """The prompt: one row of integer token ids ``[1, n]``, n >= 1, each inside the model's vocabulary."""
+    import torch
+
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        raise refuse("inputs", f"layersearch decodes token ids [1, n], got {type(input_ids).__name__}")
+    if input_ids.dtype == torch.bool or input_ids.dtype.is_floating_point or input_ids.dtype.is_complex:
+        raise LayersearchError(f"inputs must be integer token ids, got dtype {str(input_ids.dtype).removeprefix('torch.')}")
+    if input_ids.shape[0] != 1:
+        raise refuse(f"a batch of {input_ids.shape[0]} prompts", "layersearch decodes one prompt per call "
+                     "(as transformers' assisted generation does)")
+    if input_ids.shape[1] == 0:
+        raise refuse("inputs", "the prompt is empty (layersearch needs at least one token)")
+    embeddings = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+    weight = getattr(embeddings, "weight", None)
+    if isinstance(weight, torch.Tensor):  # an id past it would fail inside the embedding lookup
+        rows = weight.shape[0]
+        outside = ((input_ids < 0) | (input_ids >= rows)).nonzero()  # [k, 2]
+        if len(outside):
+            position = int(outside[0, 1])
+            raise LayersearchError(f"inputs: token id {int(input_ids[0, position])} (position {position}) is outside the "
+                                   f"model's vocabulary (ids 0..{rows - 1})")
+
+
 def _check_prompt_inputs(model_kwargs: dict[str, Any]) -> None:
     """Only a prompt's own inputs: no padding, no cache filled already, no other modality."""
     for name, value in model_kwargs.items():
         if name not in PROMPT_INPUTS:
             raise refuse(name, "layersearch decodes text token ids alone")
+    import torch
+
     mask = model_kwargs.get("attention_mask")
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        raise LayersearchError(f"attention_mask must be a tensor, got {type(mask).__name__}")
     if mask is not None and not bool((mask == 1).all()):
         raise refuse("attention_mask with padding", "layersearch decodes one unpadded prompt")
     for name in ("cache", "past_key_values"):
@@ -197,10 +241,16 @@ def _warps(processors: Sequence[Any], user: list[Any], config: Any) -> tuple[flo
     return temperature, top_k, top_p
 
 
-def _stops(config: Any, criteria: Sequence[Any]) -> tuple[int, frozenset[int], tuple[Any, ...]]:
+def _stops(config: Any, criteria: Sequence[Any], prompt: int) -> tuple[int, frozenset[int], tuple[Any, ...]]:
     """The length limit, end-of-sequence ids and stop-string criteria of the prepared criteria (a
-    user's own MaxLength / EosToken / StopString criteria honoured as the config's)."""
+    user's own MaxLength / EosToken / StopString criteria honoured as the config's). ``generate``
+    sets the config's max_length; a direct call may give max_new_tokens instead (``prompt``: its length)."""
     max_length = config.max_length
+    if max_length is None and config.max_new_tokens is not None:
+        max_length = prompt + config.max_new_tokens
+    if max_length is None:
+        raise LayersearchError("generation_config sets neither max_length nor max_new_tokens: give one "
+                               "(model.generate sets them from its arguments)")
     eos: set[int] = set()
     stop: list[Any] = []
     for criterion in criteria:

@@ -23,9 +23,10 @@ from typing import Any, Sequence, cast
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from layersearch.common.checks import api_arguments
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec
-from layersearch.integrations.arguments import GenerateRequest, caller_arguments, read_request, refuse
+from layersearch.integrations.arguments import GenerateRequest, caller_arguments, check_model, read_request, refuse
 
 __all__ = ["Decoding", "LayersearchGenerateOutput", "decoding", "folder_decoding"]
 
@@ -56,6 +57,7 @@ class LayersearchGenerateOutput(GenerateDecoderOnlyOutput):
     decode_stats: Any = None
 
 
+@api_arguments
 def decoding(spec_or_path: DecoderSpec | str | os.PathLike, *, kernels: str = "auto", seed: int | None = None,
              tokenizer: Any = None) -> "Decoding":
     """A decoding method for ``model.generate(..., custom_generate=...)`` running ``spec_or_path``
@@ -120,6 +122,7 @@ class Decoding:
         caller = caller_arguments()
         criterion = None if stop_strings is None else (lambda: self._stop_strings(stop_strings))
         try:
+            check_model(model)  # before anything reads it
             request = read_request(model, input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs,
                                    caller, streamer=streamer, synced_gpus=synced_gpus, stop_strings_criterion=criterion)
             built = self.built(model)  # the spec checked against the model: before any token
@@ -143,8 +146,7 @@ class Decoding:
         from layersearch.decoder.build import build_decoder
         from layersearch.models.loading import LoadedModel, describe_model
 
-        if not (hasattr(model, "config") and callable(getattr(model, "forward", None))):
-            raise LayersearchError(f"custom_generate needs a transformers model, got {type(model).__name__}")
+        check_model(model)
         if self.spec.drafter.vocab and self.tokenizer is None:
             raise LayersearchError("the spec's drafter.vocab reduces the draft head with the tokenizer's frequencies: "
                                    "pass it as layersearch.decoding(spec, tokenizer=tokenizer)")

@@ -180,3 +180,95 @@ def test_capture_stats_count_the_captured_forwards(tiny_word_models):
     assert eager.capture_stats() == again  # one table per model, shared by its decoders
     plain = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(tiny_word_models[0]), True)), plain=True), model=loaded)
     assert plain.capture_stats() is None
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda d: layersearch.load_decoder(d.spec, foo=1), "load_decoder() got an unexpected argument 'foo'; "
+                                                        "it takes spec_or_path, model and, by keyword, kernels"),
+    (lambda d: layersearch.load_decoder(d.spec, None, "stock"), "load_decoder(): too many positional arguments"),
+    (lambda d: d.generate(PROMPT, max_tokens=3), "Decoder.generate() got an unexpected argument 'max_tokens' (did you "
+                                                 "mean 'max_new_tokens'?); it takes prompt_or_ids, max_new_tokens and, "
+                                                 "by keyword, do_sample, temperature, top_p, seed, streamer"),
+    (lambda d: d.generate(), "Decoder.generate(): missing a required argument: 'prompt_or_ids'"),
+    (lambda d: d.encode(PROMPT, 3), "Decoder.encode(): too many positional arguments; it takes prompt_or_ids"),
+    (lambda d: layersearch.decoding(d.spec, kernel="stock"), "decoding() got an unexpected argument 'kernel' (did you "
+                                                             "mean 'kernels'?); it takes spec_or_path and, by keyword"),
+])
+def test_an_unexpected_argument_is_a_layersearch_error(decoder, call, says):
+    """The API raises LayersearchError for every bad argument, a misspelt or extra one included."""
+    with pytest.raises(LayersearchError) as error:
+        call(decoder)
+    assert str(error.value).startswith(says), str(error.value)
+
+
+def test_help_shows_the_real_signatures():
+    import inspect
+
+    assert str(inspect.signature(layersearch.load_decoder)).startswith("(spec_or_path: 'DecoderSpec | str | Path', model")
+    assert list(inspect.signature(layersearch.Decoder.generate).parameters)[:3] == ["self", "prompt_or_ids", "max_new_tokens"]
+    assert list(inspect.signature(layersearch.decoding).parameters) == ["spec_or_path", "kernels", "seed", "tokenizer"]
+
+
+def _looping_model(seed: int = 0):
+    """A random 4-layer Llama without an end-of-sequence token: its greedy output falls into a loop."""
+    from layersearch.models.tiny import build_tiny_model
+
+    model = build_tiny_model("llama", num_layers=4, seed=seed)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+class _IdsTokenizer:
+    """A stand-in tokenizer for a model fed token ids."""
+
+    def __call__(self, text, **kwargs):
+        raise AssertionError("prompts here are token ids")
+
+    def decode(self, ids, **kwargs):
+        return " ".join(map(str, ids))
+
+
+def test_a_spec_naming_only_a_model_speculates_by_prompt_lookup_and_stays_lossless():
+    """``DecoderSpec(model)`` drafts (prompt lookup, the documented default) where it once decoded
+    plainly: more than one token per step on a repeating text, the same tokens as plain fp32 greedy."""
+    model = _looping_model()
+    decoder = layersearch.load_decoder(DecoderSpec("tiny"), model=(model, _IdsTokenizer()))
+    assert decoder.spec.drafter.name == "prompt-lookup" and decoder.spec.mask_source.kind == "none"
+    prompt = [5, 9, 17, 33, 8, 64, 3] * 2
+    out = decoder.generate(prompt, max_new_tokens=32)
+    plain = model.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)[0, len(prompt):].tolist()
+    assert list(out.token_ids) == plain
+    assert out.stats.mean_accepted_length > 1.5 and out.stats.accepted > 0
+
+
+def test_the_embedded_model_named_alone_speculates_on_a_repeating_prompt(embedded_dir):
+    from layersearch.models.loading import load_model
+
+    loaded = load_model(str(embedded_dir), device="cpu", dtype="float32")
+    decoder = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef(str(embedded_dir), True))), model=loaded)
+    prompt = ("Copy the list exactly.\nList: apple, banana, cherry, date, elderberry, fig, grape\n"
+              "Copy: apple, banana, cherry, date, elderberry, fig, grape\nList: red, green, blue, cyan, magenta\nCopy:")
+    out = decoder.generate(prompt, max_new_tokens=12)
+    ids = decoder.encode(prompt)
+    plain = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    assert list(out.token_ids) == plain[0, ids.shape[1]:].tolist()
+    assert decoder.spec.drafter.name == "prompt-lookup" and out.stats.mean_accepted_length > 2  # the copy is looked up
+
+
+def test_int4_is_refused_alike_on_a_float16_model_and_on_one_moved_to_float16():
+    """The twins' dtype is checked when a decoder runs, not only when it is built: a decoder built
+    on a float32 model refuses to run after ``model.to(torch.float16)``, as loading in float16 does."""
+    from layersearch.masks.mask import SkipMask
+
+    plan = SkipMask(4, (), int4_mlp=(0, 1), int4_group_size=32)
+    spec = DecoderSpec("tiny", mask_source=plan, lookahead=LookaheadSpec("static", 3))
+    with pytest.raises(LayersearchError) as loaded_fp16:
+        layersearch.load_decoder(spec, model=(_looping_model().to(torch.float16), _IdsTokenizer()))
+    model = _looping_model()
+    decoder = layersearch.load_decoder(spec, model=(model, _IdsTokenizer()))
+    assert len(decoder.generate([5, 9, 17], max_new_tokens=4).token_ids) == 4  # float32: runs
+    model.to(torch.float16)
+    with pytest.raises(LayersearchError) as moved_fp16:
+        decoder.generate([5, 9, 17], max_new_tokens=4)
+    assert str(moved_fp16.value) == str(loaded_fp16.value)
+    assert "from float32 or bfloat16 weights, not float16" in str(moved_fp16.value)

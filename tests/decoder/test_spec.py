@@ -86,7 +86,8 @@ def _edited(tmp_path, edit):
     (lambda d: d["mask_source"].update(skip_ratio=0.5), "mask source 'mask' takes no skip_ratio"),
     (lambda d: d["mask_source"].pop("mask"), "mask source 'mask' needs mask"),
     (lambda d: d["mask_source"]["mask"].update(mlp=[9]), "mask_source.mask"),
-    (lambda d: d.update(format=2), "unsupported spec format 2"),
+    (lambda d: d.update(format=2), "written by a newer layersearch (format 2; this version reads up to 1): upgrade"),
+    (lambda d: d.update(format=True), "unsupported format True (expected 1)"),
     (lambda d: d.update(extra=1), "unknown field 'extra'"),
     (lambda d: d.pop("sampling"), "missing sampling"),
     (lambda d: d["sampling"].update(temperature=0), "temperature > 0"),
@@ -202,3 +203,85 @@ def test_file_fields_take_a_path_as_load_decoder_does():
     assert (spec.profile, spec.steering, spec.mask_source.file, spec.lookahead.file) == (
         "p.json", "s.safetensors", "r.json", "d.json")
     assert DecoderSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+@pytest.mark.parametrize("build, says", [
+    (lambda: LookaheadSpec(max_draft=4.0), "lookahead.max_draft must be an integer in [1, 64], got 4.0"),
+    (lambda: LookaheadSpec(max_draft=True), "lookahead.max_draft must be an integer in [1, 64], got True"),
+    (lambda: LookaheadSpec(threshold=True), "draft threshold must be in [0, 1], got True"),
+    (lambda: LookaheadSpec(threshold=float("nan")), "draft threshold must be in [0, 1], got nan"),
+    (lambda: LookaheadSpec(threshold="0.5"), "draft threshold must be in [0, 1], got '0.5'"),
+    (lambda: SamplingSpec(True, temperature=True), "sampling.temperature must be a finite number, got True"),
+    (lambda: SamplingSpec(True, temperature=float("nan")), "sampling.temperature must be a finite number, got nan"),
+    (lambda: SamplingSpec(top_p=True), "sampling.top_p must be a finite number, got True"),
+    (lambda: SamplingSpec(top_p="1"), "sampling.top_p must be a finite number, got '1'"),
+    (lambda: SamplingSpec(seed=1.0), "sampling.seed must be an integer in [0, 4294967295], got 1.0"),
+    (lambda: SamplingSpec(seed=True), "sampling.seed must be an integer in [0, 4294967295], got True"),
+    (lambda: DrafterSpec(vocab=10.0), "drafter.vocab must be an integer >= 0, got 10.0"),
+    (lambda: DrafterSpec(vocab=True), "drafter.vocab must be an integer >= 0, got True"),
+    (lambda: MaskSourceSpec("uniform", skip_ratio=True), "mask_source.skip_ratio must be in [0, 1], got True"),
+    (lambda: MaskSourceSpec("knapsack", reselect_every=2.0), "mask_source.reselect_every must be an integer >= 1, got 2.0"),
+    (lambda: MaskSourceSpec("swift", swift={"seed": 1.5}), "SWIFT seed must be an integer in [0, 4294967295], got 1.5"),
+    (lambda: MaskSourceSpec("swift", swift={"seed": True}), "SWIFT seed must be an integer in [0, 4294967295], got True"),
+    (lambda: MaskSourceSpec("swift", swift={"kappa": float("inf")}), "SWIFT kappa must be a number >= 0, got inf"),
+    (lambda: MaskSourceSpec("swift", swift={"window": 8.0}), "SWIFT window must be an integer >= 1, got 8.0"),
+    (lambda: MaskSourceSpec("mask", mask=SkipMask(4, int4_mlp=(1,), int4_group_size=64.0)),
+     "int4 group_size must be one of 32, 64, 128, 256, got 64.0"),
+    (lambda: DecoderSpec("m", max_new_tokens=4.0), "max new tokens must be an integer >= 1, got 4.0"),
+    (lambda: DecoderSpec("m", max_new_tokens=True), "max new tokens must be an integer >= 1, got True"),
+])
+def test_every_number_of_a_spec_is_checked_by_type(build, says):
+    """A number is checked for its type, not only its value: 4.0 == 4 and True == 1 to Python, yet
+    neither is a count the runtime takes (64.0 passed a membership test and failed inside torch)."""
+    with pytest.raises(LayersearchError, match=re.escape(says)):
+        build()
+
+
+@pytest.mark.parametrize("build, says", [
+    (lambda: DecoderSpec("m", max_tokens=8), "DecoderSpec() got an unexpected argument 'max_tokens' (did you mean "
+                                             "'max_new_tokens'?); it takes model, plain, drafter, mask_source"),
+    (lambda: LookaheadSpec("static", max_drafts=3), "LookaheadSpec() got an unexpected argument 'max_drafts'"),
+    (lambda: SamplingSpec(temp=0.5), "SamplingSpec() got an unexpected argument 'temp'"),
+    (lambda: DecoderSpec(), "DecoderSpec(): missing a required argument: 'model'; it takes model, plain"),
+    (lambda: DecoderSpec.load("s.json", "x"), "DecoderSpec.load(): too many positional arguments; it takes path"),
+    (lambda: DecoderSpec("m").save(out="s.json"), "DecoderSpec.save() got an unexpected argument 'out'; it takes path"),
+])
+def test_an_unknown_argument_is_a_layersearch_error_naming_the_accepted_ones(build, says):
+    with pytest.raises(LayersearchError, match=re.escape(says)):
+        build()
+
+
+def test_a_spec_naming_only_a_model_drafts_by_prompt_lookup():
+    """The documented default: prompt lookup (no mask) on CPU and CUDA; naming anything that
+    brings a mask keeps the layer-skip drafter, and the spec records the drafter it chose."""
+    from layersearch.decoder.spec import DEFAULT_DRAFTERS
+
+    assert DEFAULT_DRAFTERS == {"cpu": "prompt-lookup", "cuda": "prompt-lookup"}
+    for device in ("cpu", "cuda", "cuda:1"):
+        spec = DecoderSpec(ModelSpec(ModelRef("m"), device=device), lookahead="static")
+        assert spec.drafter == DrafterSpec("prompt-lookup") and spec.mask_source == MaskSourceSpec("none")
+        assert DecoderSpec.from_dict(spec.to_dict()) == spec
+    mask = SkipMask(4, (1,))
+    for named in (dict(mask_source=mask), dict(mask_source=MaskSourceSpec("uniform", skip_ratio=0.2)),
+                  dict(steering="s.safetensors"), dict(profile="p.json"), dict(lookahead=LookaheadSpec("disco", file="d.json")),
+                  dict(drafter=DrafterSpec())):  # an explicit layer-skip drafter is named
+        assert DecoderSpec("m", **named).drafter == DrafterSpec(), named
+    assert DecoderSpec("m", drafter=DrafterSpec()).mask_source == MaskSourceSpec("default")
+    assert DecoderSpec("m", plain=True).drafter == DrafterSpec()  # plain decoding drafts nothing
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+@pytest.mark.parametrize("plan, parts", [
+    (SkipMask(4, (1,), int8_attention=(0, 2), int8_head=True), "int8 parts (attention 0,2, the LM head)"),
+    (SkipMask(4, (), int4_mlp=(3,), int4_group_size=32), "int4 parts (mlp 3)"),
+])
+def test_drafter_quant_with_a_plan_of_its_own_precisions_is_refused(quant, plan, parts):
+    """``drafter.quant`` runs every kept sub-layer in one precision: it would silently replace a
+    plan's own int8 / int4 parts, so the two together are one error naming both."""
+    with pytest.raises(LayersearchError) as error:
+        DecoderSpec("m", drafter=DrafterSpec(quant=quant), mask_source=plan)
+    message = str(error.value)
+    assert f"drafter.quant {quant}" in message and parts in message and "\n" not in message
+    assert set(error.value.fields) == {"drafter.quant", "mask_source"}
+    skips = DecoderSpec("m", drafter=DrafterSpec(quant=quant), mask_source=plan.skips_only())  # a skip mask: fine
+    assert skips.drafter.quant == quant

@@ -130,3 +130,38 @@ def test_caller_arguments_are_read_only_from_generate():
         return caller_arguments()
 
     assert method() == {}  # called directly: no generate frame to read
+
+
+def _direct(model="tiny", ids=None, **arguments):
+    """The decoding method called directly, as transformers would call it (model, input_ids, ...)."""
+    from transformers import GenerationConfig
+
+    return layersearch.decoding(SPEC)(model, torch.tensor(PROMPT) if ids is None else ids,
+                                      **{"generation_config": GenerationConfig(max_new_tokens=3), **arguments})
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda m: _direct("gpt2"), "custom_generate needs a transformers model, got str"),
+    (lambda m: _direct(None), "custom_generate needs a transformers model, got NoneType"),
+    (lambda m: _direct(m, generation_config="greedy"), "generation_config must be a transformers GenerationConfig, got str"),
+    (lambda m: _direct(m, generation_config=None), "generation_config sets neither max_length nor max_new_tokens"),
+    (lambda m: _direct(m, torch.tensor([[5.0, 9.0]])), "inputs must be integer token ids, got dtype float32"),
+    (lambda m: _direct(m, torch.tensor([[5, 9, 999]])), "inputs: token id 999 (position 2) is outside the model's vocabulary (ids 0..127)"),
+    (lambda m: _direct(m, torch.tensor([[5, -1]])), "inputs: token id -1 (position 1) is outside the model's vocabulary"),
+    (lambda m: _direct(m, logits_processor=3), "logits_processor must be a list of logits processors"),
+    (lambda m: _direct(m, stopping_criteria="eos"), "stopping_criteria must be a list of stopping criteria"),
+    (lambda m: _direct(m, streamer=print), "streamer must have put() and end() methods"),
+    (lambda m: _direct(m, attention_mask=[[1] * 8]), "attention_mask must be a tensor, got list"),
+])
+def test_a_direct_call_checks_every_argument_before_reading_it(tiny_llama, call, says):
+    """The decoding method called by hand (not through generate) refuses a wrong model or input
+    with one LayersearchError, the model's check first, never a TypeError or AttributeError from inside."""
+    with pytest.raises(LayersearchError) as error:
+        call(tiny_llama)
+    assert str(error.value).startswith(says), str(error.value)
+
+
+def test_a_direct_call_with_good_arguments_decodes(tiny_llama):
+    out = _direct(tiny_llama)
+    plain = tiny_llama.generate(torch.tensor(PROMPT), max_new_tokens=3)
+    assert out.tolist() == plain.tolist()
