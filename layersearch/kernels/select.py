@@ -153,20 +153,23 @@ def warm_up(dtypes: Sequence[torch.dtype] = (torch.float32,)) -> None:
     numba's threads to torch's, so no compile time lands in a timing."""
     import numba
 
-    from layersearch.kernels.activation import activation
+    from layersearch.kernels.activation import PARALLEL_MIN_VALUES, activation
     from layersearch.kernels.rowwise_attention import rowwise_attention
-    from layersearch.kernels.rowwise_linear import rowwise_linear
+    from layersearch.kernels.rowwise_linear import PARALLEL_MIN_WEIGHTS, rowwise_linear
 
     most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # numba.config defines its settings at import, unseen by mypy
     numba.set_num_threads(max(1, min(torch.get_num_threads(), most)))
+    parallel = numba.get_num_threads() > 1  # then large calls run the parallel variants: compiled here too
     for dtype in {torch.float32, *dtypes}:
-        rowwise_linear(torch.zeros(1, 8, dtype=dtype), torch.zeros(5, 8, dtype=dtype))
+        for rows in (5, PARALLEL_MIN_WEIGHTS // 8) if parallel else (5,):
+            rowwise_linear(torch.zeros(1, 8, dtype=dtype), torch.zeros(rows, 8, dtype=dtype))
         query = torch.zeros(1, 2, 1, 4, dtype=dtype)
         keys = torch.zeros(1, 1, 3, 4, dtype=dtype)
         rowwise_attention(None, query, keys, keys, None)
         rowwise_attention(None, query, keys, keys, torch.ones(1, 1, 1, 3, dtype=torch.bool))
         for name in ("silu", "gelu_tanh"):
-            activation(torch.zeros(3, dtype=dtype), name)
+            for values in (3, PARALLEL_MIN_VALUES) if parallel else (3,):
+                activation(torch.zeros(values, dtype=dtype), name)
 
 
 def _supported_linear(module: torch.nn.Module) -> TypeGuard[torch.nn.Linear]:

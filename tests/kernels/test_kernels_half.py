@@ -118,6 +118,15 @@ def test_half_precision_forward_is_bitwise_independent_of_the_verified_length(fa
     torch.testing.assert_close(together.float(), stock.float(), rtol=0.05, atol=0.02)  # same model, other kernels
 
 
+def test_half_precision_routed_forwards_trace_without_a_graph_break():
+    model = build_tiny_model("qwen2", num_layers=2, seed=0).bfloat16()
+    ids = torch.tensor([[3, 5, 7, 9]])
+    with torch.inference_mode(), model_kernels(model, "numba"):
+        expected = model(ids).logits
+        traced = torch.compile(lambda i: model(i).logits, fullgraph=True, backend="eager")  # a break would raise
+        assert torch.equal(traced(ids), expected) and expected.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_an_mlp_width_torch_splits_unevenly_stays_bitwise(dtype):
     """An MLP 1000 wide: torch's SiLU computes each row's last 8 values by its scalar loop alone
