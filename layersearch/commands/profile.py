@@ -95,6 +95,10 @@ def _validate(args: Any) -> int:
     from layersearch.commands.common import positive_int
     from layersearch.models.context import check_context
 
+    for option, given in (("--random-weights", args.random_weights), ("--max-verify", args.max_verify is not None)):
+        if given:  # options of a measurement --validate does not make: refused, not ignored
+            raise LayersearchError(f"{option} applies to measuring a profile, not to --validate (which times the "
+                                   "loaded model's forwards against the profile's predictions)")
     out = check_output(args.out, "--out") if args.out is not None else None
     positive_int(args.repeats, "--repeats")
     profile = LatencyProfile.load(args.validate)

@@ -26,8 +26,9 @@ def test_random_weights_profile_is_bound_to_the_architecture(tmp_path, capsys):
     assert data["device"].startswith("cpu: ") and data["commit"] and data["transformers_version"]
     assert data["architecture"]["model_type"] == "llama" and data["architecture"]["num_hidden_layers"] == 2
     assert len(data["verify_ratios"]) == 3
+    said = capsys.readouterr()
+    assert "verify(3)/verify(1)" in said.out + said.err and "verify(8)" not in said.out + said.err  # the longest measured
     # the profile of random weights validates against the trained model of that architecture
-    capsys.readouterr()
     assert main(["profile", "--model", str(folder), "--validate", str(out), "--contexts", "8", "--repeats", "1",
                  "--masks", "uniform:0.5", "--threads", "1"]) == 0
     assert "measured / predicted" in capsys.readouterr().out
