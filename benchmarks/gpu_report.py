@@ -54,6 +54,12 @@ from tool_args import ToolParser, run_tool
 
 #: The sections ``--sections`` chooses from, in the order they run.
 SECTIONS = ("captured", "greedy", "sampling", "loop", "profile", "int4")
+#: --sampling-runs when not given: full shapes, and the tiny smoke shape (the eager sampling section's own).
+SAMPLING_RUNS, SMALL_SAMPLING_RUNS, SMALL_EAGER_SAMPLING_RUNS = 3000, 200, 300
+#: The keys of a raw report whose sections have a table (``--table``): the captured and the int4 sections.
+TABLE_KEYS = ("captured", "int4_part")
+#: A raw report's keys that are not sections: the device and its provenance record.
+RECORD_KEYS = ("device", "torch", "argv", "commit", "python", "transformers")
 
 # ----- 1. greedy equality ---------------------------------------------------------------------
 def divergence(model, prompt: torch.Tensor, ours: tuple[int, ...], theirs: tuple[int, ...]) -> dict | None:
@@ -541,7 +547,7 @@ def captured_report(args, report: dict) -> None:
         return
     report["captured_greedy"] = captured_greedy_section(args.device, 8 if small else 32, 2 if small else 4)
     write(report, args.out)
-    report["captured_sampling"] = captured_sampling_section(args.device, 200 if small else args.sampling_runs)
+    report["captured_sampling"] = captured_sampling_section(args.device, sampling_runs(args, small))
     write(report, args.out)
     print(f"  (done at {time.perf_counter() - start:.0f} s)", flush=True)
 
@@ -779,7 +785,7 @@ def int4_report(args, report: dict) -> None:
     write(report, args.out)
     report["int4_greedy"] = int4_greedy_section(args.device, 8 if small else 32, 2 if small else 4)
     write(report, args.out)
-    report["int4_sampling"] = int4_sampling_section(args.device, 200 if small else args.sampling_runs)
+    report["int4_sampling"] = int4_sampling_section(args.device, sampling_runs(args, small))
     write(report, args.out)
 
 
@@ -825,7 +831,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default="1b,8b")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--sections", default="captured")
-    parser.add_argument("--sampling-runs", type=int, default=3000)
+    parser.add_argument("--sampling-runs", type=int, default=None,
+                        help=f"runs of each sampling-law check (default {SAMPLING_RUNS}; {SMALL_SAMPLING_RUNS} with "
+                             "--shapes tiny, a smoke test)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--greedy-dtypes", default="bfloat16,float32")
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -854,15 +862,38 @@ def check_args(args) -> None:
     tool_args.names(args.sections, "--sections", SECTIONS)
     tool_args.dtypes(args.greedy_dtypes, "--greedy-dtypes")
     for option in ("sampling_runs", "repeats", "new_tokens", "prompt_tokens"):
-        tool_args.count(getattr(args, option), "--" + option.replace("_", "-"))
+        if getattr(args, option) is not None:
+            tool_args.count(getattr(args, option), "--" + option.replace("_", "-"))
     tool_args.threads(args.threads)
+    tool_args.backend(args.backend)
     tool_args.output(args.out)
     args.device = tool_args.device(args.device)
+
+
+def sampling_runs(args, small: bool, small_default: int = SMALL_SAMPLING_RUNS) -> int:
+    """The runs of a sampling-law check: ``--sampling-runs`` as given, else :data:`SAMPLING_RUNS`
+    (``small_default`` on the tiny shape, a smoke test)."""
+    if args.sampling_runs is not None:
+        return args.sampling_runs
+    return small_default if small else SAMPLING_RUNS
+
+
+def check_table_report(report, path: str) -> None:
+    """Refuse, in one line, what is not a raw report of this script with a table: a JSON object
+    naming its device and torch, with a captured or an int4 section (:data:`TABLE_KEYS`)."""
+    if not (isinstance(report, dict) and isinstance(report.get("device"), str) and isinstance(report.get("torch"), str)):
+        raise LayersearchError(f"--table {path}: not a raw report of gpu_report.py (a JSON object naming its device "
+                               "and torch beside its sections)")
+    if not any(key in report for key in TABLE_KEYS):
+        held = ", ".join(key for key in report if key not in RECORD_KEYS) or "nothing"
+        raise LayersearchError(f"--table {path}: holds no captured or int4 section (it holds {held}); only those "
+                               "sections have a table")
 
 
 def print_table(path: str) -> int:
     """``--table``: the captured runtime's table of a report this script wrote."""
     report = tool_args.json_input(path, "--table")
+    check_table_report(report, path)
     try:
         print(int4_table(report) if "int4_part" in report else table(report))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -906,7 +937,8 @@ def report_run(args, argv=None) -> int:
     write(report, args.out)
     if "sampling" in sections:
         print("2. sampling", f"(at {time.perf_counter() - start:.0f} s)", flush=True)
-        report["sampling"] = sampling_section(shapes[0], args.device, torch.bfloat16, 300 if small else args.sampling_runs)
+        report["sampling"] = sampling_section(shapes[0], args.device, torch.bfloat16,
+                                              sampling_runs(args, small, SMALL_EAGER_SAMPLING_RUNS))
     write(report, args.out)
     if "loop" in sections:
         print("3. loop vs HF generate", f"(at {time.perf_counter() - start:.0f} s)", flush=True)

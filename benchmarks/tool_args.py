@@ -78,6 +78,18 @@ def device(value: str, option: str = "--device") -> str:
     return value.strip().lower()
 
 
+def backend(value: str, option: str = "--backend") -> str:
+    """``value`` if it names a dynamo backend of this torch (``torch._dynamo.list_backends``)."""
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if value not in known:
+        shown = sorted({*torch._dynamo.list_backends(), "eager", "aot_eager"} & set(known))
+        raise LayersearchError(f"{option}: unknown dynamo backend {value!r}; choose one of {', '.join(shown)} "
+                               "(or another of torch._dynamo.list_backends(exclude_tags=()))")
+    return value
+
+
 def dtypes(value: str, option: str) -> list[str]:
     """The comma-separated dtype names of ``value`` (float32, float16, bfloat16)."""
     try:

@@ -106,6 +106,18 @@ def test_the_gpu_reports_int4_parts_run_end_to_end_on_a_cpu_with_a_tiny_shape(pa
         assert "exact-int4" in printed and report.CEILING in printed
 
 
+@pytest.mark.parametrize("given, runs", [((), 200), (("--sampling-runs", "7"), 7)])
+def test_the_tiny_shape_takes_the_sampling_runs_given(given, runs, monkeypatch, capsys):
+    """``--shapes tiny`` is a smoke test with fewer sampling runs by default, never in place of the user's."""
+    report = load("gpu_report")
+    asked = []
+    monkeypatch.setattr(report, "captured_greedy_section", lambda *args: {})
+    monkeypatch.setattr(report, "captured_sampling_section",
+                        lambda device, n: asked.append(n) or {"runs": n, "p_target": 0.5, "p_draft_law": 0.0})
+    assert report.main(["--device", "cpu", "--shapes", "tiny", "--checks", "only", "--backend", "eager", *given]) == 0
+    assert asked == [runs] and f"{runs} runs" in capsys.readouterr().out
+
+
 def test_int4_grid_rounds_onto_sixteen_levels_per_group_and_is_a_fixed_point():
     """The exact-int4 model's weights: at most 16 values per group, and rounding them again changes nothing."""
     import torch
