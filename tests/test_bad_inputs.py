@@ -1380,6 +1380,15 @@ BAD_KINDS["hf_folder"] = {"a file": _file("notes.txt", "mine\n"), "holding gener
                           "holding layersearch_spec.json": _holding("layersearch_spec.json"),
                           "custom_generate a file": _custom_generate_file, "empty": _value("")}
 COMMANDS["export-hf"] = Command(("export-hf", "{spec}", "{hf_folder}"), kinds={"spec": "hf_spec", "hf_folder": "hf_folder"})
+# A folder output is probed as a file's folder is, before any work; demo checks every argument
+# (its model loaded) before it writes anything in its folder; profile --validate takes no option
+# of the measurement it does not make.
+BAD_KINDS["hf_folder"].update({"under a file": _value("mask.json/x"), "/proc": _value("/proc")})
+COMMANDS["demo"] = replace(COMMANDS["demo"], bad_args=COMMANDS["demo"].bad_args + (
+    ("--out-dir", "mask.json"), ("--out-dir", "mask.json/x"), ("--out-dir", "/proc"), ("--model", "missing.gguf"),
+    ("--model", "no_such_folder/model"), ("--device", "tpu"), ("--dtype", "float8")))
+COMMANDS["profile --validate"] = replace(COMMANDS["profile --validate"], bad_args=COMMANDS["profile --validate"].bad_args + (
+    ("--random-weights",), ("--max-verify", "4")))
 # ----- int4 plans: group sizes the widths refuse, files newer than this reader, dtypes without int4 -----
 def _int4_plan(name: str, **int4) -> Maker:
     """The good mask with int4 parts (a version 3 plan), its int4 section's keys set to ``int4``."""
@@ -1912,6 +1921,9 @@ BENCHMARK_ARGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpu_report --new-tokens 0": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--new-tokens", "0")),
     "gpu_report --out in a missing folder": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--out", "no/such.json")),
     "gpu_report --repeats x": ("gpu_report", ("--repeats", "x")),
+    "gpu_report --table of a latency profile": ("gpu_report", ("--table", "profile.json")),
+    "gpu_report --table of a device alone": ("gpu_report", ("--table", "device5.json")),
+    "gpu_report --backend nonsense": ("gpu_report", ("--shapes", "tiny", "--device", "cpu", "--backend", "nonsense")),
     "gpu_plans --draft -1": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--draft", "-1")),
     "gpu_plans --alpha 2": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "2")),
     "gpu_plans --alpha 1": ("gpu_plans", ("--device", "cpu", "--shapes", "tiny", "--model-shape", "tiny", "--alpha", "1")),
@@ -1951,6 +1963,7 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(label, work, capsys)
             pytest.skip("a machine with CUDA accepts --device cuda")
         argv = tuple(a for a in argv if a != _NO_CUDA)
     BAD_JSON_FILES["binary"](work)
+    _file("device5.json", '{"device": 5}')(work)  # a JSON object with a device, and nothing of a report
     before = snapshot(work)
     capsys.readouterr()
     try:

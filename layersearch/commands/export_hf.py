@@ -24,8 +24,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Write the folder and say what it wrote and how to use it."""
+    from layersearch.common.outputs import check_output_folder
     from layersearch.integrations.export import export_hf
 
+    check_output_folder(args.folder, "DIR")  # /proc, a path under a file: one line, before the spec is read
     paths = export_hf(args.spec, args.folder)
     for path in paths:
         print(f"wrote {path}")

@@ -3,6 +3,7 @@
 :func:`check_output` turns an output argument into an :class:`OutputTarget` and raises a
 LayersearchError before any long work when it cannot be written (a directory, a missing or
 read-only folder: folders are never created; a name too long, a wrong suffix).
+:func:`check_output_folder` does the same for a folder a command writes its files into.
 :func:`write_outputs` then writes one or several files all or nothing:
 
 - ``-`` streams to stdout, and a character device or FIFO (``/dev/stdout``, ``/dev/null``) is
@@ -156,6 +157,38 @@ def check_file_name(path: "str | Path", what: str = "output", *, prefix: bool = 
     if given.endswith(("/", os.sep)) or Path(given).name in ("", ".", ".."):
         raise LayersearchError(f"{what} {given} names a folder, not a file: give a file name inside it", fields=what)
     return given
+
+
+def check_output_folder(path: "str | Path", what: str = "output folder") -> Path:
+    """The folder ``path`` a command writes its files into, checked before any work as a file's
+    folder is (:func:`_probe_folder`): an existing folder that takes a new file, or a missing one
+    whose nearest existing folder does (made when the files are written). A file, a path under
+    a file, a folder that takes no file (``/proc``, a read-only mount) is one error naming ``what``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise LayersearchError(f"{what} must be a folder name (str or Path), got {type(path).__name__}", fields=what)
+    given = os.fspath(path)
+    if not given.strip():
+        raise LayersearchError(f"{what} is empty: give a folder name", fields=what)
+    if "\0" in given:
+        raise LayersearchError(f"{what} {given!r} contains a NUL character", fields=what)
+    real = Path(os.path.realpath(os.path.expanduser(given)))
+    if os.path.lexists(real) and not real.is_dir():
+        raise LayersearchError(f"{what} {given} is a file, not a folder: give a folder name", fields=what)
+    nearest = real
+    while not nearest.exists() and nearest != nearest.parent:
+        size, limit = len(nearest.name.encode("utf-8", "surrogateescape")), _name_max(nearest.parent)
+        if size > limit:
+            raise LayersearchError(f"{what}: folder name too long ({size} bytes, at most {limit})", fields=what)
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise LayersearchError(f"cannot write {what} {given}: {nearest} is not a directory", fields=what)
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise LayersearchError(f"cannot write {what} {given}: folder {nearest} is not writable", fields=what)
+    try:
+        _probe_folder(nearest, given, what)
+    except LayersearchError as exc:
+        raise LayersearchError(str(exc), fields=what) from None
+    return real
 
 
 def _new_file(real: Path, given: str, what: str, default: bool) -> OutputTarget:

@@ -129,11 +129,14 @@ def prepare(settings: TuneSettings, draft_model: ModelRef | None = None) -> Prep
     domain = domain_for(settings.prompts)
     choose_rows(settings.prompts, settings.train_prompts, settings.seed, "train")
     choose_rows(settings.prompts, settings.test_prompts, settings.seed, "test")
-    location = locate(settings, _identity(settings, domain, draft_model))
+    location = locate(settings, study_identity(settings, domain, draft_model))
     return Prepared(settings, domain, location, draft_model)
 
 
-def _identity(settings: TuneSettings, domain: str, draft_model: ModelRef | None, fingerprint: str | None = None) -> dict[str, Any]:
+def study_identity(settings: TuneSettings, domain: str, draft_model: ModelRef | None,
+                   fingerprint: str | None = None) -> dict[str, Any]:
+    """What a tune study is made for (its prompt domain, draft model, sizes, seed and, once loaded,
+    the model's ``fingerprint``): a study of that name made otherwise is refused."""
     identity = {"prompts": domain, "draft_model": None if draft_model is None else draft_model.ref,
                 "max_new_tokens": settings.max_new_tokens, "train_prompts": settings.train_prompts, "seed": settings.seed}
     if fingerprint is not None:
@@ -184,7 +187,7 @@ def tune(
     check_all_fit(loaded, ((f"{settings.prompts}: {split} prompt {i} ({text[:30]!r}...)", ids.shape[1])
                            for split, texts, ids_list in (("train", train_texts, train), ("test", test_texts, test))
                            for i, (text, ids) in enumerate(zip(texts, ids_list), 1)), settings.max_new_tokens)
-    identity = _identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
+    identity = study_identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
     choices = study_choices(study, fresh)
     pool = stored_pool(study)

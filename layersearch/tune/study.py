@@ -72,16 +72,22 @@ def open_study(settings: TuneSettings, location: StorageLocation, identity: Mapp
     return study, fresh
 
 
-def check_identity(study: Any, identity: Mapping[str, Any], location: StorageLocation) -> None:
-    """Raise unless ``study`` is a tune study made for ``identity`` (fields absent from either are not compared)."""
+#: How a refused study's error ends by default: what starts a new search.
+NEW_SEARCH = "choose another name to start a new search"
+
+
+def check_identity(study: Any, identity: Mapping[str, Any], location: StorageLocation, hint: str = NEW_SEARCH) -> None:
+    """Raise unless ``study`` is a tune study made for ``identity`` (fields absent from either are
+    not compared); the error ends with ``hint``, how to start a new search instead."""
     theirs = study.user_attrs.get(IDENTITY_ATTR)
     if not isinstance(theirs, dict):
-        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch tune; choose another name", fields="name")
+        raise LayersearchError(f"study {study.study_name!r} in {location.url} was not made by layersearch tune; {hint}",
+                               fields="name")
     for key, value in identity.items():
         if key in theirs and theirs[key] != value:
             raise LayersearchError(
-                f"study {study.study_name!r} in {location.url} was made with {key} {theirs[key]!r}, not {value!r}; "
-                "choose another name to start a new search", fields="name"
+                f"study {study.study_name!r} in {location.url} was made with {key} {theirs[key]!r}, not {value!r}; {hint}",
+                fields="name"
             )
 
 

@@ -67,9 +67,81 @@ def test_the_faster_of_tunes_pick_and_the_plan_rows_is_suggested_on_its_prompts(
     assert chosen.label == "ours: hybrid (searched plan)" and chosen.prompts == "d/plan.jsonl"  # the non-identical row is out
     assert chosen.command == (f"layersearch generate --drafter hybrid --mask {shipped_plan()} --lookahead confidence "
                               "--max-draft 3 --prompts d/plan.jsonl --kernels numba")
-    plans = PlanTable(("table",), (_row("ours: hybrid (searched plan)", 1.9, 1.1),))
+    plans = PlanTable(("table",), (_row("ours: hybrid (searched plan)", 1.2, 1.1),))
     chosen = suggestion(tuned, plans, "d/spec.json", "d/held_out.jsonl", "d/plan.jsonl")
     assert chosen.command == "layersearch generate --spec d/spec.json --prompts d/held_out.jsonl --kernels numba"
+
+
+def test_run_next_ranks_by_the_decode_column_the_tables_show_and_names_it():
+    """The printed tables show the decode-phase speedup, not the end-to-end one: a row higher in
+    that column wins even when its end-to-end figure (shown nowhere) is lower."""
+    tuned = _result([_row("plain generate", 1.0, 1.0), _row("trial 0", 1.73, 1.60, spec="s")], "trial 0")
+    plans = PlanTable(("table",), (_row("ours: prompt-lookup (<=4)", 1.78, 1.45),))
+    chosen = suggestion(tuned, plans, "d/spec.json", "d/held_out.jsonl", "d/plan.jsonl")
+    assert chosen.label == "ours: prompt-lookup (<=4)"
+    from layersearch.commands.demo import next_line
+
+    line = next_line(chosen, "d/held_out.jsonl").splitlines()[0]
+    assert "decode column" in line and "1.78x" in line
+
+
+def _demo_storage(folder, *names, identity=None):
+    """``folder``/demo.db holding a study of each name with one finished trial."""
+    import optuna
+
+    from layersearch.tune.study import IDENTITY_ATTR
+
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        study = optuna.create_study(study_name=name, storage=f"sqlite:///{folder / 'demo.db'}", direction="maximize")
+        study.set_user_attr(IDENTITY_ATTR, identity or {})
+        study.add_trial(optuna.trial.create_trial(value=1.0))
+    return folder
+
+
+def test_the_demo_resumes_its_newest_study_and_fresh_names_a_new_one(tmp_path):
+    from layersearch.commands.demo import demo_study
+
+    assert demo_study(tmp_path / "new", fresh=False) == demo_study(tmp_path / "new", fresh=True)
+    assert not (tmp_path / "new").exists()  # looking writes nothing
+    first = demo_study(tmp_path / "new", fresh=False)
+    assert (first.name, first.resumed) == ("demo", False)
+    folder = _demo_storage(tmp_path / "d", "demo", "theirs")
+    before = (folder / "demo.db").read_bytes()
+    resumed = demo_study(folder, fresh=False)
+    assert (resumed.name, resumed.resumed, resumed.trials, resumed.file) == ("demo", True, 1, str(folder / "demo.db"))
+    fresh = demo_study(folder, fresh=True)
+    assert (fresh.name, fresh.resumed, fresh.storage) == ("demo-2", False, resumed.storage)  # same file, nothing moved
+    assert (folder / "demo.db").read_bytes() == before
+    _demo_storage(folder, "demo-2")
+    assert demo_study(folder, fresh=False).name == "demo-2" and demo_study(folder, fresh=True).name == "demo-3"
+
+
+def test_a_study_made_with_other_sizes_is_refused_pointing_at_fresh(tmp_path):
+    from layersearch.commands.demo import check_study, demo_settings, demo_study
+    from layersearch.common.errors import LayersearchError
+
+    folder = _demo_storage(tmp_path / "d", "demo", identity={"max_new_tokens": 48})
+    args = SimpleNamespace(budget=5.0, max_new_tokens=12)
+    with pytest.raises(LayersearchError, match="max_new_tokens 48, not 12; --fresh starts a new study"):
+        check_study(demo_study(folder, fresh=False), demo_settings(args), str(folder / "p.jsonl"), "fp")
+    check_study(demo_study(folder, fresh=True), demo_settings(args), str(folder / "p.jsonl"), "fp")
+
+
+def test_a_second_demo_says_it_resumes_the_first_ones_study(tiny_with_embedded_tokenizer, tmp_path, capsys):
+    from layersearch.cli import main
+
+    model = tiny_with_embedded_tokenizer(seed=3)[2]
+    out = tmp_path / "d"
+    argv = ["demo", "--model", str(model), "--budget", "2", "--max-new-tokens", "4", "--threads", "1", "--out-dir", str(out)]
+    assert main(argv) == 0
+    assert "resuming" not in capsys.readouterr().err
+    import optuna
+
+    study = optuna.load_study(study_name="demo", storage=f"sqlite:///{out / 'demo.db'}")
+    trials = sum(1 for t in study.trials if t.state.is_finished())  # its enqueued starting points wait unmeasured
+    assert main(argv) == 0
+    assert f"resuming study demo in {out / 'demo.db'} ({trials} trials); --fresh starts a new one" in capsys.readouterr().err
 
 
 def test_nothing_faster_than_plain_end_to_end_suggests_nothing():
