@@ -7,6 +7,11 @@ over plain ``generate`` on the prompt file's train split. The best few are measu
 the held-out test split beside plain ``generate`` and transformers' own peers, and the winner
 (or plain decoding, when nothing beats it) becomes a :class:`~layersearch.decoder.spec.DecoderSpec`.
 
+The budget is kept by not starting what it cannot hold: no mask of the pool is scored, and no
+trial or batch of trials starts, once the time left cannot hold it (priced by plain ``generate``
+timed once, then by the longest trial so far), so a search ends within its budget but for the
+one measurement that started inside it and ran longer than its price (:mod:`~layersearch.tune.run`).
+
 Modules, one concept each: :mod:`~layersearch.tune.settings` (what a run is asked),
 :mod:`~layersearch.tune.pool` (the mask candidates, made before the search),
 :mod:`~layersearch.tune.space` (Optuna suggestions -> DecoderSpec),
