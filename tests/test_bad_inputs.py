@@ -1948,6 +1948,11 @@ BENCHMARK_ARGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "step_time --tree not a checkout": ("step_time", ("--tree", "nowhere")),
     "step_time three trees": ("step_time", ("--tree", ".", "--tree", ".", "--tree", ".")),
     "step_time --out onto a file": ("step_time", ("--out", "mask.json")),
+    "vllm_serve no --model": ("vllm_serve", ()),
+    "vllm_serve --model not a model": ("vllm_serve", ("--model", ".")),
+    "vllm_serve --concurrency 0": ("vllm_serve", ("--model", ".", "--concurrency", "1,0")),
+    "vllm_serve --rows bogus": ("vllm_serve", ("--model", ".", "--rows", "bogus")),
+    "vllm_serve --out onto a file": ("vllm_serve", ("--model", ".", "--out", "mask.json")),
 }
 
 

@@ -13,7 +13,7 @@ from layersearch.masks.mask import SkipMask
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 #: the scripts this suite runs (pg_scale end to end in tests/study/postgres); the GPU scripts need CUDA
-TOOLS = ("mask_patterns", "pg_scale", "hf_overhead", "step_time", "bf16_divergence", "kernel_cost")
+TOOLS = ("mask_patterns", "pg_scale", "hf_overhead", "step_time", "bf16_divergence", "kernel_cost", "vllm_serve")
 
 
 def load(name: str):
