@@ -200,8 +200,6 @@ def export_vllm(spec_or_path: DecoderSpec | str | os.PathLike, folder: str | os.
             draft_source = target_dir if draft.plan is not None else model_folder(draft.draft_model or "", progress)
             plan = draft.plan if draft.plan is not None else _whole_model_plan(draft_source, draft.draft_quant)
             draft_bytes = write_draft(draft_source, staging / "draft", plan, dtype)
-            if plan.int8_head:
-                notes.append("the head stays in the model's precision in vLLM (its int8 head has no CPU kernel)")
         served = _vllm_config(root, draft, dtype, spec)
         (staging / "vllm.json").write_text(json.dumps(served, indent=2) + "\n")
         (staging / "layersearch-spec.json").write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
@@ -318,7 +316,14 @@ def write_draft(source: Path, out: Path, plan: SkipMask, dtype: str) -> int:
     weights: dict[str, torch.Tensor] = {}
     int8_names: list[str] = []
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    tied = bool(config.get("tie_word_embeddings", False))
     for name, tensor in _read_weights(source):
+        if plan.int8_head and (name == "lm_head.weight" or (tied and name == "model.embed_tokens.weight")):
+            # the head in int8: its own int8 copy (a tied head is untied from the embedding for it)
+            weights["lm_head.weight"], weights["lm_head.weight_scale"] = _int8_per_channel(tensor)
+            int8_names.append("lm_head")
+            if name == "lm_head.weight":
+                continue
         placed = _place(name, plan, renumber)
         if placed is None:
             continue
@@ -394,6 +399,8 @@ def _draft_config(config: dict[str, Any], plan: SkipMask, kept: list[int], renum
                            "skip_mlp": sorted(renumber[i] for i in plan.mlp if i in renumber)}
     if int8_names:
         draft["quantization_config"] = _w8a8_config(int8_names)
+    if "lm_head" in int8_names:
+        draft["tie_word_embeddings"] = False
     return draft
 
 
@@ -408,7 +415,7 @@ def _w8a8_config(int8_names: list[str]) -> dict[str, Any]:
                                                       "dynamic": False},
                                           "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
                                                                 "strategy": "token", "dynamic": True}}},
-            "ignore": ["lm_head"]}
+            "ignore": []}
 
 
 def _read_weights(folder: Path) -> Any:
