@@ -192,3 +192,113 @@ def test_api_docstrings_and_help_texts_promise_equal_tokens_only_with_the_dtype(
     found = {name: unconditional_promises((ROOT / name).read_text()) for name in API_MODULES}
     found["--help"] = [hit for text in help_texts() for hit in unconditional_promises(text)]
     assert {name: hits for name, hits in found.items() if hits} == {}
+
+
+# ----- every measured figure in docs/results.md cites its raw file --------------------------------
+RESULTS_MD = CLI_MD.parent / "results.md"
+#: A measured figure: a number or range followed by x, ms, s, % or tok/s ("1.79x", "2.210 ms", "20-40 s", "-18%").
+FIGURE = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:-\d+(?:\.\d+)?)?\s?(?:x|ms|s|%|tok/s)(?![\w/])")
+#: A raw file: a path under docs/cpu, docs/gpu or docs/figures (from docs/, or from the root as docs/...);
+#: one given to an option or a redirection (``--out docs/figures/x.json``) is a command's, not a citation.
+RAW_PATH = re.compile(r"(--[\w-]+(?:\s+|=)|>\s+)?(?<![\w/])((?:docs/)?(?:cpu|gpu|figures)/[\w.-]+\.(?:json|jsonl|csv|log|txt|md))\b")
+#: What a figure whose raw file is gone carries instead, with the command that measures it again.
+NO_RAW = "(no raw file kept"
+#: The section of results.md that lists runs prepared but not made: its figures are settings, not results.
+PREPARED = re.compile(r"^#+ Prepared, not yet run.*?(?=^#)", re.M | re.S)
+
+
+def cited_paths(text: str) -> list[str]:
+    """The raw files ``text`` cites (not the paths its commands write or read)."""
+    return [path for argument, path in RAW_PATH.findall(text) if not argument]
+
+
+def raw_file(path: str) -> Path:
+    """The file a raw path names: ``docs/...`` from the repository root, anything else from docs/."""
+    return ROOT / path if path.startswith("docs/") else RESULTS_MD.parent / path
+
+
+def cites_raw(text: str) -> bool:
+    """Whether ``text`` names an existing raw file, or says none was kept (wherever its lines wrap)."""
+    return NO_RAW in " ".join(text.split()) or any(raw_file(path).is_file() for path in cited_paths(text))
+
+
+def figure_units(text: str) -> list[tuple[str, str]]:
+    """``text`` cut into the units a citation covers, each with the paragraph that introduces it:
+    every prose paragraph (introduced by nothing) and every table row (introduced by the last prose
+    paragraph before its table, under the same heading). Code blocks (commands) and headings are not read."""
+    text = re.sub(r"^```.*?^```[ \t]*$", "", PREPARED.sub("", text + "\n#"), flags=re.M | re.S)
+    units: list[tuple[str, str]] = []
+    caption = ""
+    for line_block in re.split(r"\n\s*\n", text):
+        prose: list[str] = []
+        for line in line_block.splitlines():
+            if line.lstrip().startswith("#"):
+                caption = ""
+            elif line.lstrip().startswith("|"):
+                if prose:
+                    units.append(("\n".join(prose), ""))
+                    caption, prose = "\n".join(prose), []
+                units.append((line, caption))
+            else:
+                prose.append(line)
+        if "".join(prose).strip():
+            units.append(("\n".join(prose), ""))
+            caption = "\n".join(prose)
+    return units
+
+
+def uncited_figures(text: str, rows_only: bool = False) -> list[str]:
+    """The units of ``text`` holding a measured figure that neither they nor their caption trace to a raw file."""
+    return [" ".join(unit.split())[:140] for unit, caption in figure_units(text)
+            if FIGURE.search(unit) and not cites_raw(unit) and not cites_raw(caption)
+            and not (rows_only and not unit.lstrip().startswith("|"))]
+
+
+def readme_results() -> str:
+    """The README's results section (its tables cite docs/results.md's raw files)."""
+    return (ROOT / "README.md").read_text().split("## What each method achieves", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("text", ["Q1.5B: 1.79x (2.68x) end to end.", "| int8 self-draft | 1.79x |",
+                                  "one token 319 ms", "compiling 20-40 s", "draft forward -18%", "110.6 tok/s",
+                                  "a row (raw: [f](figures/no-such-file.json)) of 1.2x",
+                                  "1.2x, from `bench --out docs/figures/bench_q15_code48_int8self.json`"])
+def test_the_check_catches_a_figure_without_its_raw_file(text):
+    assert uncited_figures(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Q1.5B: 1.79x (raw: [bench](figures/bench_q15_code48_int8self.json)).",
+    "1.54x on code (no raw file kept: re-measure with `layersearch bench --out FILE`)",
+    "A table (raw: `docs/gpu/captured-h100.json`):\n\n| | 8B |\n|---|---|\n| ours | 110.6 tok/s |",
+    "## 2x faster, a heading\n\n```\nbench --budget 600 s\n```",
+    "### Prepared, not yet run\n\nEach run fits 5 s.\n\n## Next\n\nText.",
+])
+def test_the_check_spares_cited_figures_headings_code_and_prepared_runs(text):
+    assert uncited_figures(text) == []
+
+
+def test_a_table_row_takes_the_citation_of_its_own_caption_only():
+    cited, table = "Raw: [x](cpu/step-time-refactor.json).", "| a | 1.2x |"
+    assert uncited_figures(f"{cited}\n\n{table}") == []
+    assert uncited_figures(f"{cited}\n\n## Next\n\n{table}")  # a heading between: not its caption
+
+
+def test_every_figure_in_results_md_cites_its_raw_file():
+    """Every paragraph and table row of docs/results.md with a measured figure names an existing raw
+    file (docs/cpu, docs/gpu, docs/figures), directly or in the paragraph introducing its table, or
+    says ``(no raw file kept: re-measure with COMMAND)``. Exempt: headings, code blocks (commands)
+    and the section of runs prepared but not yet made."""
+    assert uncited_figures(RESULTS_MD.read_text()) == []
+
+
+def test_every_row_of_the_readmes_results_tables_cites_its_raw_file():
+    """The same rule for the rows of the README's results tables (its prose there is a summary of
+    results.md and is not read)."""
+    assert uncited_figures(readme_results(), rows_only=True) == []
+
+
+def test_every_raw_file_the_results_cite_exists():
+    texts = PREPARED.sub("", RESULTS_MD.read_text() + "\n#") + readme_results()
+    missing = sorted({path for path in cited_paths(texts) if not raw_file(path).is_file()})
+    assert missing == []
