@@ -404,7 +404,7 @@ def check_vllm() -> None:
 
     if importlib.util.find_spec("vllm") is None:
         raise Refused(f"this python ({sys.executable}) has no vLLM: run the script with vLLM's python "
-                      f"(python -m layersearch.integrations.vllm.install DIR makes one)")
+                      f"(layersearch vllm-env DIR makes one)")
 
 
 # --- memory: which schedule ---------------------------------------------------------------

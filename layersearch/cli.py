@@ -21,7 +21,7 @@ from layersearch import __version__
 #: parser_class)`` and ``run(args)``; the order is the order of ``--help`` (``export_hf``: the
 #: command ``export-hf``).
 COMMANDS = ("generate", "mask", "profile", "bench", "demo", "study", "plot", "knapspec", "transfer", "disco",
-            "knn", "swift", "steer", "tune", "export_hf", "export_vllm")
+            "knn", "swift", "steer", "tune", "export_hf", "export_vllm", "vllm_env")
 
 
 #: Options whose empty value means "none of them" (``bench --drafters ""``: no peer drafters);

@@ -171,7 +171,10 @@ COMMANDS: dict[str, Command] = {
         ("tune", "--model", MODEL, "--prompts", "{user_prompts}", "--budget", "1", "--out", "{out}", "--storage", "{storage}"),
         NUMBERS + (("--budget", "0"), ("--budget", "nan"), ("--train-prompts", "0"), ("--repeats", "0"),
                    ("--report", "report.md/x.md"), ("--name", "no/such name"), ("--budget", "inf"),
-                   ("--budget", "-1"), ("--budget", "1e308"), ("--budget=-inf",)),
+                   ("--budget", "-1"), ("--budget", "1e308"), ("--budget=-inf",),
+                   # the vLLM export's folder: a file, a folder holding anything, one that takes no file
+                   ("--export-vllm", "mask.json"), ("--export-vllm", "draft"), ("--export-vllm", "/proc"),
+                   ("--export-vllm", "mask.json/x"), ("--export-vllm", "vllm_out", "--model", "no_such_folder/model")),
         kinds={"storage": "new_storage"},
     ),
     "study create": Command(
@@ -1389,6 +1392,20 @@ COMMANDS["demo"] = replace(COMMANDS["demo"], bad_args=COMMANDS["demo"].bad_args 
     ("--model", "no_such_folder/model"), ("--device", "tpu"), ("--dtype", "float8")))
 COMMANDS["profile --validate"] = replace(COMMANDS["profile --validate"], bad_args=COMMANDS["profile --validate"].bad_args + (
     ("--random-weights",), ("--max-verify", "4")))
+# export-vllm: the specs export-hf refuses, a spec vLLM cannot serve (its rule reads confidence),
+# and a folder that is a file, holds anything already, or takes no file. vllm-env: a folder that
+# is a file or holds what it did not make (nothing is installed there).
+GOOD["vllm_folder"] = "vllm_out"
+BAD_KINDS["vllm_spec"] = {**{name: make for name, make in BAD_KINDS["hf_spec"].items() if name != "naming a latency profile"},
+                          "a rule vLLM cannot draft by": _value("spec.json")}  # layer-skip with the confidence rule
+GOOD["vllm_spec"] = "spec_vllm.json"  # the good spec with static drafts of 3
+BAD_KINDS["vllm_folder"] = {"a file": _file("notes.txt", "mine\n"), "not empty": _holding("generate.py"),
+                            "empty": _value(""), "under a file": _value("mask.json/x"), "/proc": _value("/proc")}
+COMMANDS["export-vllm"] = Command(("export-vllm", "{vllm_spec}", "{vllm_folder}"))
+GOOD["vllm_env"] = "vllm_env_out"
+BAD_KINDS["vllm_env"] = {"a file": _file("notes.txt", "mine\n"), "not ours": _holding("generate.py"),
+                         "empty": _value(""), "under a file": _value("mask.json/x"), "/proc": _value("/proc")}
+COMMANDS["vllm-env"] = Command(("vllm-env", "{vllm_env}"), kinds={"vllm_env": "vllm_env"})
 # ----- int4 plans: group sizes the widths refuse, files newer than this reader, dtypes without int4 -----
 def _int4_plan(name: str, **int4) -> Maker:
     """The good mask with int4 parts (a version 3 plan), its int4 section's keys set to ``int4``."""
@@ -1493,6 +1510,8 @@ def _spec_and_user_prompts(work: Path, model_dir: Path) -> None:
     spec = json.loads((work / "spec.json").read_text())
     spec["model"]["ref"] = str(model_dir)
     (work / "spec.json").write_text(json.dumps(spec))
+    spec["lookahead"].update(name="static", max_draft=3)  # what vLLM can serve (export-vllm)
+    (work / "spec_vllm.json").write_text(json.dumps(spec))
     (work / "bench_report.json").write_text(json.dumps(
         {"domains": {"code": {"rows": [{"config": "plain generate", "speedup": 1.0, "decode_speedup": 1.0}]}}}))
     (work / "user.jsonl").write_text("".join(json.dumps({"prompt": f"w{i} w{i + 1}"}) + "\n" for i in range(40)))

@@ -49,6 +49,9 @@ FOREIGN_FLAGS = {
     "data/gsm.py": ("--upgrade",),
     "data/sql.py": ("--no-deps", "--no-binary"),
     "models/loading.py": ("--no-deps",),
+    # pip's flags, and vLLM's server options in the README an export writes (vLLM's, not ours)
+    "integrations/vllm/install.py": ("--quiet", "--upgrade", "--yes", "--no-deps", "--force-reinstall"),
+    "integrations/vllm_export.py": ("--no-deps", "--model", "--dtype", "--speculative-config"),
 }
 OPTUNA_USERS = ("strategies", "study", "tune", "commands", "evaluation/plots.py")
 #: Further rules, by package or module path: names it must never import (lazily or not).

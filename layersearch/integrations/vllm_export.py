@@ -103,20 +103,28 @@ def vllm_draft(spec: DecoderSpec, num_layers: int) -> VllmDraft:
     if spec.steering:
         raise LayersearchError("steering: SD² steers the drafter's hidden states inside our loop; vLLM's draft model has no such hook",
                                fields="steering")
-    if spec.lookahead.name not in STATIC_RULES and not (spec.drafter.name == "prompt-lookup" and spec.lookahead.name == "confidence"):
+    from layersearch.runtime.drafters import drafter_entry
+
+    entry = drafter_entry(spec.drafter.name)  # what the drafter declares, never its name
+    reads_rule = entry.runs_model  # a lookup's draft has no confidence: any rule drafts its cap
+    if spec.lookahead.name not in STATIC_RULES and (reads_rule or spec.lookahead.name != "confidence"):
         raise LayersearchError(f"lookahead {spec.lookahead.name!r}: vLLM drafts a fixed number of tokens each step; "
                                f"use lookahead 'static' with max_draft k", fields="lookahead")
     if spec.drafter.vocab:
         raise LayersearchError("drafter.vocab: FR-Spec's reduced draft head is not a vLLM draft option", fields="drafter.vocab")
+    if entry.mixes:
+        raise LayersearchError(f"drafter {spec.drafter.name!r} chooses its source step by step; "
+                               f"vLLM takes one draft source per engine, n-grams or a draft model", fields="drafter")
     k = spec.lookahead.max_draft
-    if spec.drafter.name == "prompt-lookup":
+    if not entry.runs_model:
+        from layersearch.runtime.drafters import DrafterParts
         from layersearch.runtime.drafters.prompt_lookup import PromptLookupDrafter
 
-        lookup = PromptLookupDrafter()  # the registry's prompt lookup: its n-gram sizes
+        lookup = entry.make(DrafterParts())
+        if not isinstance(lookup, PromptLookupDrafter):
+            raise LayersearchError(f"drafter {spec.drafter.name!r}: vLLM's only draft without a model is its n-gram lookup",
+                                   fields="drafter")
         return VllmDraft("ngram", k, ngram=(lookup.min_ngram, lookup.max_ngram))
-    if spec.drafter.name != "layer-skip":
-        raise LayersearchError(f"drafter {spec.drafter.name!r}: vLLM takes one draft source, n-grams or a draft model",
-                               fields="drafter")
     if spec.drafter.model is not None:
         if spec.drafter.quant not in (None, "int8"):
             raise LayersearchError(f"drafter.quant {spec.drafter.quant!r}: the vLLM export writes int8 draft models only "
@@ -124,8 +132,8 @@ def vllm_draft(spec: DecoderSpec, num_layers: int) -> VllmDraft:
         return VllmDraft("draft_model", k, draft_model=spec.drafter.model.ref, draft_quant=spec.drafter.quant)
     plan = _plan(spec, num_layers)
     if plan.int4_attention or plan.int4_mlp or plan.int4_head:
-        raise LayersearchError("int4 sub-layers: vLLM's CPU build runs 4-bit weights only as whole-model checkpoints "
-                               "(see docs/vllm.md); export an int8 or full-precision plan", fields="drafter.quant")
+        raise LayersearchError("int4 sub-layers: the vLLM export does not write compressed-tensors' 4-bit format yet "
+                               "(docs/vllm.md); export an int8 or full-precision plan", fields="drafter.quant")
     return VllmDraft("draft_model", k, plan=plan)
 
 

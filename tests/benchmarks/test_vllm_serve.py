@@ -201,7 +201,7 @@ def test_the_table_and_raw_json_compare_every_configuration_with_plain(folders, 
 @pytest.fixture(scope="module")
 def vllm_python() -> str:
     if not VLLM_PYTHON:
-        pytest.skip("LAYERSEARCH_VLLM_PYTHON names no python with vLLM (python -m layersearch.integrations.vllm.install DIR "
+        pytest.skip("LAYERSEARCH_VLLM_PYTHON names no python with vLLM (layersearch vllm-env DIR "
                     "makes one and prints it)")
     return VLLM_PYTHON
 

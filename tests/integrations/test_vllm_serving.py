@@ -4,7 +4,7 @@ In float32, greedy tokens from vLLM with each exported draft equal vLLM plain an
 plain decoding (``generate --baseline``), for a batch of requests and for each one alone; the
 server's ``/v1/completions`` answers what the offline engine generated, and its ``/metrics``
 count the drafts. Runs where ``LAYERSEARCH_VLLM_PYTHON`` names the python of vLLM's environment
-(``.ci/run`` makes it with ``python -m layersearch.integrations.vllm.install``); skips elsewhere.
+(``.ci/run`` makes it with ``layersearch vllm-env``); skips elsewhere.
 Each engine starts in its own process (30-70 s each on 2 cores).
 """
 
@@ -34,7 +34,7 @@ MAX_TOKENS = 24
 
 pytestmark = [
     pytest.mark.skipif(not VLLM_PYTHON or not Path(VLLM_PYTHON).exists(),
-                       reason="vLLM's environment not given: python -m layersearch.integrations.vllm.install DIR, "
+                       reason="vLLM's environment not given: layersearch vllm-env DIR, "
                               "then LAYERSEARCH_VLLM_PYTHON=DIR/bin/python"),
     pytest.mark.embedded,
 ]

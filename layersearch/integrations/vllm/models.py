@@ -30,7 +30,7 @@ def _skips(config: Any, index: int) -> tuple[bool, bool]:
     return index in plan.get("skip_attention", ()), index in plan.get("skip_mlp", ())
 
 
-def _drop_attention(layer: nn.Module) -> None:
+def _drop_attention(layer: "_PlanLayer") -> None:
     """Remove a layer's attention and its KV-cache registration (vLLM sizes the cache from it)."""
     context = get_current_vllm_config().compilation_config.static_forward_context
     for module in layer.self_attn.modules():
@@ -40,16 +40,21 @@ def _drop_attention(layer: nn.Module) -> None:
     del layer.self_attn
 
 
-class _PlanLayer:
+class _PlanLayer(nn.Module):
     """Mixin over a vLLM decoder layer: build, then drop what the plan skips; forward the rest."""
 
     skip_attention: bool
     skip_mlp: bool
+    # what vLLM's Llama and Qwen2 decoder layers build (the plan deletes the skipped ones)
+    input_layernorm: Any
+    self_attn: Any
+    post_attention_layernorm: Any
+    mlp: Any
 
     def _apply_plan(self, config: Any, prefix: str) -> None:
         self.skip_attention, self.skip_mlp = _skips(config, extract_layer_index(prefix))
         if self.skip_attention:
-            _drop_attention(self)  # type: ignore[arg-type]
+            _drop_attention(self)
             del self.input_layernorm
         if self.skip_mlp:
             del self.mlp
