@@ -25,6 +25,10 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                    help="search time: the mask pre-search and the study (the held-out re-measurement comes after)")
     p.add_argument("--out", required=True, metavar="SPEC", help="the chosen decoder spec (JSON; runs with generate --spec)")
     p.add_argument("--report", metavar="FILE", help="markdown report (default: --out with .md); a .png beside it")
+    p.add_argument("--export-vllm", metavar="DIR", help="also write DIR for vLLM to serve the chosen spec (as export-vllm; "
+                   "server command in DIR/README.md); the search then tries only what vLLM serves: layer skip and the "
+                   "draft model with static drafts and chain verification, prompt lookup (default --name: the "
+                   "prompt file's name with -vllm)")
     p.add_argument("--name", help="study name: the same name resumes the search (default: the prompt file's name)")
     storage_arg(p, "Optuna storage URL (default sqlite:///studies/tune-<name>.db)")
     p.add_argument("--train-prompts", type=int, default=None,
@@ -43,12 +47,28 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 
 def run(args: Any) -> int:
-    """Check everything, load the model(s), tune, print the held-out table, write spec and report."""
+    """Check everything, load the model(s), tune, print the held-out table, write spec and report
+    (and with ``--export-vllm``, the chosen spec's vLLM folder)."""
     from layersearch.tune.report import held_out_table
 
     result = tune_from_args(args)
     print(held_out_table(result), flush=True)
+    if args.export_vllm is not None:
+        export_chosen(result, args.export_vllm, _say if not args.quiet else (lambda message: None))
     return 0
+
+
+def export_chosen(result: Any, folder: str, say: Any) -> None:
+    """Write the vLLM folder of the chosen spec and print what it holds; plain decoding (nothing
+    beat it) needs no speculative config: said, nothing written."""
+    from layersearch.integrations.vllm_export import export_vllm
+
+    if result.selection.plain_chosen:
+        print(f"plain decoding was chosen: vLLM serves the model without --speculative-config; {folder} not written",
+              flush=True)
+        return
+    export = export_vllm(result.spec, folder, progress=say)
+    print(export.describe(), flush=True)
 
 
 def output_paths(args: Any) -> dict[str, str]:
@@ -56,12 +76,12 @@ def output_paths(args: Any) -> dict[str, str]:
     from layersearch.tune.report import report_paths
 
     from layersearch.commands.study import default_storage_file
-    from layersearch.commands.tune_options import default_name
+    from layersearch.commands.tune_options import study_name
 
     md, png = report_paths(args.out, args.report)
     paths = {"--report": md, "--report's picture": png}
     if args.storage is None:  # the study's own storage, from --name (or the prompt file's name)
-        paths.update(default_storage_file(f"tune-{args.name or default_name(args.prompts)}"))
+        paths.update(default_storage_file(f"tune-{study_name(args)}"))
     return paths
 
 

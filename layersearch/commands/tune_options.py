@@ -1,12 +1,14 @@
 """A tune run from a command's options (``layersearch tune``, and ``demo``'s quick tune): every
-option checked and every output checked before the model loads, then :func:`~layersearch.tune.run.tune`,
-the spec and the report written.
+option checked and every output checked before the model loads (``--export-vllm``'s folder too:
+``tune`` writes it after the spec, :mod:`layersearch.commands.tune`), then
+:func:`~layersearch.tune.run.tune`, the spec and the report written.
 
 ``options`` is any object with ``tune``'s option names as attributes (argparse's parsed arguments,
 or a :class:`types.SimpleNamespace`)."""
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from pathlib import Path
@@ -27,14 +29,17 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
     from layersearch.tune.settings import TuneSettings
 
     o = options
+    export = getattr(o, "export_vllm", None)  # demo has no such option
+    if export is not None:
+        check_export_folder(export)  # a file, /proc, a folder holding anything: refused before any work
     for given, option in ((o.train_prompts, "--train-prompts"), (o.test_prompts, "--test-prompts")):
         if given is not None:
             check_int(given, option)
     if o.name is not None and not o.name.strip():
         raise LayersearchError("--name is empty: give a study name (or leave it out: the prompt file's name)")
     train, test, note = prompt_counts(o.prompts, o.train_prompts, o.test_prompts)
-    settings = TuneSettings(o.prompts, o.budget, o.name or default_name(o.prompts), o.storage,
-                            train, test, o.max_new_tokens, o.repeats, o.finalists)
+    settings = TuneSettings(o.prompts, o.budget, study_name(o), o.storage,
+                            train, test, o.max_new_tokens, o.repeats, o.finalists, for_vllm=export is not None)
     out = check_output(o.out, "--out")
     md_path, png_path = report_paths(o.out, o.report)
     md, png = check_output(md_path, "--report"), check_png_output(png_path)
@@ -43,6 +48,12 @@ def tune_from_options(options: Any, load: Callable[[], Any], say: Callable[[str]
         raise LayersearchError("--draft-model is empty: name a model")
     draft_ref = _draft_ref(o.draft_model) if o.draft_model else None
     prepared = prepare(settings, draft_ref)
+    if export is not None:
+        _check_apart(export, (("--out", o.out), ("--report", md_path), ("--report's picture", png_path),
+                              ("--storage", prepared.location.path)))
+        for ref, option in ((o.model, "--model"), (None if draft_ref is None else draft_ref.ref, "--draft-model")):
+            if ref is not None:
+                _check_served_model(ref, option)
     profile = None
     if getattr(o, "profile", None) is not None:
         from layersearch.profiling.profile import LatencyProfile
@@ -79,6 +90,55 @@ def _draft_ref(text: str) -> Any:
         raise LayersearchError(f"--draft-model {text}: tune searches the draft model's own and {quant} weights itself; "
                                f"give {ref.ref}")
     return ref
+
+
+def study_name(options: Any) -> str:
+    """The study's name: ``--name``, else the prompt file's, with ``-vllm`` where ``--export-vllm``
+    restricts the search (a study of the whole space is never resumed restricted)."""
+    if options.name:
+        return str(options.name)
+    return default_name(options.prompts) + ("-vllm" if getattr(options, "export_vllm", None) is not None else "")
+
+
+def check_export_folder(folder: str) -> Path:
+    """``--export-vllm DIR``: a folder the vLLM export can become, new or empty (it never writes
+    into one that holds anything), checked as a file's folder is."""
+    from layersearch.common.outputs import check_output_folder
+
+    real = check_output_folder(folder, "--export-vllm")
+    try:
+        holds = real.is_dir() and any(real.iterdir())
+    except OSError as exc:
+        raise LayersearchError(f"cannot read --export-vllm {folder}: {exc.strerror or exc}") from None
+    if holds:
+        raise LayersearchError(f"--export-vllm {folder} is not empty: the export writes a new folder whole, "
+                               "never into one that holds anything; give a new or empty folder")
+    return real
+
+
+def _check_apart(folder: str, outputs: Any) -> None:
+    """Refuse an output of the run (``outputs``: (option, path or None) pairs) at or inside the
+    export folder: the export writes it whole, after them, and would find it taken."""
+    real = Path(os.path.realpath(os.path.expanduser(folder)))
+    for option, path in outputs:
+        if path is not None and str(path) != "-":
+            file = Path(os.path.realpath(os.path.expanduser(str(path))))
+            if file == real or real in file.parents:
+                raise LayersearchError(f"{option} {path} lies in --export-vllm {folder}: the export writes that folder "
+                                       "whole after tune's files; put them apart")
+
+
+def _check_served_model(ref: str, option: str) -> None:
+    """The export reads the model's files: the embedded model, a .gguf file or a local model folder."""
+    from layersearch.models.gguf import is_gguf_path
+
+    if is_gguf_path(ref) or (Path(os.path.expanduser(ref)) / "config.json").is_file():
+        return
+    from layersearch.models.loading import EMBEDDED_MODEL
+
+    if ref != EMBEDDED_MODEL:
+        raise LayersearchError(f"{option} {ref}: --export-vllm writes the model's files for vLLM, so it takes the "
+                               "embedded model, a .gguf file or a local model folder")
 
 
 def default_name(prompts: str) -> str:

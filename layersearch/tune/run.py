@@ -189,7 +189,7 @@ def tune(
                            for i, (text, ids) in enumerate(zip(texts, ids_list), 1)), settings.max_new_tokens)
     identity = study_identity(settings, prepared.domain, prepared.draft_model, loaded.info.fingerprint)
     study, fresh = open_study(settings, prepared.location, identity, seed=settings.seed)
-    choices = study_choices(study, fresh)
+    choices = study_choices(study, fresh, settings.for_vllm)
     pool = stored_pool(study)
     compile = compile or "auto"
     compiled = compile_wanted(compile, loaded.model.device.type)
@@ -214,7 +214,8 @@ def tune(
     model = ModelSpec(model.ref, loaded.info, model.device, model.dtype)
     quants = ("none", *(q for q in drafts if q is not None))
     space = Space(model, pool, prepared.draft_model, loaded.model.get_output_embeddings().weight.shape[0], settings.max_new_tokens,
-                  quants, cheap_draft(profile), choices["drafters"], choices["lookaheads"])
+                  quants, cheap_draft(profile), choices["drafters"], choices["lookaheads"], settings.for_vllm,
+                  (getattr(loaded.model.config, "architectures", None) or [None])[0])
     if fresh:
         for params in starting_points(space):
             study.enqueue_trial(params, skip_if_exists=True)

@@ -27,6 +27,7 @@ class TuneSettings:
     repeats: int = 2  # held-out repeats (medians)
     finalists: int = 3  # distinct configurations re-measured on the held-out split
     seed: int = 0
+    for_vllm: bool = False  # search only what vLLM serves (``layersearch.tune.space.Space.for_vllm``)
 
     def __post_init__(self) -> None:
         budget = self.budget

@@ -20,6 +20,13 @@ verifier   chain, tree                                      a drafter that branc
                                                             draft model
 =========  ===============================================  ==================================
 
+A space :attr:`Space.for_vllm` offers only what vLLM serves
+(:func:`layersearch.integrations.vllm_export.vllm_draft`): the drafters it exports
+(:func:`vllm_serves_drafter`: one draft source, a model or the n-gram lookup), static drafts,
+chain verification, the full head, the draft model's own or int8 weights, and the pool's plans a
+vLLM draft folder holds (no int4 parts; single sub-layers skipped only in the architectures
+vLLM's plugin runs).
+
 What each drafter takes comes from its registry entry (:class:`~layersearch.runtime.drafters.DrafterEntry`).
 With a draft model, ``model`` drafts with the draft model in the default drafter's place;
 ``NAME-model`` is drafter NAME with the draft model (``hybrid-model`` looks the continuation up
@@ -40,6 +47,7 @@ from typing import Any, Mapping
 
 from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec, DrafterSpec, LookaheadSpec, MaskSourceSpec, ModelRef, ModelSpec
+from layersearch.masks.mask import SkipMask
 from layersearch.runtime import MAX_DRAFT
 from layersearch.runtime.drafters import DEFAULT_DRAFTER, DrafterEntry, drafter_entry
 from layersearch.tune.pool import Candidate
@@ -55,6 +63,7 @@ V1_CHOICES = {"version": 1, "drafters": ("layer-skip", "prompt-lookup", "hybrid"
 VOCABS = (0, 8192, 32768)
 MAX_DRAFT_RANGE = (1, 16)  # the searched max_draft (the default, MAX_DRAFT, lies inside)
 THRESHOLD = (0.3, 0.95)
+VLLM_QUANTS = ("none", "int8")  # the draft model's weights vLLM's export writes
 
 
 def space_choices() -> dict[str, Any]:
@@ -66,20 +75,24 @@ def space_choices() -> dict[str, Any]:
 
 
 def check_choices(choices: Mapping[str, Any]) -> dict[str, Any]:
-    """``choices`` as recorded on a study, each name still registered (else one error line)."""
+    """``choices`` as recorded on a study, each name still registered (else one error line), and
+    ``vllm``: whether the study searches only what vLLM serves (:attr:`Space.for_vllm`)."""
     from layersearch.runtime import LOOKAHEADS
     from layersearch.runtime.drafters import DRAFTERS
 
     try:
         version, drafters, rules = choices["version"], tuple(choices["drafters"]), tuple(choices["lookaheads"])
-    except (KeyError, TypeError):
+        for_vllm = choices.get("vllm", False)  # absent: made before the restriction, so not restricted
+    except (KeyError, TypeError, AttributeError):
         raise LayersearchError(f"the study's recorded search space is malformed: {choices!r}") from None
+    if not isinstance(for_vllm, bool):
+        raise LayersearchError(f"the study's recorded search space is malformed: {choices!r}")
     for what, names, registry in (("drafter", drafters, DRAFTERS), ("lookahead", rules, LOOKAHEADS)):
         gone = [name for name in names if name not in registry]
         if gone:
             raise LayersearchError(f"the study searches {what} {gone[0]!r}, which is not registered here; "
                                    "choose another name to start a new search", fields="name")
-    return {"version": version, "drafters": drafters, "lookaheads": rules}
+    return {"version": version, "drafters": drafters, "lookaheads": rules, "vllm": for_vllm}
 
 
 def _registry_drafters() -> tuple[str, ...]:
@@ -103,15 +116,17 @@ class Space:
     cheap_draft: int = 4  # the longest draft whose verification costs about one forward (the profile's curve)
     self_drafters: tuple[str, ...] = field(default_factory=_registry_drafters)  # the study's recorded choices
     rules: tuple[str, ...] = field(default_factory=_registry_rules)
+    for_vllm: bool = False  # only what vLLM serves (the module docstring), so every spec exports
+    architecture: str | None = None  # the model's (config.json's), for vLLM's plans skipping single sub-layers
 
     @property
     def kinds(self) -> dict[str, tuple[str, bool]]:
         """The drafter kinds but plain: kind -> (the spec's drafter, with the draft model). A
         drafter taking a plan only when a mask survived the profile's pruning; with a draft model
         the drafters that take one."""
-        entries = {name: drafter_entry(name) for name in self.self_drafters}
+        entries = {name: drafter_entry(name) for name in self.self_drafters if not self.for_vllm or vllm_serves_drafter(name)}
         own = {name: (name, False) for name, entry in entries.items()
-               if not entry.needs_draft_model and (self.masks or not entry.takes_plan)}
+               if not entry.needs_draft_model and (self.plans or not entry.takes_plan)}
         with_model = {drafter_kind(name, True): (name, True) for name, entry in entries.items()
                       if entry.takes_draft_model and self.draft_model is not None}
         return {**own, **with_model}
@@ -123,12 +138,60 @@ class Space:
 
     @property
     def vocabs(self) -> tuple[int, ...]:
-        """Draft-head sizes: the full head and the reduced ones smaller than the vocabulary."""
-        return tuple(n for n in VOCABS if n < self.vocab_size)
+        """Draft-head sizes: the full head and the reduced ones smaller than the vocabulary (vLLM: the full head)."""
+        return (0,) if self.for_vllm else tuple(n for n in VOCABS if n < self.vocab_size)
+
+    @property
+    def plans(self) -> tuple[Candidate, ...]:
+        """The pool's masks the ``mask`` parameter chooses from (for vLLM, those a draft folder holds)."""
+        return tuple(c for c in self.masks if not self.for_vllm or vllm_serves_plan(c.mask, self.architecture))
+
+    @property
+    def lookaheads(self) -> tuple[str, ...]:
+        """The ``lookahead`` parameter's choices: the study's rules (vLLM: static drafts only)."""
+        from layersearch.integrations.vllm_export import STATIC_RULES
+
+        return tuple(rule for rule in self.rules if not self.for_vllm or rule in STATIC_RULES)
+
+    @property
+    def draft_quants(self) -> tuple[str, ...]:
+        """The ``draft_quant`` parameter's choices: the draft model's weights (vLLM: :data:`VLLM_QUANTS`)."""
+        return tuple(q for q in self.quants if not self.for_vllm or q in VLLM_QUANTS)
+
+    def verifiers(self, entry: DrafterEntry, with_model: bool) -> tuple[str, ...]:
+        """The ``verifier`` parameter's choices for a drafter: a tree where it branches without a draft model (not vLLM)."""
+        return ("chain", "tree") if entry.branches and not with_model and not self.for_vllm else ("chain",)
 
     def mask(self, label: str) -> Any:
         """The pool's mask called ``label``."""
-        return next(c.mask for c in self.masks if c.label == label)
+        return next(c.mask for c in self.plans if c.label == label)
+
+
+def vllm_serves_drafter(name: str) -> bool:
+    """Whether vLLM serves drafter ``name``: the export takes its static drafts (it reads the
+    drafter's registry declarations: one draft source, a model or its n-gram lookup)."""
+    from layersearch.integrations.vllm_export import vllm_draft
+
+    entry = drafter_entry(name)
+    own_plan = entry.takes_plan and not entry.needs_draft_model
+    try:
+        vllm_draft(DecoderSpec(model=ModelSpec(ModelRef("probe")),
+                               drafter=DrafterSpec(name, ModelRef("probe draft") if entry.needs_draft_model else None),
+                               mask_source=MaskSourceSpec("uniform", skip_ratio=0.25) if own_plan else MaskSourceSpec("none"),
+                               lookahead=LookaheadSpec("static", 4)), 4)
+    except LayersearchError:
+        return False
+    return True
+
+
+def vllm_serves_plan(mask: SkipMask, architecture: str | None) -> bool:
+    """Whether a vLLM draft folder holds ``mask``: no int4 parts, some sub-layer kept, and single
+    sub-layers skipped only in an ``architecture`` vLLM's plugin runs (whole layers: any)."""
+    from layersearch.integrations.vllm_export import PLAN_ARCHITECTURES
+
+    everything = len(mask.attention) == mask.num_layers and len(mask.mlp) == mask.num_layers
+    partial = set(mask.attention) != set(mask.mlp)
+    return not (mask.has_int4 or everything or (partial and architecture not in PLAN_ARCHITECTURES))
 
 
 def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
@@ -140,15 +203,16 @@ def suggest_spec(trial: Any, space: Space) -> DecoderSpec:
     entry = drafter_entry(name)
     source = MaskSourceSpec("none")
     if entry.takes_plan and not with_model:
-        source = MaskSourceSpec("mask", mask=space.mask(trial.suggest_categorical("mask", [c.label for c in space.masks])))
+        source = MaskSourceSpec("mask", mask=space.mask(trial.suggest_categorical("mask", [c.label for c in space.plans])))
     vocab = 0
     if entry.takes_head and len(space.vocabs) > 1:
         vocab = trial.suggest_categorical("vocab", space.vocabs)
-    rule = trial.suggest_categorical("lookahead", space.rules)
+    rule = trial.suggest_categorical("lookahead", space.lookaheads)
     max_draft = trial.suggest_int("max_draft", *MAX_DRAFT_RANGE)
     threshold = trial.suggest_float("threshold", *THRESHOLD) if rule not in NO_THRESHOLD else LookaheadSpec.threshold
-    verifier = trial.suggest_categorical("verifier", ("chain", "tree")) if entry.branches and not with_model else "chain"
-    quant = trial.suggest_categorical("draft_quant", space.quants) if with_model and len(space.quants) > 1 else "none"
+    verifiers = space.verifiers(entry, with_model)
+    verifier = trial.suggest_categorical("verifier", verifiers) if len(verifiers) > 1 else "chain"
+    quant = trial.suggest_categorical("draft_quant", space.draft_quants) if with_model and len(space.draft_quants) > 1 else "none"
     drafter = DrafterSpec(name, space.draft_model if with_model else None, vocab, None if quant == "none" else quant)
     return DecoderSpec(model=space.model, drafter=drafter, mask_source=source,
                        lookahead=LookaheadSpec(rule, max_draft, threshold), verifier=verifier,
@@ -167,8 +231,9 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
     then the pool's masks in the profile's order (best predicted first), each with static drafts
     of the profile's cheap length for every drafter taking a plan, the mixing drafters (prompt
     lookup first) before the others, and after the first mask the lookup drafters at the cheap
-    length; last each drafter that mixes in the draft model with the heuristic rule."""
-    quant = {"draft_quant": space.quants[-1]} if len(space.quants) > 1 else {}  # the cheapest drafts first
+    length; last each drafter that mixes in the draft model with the heuristic rule. Only points
+    of ``space``: none with a rule it does not search."""
+    quant = {"draft_quant": space.draft_quants[-1]} if len(space.draft_quants) > 1 else {}  # the cheapest drafts first
     kinds = [(kind, with_model, drafter_entry(name)) for kind, (name, with_model) in space.kinds.items()]
     lookups = [kind for kind, _, entry in kinds if not entry.runs_model]
     points: list[dict[str, Any]] = [{"drafter": kind, "lookahead": "static", "max_draft": LOOKUP_DRAFT} for kind in lookups]
@@ -182,18 +247,18 @@ def starting_points(space: Space) -> list[dict[str, Any]]:
         points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **head,
                        **({"draft_quant": "none"} if quant else {})})
     planned = sorted((k for k in kinds if not k[1] and k[2].takes_plan), key=lambda k: not k[2].mixes)
-    for rank, candidate in enumerate(space.masks):  # the profile's order: best predicted speedup first
+    for rank, candidate in enumerate(space.plans):  # the profile's order: best predicted speedup first
         for kind, _, entry in planned:
-            tree = {"verifier": "chain"} if entry.branches else {}
+            tree = {"verifier": "chain"} if len(space.verifiers(entry, False)) > 1 else {}
             points.append({"drafter": kind, "mask": candidate.label, **tree, "lookahead": "static",
                            "max_draft": space.cheap_draft, **_head(space, entry)})
         if rank == 0:
             points += cheap
-    if not space.masks:
+    if not space.plans:
         points += cheap
     for kind, _, entry in (k for k in kinds if k[1] and k[2].mixes):
         points.append({"drafter": kind, "lookahead": "heuristic", "max_draft": MAX_DRAFT, **_head(space, entry), **quant})
-    return points
+    return [point for point in points if point["lookahead"] in space.lookaheads]
 
 
 def _head(space: Space, entry: DrafterEntry) -> dict[str, Any]:

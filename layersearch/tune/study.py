@@ -50,6 +50,7 @@ def locate(settings: TuneSettings, identity: Mapping[str, Any]) -> StorageLocati
         except KeyError:
             return location
         check_identity(study, identity, location)
+        check_restriction(study, settings.for_vllm, location)
     else:
         location.check_creatable()
     return location
@@ -91,6 +92,20 @@ def check_identity(study: Any, identity: Mapping[str, Any], location: StorageLoc
             )
 
 
+def check_restriction(study: Any, for_vllm: bool, location: StorageLocation | None = None) -> None:
+    """Raise unless ``study`` searches what ``for_vllm`` asks (only what vLLM serves, or every
+    configuration), as its recorded choices say: the two spaces' Optuna distributions differ."""
+    from layersearch.tune.space import V1_CHOICES, check_choices
+
+    recorded = study.user_attrs.get(SPACE_ATTR)
+    made = check_choices(V1_CHOICES if recorded is None else recorded)["vllm"]
+    if made != for_vllm:
+        what = {True: "only what vLLM serves", False: "every configuration"}
+        where = "" if location is None else f" in {location.url}"
+        raise LayersearchError(f"study {study.study_name!r}{where} searches {what[made]}, not {what[for_vllm]}; {NEW_SEARCH}",
+                               fields="name")
+
+
 def stored_pool(study: Any) -> tuple[Candidate, ...] | None:
     """The mask pool a study was made with (None before it has one)."""
     data = study.user_attrs.get(POOL_ATTR)
@@ -102,15 +117,18 @@ def store_pool(study: Any, pool: tuple[Candidate, ...]) -> None:
     study.set_user_attr(POOL_ATTR, [c.to_dict() for c in pool])
 
 
-def study_choices(study: Any, fresh: bool) -> dict[str, Any]:
+def study_choices(study: Any, fresh: bool, for_vllm: bool = False) -> dict[str, Any]:
     """The drafter and lookahead names ``study`` searches: recorded when it is made (the
-    registries' names then), version 1's for a study made before they were recorded, so a
-    resumed study keeps its Optuna distributions; a name no longer registered is one error line."""
+    registries' names then, and ``for_vllm``: only what vLLM serves), version 1's for a study made
+    before they were recorded, so a resumed study keeps its Optuna distributions; a name no
+    longer registered, or a study searching otherwise than ``for_vllm`` asks, is one error line."""
     from layersearch.tune.space import V1_CHOICES, check_choices, space_choices
 
+    if not fresh:
+        check_restriction(study, for_vllm)
     recorded = study.user_attrs.get(SPACE_ATTR)
     if recorded is None:
-        recorded = space_choices() if fresh else V1_CHOICES
+        recorded = {**space_choices(), "vllm": for_vllm} if fresh else V1_CHOICES
         study.set_user_attr(SPACE_ATTR, {key: list(value) if isinstance(value, tuple) else value
                                          for key, value in recorded.items()})
     return check_choices(recorded)
