@@ -17,11 +17,17 @@ to) when it
 
 A test the rule leaves fast fails if it starts a subprocess anyway (:func:`_slow_rule_holds`),
 so a gap in the rule shows in the fast run.
+
+After a test that loads real weights, and after the last test of its module (when the module's
+fixtures are gone), the memory they freed goes back to the system (:func:`pytest_runtest_teardown`),
+so that it does not add to the next model's load or to the engines a vLLM test starts.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import gc
 import inspect
 import re
 import subprocess
@@ -38,6 +44,8 @@ torch.set_num_threads(1)
 
 SLOW_MARKS = ("embedded", "realmodels")
 SLOW_FIXTURES = ("embedded_dir", "postgres")
+#: Modules with a test that loads real weights (marked or through ``embedded_dir``), so far.
+_REAL_WEIGHT_MODULES: set[Path] = set()
 TESTS = str(Path(__file__).parent)
 #: Code that makes a test slow: starting processes, a chi-square law test, a hypothesis property
 #: test, a command run end to end, an Optuna search.
@@ -100,6 +108,40 @@ def _source(function) -> str:
         return inspect.getsource(inspect.unwrap(function))
     except (OSError, TypeError):
         return ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test marked as loading real weights, and after the last test of a module with one
+    (or using ``embedded_dir``), collect and hand the freed memory back: models in reference
+    cycles wait for the collector, and glibc keeps freed small blocks (a model's many weights
+    below 32 MB each) unless trimmed. A collection takes about half a second, hence not after
+    every test."""
+    result = yield  # the test's fixtures, and at a module's end the module's, are gone now
+    marked = any(item.get_closest_marker(name) for name in SLOW_MARKS)
+    if marked or "embedded_dir" in getattr(item, "fixturenames", ()):
+        _REAL_WEIGHT_MODULES.add(item.path)
+    if marked or (item.path in _REAL_WEIGHT_MODULES and (nextitem is None or nextitem.path != item.path)):
+        _release_memory()
+    return result
+
+
+def _release_memory() -> None:
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    """glibc, for malloc_trim; None elsewhere (macOS, musl), where nothing is trimmed."""
+    try:
+        libc = ctypes.CDLL(None)  # the process's own symbols: libc's among them
+    except (OSError, TypeError):
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _glibc()
 
 
 @pytest.fixture(autouse=True)

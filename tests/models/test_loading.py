@@ -1,8 +1,9 @@
 """Tests of layersearch.models.loading and .tiny: the embedded model, its atomic cache, errors.
 
-The embedded SmolLM2 conversion (~20-60 s) runs once per session in the ``embedded_conversion``
-fixture, into a temporary cache; every other test uses tiny random models and a word-level
-tokenizer built in memory, so they take milliseconds.
+The embedded SmolLM2 conversion (~20-60 s) runs once in the ``embedded_conversion`` fixture, into
+a temporary cache, and its two models (~1 GB) are released when this module's tests end; every
+other test uses tiny random models and a word-level tokenizer built in memory, so they take
+milliseconds.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ PROMPT = "The capital of France is"
 
 @dataclass
 class Conversion:
-    """What the one real GGUF conversion of the session produced."""
+    """What the one real GGUF conversion of this module produced."""
 
     cache_dir: Path
     gguf_model: PreTrainedModel  # the model as transformers loaded it from the GGUF
@@ -50,7 +51,7 @@ class Conversion:
     seconds: float
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def embedded_conversion(tmp_path_factory: pytest.TempPathFactory) -> Conversion:
     """Convert the embedded model once into a temporary cache, keeping the GGUF-loaded model."""
     if not HAS_EMBEDDED:
@@ -74,7 +75,7 @@ def embedded_conversion(tmp_path_factory: pytest.TempPathFactory) -> Conversion:
     return Conversion(cache, captured["model"], first, seconds)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def embedded_cache_dir(embedded_conversion: Conversion) -> Path:
     """A cache directory (for LAYERSEARCH_CACHE) that already holds the converted embedded model."""
     return embedded_conversion.cache_dir
