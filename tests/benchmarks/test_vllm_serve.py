@@ -220,7 +220,7 @@ def test_vllm_serves_the_int8_self_draft_with_plains_tokens(vllm_python, tmp_pat
     out = tmp_path / "raw.json"
     done = serve(vllm_python, "--model", str(embedded_model_dir()), "--exports", str(export.folder), "--rows", "32:34",
                  "--max-new-tokens", "16", "--concurrency", "1,2", "--repeats", "1", "--kv-cache-gib", "1",
-                 "--schedule", "alive", "--out", str(out), timeout=1200)
+                 "--schedule", "sequential", "--out", str(out), timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {(s["config"], s["concurrency"]): s for s in report["summary"]}

@@ -72,6 +72,7 @@ def served(tmp_path_factory):
     plain = layersearch.load_decoder(DecoderSpec(ModelSpec(ModelRef("smollm2-135m")), plain=True))
     prompts = [plain.encode(text)[0].tolist() for text in PROMPTS]
     ours = [plain.generate(ids, max_new_tokens=MAX_TOKENS).token_ids for ids in prompts]
+    del plain  # its weights are not needed while the engines run
     model = exports["int8-self"].config["model"]
     runs = {"plain": _run_engine({"model": model, "dtype": "float32", "speculative_config": None,
                                   "prompts": prompts, "max_tokens": MAX_TOKENS}, tmp, "plain")}
