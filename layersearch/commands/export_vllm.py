@@ -24,10 +24,9 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def run(args: Any) -> int:
     """Write the folder and say what it holds and how to serve it."""
-    from layersearch.common.outputs import check_output_folder
-    from layersearch.integrations.vllm_export import export_vllm
+    from layersearch.integrations.vllm_export import check_export_folder, export_vllm
 
-    check_output_folder(args.folder, "DIR")  # /proc, a path under a file: one line, before the spec is read
+    check_export_folder(args.folder, "DIR")  # /proc, a file, a used folder: one line, before the spec is read
     export = export_vllm(args.spec, args.folder, progress=print)
     print(export.describe())
     return 0

@@ -101,19 +101,10 @@ def study_name(options: Any) -> str:
 
 
 def check_export_folder(folder: str) -> Path:
-    """``--export-vllm DIR``: a folder the vLLM export can become, new or empty (it never writes
-    into one that holds anything), checked as a file's folder is."""
-    from layersearch.common.outputs import check_output_folder
+    """``--export-vllm DIR``: a folder the vLLM export can become (the export's own check)."""
+    from layersearch.integrations.vllm_export import check_export_folder as check
 
-    real = check_output_folder(folder, "--export-vllm")
-    try:
-        holds = real.is_dir() and any(real.iterdir())
-    except OSError as exc:
-        raise LayersearchError(f"cannot read --export-vllm {folder}: {exc.strerror or exc}") from None
-    if holds:
-        raise LayersearchError(f"--export-vllm {folder} is not empty: the export writes a new folder whole, "
-                               "never into one that holds anything; give a new or empty folder")
-    return real
+    return check(folder, "--export-vllm")
 
 
 def _check_apart(folder: str, outputs: Any) -> None:

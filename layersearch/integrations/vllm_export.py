@@ -36,6 +36,7 @@ The folder (written whole or not at all; an existing, non-empty ``DIR`` is refus
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -47,7 +48,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec
 from layersearch.masks.mask import SkipMask
 
-__all__ = ["VllmDraft", "VllmExport", "export_vllm", "vllm_draft"]
+__all__ = ["VllmDraft", "VllmExport", "check_export_folder", "export_vllm", "vllm_draft"]
 
 #: Lookahead rules vLLM can express: it drafts a fixed ``num_speculative_tokens`` each step.
 STATIC_RULES = ("static",)
@@ -187,7 +188,7 @@ def export_vllm(spec_or_path: DecoderSpec | str | os.PathLike, folder: str | os.
                 progress: Callable[[str], None] | None = None) -> VllmExport:
     """Write the vLLM folder of a decoder spec (see the module docstring) and return what it holds."""
     spec = spec_or_path if isinstance(spec_or_path, DecoderSpec) else _load_spec(spec_or_path)
-    root = _check_out(Path(folder).expanduser())
+    root = check_export_folder(os.fspath(folder))
     target_dir = model_folder(spec.model.ref.ref, progress)
     config = json.loads((target_dir / "config.json").read_text())
     draft = vllm_draft(spec, int(config["num_hidden_layers"]))
@@ -228,16 +229,20 @@ def _load_spec(path: str | os.PathLike) -> DecoderSpec:
     return DecoderSpec.load(Path(path))
 
 
-def _check_out(root: Path) -> Path:
-    """``root`` if it can become the export folder: absent, or an empty folder."""
-    if root.exists() and not root.is_dir():
-        raise LayersearchError(f"{root} is a file: give a folder for the vLLM export")
-    if root.is_dir() and any(root.iterdir()):
-        raise LayersearchError(f"{root} is not empty: the export never writes into or over an existing folder")
-    probe = root.parent if root.parent.exists() else next((p for p in root.parents if p.exists()), Path("."))
-    if not os.access(probe, os.W_OK):
-        raise LayersearchError(f"{root}: cannot write into {probe}")
-    return root.absolute()
+def check_export_folder(folder: str | Path, what: str = "folder") -> Path:
+    """``folder`` if the export can become it: checked as any output folder is (not a file, not
+    under one, writable), and new or empty (the export never writes into one that holds anything)."""
+    from layersearch.common.outputs import check_output_folder
+
+    real = check_output_folder(folder, what)
+    try:
+        holds = real.is_dir() and any(real.iterdir())
+    except OSError as exc:
+        raise LayersearchError(f"cannot read {what} {os.fspath(folder)}: {exc.strerror or exc}", fields=what) from None
+    if holds:
+        raise LayersearchError(f"{what} {os.fspath(folder)} is not empty: the export writes a new folder whole, "
+                               "never into one that holds anything; give a new or empty folder", fields=what)
+    return Path(folder).expanduser().absolute()
 
 
 def _check_architecture(config: Mapping[str, Any], plan: SkipMask) -> None:
@@ -465,12 +470,6 @@ def _weights_bytes(folder: Path, dtype: str) -> int:
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as handle:
             for name in handle.keys():
-                total += _numel(handle.get_slice(name).get_shape()) * size
+                total += math.prod(handle.get_slice(name).get_shape()) * size
     return total
 
-
-def _numel(shape: list[int]) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count
