@@ -47,10 +47,12 @@ def test_a_budget_too_short_for_the_first_batch_starts_none(prompt_file, tiny_mo
     sleep = 0.5
     _slow(monkeypatch, sleep)
     result = _tune(prompt_file, tiny_model_dir, tmp_path, budget=1.0)
-    one_trial = 2 * TRAIN_PROMPTS * sleep  # plain generate and one candidate on every train prompt: 2 s at least
-    # Before, the first batch (plain and three candidates: 4 s at least) started whatever was left.
-    assert result.search_seconds <= 1.0 + one_trial, result.search_seconds
     assert result.new_trials == 0 and result.selection.plain_chosen
+    # Before, the first batch (plain and three candidates on every train prompt: 4 s of sleeps at
+    # least) started whatever was left. What ran instead (pricing plain generate) stays below that
+    # with room for a loaded machine's overhead: the bound separates the two, it does not time tune.
+    first_batch = 4 * TRAIN_PROMPTS * sleep
+    assert result.search_seconds < first_batch, result.search_seconds
 
 
 def test_the_search_ends_within_its_budget_but_for_one_trial(prompt_file, tiny_model_dir, tmp_path, monkeypatch):
