@@ -226,8 +226,7 @@ class _Run:
         self.prompt_hidden: torch.Tensor | None = None  # [n, hidden] for a controller that wants it
 
     def execute(self) -> GenerationResult:
-        self.recorder.start()
-        with self.backend.claim():
+        with self.recorder.recording(), self.backend.claim():  # this generation's clock and host reads
             self.drafter.begin(self.prompt[0])
             self._prefill()
             while not self.tokens.finished:
@@ -260,7 +259,8 @@ class _Run:
             sequence=HostIds(self.tokens.ids[: position + 1]),  # [position + 1] on the CPU, the newest not cached
             limit=max(0, min(self.lookahead.max_draft, room)), mask=self.mask, lookahead=self.lookahead,
             sampling=self.sampling, generator=self.generator, forward=self.backend.forward,
-            timed=self.recorder.forwards.region, last_ids=self.last_ids,  # [1] the newest token, on the device
+            timed=self.recorder.forwards.region, draft_prefill=self.recorder.draft_prefill,
+            last_ids=self.last_ids,  # [1] the newest token, on the device
         )
 
     def _verify(self, request: StepRequest, proposal: Proposal) -> Verdict:

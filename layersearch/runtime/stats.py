@@ -105,8 +105,9 @@ class DecodeStats:
 
     @property
     def other_seconds(self) -> float:
-        """Time outside the prefill, draft and verify forwards and compiling (bookkeeping)."""
-        return max(0.0, self.run_seconds - self.prefill_seconds - self.draft_seconds - self.verify_seconds)
+        """Time outside the prefill, the draft model's prefill, draft and verify forwards and compiling (bookkeeping)."""
+        return max(0.0, self.run_seconds - self.prefill_seconds - self.draft_prefill_seconds - self.draft_seconds
+                   - self.verify_seconds)
 
     @property
     def bookkeeping_seconds(self) -> float | None:

@@ -11,8 +11,9 @@ and, before a step, the controller reads a :class:`DecodeView` and may answer a 
 **Where a value lives is in its type.** :data:`HostInt` is a count or length the host holds,
 :data:`HostTokens` token ids read to the host, :class:`HostIds` a CPU tensor of ids (the prompt
 and the emitted tokens) and :class:`DeviceIds` ids on the model's device, which cost nothing until
-they are read. Every device-to-host read goes through :func:`to_host`, which counts it (on a GPU a
-read waits for the queued kernels: a step that reads once runs its kernels back to back).
+they are read. Every device-to-host read goes through :func:`to_host`, which counts it for the
+generation running in its thread (on a GPU a read waits for the queued kernels: a step that reads
+once runs its kernels back to back).
 
 **A plug-in subclasses its base.** :class:`Drafter`, :class:`Verifier`, :class:`Controller` and
 :class:`Lookahead` declare every capability the loop reads, each with its default: a plug-in
@@ -24,9 +25,10 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, ContextManager, Mapping, NewType, cast
+from typing import Any, Callable, ContextManager, Iterator, Mapping, NewType, cast
 
 import torch
 
@@ -44,19 +46,39 @@ HostIds = NewType("HostIds", torch.Tensor)
 #: [n] long token ids on the model's device: no host read until :func:`to_host`. ``DeviceIds(tensor)`` marks one.
 DeviceIds = NewType("DeviceIds", torch.Tensor)
 
-_reads = 0
+
+
+class HostReads:
+    """The host reads of one generation: :func:`to_host` adds to the counter in force."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+# The counter of the generation running in this thread (or task): a process-wide count would
+# let two generations side by side count each other's reads.
+_current_reads: ContextVar[HostReads | None] = ContextVar("layersearch_host_reads", default=None)
 
 
 def to_host(values: torch.Tensor) -> list:
-    """``values`` as a Python list (a scalar as a one-item list), counted as one host read."""
-    global _reads
-    _reads += 1
+    """``values`` as a Python list (a scalar as a one-item list), counted as one host read of
+    the generation in force (:func:`counting_reads`; outside one, counted nowhere)."""
+    reads = _current_reads.get()
+    if reads is not None:
+        reads.count += 1
     return values.reshape(-1).tolist()
 
 
-def host_reads() -> int:
-    """Host reads made so far in this process (compare two readings)."""
-    return _reads
+@contextlib.contextmanager
+def counting_reads(reads: HostReads) -> Iterator[HostReads]:
+    """Count the block's host reads (in this thread or task) in ``reads``; an enclosing count resumes after it."""
+    token = _current_reads.set(reads)
+    try:
+        yield reads
+    finally:
+        _current_reads.reset(token)
 
 
 # ----- the values of a step ---------------------------------------------------------------------
@@ -85,6 +107,9 @@ class StepRequest:
     # A drafter running its own model times each of its forwards in this region, so the loop's
     # clock counts them as model time, not bookkeeping (the target's forwards are timed already).
     timed: Callable[[], ContextManager] = contextlib.nullcontext
+    # A drafter running its own model runs that model's forward over the prompt in this region:
+    # the recorder times it as the draft-side prefill, a phase of its own (not the step's draft).
+    draft_prefill: Callable[[], ContextManager] = contextlib.nullcontext
     last_ids: DeviceIds | None = None  # [1] the newest token on the model's device (None: from sequence)
 
     @property
@@ -110,12 +135,11 @@ class Proposal:
 
     ids: DeviceIds | HostIds  # [k] long (a tuple/list is converted to a CPU tensor)
     probs: torch.Tensor | None  # [k, vocab] when sampling, else None
-    drafter: str = "layer-skip"
+    drafter: str  # which drafter produced it (its name: the statistics label the step with it)
     forwards: int = 0  # draft forwards spent (incl. one whose low confidence stopped the draft)
     # A token tree (SWIFT): for each chain position, other candidates to verify as leaves there.
     branches: tuple[tuple[int, ...], ...] | None = None
     confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
-    prefill_seconds: float = 0.0  # a draft model's forward over the prompt inside this proposal (its own phase)
     plan: SkipMask | None = None  # the draft plan the target ran (None: the controller's mask, or no self-draft)
 
     def __post_init__(self) -> None:
@@ -179,13 +203,12 @@ class StepOutcome:
     draft_forwards: int = 0  # draft model forwards spent (incl. the one whose low confidence stopped it)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    extra: Mapping[str, Any] | None = None  # a drafter's or controller's own notes (JSON-ready)
     confidences: tuple[float, ...] = ()  # the draft's top-1 probability at each drafted position (chain drafts)
     host_reads: int = 0  # device-to-host reads the step made (to_host)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record (the mask as its short string)."""
-        record = {
+        return {
             "step": self.step,
             "drafted": self.drafted,
             "accepted": self.accepted,
@@ -194,9 +217,6 @@ class StepOutcome:
             "mask": None if self.mask is None else self.mask.short_string(),
             "lookahead": self.lookahead,
         }
-        if self.extra:
-            record.update(self.extra)
-        return record
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import torch
 
 from layersearch.masks.mask import SkipMask
 from layersearch.runtime.stats import DecodeStats
-from layersearch.runtime.step import Lookahead, Proposal, StepOutcome, Verdict, host_reads
+from layersearch.runtime.step import HostReads, Lookahead, Proposal, StepOutcome, Verdict, counting_reads
 
 
 class Clock:
@@ -105,10 +105,11 @@ class CompileClock(Protocol):
 class StepRecorder:
     """Everything a generation records, kept out of its step: the wall clock, the time inside
     forwards (:attr:`forwards`), each step's phase marks, the seconds a first call spent
-    compiling (its own phase, not the step's), the host reads a step made, the prefill, the
-    controller's selections and the :class:`~layersearch.runtime.step.StepOutcome` of every step.
-    The loop wraps its phases in :meth:`phase`, hands a step's values to :meth:`outcome` and
-    reads the generation's :class:`~layersearch.runtime.stats.DecodeStats` from :meth:`stats`."""
+    compiling and a draft model's prompt forward (each its own phase, not the step's), the host
+    reads a step made, the prefill, the controller's selections and the
+    :class:`~layersearch.runtime.step.StepOutcome` of every step. The loop runs the generation in
+    :meth:`recording`, wraps its phases in :meth:`phase`, hands a step's values to :meth:`outcome`
+    and reads the generation's :class:`~layersearch.runtime.stats.DecodeStats` from :meth:`stats`."""
 
     def __init__(self, device: torch.device | str, compiled: CompileClock) -> None:
         self.clock = Clock(device)  # synchronizes: read at the generation's start and end and around the prefill
@@ -119,13 +120,18 @@ class StepRecorder:
         self.selections: list[dict[str, Any]] = []
         self.prefill_seconds = self.draft_prefill_seconds = 0.0
         self._start, self._compiled_before = 0.0, compiled.compile_seconds
-        self._spans: dict[str, tuple[object, object, float]] = {}  # phase -> (start mark, end mark, compiling)
-        self._reads = 0
+        self._spans: dict[str, tuple[object, object, float]] = {}  # phase -> (start mark, end mark, seconds of own phases)
+        self.reads = HostReads()  # this generation's host reads, counted while it is recording
+        self._reads_before = 0  # the count when the step's draft phase opened
         self._rules: dict[type, str] = {}
 
-    def start(self) -> None:
-        """The generation starts now (its wall clock's origin)."""
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The generation runs in the block: its wall clock starts now, and :func:`~layersearch.runtime.step.to_host`
+        counts the reads made in this thread as this generation's (another thread's generation keeps its own)."""
         self._start = self.clock.now()
+        with counting_reads(self.reads):
+            yield
 
     @contextlib.contextmanager
     def prefill(self) -> Iterator[None]:
@@ -135,15 +141,30 @@ class StepRecorder:
         self.prefill_seconds += self.clock.now() - t0
 
     @contextlib.contextmanager
+    def draft_prefill(self) -> Iterator[None]:
+        """Time the block as a draft model's forward over the prompt: the draft-side prefill, a
+        phase of its own (in neither the step's draft phase nor the decode phase)."""
+        t0 = self.clock.now()
+        try:
+            yield
+        finally:
+            self.draft_prefill_seconds += self.clock.now() - t0
+
+    @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Mark the block as phase ``name`` of the step ("draft" opens a step), compiling excluded.
+        """Mark the block as phase ``name`` of the step ("draft" opens a step), compiling and a
+        draft model's prompt forward excluded.
         Its span is read in :meth:`outcome`, after the verdict's host read, when the stream is
         idle: reading the draft's span here would make the verification wait for it on CUDA."""
         if name == "draft":
-            self._reads = host_reads()
-        m0, c0 = self.marks.mark(), self.compiled.compile_seconds
+            self._reads_before = self.reads.count
+        m0, own0 = self.marks.mark(), self._own_phases()
         yield
-        self._spans[name] = (m0, self.marks.mark(), self.compiled.compile_seconds - c0)
+        self._spans[name] = (m0, self.marks.mark(), self._own_phases() - own0)
+
+    def _own_phases(self) -> float:
+        # Seconds of the phases kept out of a step's: compiling and the draft model's prompt forward.
+        return self.compiled.compile_seconds + self.draft_prefill_seconds
 
     @contextlib.contextmanager
     def selecting(self, step: int, context: int) -> Iterator[list[Mapping[str, Any]]]:
@@ -158,7 +179,6 @@ class StepRecorder:
     def outcome(self, position: int, proposal: Proposal, verdict: Verdict, emitted: int, mask: SkipMask,
                 lookahead: Lookahead) -> StepOutcome:
         """The step's :class:`StepOutcome`, filed with the generation's steps."""
-        self.draft_prefill_seconds += proposal.prefill_seconds
         rule = self._rules.get(type(lookahead))
         if rule is None:
             rule = self._rules[type(lookahead)] = type(lookahead).__name__.removesuffix("Lookahead").lower()
@@ -167,17 +187,17 @@ class StepRecorder:
             emitted=emitted, drafter=proposal.drafter, mask=proposal.plan or mask,  # the plan the draft really ran
             lookahead=f"{rule}:{lookahead.max_draft}", draft_forwards=proposal.forwards,
             draft_seconds=self._seconds("draft"), verify_seconds=self._seconds("verify"),
-            confidences=proposal.confidences, host_reads=host_reads() - self._reads,
+            confidences=proposal.confidences, host_reads=self.reads.count - self._reads_before,
         )
         self.outcomes.append(outcome)
         return outcome
 
     def _seconds(self, phase: str) -> float:
-        start, end, compiling = self._spans[phase]
-        return max(self.marks.seconds(start, end) - compiling, 0.0)
+        start, end, own = self._spans[phase]
+        return max(self.marks.seconds(start, end) - own, 0.0)
 
     def stats(self, new_tokens: int, path: str, path_reason: str) -> DecodeStats:
-        """The generation's statistics, its wall clock read now (from :meth:`start`); ``path``: the backend that ran it."""
+        """The generation's statistics, its wall clock read now (from :meth:`recording`'s start); ``path``: the backend that ran it."""
         total = self.clock.now() - self._start
         steps = tuple(self.outcomes)
         return DecodeStats(

@@ -7,6 +7,7 @@ is not the loop's)."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -18,10 +19,11 @@ import layersearch.runtime.loop as loop
 from layersearch.masks.mask import SkipMask
 from layersearch.models.tiny import build_tiny_model
 from layersearch.runtime.backend import _forward, compile_with, dynamo_compiler
+from layersearch.runtime.drafters.layer_skip import LayerSkipDrafter
 from layersearch.runtime.lookahead import ConfidenceLookahead, StaticLookahead
 from layersearch.runtime.loop import SpeculativeDecoder
 from layersearch.runtime.sampling import SamplingConfig
-from layersearch.runtime.step import to_host
+from layersearch.runtime.step import StepRequest, to_host
 
 PACKAGE = layersearch.__file__.rsplit("/", 1)[0] + "/"
 #: Tensor methods that read a value to the host (a sync on an accelerator).
@@ -102,6 +104,61 @@ def test_a_read_that_bypasses_to_host_is_caught(monkeypatch):
     decoder = SpeculativeDecoder(_model(32), SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3))
     with pytest.raises(AssertionError, match="__bool__"):
         _counted_steps(decoder, torch.tensor([[1, 2, 3, 4, 5]]), 8)
+
+
+class _Meeting(LayerSkipDrafter):
+    """The layer-skip drafter that, for its first ``steps`` drafts, meets the other generation's
+    drafter at ``barrier``, reads one value to the host and meets it again: each generation's
+    read then falls inside the other's draft phase (a process-wide count would take in both)."""
+
+    def __init__(self, barrier: threading.Barrier, steps: int = 3) -> None:
+        super().__init__()
+        self.barrier, self.left = barrier, steps
+
+    def propose(self, request: StepRequest):
+        proposal = super().propose(request)
+        if self.left:
+            self.left -= 1
+            self.barrier.wait(timeout=120)
+            to_host(request.last_on_device)
+            self.barrier.wait(timeout=120)
+        return proposal
+
+
+def test_two_generations_in_threads_each_count_their_own_host_reads():
+    models = [_model(34), _model(35)]
+    prompts = [torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[9, 8, 7, 6, 5, 4]])]
+
+    def decoder(model, barrier):
+        return SpeculativeDecoder(model, SkipMask.uniform(4, 0.5), drafter=_Meeting(barrier),
+                                  lookahead=ConfidenceLookahead(4, 0.5))  # a read per drafted token, and the verdict
+
+    alone = [decoder(model, threading.Barrier(1)).generate(prompt, 16) for model, prompt in zip(models, prompts)]
+    meeting = threading.Barrier(2)
+    side_by_side: dict[int, object] = {}
+
+    def run(index: int) -> None:
+        try:
+            side_by_side[index] = decoder(models[index], meeting).generate(prompts[index], 16)
+        except BaseException as error:  # re-raised below, in the test's thread
+            meeting.abort()
+            side_by_side[index] = error
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    for index, (model, prompt) in enumerate(zip(models, prompts)):
+        result = side_by_side[index]
+        if isinstance(result, BaseException):
+            raise result
+        reads = [s.host_reads for s in result.stats.steps]
+        assert reads == [s.host_reads for s in alone[index].stats.steps]
+        assert reads[0] >= 2 and all(r >= 1 for r in reads)  # the meeting's read and the verdict, then the verdict
+        plain = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16, min_new_tokens=16,
+                               do_sample=False)[0, prompt.shape[1]:].tolist()
+        assert list(result.token_ids) == list(alone[index].token_ids) == plain
 
 
 def _sanctioned(function):

@@ -9,7 +9,7 @@ the draft model's own LM head is a quarter of a 0.5B Qwen's weights).
 
 from __future__ import annotations
 
-from dataclasses import replace
+import contextlib
 from typing import Any
 
 import torch
@@ -17,11 +17,10 @@ from transformers import PreTrainedModel
 
 from layersearch.common.errors import LayersearchError
 from layersearch.runtime.cache import new_cache, truncate_cache
-from layersearch.runtime.drafters.base import DraftHead, device_of, vocab_of
+from layersearch.runtime.drafters.base import DraftHead, vocab_of
 from layersearch.runtime.drafters.layer_skip import draft_chain
 from layersearch.runtime.step import Drafter, Proposal, StepOutcome, StepRequest, to_host
 from layersearch.runtime.forward import forward_tokens
-from layersearch.runtime.timing import Clock
 
 
 class ModelDrafter(Drafter):
@@ -70,17 +69,13 @@ class ModelDrafter(Drafter):
         truncate_cache(self._cache, keep)
         self._ids = sequence[:keep]
 
-        clock = Clock(device_of(self.model))
-        prefill = [0.0]
-
         def next_logits(token: torch.Tensor, index: int) -> torch.Tensor:  # token [1] on the device
             fed = sequence[keep:] if index == 0 else token
             start = len(self._ids) + len(self._pending)
-            t0 = clock.now() if start == 0 else 0.0
-            with request.timed():
+            # The draft model's prompt forward is the draft-side prefill: the recorder times it as its own phase.
+            prefill = request.draft_prefill() if start == 0 else contextlib.nullcontext()
+            with prefill, request.timed():
                 logits = forward_tokens(self.model, fed, start, self._cache, keep=1, **options)[-1]  # [vocab]
-            if start == 0:  # the draft model's prompt forward: the draft-side prefill, a phase of its own
-                prefill[0] = clock.now() - t0
             if index == 0:
                 self._ids.extend(fed)
             else:
@@ -88,9 +83,7 @@ class ModelDrafter(Drafter):
             return logits
 
         with torch.inference_mode():
-            proposal = draft_chain(request, next_logits, self.name)
-        return replace(proposal, prefill_seconds=prefill[0]) if prefill[0] else proposal
-
+            return draft_chain(request, next_logits, self.name)
 
     def _settle_pending(self, sequence: list[int]) -> None:
         """Turn the last draft's cached tokens into ids: the accepted ones are the sequence's
