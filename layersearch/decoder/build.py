@@ -302,7 +302,7 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
     (a trained rule, DISCO's, in place of the spec's), ``drafter`` (a drafter a method bench
     compares, in place of the registry's) and ``steering`` (SD²'s steering parameters, which wrap
     the drafter). :func:`build_decoder` calls this once it has loaded the spec's files."""
-    from layersearch.runtime import LOOKAHEADS, VERIFIERS, LookaheadSettings
+    from layersearch.runtime import LOOKAHEADS, VERIFIERS
     from layersearch.runtime.loop import SpeculativeDecoder
     from layersearch.runtime.drafters import make_drafter
 
@@ -315,7 +315,7 @@ def assemble(model: Any, spec: DecoderSpec, *, controller: Any = None, draft: An
     if lookahead is None:
         if spec.lookahead.name not in LOOKAHEADS:
             raise LayersearchError(f"lookahead {spec.lookahead.name!r} reads its trained file: use build_decoder")
-        lookahead = LOOKAHEADS[spec.lookahead.name](LookaheadSettings(spec.lookahead.max_draft, spec.lookahead.threshold))
+        lookahead = LOOKAHEADS[spec.lookahead.name](_policy(spec))
     if drafter is None and spec.drafter.vocab and vocab is None:
         raise LayersearchError("the spec's drafter.vocab needs its loaded vocabulary subset")
     if drafter is None and spec.drafter.model is not None and draft is None:

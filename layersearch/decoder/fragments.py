@@ -52,7 +52,7 @@ def policy_lookahead(policy: Any, name: str | None = None) -> LookaheadSpec:
     """The lookahead of a DraftPolicy: rule ``name`` with its cap and threshold, by default the
     policy's own rule (confidence, or adaptive with ``adaptive_threshold``)."""
     default = "adaptive" if getattr(policy, "adaptive_threshold", False) else "confidence"
-    return LookaheadSpec(name or default, policy.max_draft, policy.confidence_threshold)
+    return LookaheadSpec(name or default, policy.max_draft, policy.threshold)
 
 
 def split_named(item: str) -> tuple[str, str | None]:

@@ -13,7 +13,8 @@ from layersearch.runtime.registry import (
     LookaheadFactory,
     VerifierFactory,
 )
-from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
+from layersearch.runtime.draft_policy import DraftPolicy
+from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT
 
-__all__ = ["DRAFT_THRESHOLD", "LOOKAHEADS", "MAX_DRAFT", "VERIFIERS", "LookaheadFactory", "LookaheadSettings",
+__all__ = ["DRAFT_THRESHOLD", "LOOKAHEADS", "MAX_DRAFT", "VERIFIERS", "DraftPolicy", "LookaheadFactory",
            "VerifierFactory"]

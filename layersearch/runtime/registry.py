@@ -11,45 +11,45 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from layersearch.common.errors import LayersearchError
-from layersearch.runtime.settings import DRAFT_THRESHOLD, MAX_DRAFT, LookaheadSettings
 
 if TYPE_CHECKING:  # (this module imports no torch: the types come from the modules the factories load)
+    from layersearch.runtime.draft_policy import DraftPolicy
     from layersearch.runtime.drafters.base import Branching
     from layersearch.runtime.step import Lookahead, Verifier
 
 
-def _static(settings: LookaheadSettings) -> Lookahead:
+def _static(settings: DraftPolicy) -> Lookahead:
     from layersearch.runtime.lookahead import StaticLookahead
 
     return StaticLookahead(settings.max_draft)
 
 
-def _confidence(settings: LookaheadSettings) -> Lookahead:
+def _confidence(settings: DraftPolicy) -> Lookahead:
     from layersearch.runtime.lookahead import ConfidenceLookahead
 
     return ConfidenceLookahead(settings.max_draft, settings.threshold)
 
 
-def _adaptive(settings: LookaheadSettings) -> Lookahead:
+def _adaptive(settings: DraftPolicy) -> Lookahead:
     from layersearch.runtime.lookahead import AdaptiveLookahead
 
     return AdaptiveLookahead.starting_at(settings.max_draft, settings.threshold)
 
 
-def _heuristic(settings: LookaheadSettings) -> Lookahead:
+def _heuristic(settings: DraftPolicy) -> Lookahead:
     from layersearch.runtime.lookahead import HeuristicLookahead
 
     return HeuristicLookahead(settings.max_draft, ceiling=max(32, settings.max_draft))
 
 
-def _roc(settings: LookaheadSettings) -> Lookahead:
+def _roc(settings: DraftPolicy) -> Lookahead:
     from layersearch.runtime.roc_lookahead import ROCLookahead
 
     return ROCLookahead(settings.max_draft, settings.threshold)
 
 
-#: A lookahead rule's factory: settings -> the rule.
-LookaheadFactory = Callable[[LookaheadSettings], "Lookahead"]
+#: A lookahead rule's factory: the draft settings -> the rule.
+LookaheadFactory = Callable[["DraftPolicy"], "Lookahead"]
 #: A verifier's factory: () -> (the verifier, the branching of the drafts it checks; None = chains).
 VerifierFactory = Callable[[], "tuple[Verifier, Branching | None]"]
 
@@ -85,8 +85,9 @@ VERIFIERS: dict[str, VerifierFactory] = {
 LOOKAHEAD_NAMES = tuple(LOOKAHEADS)
 
 
-def lookahead_named(name: str, settings: LookaheadSettings = LookaheadSettings()) -> Lookahead:
-    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`) with these settings."""
+def lookahead_named(name: str, settings: DraftPolicy) -> Lookahead:
+    """The rule called ``name`` (one of :data:`LOOKAHEAD_NAMES`) with these settings
+    (:meth:`DraftPolicy.lookahead <layersearch.runtime.draft_policy.DraftPolicy.lookahead>` calls it)."""
     factory = LOOKAHEADS.get(name)
     if factory is None:
         raise LayersearchError(f"unknown lookahead {name!r} (choose from {', '.join(LOOKAHEAD_NAMES)})")

@@ -18,7 +18,7 @@ OWN_MAX_DRAFT = {"knapspec bench": 10}  # KnapSpec's D
 
 def test_draft_defaults_are_the_runtime_defaults():
     policy, spec = DraftPolicy(), LookaheadSpec()
-    assert (policy.max_draft, policy.confidence_threshold) == (spec.max_draft, spec.threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
+    assert (policy.max_draft, policy.threshold) == (spec.max_draft, spec.threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
     args = build_parser().parse_args(["generate", "--prompt", "x"])
     assert (args.max_draft, args.draft_threshold) == (MAX_DRAFT, DRAFT_THRESHOLD)
 

@@ -37,7 +37,7 @@ def test_threshold_is_clamped():
     assert state.raw == 1.0
 
 
-@pytest.mark.parametrize("kwargs", [dict(max_draft=0), dict(confidence_threshold=1.5)])
+@pytest.mark.parametrize("kwargs", [dict(max_draft=0), dict(threshold=1.5)])
 def test_bad_policy_is_an_error(kwargs):
     with pytest.raises(LayersearchError):
         DraftPolicy(**kwargs)

@@ -22,7 +22,7 @@ from layersearch.runtime.drafters import (
     make_drafter,
     lookup_continuation,
 )
-from layersearch.runtime import MAX_DRAFT, LookaheadSettings
+from layersearch.runtime import MAX_DRAFT, DraftPolicy
 from layersearch.runtime.lookahead import ConfidenceLookahead, HeuristicLookahead, StaticLookahead
 from layersearch.runtime.registry import LOOKAHEAD_NAMES, lookahead_named
 from layersearch.runtime.sampling import SamplingConfig
@@ -84,9 +84,9 @@ class EveryStepController(Controller):
 LOOKAHEADS = [
     StaticLookahead(4),
     ConfidenceLookahead(6, 0.05),
-    lookahead_named("adaptive", LookaheadSettings(5, 0.02)),
+    lookahead_named("adaptive", DraftPolicy(5, 0.02)),
     HeuristicLookahead(2, ceiling=7),
-    lookahead_named("roc", LookaheadSettings(6, 0.3)),
+    lookahead_named("roc", DraftPolicy(6, 0.3)),
 ]
 
 
@@ -261,11 +261,11 @@ def test_lookahead_caps_and_names(tiny_llama):
     result = SpeculativeDecoder(tiny_llama, SkipMask.uniform(4, 0.5), lookahead=StaticLookahead(3)).generate(prompt, NEW)
     assert max(result.stats.draft_lengths) == 3
     assert all(d == 3 for d in result.stats.draft_lengths[:-2])  # static: always the cap (room allowing)
-    assert {type(lookahead_named(n)).__name__ for n in LOOKAHEAD_NAMES} == {
+    assert {type(DraftPolicy().lookahead(n)).__name__ for n in LOOKAHEAD_NAMES} == {
         "StaticLookahead", "ConfidenceLookahead", "AdaptiveLookahead", "HeuristicLookahead", "ROCLookahead"
     }
     with pytest.raises(LayersearchError, match="unknown lookahead"):
-        lookahead_named("sometimes")
+        DraftPolicy().lookahead("sometimes")
     with pytest.raises(LayersearchError):
         StaticLookahead(0)
     assert set(DRAFTERS) == {"layer-skip", "prompt-lookup", "hybrid"}
@@ -275,13 +275,13 @@ def test_lookahead_caps_and_names(tiny_llama):
 
 def test_every_registered_rule_is_configured_by_its_settings():
     for name in LOOKAHEAD_NAMES:
-        assert lookahead_named(name).max_draft == MAX_DRAFT  # one default for every rule
-        assert lookahead_named(name, LookaheadSettings(max_draft=5, threshold=0.3)).max_draft == 5
-    assert lookahead_named("confidence", LookaheadSettings(5, 0.3)).threshold == 0.3
-    assert lookahead_named("adaptive", LookaheadSettings(5, 0.3)).state.value == 0.3
+        assert DraftPolicy().lookahead(name).max_draft == MAX_DRAFT  # one default for every rule
+        assert lookahead_named(name, DraftPolicy(max_draft=5, threshold=0.3)).max_draft == 5
+    assert lookahead_named("confidence", DraftPolicy(5, 0.3)).threshold == 0.3
+    assert lookahead_named("adaptive", DraftPolicy(5, 0.3)).state.value == 0.3
     assert StaticLookahead(5).with_max_draft(2) == StaticLookahead(2)
     with pytest.raises(LayersearchError, match="max_draft"):
-        lookahead_named("static", LookaheadSettings(max_draft=0))
+        lookahead_named("static", DraftPolicy(max_draft=0))
 
 
 def test_model_drafter_keeps_its_cache_across_steps(tiny_llama, draft_model):
