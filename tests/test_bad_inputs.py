@@ -53,7 +53,7 @@ COMMANDS: dict[str, Command] = {
         NUMBERS + (("--temperature", "inf"), ("--temperature", "1", "--seed", str(2**80)), ("--top-p", "0"),
                    ("--max-draft", "0"), ("--draft-threshold", "2"), ("--max-new-tokens", "100000"), ("--temperature", "nan"),
                    ("--top-p", "nan"), ("--seed", "-1"), ("--seed", str(2**40)), ("--draft-threshold", "nan"),
-                   ("--max-draft", "100000"), ("--threads", "-1"),
+                   ("--max-draft", "100000"), ("--threads", "-1"), ("--temperature", "1", "--top-k", "-1"),
                    ("--kernels", "gpu"), ("--kernels", "NUMBA")),
     ),
     # FR-Spec's reduced draft head: no mask option, so each refusal is the --draft-vocab value's.
@@ -1152,6 +1152,7 @@ _VALUES_SPECS: dict[str, Maker] = {
     "info.hidden_size wrong": _spec("width.json", _set("model", "info", "hidden_size", 65)),
     "max_new_tokens beyond the context": _spec("long.json", _set("max_new_tokens", 5000)),
     "top_p Infinity": _spec("topinf.json", lambda d: json.dumps(d).replace('"top_p": 1.0', '"top_p": Infinity')),
+    "top_k 50.0": _spec("topk.json", lambda d: json.dumps(d).replace('"top_k": 0', '"top_k": 50.0')),
     "a lone surrogate in the device": _spec("dev.json", lambda d: json.dumps(d).replace('"device": "cpu"', '"device": "cpu\\ud800"')),
 }
 BAD_KINDS["spec"].update(_VALUES_SPECS)
@@ -1851,6 +1852,8 @@ _API_CALLS = {
     "temperature=inf": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=float("inf")), "temperature must be"),
     "temperature=nan": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, temperature=float("nan")), "temperature must be"),
     "top_p=0": (lambda ls, d, torch: d.generate("w1", 2, top_p=0), "top_p must be"),
+    "top_k=50.0": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, top_k=50.0), "top_k must be an integer >= 0"),
+    "top_k=True": (lambda ls, d, torch: d.generate("w1", 2, do_sample=True, top_k=True), "top_k must be an integer >= 0"),
     "seed=-1": (lambda ls, d, torch: d.generate("w1", 2, seed=-1), "seed must be"),
     "seed=2**80": (lambda ls, d, torch: d.generate("w1", 2, seed=2**80), "seed must be"),
     # hardening round four: the API's own types, one sampling rule, one set of chat rules

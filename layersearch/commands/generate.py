@@ -45,6 +45,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 64 (with --spec: the spec's)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0,
+                   help="sample from the k most likely tokens (0 = every token, default; transformers' generate keeps 50)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline", action="store_true", help="plain autoregressive decoding (transformers generate)")
     p.add_argument("--profile", help="latency profile JSON: adds the predicted speedup to the stats (and feeds --mask knapsack)")

@@ -51,7 +51,10 @@ def spec_from_options(options: Any, defaults: Mapping[str, Any] | None = None) -
         if given:
             raise LayersearchError(f"--spec {o.spec} describes the decoder; it takes no {', '.join(given)}")
         return DecoderSpec.load(o.spec)
-    sampling = SamplingConfig(temperature=o.temperature, top_p=o.top_p, seed=o.seed)  # its wording on bad values
+    from layersearch.common.checks import check_int
+
+    check_int(o.top_k, "--top-k", minimum=0)  # 0: every token
+    sampling = SamplingConfig(temperature=o.temperature, top_p=o.top_p, seed=o.seed, top_k=o.top_k)  # its wording on bad values
     if o.baseline and o.mask:
         raise LayersearchError("--baseline runs plain decoding; it takes no --mask")
     _check_draft_options(o)
@@ -67,7 +70,7 @@ def spec_from_options(options: Any, defaults: Mapping[str, Any] | None = None) -
         steering=o.steering,
         lookahead=_lookahead(o),
         verifier=o.verifier,
-        sampling=SamplingSpec(not sampling.greedy, sampling.temperature, sampling.top_p, sampling.seed),
+        sampling=SamplingSpec(not sampling.greedy, sampling.temperature, sampling.top_p, sampling.seed, sampling.top_k),
         profile=o.profile,
         max_new_tokens=64 if o.max_new_tokens is None else o.max_new_tokens,
     )

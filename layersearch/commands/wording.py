@@ -30,6 +30,7 @@ FIELD_OPTIONS = {
     "lookahead.name": "lookahead",
     "sampling.temperature": "temperature",
     "sampling.top_p": "top_p",
+    "sampling.top_k": "top_k",
     "sampling.seed": "seed",
 }
 

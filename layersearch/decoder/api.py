@@ -74,10 +74,12 @@ class Decoder:
     def generate(
         self, prompt_or_ids: Any, max_new_tokens: int | None = None, *, do_sample: bool | None = None,
         temperature: float | None = None, top_p: float | None = None, seed: int | None = None, streamer: Any = None,
+        top_k: int | None = None,
     ) -> Generation:
         """Generate after a prompt: text, token ids (a list or a ``[1, n]`` tensor) or chat messages.
 
-        Settings left as None are the spec's (``max_new_tokens``, sampling). One rule, as in spec
+        Settings left as None are the spec's (``max_new_tokens``, sampling; ``top_k=0`` keeps every
+        token, the spec's default, where transformers' ``generate`` keeps 50). One rule, as in spec
         files and on the command line: a ``temperature`` > 0 samples (``do_sample`` may be left out),
         ``do_sample=True`` without a temperature samples at 1.0 unless the spec samples at its own,
         and ``do_sample=True, temperature=0`` (or ``False`` with a temperature > 0) is refused. The output is
@@ -91,7 +93,8 @@ class Decoder:
         from layersearch.models.context import check_fits, check_text_fits
 
         max_new = self.spec.max_new_tokens if max_new_tokens is None else check_int(max_new_tokens, "max_new_tokens")
-        sampling = self._built.sampling(*_sampling_args(do_sample, temperature, top_p, seed))
+        sampling = self._built.sampling(*_sampling_args(do_sample, temperature, top_p, seed),
+                                        top_k=None if top_k is None else check_int(top_k, "top_k", minimum=0))
         check_streamer(streamer)
         if isinstance(prompt_or_ids, str):  # certainly too long: refused before tokenizing
             check_text_fits(self._built.loaded, check_text(prompt_or_ids, "the prompt"), max_new, "the prompt")

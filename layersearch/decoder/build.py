@@ -77,7 +77,7 @@ class BuiltDecoder:
         return None if self.speculative is None else self.speculative.controller
 
     def sampling(self, do_sample: bool | None = None, temperature: float | None = None, top_p: float | None = None,
-                 seed: int | None = None) -> Any:
+                 seed: int | None = None, top_k: int | None = None) -> Any:
         """The spec's sampling settings with the given ones replacing them (a SamplingConfig): a
         temperature > 0 samples, ``do_sample=True`` alone samples at the spec's temperature or 1.0,
         and a contradiction (``do_sample=True, temperature=0``) is refused."""
@@ -89,7 +89,8 @@ class BuiltDecoder:
         if temperature is None:
             temperature = (base.temperature if base.do_sample else 1.0) if do_sample else 0.0
         check_sampling(do_sample, temperature)
-        return SamplingConfig(temperature, base.top_p if top_p is None else top_p, base.seed if seed is None else seed)
+        return SamplingConfig(temperature, base.top_p if top_p is None else top_p, base.seed if seed is None else seed,
+                              base.top_k if top_k is None else top_k)
 
     def run(self, input_ids: Any, max_new_tokens: int, *, sampling: Any = None,
             on_tokens: Callable[[Sequence[int]], None] | None = None, eos_token_ids: Any = None,
@@ -340,7 +341,7 @@ def sampling_config(sampling: Any) -> Any:
     """The decode loop's SamplingConfig of a spec's SamplingSpec (temperature 0 unless sampling)."""
     from layersearch.runtime.sampling import SamplingConfig
 
-    return SamplingConfig(sampling.temperature_used, sampling.top_p, sampling.seed)
+    return SamplingConfig(sampling.temperature_used, sampling.top_p, sampling.seed, sampling.top_k)
 
 
 def _policy(spec: DecoderSpec) -> Any:

@@ -16,8 +16,11 @@ File format (``format`` 1)::
      "steering": null, "profile": null,
      "lookahead": {"name": "confidence", "max_draft": 8, "threshold": 0.8, "file": null},
      "verifier": "chain",
-     "sampling": {"do_sample": false, "temperature": 0.0, "top_p": 1.0, "seed": 0},
+     "sampling": {"do_sample": false, "temperature": 0.0, "top_p": 1.0, "seed": 0, "top_k": 0},
      "max_new_tokens": 64, "compile": "auto"}
+
+``sampling.top_k`` (optional; absent = 0, every token) keeps the k most likely tokens, as
+transformers' ``top_k`` does (its ``generate`` keeps 50 unless told otherwise).
 
 ``compile`` (optional; absent = ``auto``) says whether the target's forwards run captured:
 ``on``, ``off``, or ``auto`` (on for CUDA, off on CPU: :func:`compile_wanted`).
@@ -240,12 +243,16 @@ def check_sampling(do_sample: bool, temperature: float, do_sample_name: str = "d
 
 @dataclass(frozen=True)
 class SamplingSpec:
-    """Greedy (``do_sample`` false) or temperature / top-p sampling with a seed."""
+    """Greedy (``do_sample`` false) or sampling from temperature -> top-k -> top-p (transformers'
+    order) with a seed."""
 
     do_sample: bool = False
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = 0
+    # The k most likely tokens kept (0: every token, what `layersearch generate` has always
+    # sampled; transformers' generate keeps 50 unless its config says otherwise: give 50 for its law).
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         _require_bool(self.do_sample, "sampling.do_sample")
@@ -254,6 +261,7 @@ class SamplingSpec:
         check_sampling(self.do_sample, self.temperature, "sampling.do_sample", "sampling.temperature")
         if not 0 < self.top_p <= 1:
             raise LayersearchError(f"top-p must be in (0, 1], got {self.top_p}")
+        check_int(self.top_k, "sampling.top_k", minimum=0)  # by type: 50.0 and True are refused, not rounded
         if self.seed is not None:
             check_seed(self.seed, "sampling.seed")  # the bound the CLI has too
 
@@ -393,7 +401,7 @@ class DecoderSpec:
         if "mask" in source:
             source["mask"] = _nested(SkipMask.from_dict, source["mask"], "mask_source.mask")
         lookahead = _object(body["lookahead"], "lookahead", required=tuple(f.name for f in fields(LookaheadSpec)))
-        sampling = _object(body["sampling"], "sampling", required=tuple(f.name for f in fields(SamplingSpec)))
+        sampling = _object(body["sampling"], "sampling", required=_SAMPLING_KEYS, optional=("top_k",))  # absent: 0
         info = None if model["info"] is None else ModelInfo.from_dict(model["info"], "model.info")
         return cls(
             model=ModelSpec(_nested(lambda d: ModelRef(d["ref"], d["path"]), model, "model"), info, model["device"], model["dtype"]),
@@ -501,6 +509,8 @@ def _part(value: Any, part: type, short: Callable[[Any], Any] | None, name: str)
     return built
 
 
+#: The sampling fields every spec file has; ``top_k`` came later (absent: 0, every token).
+_SAMPLING_KEYS = ("do_sample", "temperature", "top_p", "seed")
 _TOP_KEYS = ("model", "plain", "drafter", "mask_source", "steering", "profile", "lookahead", "verifier", "sampling",
              "max_new_tokens")
 

@@ -10,6 +10,13 @@ transformers (5.x) passes a callable neither the ``streamer`` nor the ``assistan
 ``synced_gpus`` flag or the user's own processor lists: they stay in ``generate``'s frame, which
 is the callable's caller, so :func:`caller_arguments` reads them there. Without that a streamer
 would get the prompt (``generate`` puts it before calling) and then wait forever for an ``end()``.
+Where something else stands between ``generate`` and the method (a wrapper passed as
+``custom_generate``), those arguments cannot be read: that is one LayersearchError naming them,
+never a silent loss.
+
+Sampling is the call's, as for plain ``generate``: ``do_sample``, ``temperature``, ``top_k`` and
+``top_p`` come from the generation config (through the warpers it makes); a spec's ``sampling``
+is not read here.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ __all__ = ["GenerateRequest", "caller_arguments", "read_request"]
 #: generate's own arguments kept in its frame (see the module docstring).
 CALLER_NAMES = ("streamer", "assistant_model", "synced_gpus", "logits_processor", "stopping_criteria",
                 "negative_prompt_ids", "negative_prompt_attention_mask", "prefix_allowed_tokens_fn")
+#: Those that reach a decoding method only through generate's frame (the others come in its
+#: prepared logits processors and stopping criteria): lost where that frame cannot be read.
+FRAME_ONLY = ("streamer", "assistant_model", "synced_gpus", "logits_processor")
 
 #: Generation-config fields that change decoding without a logits processor, and their neutral values.
 REFUSED_FIELDS: dict[str, tuple[Any, ...]] = {
@@ -97,14 +107,38 @@ class GenerateRequest:
 
 def caller_arguments() -> dict[str, Any]:
     """``generate``'s own arguments (:data:`CALLER_NAMES`) when the function calling our decoding
-    method is transformers' ``generate``; empty when it is called directly."""
-    frame = sys._getframe(2)  # 0: here, 1: the decoding method, 2: its caller
+    method is transformers' ``generate``; empty when no ``generate`` is running (a direct call
+    passes everything itself). A ``generate`` further up, with a :data:`FRAME_ONLY` argument
+    set, is one LayersearchError naming them (its streamer ended first: it has the prompt)."""
+    frame: Any = sys._getframe(2)  # 0: here, 1: the decoding method, 2: its caller
     try:
-        if frame.f_code.co_name != "generate" or frame.f_globals.get("__name__") != "transformers.generation.utils":
+        if _is_generate(frame):
+            return {name: frame.f_locals.get(name) for name in CALLER_NAMES}
+        caller = f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
+        while frame is not None and not _is_generate(frame):
+            frame = frame.f_back
+        if frame is None:
             return {}
-        return {name: frame.f_locals.get(name) for name in CALLER_NAMES}
+        lost = {name: frame.f_locals.get(name) for name in FRAME_ONLY}
+        # generate has made an empty LogitsProcessorList of a logits_processor left out
+        lost = {name: value for name, value in lost.items()
+                if value is not None and value is not False and not (isinstance(value, (list, tuple)) and not value)}
     finally:
         del frame  # no reference cycle through the frame
+    if not lost:
+        return {}  # nothing generate holds for us: nothing lost
+    streamer: Any = lost.get("streamer")
+    if callable(getattr(streamer, "end", None)):
+        streamer.end()  # generate has put the prompt: a reading thread is not left waiting
+    raise LayersearchError(f"the decoding method was called by {caller}, not by transformers' generate, so generate's "
+                           f"{', '.join(lost)} cannot reach it (transformers keeps those in generate's own call): "
+                           "pass layersearch.decoding(...) itself as custom_generate", fields=tuple(lost))
+
+
+def _is_generate(frame: Any) -> bool:
+    """Whether ``frame`` runs transformers' ``generate`` (GenerationMixin's, in transformers.generation)."""
+    module = frame.f_globals.get("__name__") or ""
+    return frame.f_code.co_name == "generate" and module.startswith("transformers.generation.")
 
 
 def refuse(argument: str, why: str) -> LayersearchError:

@@ -68,7 +68,12 @@ def decoding(spec_or_path: DecoderSpec | str | os.PathLike, *, kernels: str = "a
     ``torch.manual_seed`` makes a sampled ``generate`` repeatable as it does without layersearch.
     ``tokenizer``: the model's tokenizer, needed only for ``stop_strings`` and a spec's
     ``drafter.vocab`` (transformers hands a decoding method no tokenizer). The spec file is read
-    and checked now; the spec is checked against the model on its first call."""
+    and checked now; the spec is checked against the model on its first call.
+
+    Which sampling wins: the call's generation config, as for plain ``generate`` (``do_sample``,
+    ``temperature``, ``top_k``, ``top_p``; its ``top_k`` default is 50). The spec's ``sampling``
+    (its seed included) and ``max_new_tokens`` apply only through layersearch's own entry points
+    (``load_decoder(...).generate``, the ``generate`` command)."""
     from layersearch.common.checks import check_seed
     from layersearch.kernels.select import CHOICES
 

@@ -273,6 +273,8 @@ def _vllm_config(root: Path, draft: VllmDraft, dtype: str, spec: DecoderSpec) ->
         speculative["model"] = str(root / "draft")
     sampling = spec.sampling
     params: dict[str, Any] = {"temperature": sampling.temperature if sampling.do_sample else 0.0, "top_p": sampling.top_p}
+    if sampling.do_sample and sampling.top_k:  # absent: vLLM keeps every token, as top_k 0 does
+        params["top_k"] = sampling.top_k
     if sampling.do_sample and sampling.seed is not None:
         params["seed"] = sampling.seed
     return {"model": str(root / "model"), "dtype": dtype, "speculative_config": speculative, "sampling": params,

@@ -36,7 +36,8 @@ def hf_generate(
     prompt = _as_prompt(input_ids, lm.device)
     options: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy)
     if not sampling.greedy:
-        options.update(temperature=sampling.temperature, top_p=sampling.top_p)
+        # top_k always: 0 keeps every token, where generate left alone would keep its default 50
+        options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
         torch.manual_seed(0 if sampling.seed is None else sampling.seed)
     clock = Clock(lm.device)
     first = _FirstToken(clock)

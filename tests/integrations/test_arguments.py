@@ -165,3 +165,45 @@ def test_a_direct_call_with_good_arguments_decodes(tiny_llama):
     out = _direct(tiny_llama)
     plain = tiny_llama.generate(torch.tensor(PROMPT), max_new_tokens=3)
     assert out.tolist() == plain.tolist()
+
+
+def _wrapped(method):
+    """A custom_generate that calls the decoding method itself: generate is then its caller's caller."""
+    def wrapper(model, input_ids, **arguments):
+        return method(model, input_ids, **arguments)
+
+    return wrapper
+
+
+class _Watch:
+    def __init__(self):
+        self.puts = []
+
+    def put(self, value):
+        self.puts.append(value.reshape(-1).tolist())
+
+    def end(self):
+        self.puts.append("end")
+
+
+@pytest.mark.parametrize("name", ["streamer", "assistant_model"])
+def test_arguments_only_generate_holds_are_never_lost_behind_a_wrapper(tiny_llama, name):
+    """Called from a frame that is not generate's, what reaches the method only through generate's
+    frame is one LayersearchError naming it (its streamer ended), not a silent default."""
+    watch = _Watch()
+    given = {"streamer": watch} if name == "streamer" else {"assistant_model": tiny_llama}
+    with pytest.raises(LayersearchError) as error:
+        tiny_llama.generate(torch.tensor(PROMPT), max_new_tokens=4, custom_generate=_wrapped(layersearch.decoding(SPEC)),
+                            **given)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("the decoding method was called by "), message
+    assert "test_arguments._wrapped.<locals>.wrapper, not by transformers' generate" in message
+    assert f"generate's {name} cannot reach it" in message and error.value.fields == (name,)
+    if name == "streamer":
+        assert watch.puts == [PROMPT[0], "end"]  # the prompt generate put, then end(): nothing left waiting
+
+
+def test_a_wrapper_that_loses_nothing_decodes(tiny_llama):
+    ids = torch.tensor(PROMPT)
+    out = tiny_llama.generate(ids, max_new_tokens=6, custom_generate=_wrapped(layersearch.decoding(SPEC)))
+    assert out.tolist() == tiny_llama.generate(ids, max_new_tokens=6).tolist()

@@ -269,3 +269,28 @@ def test_a_model_that_ran_a_spec_still_copies_and_its_copy_builds_its_own(tiny_l
     assert vars(twin)[BUILT_ATTRIBUTE] == {} and vars(model)[BUILT_ATTRIBUTE]  # the decoders stay with the model
     again = twin.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, custom_generate=method)
     assert torch.equal(first, again) and len(vars(twin)[BUILT_ATTRIBUTE]) == 1
+
+
+def test_the_calls_generation_config_decides_the_sampling_not_the_spec(tiny_word_models):
+    """The spec samples with top_k 3 at seed 0; through custom_generate the call's generation config
+    wins, as for plain generate: greedy stays greedy, top_k=1 samples the argmax, and the call's own
+    law is our Decoder's with those settings."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from layersearch.decoder.spec import SamplingSpec
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_word_models[0])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_word_models[0])
+    spec = DecoderSpec(ModelSpec(ModelRef(str(tiny_word_models[0]))), sampling=SamplingSpec(True, 1.0, top_k=3),
+                       **SPECS["skip"])
+    ids = torch.tensor([PROMPT])
+    greedy = model.generate(ids, max_new_tokens=10)
+    assert model.generate(ids, max_new_tokens=10, custom_generate=layersearch.decoding(spec)).tolist() == greedy.tolist()
+    assert model.generate(ids, max_new_tokens=10, do_sample=True, top_k=1,
+                          custom_generate=layersearch.decoding(spec)).tolist() == greedy.tolist()
+    ours = layersearch.load_decoder(spec, model=(model, tokenizer))
+    for seed in (1, 2):
+        expected = ours.generate(ids, 10, temperature=0.8, top_k=5, seed=seed).token_ids
+        out = model.generate(ids, max_new_tokens=10, do_sample=True, temperature=0.8, top_k=5,
+                             custom_generate=layersearch.decoding(spec, seed=seed))
+        assert tuple(out[0, len(PROMPT):].tolist()) == expected
