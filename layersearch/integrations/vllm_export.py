@@ -7,11 +7,12 @@ part and why):
 * prompt lookup -> ``method: ngram`` (our n-gram sizes, ``num_speculative_tokens`` = the
   spec's ``max_draft``);
 * an independent draft model -> ``method: draft_model`` with that model's folder (in int8: a
-  compressed-tensors W8A8 copy, run by vLLM's own int8 kernels);
-* the model drafting for itself under a plan (skipped sub-layers, int8 sub-layers, the int8
-  self-draft) -> ``method: draft_model`` with a draft folder built from the target's own
-  weights: the sub-layers the plan keeps (whole skipped layers dropped), those in int8 as
-  compressed-tensors W8A8. A plan that skips a layer's attention but keeps its MLP (or the
+  compressed-tensors W8A8 copy, run by vLLM's own int8 kernels; in int4: a W4A16 copy);
+* the model drafting for itself under a plan (skipped sub-layers, int8 or int4 sub-layers, the
+  int8 or int4 self-draft) -> ``method: draft_model`` with a draft folder built from the
+  target's own weights: the sub-layers the plan keeps (whole skipped layers dropped), those in
+  int8 as compressed-tensors W8A8, those in int4 as compressed-tensors' ``pack-quantized`` W4A16
+  (asymmetric, grouped: :func:`int4_groups` says how it differs from our int4 twins). A plan that skips a layer's attention but keeps its MLP (or the
   reverse) names one of our architectures (:mod:`layersearch.integrations.vllm`), which vLLM
   loads through the ``vllm.general_plugins`` entry point that layersearch installs.
 
@@ -40,7 +41,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -48,7 +49,7 @@ from layersearch.common.errors import LayersearchError
 from layersearch.decoder.spec import DecoderSpec
 from layersearch.masks.mask import SkipMask
 
-__all__ = ["VllmDraft", "VllmExport", "check_export_folder", "export_vllm", "vllm_draft"]
+__all__ = ["VllmDraft", "VllmExport", "check_export_folder", "export_vllm", "int4_groups", "vllm_draft"]
 
 #: Lookahead rules vLLM can express: it drafts a fixed ``num_speculative_tokens`` each step.
 STATIC_RULES = ("static",)
@@ -66,7 +67,7 @@ class VllmDraft:
     method: str  # "ngram" | "draft_model"
     num_speculative_tokens: int
     ngram: tuple[int, int] | None = None  # (prompt_lookup_min, prompt_lookup_max)
-    plan: SkipMask | None = None  # a self-draft's plan (skips and int8 parts)
+    plan: SkipMask | None = None  # a self-draft's plan (skips, int8 and int4 parts)
     draft_model: str | None = None  # an independent draft model's reference
     draft_quant: str | None = None  # the independent draft model's quantization
 
@@ -127,15 +128,8 @@ def vllm_draft(spec: DecoderSpec, num_layers: int) -> VllmDraft:
                                    fields="drafter")
         return VllmDraft("ngram", k, ngram=(lookup.min_ngram, lookup.max_ngram))
     if spec.drafter.model is not None:
-        if spec.drafter.quant not in (None, "int8"):
-            raise LayersearchError(f"drafter.quant {spec.drafter.quant!r}: the vLLM export writes int8 draft models only "
-                                   f"(int4: see docs/vllm.md)", fields="drafter.quant")
         return VllmDraft("draft_model", k, draft_model=spec.drafter.model.ref, draft_quant=spec.drafter.quant)
-    plan = _plan(spec, num_layers)
-    if plan.int4_attention or plan.int4_mlp or plan.int4_head:
-        raise LayersearchError("int4 sub-layers: the vLLM export does not write compressed-tensors' 4-bit format yet "
-                               "(docs/vllm.md); export an int8 or full-precision plan", fields="drafter.quant")
-    return VllmDraft("draft_model", k, plan=plan)
+    return VllmDraft("draft_model", k, plan=_plan(spec, num_layers))
 
 
 def _plan(spec: DecoderSpec, num_layers: int) -> SkipMask:
@@ -195,6 +189,11 @@ def export_vllm(spec_or_path: DecoderSpec | str | os.PathLike, folder: str | os.
     dtype = spec.model.dtype or "float32"
     if draft.plan is not None:
         _check_architecture(config, draft.plan)
+        # the int4 self-draft runs groups of 128 or what the model's widths take, as our drafter does;
+        # a plan's own group size is kept (and refused where it does not fit)
+        draft = replace(draft, plan=_fit_int4(target_dir, draft.plan, fit=spec.drafter.quant == "int4"))
+    if draft.plan is not None and draft.plan.has_int4:
+        _check_int4_dtype(dtype)
     parent = root.parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=parent))
@@ -204,10 +203,14 @@ def export_vllm(spec_or_path: DecoderSpec | str | os.PathLike, folder: str | os.
     try:
         notes: list[str] = []
         _link_folder(target_dir, staging / "model")
+        int4 = (draft.plan is not None and draft.plan.has_int4) or draft.draft_quant == "int4"
+        if int4 and not _has_avx512():
+            notes.append("int4 draft: vLLM's CPU build runs 4-bit weights (cpu_gemm_wna16) on AVX-512 CPUs only, "
+                         "and this one has none; serve it on an AVX-512 CPU (on a GPU: not tested)")
         draft_bytes = 0
         if draft.method == "draft_model":
             draft_source = target_dir if draft.plan is not None else model_folder(draft.draft_model or "", progress)
-            plan = draft.plan if draft.plan is not None else _whole_model_plan(draft_source, draft.draft_quant)
+            plan = draft.plan if draft.plan is not None else _whole_model_plan(draft_source, draft.draft_quant, dtype)
             draft_bytes = write_draft(draft_source, staging / "draft", plan, dtype)
         served = _vllm_config(root, draft, dtype, spec)
         (staging / "vllm.json").write_text(json.dumps(served, indent=2) + "\n")
@@ -221,6 +224,15 @@ def export_vllm(spec_or_path: DecoderSpec | str | os.PathLike, folder: str | os.
         raise
     target_bytes = _weights_bytes(target_dir, dtype)
     return VllmExport(root, draft, served, target_bytes, draft_bytes, tuple(notes))
+
+
+def _has_avx512() -> bool:
+    """True where this CPU runs vLLM's AVX-512 CPU build, the one holding its W4A16 GEMM (its AVX2
+    build, ``vllm/_C_AVX2.abi3.so``, loaded by ``vllm/platforms/cpu.py`` ``import_kernels`` when
+    torch sees no AVX-512, lacks ``cpu_gemm_wna16``)."""
+    import torch
+
+    return torch.cpu._is_avx512_supported()
 
 
 def _load_spec(path: str | os.PathLike) -> DecoderSpec:
@@ -259,10 +271,54 @@ def _partial_layers(plan: SkipMask) -> list[int]:
     return sorted(set(plan.attention) ^ set(plan.mlp))
 
 
-def _whole_model_plan(folder: Path, quant: str | None) -> SkipMask:
+def _whole_model_plan(folder: Path, quant: str | None, dtype: str) -> SkipMask:
     layers = int(json.loads((folder / "config.json").read_text())["num_hidden_layers"])
     plan = SkipMask.none(layers)
+    if quant == "int4":
+        _check_int4_dtype(dtype)
+        return _fit_int4(folder, plan.kept_in(quant, head=False), fit=True)
     return plan.kept_in(quant, head=False) if quant else plan
+
+
+def _check_int4_dtype(dtype: str) -> None:
+    """int4 drafts are refused in float16, as our int4 twins refuse it (they emulate bf16 kernels)."""
+    if dtype == "float16":
+        raise LayersearchError("int4 parts in float16: our int4 drafts run from float32 or bfloat16 weights; "
+                               "export with model.dtype float32 or bfloat16", fields="model.dtype")
+
+
+def _fit_int4(folder: Path, plan: SkipMask, fit: bool) -> SkipMask:
+    """``plan`` with the int4 group size its draft runs with over the Linears in ``folder``: where
+    ``fit`` (the int4 self-draft), 128 or the largest accepted size below that divides every
+    Linear's in-features (:func:`layersearch.models.int4.model_group_size`'s rule); otherwise the
+    plan's own, refused in one line where it does not divide them."""
+    if not plan.has_int4:
+        return plan
+    from layersearch.models.int4 import GROUP_SIZES, _fitting_words
+
+    widths = _linear_widths(folder)
+    group = plan.int4_group_size
+    if fit:
+        fitting = [g for g in GROUP_SIZES if g <= group and all(w % g == 0 for w in widths)]
+        group = max(fitting, default=group)
+    if any(w % group for w in widths):
+        raise LayersearchError(f"int4 group_size {group} does not divide the in-features {sorted(widths)} of "
+                               f"{folder.name}'s Linears: {_fitting_words(widths)}", fields="mask_source")
+    return plan if group == plan.int4_group_size else replace(plan, int4_group_size=group)
+
+
+def _linear_widths(folder: Path) -> set[int]:
+    """The in-features of the model's Linears: every 2-D weight of its layers and head."""
+    from safetensors import safe_open
+
+    widths = set()
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():
+                shape = handle.get_slice(name).get_shape()
+                if len(shape) == 2 and name.endswith(".weight") and "embed_tokens" not in name:
+                    widths.add(int(shape[1]))
+    return widths
 
 
 def _vllm_config(root: Path, draft: VllmDraft, dtype: str, spec: DecoderSpec) -> dict[str, Any]:
@@ -321,7 +377,8 @@ def write_draft(source: Path, out: Path, plan: SkipMask, dtype: str) -> int:
     """Write the draft model of ``plan`` over the weights in ``source`` to ``out``: the kept
     sub-layers (whole skipped layers dropped and the rest renumbered), int8 parts as
     compressed-tensors W8A8 (per-channel weights, per-token dynamic activations, as our int8
-    twins). Returns the bytes of its weights."""
+    twins), int4 parts as compressed-tensors W4A16 ``pack-quantized`` (:func:`int4_groups`).
+    Returns the bytes of its weights as vLLM holds them (4-bit codes packed eight an int32)."""
     import torch
     from safetensors.torch import save_file
 
@@ -329,31 +386,40 @@ def write_draft(source: Path, out: Path, plan: SkipMask, dtype: str) -> int:
     kept_layers = [i for i in range(plan.num_layers) if not (i in plan.attention and i in plan.mlp)]
     renumber = {old: new for new, old in enumerate(kept_layers)}
     weights: dict[str, torch.Tensor] = {}
-    int8_names: list[str] = []
+    quantized: dict[str, list[str]] = {"int8": [], "int4": []}
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     tied = bool(config.get("tie_word_embeddings", False))
+
+    def write_quantized(quant: str, module: str, tensor: torch.Tensor) -> None:
+        if quant == "int8":
+            weights[f"{module}.weight"], weights[f"{module}.weight_scale"] = _int8_per_channel(tensor)
+        else:
+            packed, scale, zero_point, shape = int4_groups(tensor, plan.int4_group_size)
+            weights.update({f"{module}.weight_packed": packed, f"{module}.weight_scale": scale.to(torch_dtype),
+                            f"{module}.weight_zero_point": zero_point, f"{module}.weight_shape": shape})
+        quantized[quant].append(module)
+
+    head_quant = "int8" if plan.int8_head else "int4" if plan.int4_head else None
     for name, tensor in _read_weights(source):
-        if plan.int8_head and (name == "lm_head.weight" or (tied and name == "model.embed_tokens.weight")):
-            # the head in int8: its own int8 copy (a tied head is untied from the embedding for it)
-            weights["lm_head.weight"], weights["lm_head.weight_scale"] = _int8_per_channel(tensor)
-            int8_names.append("lm_head")
+        if head_quant and (name == "lm_head.weight" or (tied and name == "model.embed_tokens.weight")):
+            # the head in int8 / int4: its own copy (a tied head is untied from the embedding for it)
+            write_quantized(head_quant, "lm_head", tensor)
             if name == "lm_head.weight":
                 continue
         placed = _place(name, plan, renumber)
         if placed is None:
             continue
         layer, part = placed
-        if layer is not None and tensor.dim() == 2 and _in_int8(plan, layer, part):
-            qweight, scale = _int8_per_channel(tensor)
-            weights[placed_name(name, renumber)] = qweight
-            weights[placed_name(name, renumber)[: -len("weight")] + "weight_scale"] = scale
-            int8_names.append(placed_name(name, renumber)[: -len(".weight")])
+        quant = _quant_of(plan, layer, part) if layer is not None and tensor.dim() == 2 else None
+        if quant is not None:
+            write_quantized(quant, placed_name(name, renumber)[: -len(".weight")], tensor)
         else:
             weights[placed_name(name, renumber)] = tensor.to(torch_dtype) if tensor.is_floating_point() else tensor
     out.mkdir(parents=True)
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     _copy_tokenizer(source, out)
-    (out / "config.json").write_text(json.dumps(_draft_config(config, plan, kept_layers, renumber, int8_names, dtype), indent=2))
+    draft_config = _draft_config(config, plan, kept_layers, renumber, quantized, dtype)
+    (out / "config.json").write_text(json.dumps(draft_config, indent=2))
     return sum(t.numel() * t.element_size() for t in weights.values())
 
 
@@ -381,8 +447,12 @@ def _place(name: str, plan: SkipMask, renumber: Mapping[int, int]) -> tuple[int 
     return layer, ""  # another per-layer weight (kept with its layer)
 
 
-def _in_int8(plan: SkipMask, layer: int, part: str) -> bool:
-    return (part == "attention" and layer in plan.int8_attention) or (part == "mlp" and layer in plan.int8_mlp)
+def _quant_of(plan: SkipMask, layer: int, part: str) -> str | None:
+    """"int8" / "int4" where the plan runs that sub-layer so, None at full precision."""
+    for quant in ("int8", "int4"):
+        if part in ("attention", "mlp") and layer in getattr(plan, f"{quant}_{part}"):
+            return quant
+    return None
 
 
 def _int8_per_channel(weight: Any) -> tuple[Any, Any]:
@@ -394,8 +464,58 @@ def _int8_per_channel(weight: Any) -> tuple[Any, Any]:
     return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
 
 
+def int4_groups(weight: Any, group_size: int) -> tuple[Any, Any, Any, Any]:
+    """``weight`` [out, in] in compressed-tensors' asymmetric 4-bit groups, as its ``pack-quantized``
+    format stores them: ``weight_packed`` [out, in / 8] int32 (eight codes an int32, input
+    column ``8j + i`` in bits ``4i..4i+3``), ``weight_scale`` [out, groups] float32,
+    ``weight_zero_point`` [out / 8, groups] int32 (packed along the output rows) and
+    ``weight_shape`` [2] int64. vLLM's W4A16 kernels (``CompressedTensorsWNA16``, type uint4
+    with zero points) compute ``w = (q - zp) * s`` from the nibbles ``q`` and ``zp`` (0..15).
+
+    Our int4 twins (:mod:`layersearch.models.int4`, tinygemm's convention) compute
+    ``w = (q - 8) * s + z`` with a bf16 *real* zero ``z``; compressed-tensors' zero point is an
+    integer, so our weights are not exactly expressible. What is written: our bf16 scale ``s``
+    (the same ``(max - min) / 15``; a group all of one sign stretches its range to include 0, as
+    compressed-tensors' observer does), the zero point ``zp = round(-min / s)`` (ours is
+    ``8 - z / s``, a real number: rounded) and the codes rounded against it,
+    ``q = clamp(round(w / s) + zp, 0, 15)``: compressed-tensors' own quantizer with our scales.
+    Each weight then lies within half a step ``s / 2`` of the float weight, as ours does, and
+    within one step of ours; most codes equal ours. Keeping our codes and rounding only the zero
+    point would shift every weight of a group by the same up-to-half step, a bias ours has not."""
+    import torch
+
+    from layersearch.models.int4 import quantize_groups
+
+    w = weight.detach().to(torch.float32)  # [out, in]
+    out_features, in_features = w.shape
+    groups = w.reshape(out_features, in_features // group_size, group_size)  # [out, g, size]
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # [out, g]
+    _, ours, _ = quantize_groups(w, group_size)  # our bf16 scales [out, g]
+    one_sign = (low > 0) | (high < 0)
+    stretched = ((high.clamp_min(0) - low.clamp_max(0)).clamp_min(1e-6) / 15).to(torch.bfloat16)
+    scale = torch.where(one_sign, stretched, ours).float()  # [out, g], bf16 values
+    zero_point = torch.round(-low.clamp_max(0) / scale).clamp(0, 15)  # [out, g]
+    codes = (torch.round(groups / scale[..., None]) + zero_point[..., None]).clamp(0, 15)  # [out, g, size]
+    packed = _pack_nibbles(codes.reshape(out_features, in_features).to(torch.int32))  # [out, in / 8]
+    zero_packed = _pack_nibbles(zero_point.to(torch.int32).t().contiguous()).t().contiguous()  # [out / 8, g]
+    return packed, scale, zero_packed, torch.tensor([out_features, in_features], dtype=torch.int64)
+
+
+def _pack_nibbles(values: Any) -> Any:
+    """[rows, cols] int32 in 0..15 -> [rows, cols / 8] int32, column ``8j + i`` in bits ``4i``
+    (compressed-tensors' ``pack_to_int32``; the top nibble's bit 31 makes the int32 negative)."""
+    import torch
+
+    rows, cols = values.shape
+    if cols % 8:
+        raise LayersearchError(f"int4 packing needs widths in multiples of 8, got {cols}")
+    nibbles = values.reshape(rows, cols // 8, 8).to(torch.int64) << (4 * torch.arange(8, dtype=torch.int64))
+    packed = nibbles.sum(dim=-1)  # [rows, cols / 8] in 0 .. 2**32 - 1
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
 def _draft_config(config: dict[str, Any], plan: SkipMask, kept: list[int], renumber: Mapping[int, int],
-                  int8_names: list[str], dtype: str) -> dict[str, Any]:
+                  quantized: Mapping[str, list[str]], dtype: str) -> dict[str, Any]:
     from layersearch.integrations.vllm import PLAN_KEY
 
     draft = dict(config)
@@ -412,25 +532,39 @@ def _draft_config(config: dict[str, Any], plan: SkipMask, kept: list[int], renum
         draft["architectures"] = [PLAN_ARCHITECTURES[arch]]
         draft[PLAN_KEY] = {"skip_attention": sorted(renumber[i] for i in plan.attention if i in renumber),
                            "skip_mlp": sorted(renumber[i] for i in plan.mlp if i in renumber)}
-    if int8_names:
-        draft["quantization_config"] = _w8a8_config(int8_names)
-    if "lm_head" in int8_names:
+    if any(quantized.values()):
+        draft["quantization_config"] = _quantization_config(quantized, plan.int4_group_size)
+    if "lm_head" in (*quantized["int8"], *quantized["int4"]):
         draft["tie_word_embeddings"] = False
     return draft
 
 
-def _w8a8_config(int8_names: list[str]) -> dict[str, Any]:
-    """compressed-tensors' W8A8 int8 scheme over exactly the named Linear layers."""
+def _quantization_config(quantized: Mapping[str, list[str]], group_size: int) -> dict[str, Any]:
+    """compressed-tensors' schemes over exactly the named Linear layers: W8A8 int8 (format
+    ``int-quantized``) for the int8 ones, W4A16 asymmetric groups (``pack-quantized``) for the
+    int4 ones; one config group each, each with its own format (the checkpoint's is then
+    ``mixed-precision``, which vLLM reads group by group)."""
     import re
 
-    targets = [f"re:.*{re.escape(name)}$" for name in sorted(int8_names)]
-    return {"quant_method": "compressed-tensors", "format": "int-quantized", "quantization_status": "compressed",
-            "config_groups": {"group_0": {"targets": targets,
-                                          "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
-                                                      "dynamic": False},
-                                          "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
-                                                                "strategy": "token", "dynamic": True}}},
-            "ignore": []}
+    groups: dict[str, Any] = {}
+    formats = []
+    for quant, names in quantized.items():
+        if not names:
+            continue
+        targets = [f"re:.*{re.escape(name)}$" for name in sorted(names)]
+        if quant == "int8":
+            group = {"targets": targets, "format": "int-quantized",
+                     "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel", "dynamic": False},
+                     "input_activations": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token",
+                                           "dynamic": True}}
+        else:
+            group = {"targets": targets, "format": "pack-quantized",
+                     "weights": {"num_bits": 4, "type": "int", "symmetric": False, "strategy": "group",
+                                 "group_size": group_size, "dynamic": False}}
+        groups[f"group_{len(groups)}"] = group
+        formats.append(group["format"])
+    return {"quant_method": "compressed-tensors", "format": formats[0] if len(formats) == 1 else "mixed-precision",
+            "quantization_status": "compressed", "config_groups": groups, "ignore": []}
 
 
 def _read_weights(folder: Path) -> Any:

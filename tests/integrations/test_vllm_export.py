@@ -70,7 +70,6 @@ def test_a_ratio_mask_is_resolved_against_the_model():
     ({"drafter": DrafterSpec("hybrid")}, "drafter"),
     ({"mask_source": MaskSourceSpec("knapsack", reselect_every=8)}, "mask_source"),
     ({"mask_source": MaskSourceSpec("none")}, "mask_source"),
-    ({"drafter": DrafterSpec(quant="int4")}, "int4"),
     ({"drafter": DrafterSpec(vocab=1000)}, "drafter.vocab"),
     ({"plain": True}, "plain"),
 ])
